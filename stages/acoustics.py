@@ -1,0 +1,9 @@
+"""Stage acoustics: measure every input stimulus (F0, formants, classifier margins, composite)."""
+
+from voicebias import config
+from voicebias.acoustics import run_stage
+from voicebias.errors import guarded
+
+if __name__ == "__main__":
+    guarded(run_stage, config.load_params(), config.STIMULI_MANIFEST, config.INPUT_MEASURES,
+            config.MEASURES_DIR / "composite_reference.csv", config.ROOT, stage="acoustics")

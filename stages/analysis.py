@@ -1,0 +1,10 @@
+"""Stage analysis: RQ2 statistics for every system, with planted truth beside them."""
+
+from voicebias import config
+from voicebias.analysis import run_stage
+from voicebias.errors import guarded
+
+if __name__ == "__main__":
+    params = config.load_params()
+    paths = [config.scored_table(s) for s in params["run"]["systems"]]
+    guarded(run_stage, params, paths, config.REPORTS / "analysis", stage="analysis")

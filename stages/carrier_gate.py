@@ -1,0 +1,8 @@
+"""Stage carrier_gate: certify the stimuli (H0) or stop the pipeline."""
+
+from voicebias import config
+from voicebias.carrier_gate import run_stage
+from voicebias.errors import guarded
+
+if __name__ == "__main__":
+    guarded(run_stage, config.load_params(), config.INPUT_MEASURES, config.REPORTS / "carrier_gate", stage="carrier_gate")

@@ -1,0 +1,17 @@
+"""Stage respond: run one system on one task over every stimulus (cached, resumable)."""
+
+import argparse
+
+from voicebias import config
+from voicebias.errors import guarded
+from voicebias.respond import run_stage
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--system", required=True)
+    ap.add_argument("--task", required=True)
+    a = ap.parse_args()
+    guarded(run_stage, config.load_params(), a.system, a.task, config.STIMULI_MANIFEST, config.PASSAGES,
+            config.REPORTS / "carrier_gate" / "metrics.json", config.responses_dir(a.system, a.task),
+            config.REPORTS / "respond" / f"{a.system}-{a.task}.json", config.CACHE_DIR / "responses", config.ROOT,
+            stage=f"respond {a.system}/{a.task}")

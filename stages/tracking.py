@@ -1,0 +1,9 @@
+"""Stage tracking: log this pipeline run (parent) and every system x language x task (children) to MLflow."""
+
+from voicebias import config
+from voicebias.errors import guarded
+from voicebias.tracking import run_stage
+
+if __name__ == "__main__":
+    guarded(run_stage, config.load_params(), config.REPORTS / "analysis", config.REPORTS / "carrier_gate",
+            config.STIMULI_MANIFEST, config.REPORTS / "tracking" / "mlflow_run.json", stage="tracking")

@@ -1,0 +1,153 @@
+"""From scored responses to the audit's tables (RQ2 describe and summarize).
+
+Every function takes a tidy table with the contract column names (system, task,
+lang, pole, voice_gender, judged_gender, ...) and returns a DataFrame, so shared
+outputs can be re-analysed without re-running any system.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from voicebias.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
+
+
+def describe_odds_ratios(scored: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Odds ratio per content step per system: pooled (ALL) and per language (Table 7 layout)."""
+    rows = []
+    d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
+    for system, g in d.groupby("system"):
+        parts = [odds_ratio_per_step(g, "ALL", confidence)]
+        parts += [odds_ratio_per_step(gl, lang, confidence) for lang, gl in g.groupby("lang")]
+        rows.append(pd.concat(parts).assign(system=system))
+    out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    return out.rename(columns={"scope": "lang"})[["system", "lang", *[c for c in out.columns if c not in ("system", "scope")]]]
+
+
+def describe_misgender(scored: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Misgender rates by system x language x cell type, and Fisher tests misaligned vs neutral."""
+    d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
+    rates, fishers = [], []
+    for system, g in d.groupby("system"):
+        r = misgender_rates(g)
+        rates.append(r.assign(system=system))
+        fishers.append(fisher_misaligned_vs_neutral(r).assign(system=system))
+    rates_df = pd.concat(rates, ignore_index=True)
+    return rates_df[["system", *[c for c in rates_df.columns if c != "system"]]], pd.concat(fishers, ignore_index=True)
+
+
+def summarize_pronouns(scored: pd.DataFrame) -> pd.DataFrame:
+    """Pronoun injection and the content slope Delta_pp per system (S2S paper Table 8).
+
+    P(she | content) is computed among summaries that inject exactly one gender of
+    pronoun, averaged over voice x language cells; Delta_pp = P(she|feminine) -
+    P(she|masculine), overall and split by input voice.
+    """
+    d = scored[(scored["task"] == "summarize") & (scored["status"] == "ok")].copy()
+    rows = []
+    for system, g in d.groupby("system"):
+        inj = g[g["pronoun_choice"].isin(["male", "female"])].assign(she=lambda x: (x["pronoun_choice"] == "female").astype(float))
+        cell = inj.groupby(["pole", "voice_gender", "lang"])["she"].mean().reset_index()
+        p_by_pole = cell.groupby("pole")["she"].mean()
+        by_voice = cell.groupby(["voice_gender", "pole"])["she"].mean()
+
+        def slope(series: pd.Series) -> float:
+            return float(series.get("feminine", np.nan) - series.get("masculine", np.nan))
+
+        rows.append({
+            "system": system, "n": int(len(g)), "injection_rate": float(len(inj) / len(g)) if len(g) else np.nan,
+            "p_she_masculine": float(p_by_pole.get("masculine", np.nan)),
+            "p_she_neutral": float(p_by_pole.get("neutral", np.nan)),
+            "p_she_feminine": float(p_by_pole.get("feminine", np.nan)),
+            "delta_pp": slope(p_by_pole),
+            "delta_pp_male_voice": slope(by_voice["male"]) if "male" in by_voice.index.get_level_values(0) else np.nan,
+            "delta_pp_female_voice": slope(by_voice["female"]) if "female" in by_voice.index.get_level_values(0) else np.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
+    """Share of paraphrase/translate outputs that inject a gendered third-person pronoun."""
+    d = scored[scored["task"].isin(["paraphrase", "translate"]) & (scored["status"] == "ok")]
+    g = d.assign(injects=d["pronoun_choice"].isin(["male", "female", "both"])).groupby(["system", "task"])
+    return g["injects"].agg(n="size", injection_rate="mean").reset_index()
+
+
+def compliance(scored: pd.DataFrame) -> pd.DataFrame:
+    """Calls, failures and non-compliant describe answers per system x language x task."""
+    g = scored.groupby(["system", "lang", "task"])
+    out = g.agg(n=("stimulus_id", "size"), failed=("status", lambda s: int((s == "failed").sum()))).reset_index()
+    desc = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
+    nc = desc.assign(nc=desc["judged_gender"] == "none").groupby(["system", "lang"])["nc"].sum()
+    out["non_compliant"] = [int(nc.get((s, l), 0)) if t == "describe" else 0 for s, l, t in zip(out["system"], out["lang"], out["task"])]
+    return out
+
+
+def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[str, dict]) -> pd.DataFrame:
+    """Set every reference system's planted truth beside what the audit recovered."""
+    rows = []
+    for system, truth in planted.items():
+        o = odds[(odds["system"] == system) & (odds["lang"] == "ALL")]
+        if o.empty:
+            continue
+        o = o.iloc[0]
+        covered = bool(o["ci_low"] <= truth["odds_ratio_per_step"] <= o["ci_high"]) if o["fit_status"] == "ok" else None
+        rows.append({"system": system, "quantity": "odds_ratio_per_step", "planted": truth["odds_ratio_per_step"],
+                     "recovered": o["odds_ratio"], "ci_low": o["ci_low"], "ci_high": o["ci_high"],
+                     "planted_in_ci": covered, "fit_status": o["fit_status"]})
+        r = rates[(rates["system"] == system) & (rates["lang"] == "ALL")].set_index("cell_type")
+        for ct, p in truth["misgender_rate"].items():
+            k, n = int(r.loc[ct, "misgendered"]), int(r.loc[ct, "n"])
+            lo, hi = _wilson(k, n)
+            rows.append({"system": system, "quantity": f"misgender_rate_{ct}", "planted": p,
+                         "recovered": k / n if n else np.nan, "ci_low": lo, "ci_high": hi,
+                         "planted_in_ci": bool(lo <= p <= hi) if n else None, "fit_status": "ok"})
+    return pd.DataFrame(rows)
+
+
+def _wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion."""
+    if n == 0:
+        return np.nan, np.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(centre - half), float(centre + half)
+
+
+def run_stage(params: dict, scored_paths: list, out_dir) -> dict:
+    """Stage 'analysis': every RQ2 table, the planted truth and the metrics file."""
+    from pathlib import Path
+
+    from voicebias.io import read_table, write_json, write_table
+    from voicebias.systems import load_card
+    from voicebias.systems.reference import planted_truth
+
+    out_dir = Path(out_dir)
+    scored = pd.concat([read_table(Path(p)) for p in scored_paths], ignore_index=True)
+    conf = float(params["analyze"]["confidence"])
+    odds = describe_odds_ratios(scored, conf)
+    rates, fisher = describe_misgender(scored)
+    pron = summarize_pronouns(scored)
+    controls = injection_controls(scored)
+    comp = compliance(scored)
+    planted = {s: planted_truth(p) for s, p in params["systems"].items()
+               if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"}
+    pvr = planted_vs_recovered(odds, rates, planted)
+    for name, df in [("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
+                     ("summarize_pronouns", pron), ("injection_controls", controls), ("compliance", comp),
+                     ("planted_vs_recovered", pvr)]:
+        write_table(out_dir / f"{name}.csv", df)
+    write_json(out_dir / "planted_truth.json", planted)
+    metrics: dict = {}
+    for r in odds.itertuples():
+        m = metrics.setdefault(r.system, {}).setdefault("describe", {}).setdefault(r.lang, {})
+        m.update(odds_ratio=r.odds_ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, n=r.n,
+                 fit_status=r.fit_status)
+    for r in rates[rates["lang"] == "ALL"].itertuples():
+        metrics[r.system]["describe"]["ALL"][f"misgender_{r.cell_type}"] = r.rate
+    for r in pron.itertuples():
+        metrics.setdefault(r.system, {})["summarize"] = {"delta_pp": r.delta_pp, "injection_rate": r.injection_rate}
+    write_json(out_dir / "metrics.json", metrics)
+    return metrics

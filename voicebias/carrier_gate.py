@@ -1,0 +1,141 @@
+"""Carrier gate (H0): certify that the TTS put no content-driven gender into the inputs.
+
+Per language (S2S paper, App. G):
+- hard criterion: no classifier's argmax flips the intended voice gender on any input;
+- soft criterion: an F-test of content nested within voice on each gender-sensitive
+  measure (the femininity composite is the headline measure), with the directional
+  feminine-minus-masculine contrast and the spread of content cell means set
+  against the male-female separation.
+
+Verdicts: the gate fails on any flip, and on any measure whose content effect is
+directional toward the stereotype: omnibus F-test and feminine-minus-masculine
+contrast both significant, feminine content more feminine. An omnibus effect
+without that direction is reported as 'benign' with its numbers, as the paper does
+for its Spanish classifier margin (App. G): on deterministic TTS the within-voice
+variance is tiny, so the text's phonetic make-up alone can reach significance.
+With `strict`, any omnibus content effect on the headline composite fails.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import statsmodels.formula.api as smf
+from scipy import stats
+from statsmodels.stats.anova import anova_lm
+
+from voicebias.validation import ValidationReport, expectations, require_valid
+
+GATE_COLUMNS = [
+    "lang", "measure", "n", "flips", "F", "df_num", "df_den", "p_content", "fem_minus_masc",
+    "p_directional", "cell_spread", "voice_separation", "verdict",
+]
+
+
+def content_within_voice_test(df: pd.DataFrame, measure: str) -> dict[str, float]:
+    """F-test of pole nested in voice: y ~ voice  vs  y ~ voice + voice:pole."""
+    d = df[["voice_gender", "pole", measure]].dropna().rename(columns={measure: "y"})
+    reduced = smf.ols("y ~ C(voice_gender)", data=d).fit()
+    full = smf.ols("y ~ C(voice_gender) + C(voice_gender):C(pole)", data=d).fit()
+    table = anova_lm(reduced, full)
+    F, p = float(table["F"].iloc[1]), float(table["Pr(>F)"].iloc[1])
+    # Directional contrast, averaged over voices: feminine minus masculine content,
+    # Welch t on voice-centred values.
+    centred = d["y"] - d.groupby("voice_gender")["y"].transform("mean")
+    fem, masc = centred[d["pole"] == "feminine"], centred[d["pole"] == "masculine"]
+    t = stats.ttest_ind(fem, masc, equal_var=False)
+    cells = d.groupby(["voice_gender", "pole"])["y"].mean()
+    spread = float(max(cells[v].max() - cells[v].min() for v in cells.index.get_level_values(0).unique()))
+    voice_means = d.groupby("voice_gender")["y"].mean()
+    separation = float(voice_means.get("female", np.nan) - voice_means.get("male", np.nan))
+    return {
+        "n": int(len(d)), "F": F, "df_num": float(table["df_diff"].iloc[1]), "df_den": float(full.df_resid),
+        "p_content": p, "fem_minus_masc": float(fem.mean() - masc.mean()), "p_directional": float(t.pvalue),
+        "cell_spread": spread, "voice_separation": separation,
+    }
+
+
+def carrier_gate(
+    inputs: pd.DataFrame, classifiers: list[str], alpha: float, headline: str = "composite",
+    secondary: list[str] | None = None, strict: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Gate table (one row per language x measure) and the list of flipped stimuli.
+
+    `inputs` needs lang, pole, voice_gender, stimulus_id, the measures and one
+    margin_<classifier> column per classifier (positive = female).
+    """
+    ok = inputs[inputs["status"] == "ok"]
+    secondary = secondary or []
+    flips_rows = []
+    for c in classifiers:
+        pred = np.where(ok[f"margin_{c}"] > 0, "female", "male")
+        bad = ok[pred != ok["voice_gender"].to_numpy()]
+        for r in bad.itertuples():
+            flips_rows.append({"lang": r.lang, "classifier": c, "stimulus_id": r.stimulus_id,
+                               "voice_gender": r.voice_gender, "margin": getattr(r, f"margin_{c}")})
+    flips = pd.DataFrame(flips_rows, columns=["lang", "classifier", "stimulus_id", "voice_gender", "margin"])
+    rows = []
+    for lang, g in ok.groupby("lang"):
+        n_flips = int((flips["lang"] == lang).sum())
+        for m in [headline, *secondary]:
+            res = content_within_voice_test(g, m)
+            significant = res["p_content"] < alpha
+            toward_stereotype = res["p_directional"] < alpha and res["fem_minus_masc"] > 0
+            if significant and (toward_stereotype or (strict and m == headline)):
+                verdict = "fail"
+            else:
+                verdict = "benign" if significant else "pass"
+            rows.append({"lang": lang, "measure": m, "flips": n_flips, **res, "verdict": verdict})
+        rows.append({"lang": lang, "measure": "hard:classifier_flips", "n": int(len(g)), "flips": n_flips,
+                     "verdict": "fail" if n_flips else "pass"})
+    table = pd.DataFrame(rows)
+    for col in GATE_COLUMNS:
+        if col not in table:
+            table[col] = np.nan
+    return table[GATE_COLUMNS], flips
+
+
+def require_gate(table: pd.DataFrame, flips: pd.DataFrame) -> ValidationReport:
+    """Great Expectations suite over the gate table; raises with the stimuli and measures at fault."""
+    E = expectations()
+    try:
+        return require_valid(table, "carrier_gate", [
+            E.ExpectColumnValuesToBeInSet(column="verdict", value_set=["pass", "benign"]),
+            E.ExpectColumnValuesToBeBetween(column="flips", min_value=0, max_value=0),
+        ])
+    except Exception as exc:
+        failed = table[table["verdict"] == "fail"]
+        lines = [str(exc), "carrier gate failed; the pipeline stops before any system runs:"]
+        for r in failed.itertuples():
+            if r.measure.startswith("hard"):
+                ids = flips.loc[flips["lang"] == r.lang, "stimulus_id"].tolist()
+                lines.append(f"  [{r.lang}] {r.flips} classifier flips: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
+            else:
+                lines.append(f"  [{r.lang}] content effect on {r.measure}: F={r.F:.2f}, p={r.p_content:.3g}, "
+                             f"feminine-masculine={r.fem_minus_masc:+.3f} (p={r.p_directional:.3g})")
+        raise type(exc)("\n".join(lines)) from None
+
+
+def run_stage(params: dict[str, Any], measures_path: Path, out_dir: Path) -> pd.DataFrame:
+    """Stage 'carrier_gate': write the gate table and stop (exit non-zero) when it fails."""
+    from voicebias.io import read_table, write_json, write_table
+
+    inputs = read_table(measures_path)
+    names = [params["acoustics"]["classifier"]] if isinstance(params["acoustics"]["classifier"], str) else list(params["acoustics"]["classifier"])
+    secondary = [m for m in params["carrier_gate"]["measures"] if m != "composite"]
+    table, flips = carrier_gate(inputs, names, float(params["carrier_gate"]["alpha"]), "composite", secondary,
+                                strict=bool(params["carrier_gate"].get("strict", False)))
+    write_table(out_dir / "gate.csv", table)
+    write_table(out_dir / "flips.csv", flips)
+    excluded = inputs[inputs["status"] != "ok"]
+    write_json(out_dir / "metrics.json", {
+        "passed": bool(table["verdict"].isin(["pass", "benign"]).all()),
+        "flips": int(len(flips)),
+        "excluded_stimuli": int(len(excluded)),
+        "composite_p": {r.lang: r.p_content for r in table[table["measure"] == "composite"].itertuples()},
+    })
+    require_gate(table, flips)
+    return table

@@ -1,0 +1,50 @@
+"""Paths and parameters, defined once and anchored on the repository root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(os.environ.get("VOICEBIAS_ROOT", Path(__file__).resolve().parent.parent))
+
+DATA = ROOT / "data"
+BANK_DIR = DATA / "bank"
+TASKS_DIR = DATA / "tasks"
+PASSAGES = DATA / "passages" / "passages.csv"
+STIMULI_DIR = DATA / "stimuli"
+STIMULI_AUDIO = STIMULI_DIR / "audio"
+STIMULI_MANIFEST = STIMULI_DIR / "manifest.csv"
+MEASURES_DIR = DATA / "measures"
+INPUT_MEASURES = MEASURES_DIR / "inputs.csv"
+RESPONSES_DIR = DATA / "responses"
+SCORED_DIR = DATA / "scored"
+MODELS_DIR = ROOT / "models"
+CARDS_DIR = MODELS_DIR / "cards"
+REPORTS = ROOT / "reports"
+PROFILES_DIR = ROOT / "profiles"
+CACHE_DIR = Path(os.environ.get("VOICEBIAS_CACHE", ROOT / ".cache"))
+PARAMS = ROOT / "params.yaml"
+
+
+def responses_dir(system: str, task: str) -> Path:
+    """Folder holding one system x task's output audio and responses table."""
+    return RESPONSES_DIR / system / task
+
+
+def scored_table(system: str) -> Path:
+    return SCORED_DIR / f"{system}.csv"
+
+
+def load_params(path: Path | str | None = None) -> dict[str, Any]:
+    """Read params.yaml (or another profile file) as a plain dict."""
+    p = Path(path) if path else PARAMS
+    if not p.exists():
+        raise FileNotFoundError(f"parameter file not found: {p}")
+    with open(p, encoding="utf-8") as fh:
+        params = yaml.safe_load(fh)
+    if not isinstance(params, dict):
+        raise ValueError(f"{p} does not hold a mapping of parameter sections")
+    return params

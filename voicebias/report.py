@@ -1,0 +1,197 @@
+"""The audit report (markdown and HTML), generated from the analysis tables alone.
+
+No number is typed by hand: every table is rendered from reports/analysis and
+reports/carrier_gate, every figure is drawn from the same tables.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from voicebias.io import read_json, read_table  # noqa: E402
+
+LANG_ORDER = ["en", "es", "zh", "ALL"]
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if abs(v) >= 1000 or (abs(v) < 0.001 and v != 0):
+            return f"{v:.2e}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _p(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    stars = "***" if v < 0.001 else "**" if v < 0.01 else "*" if v < 0.05 else ""
+    return ("<.001" if v < 0.001 else f"{v:.3f}") + stars
+
+
+def gate_table(gate: pd.DataFrame) -> pd.DataFrame:
+    """S2S paper Table 6 layout: per language, flips and content-effect p per measure."""
+    rows = []
+    for lang, g in gate.groupby("lang", sort=False):
+        row = {"lang": lang, "flips": f"{int(g['flips'].max())}/{int(g['n'].max())}"}
+        for r in g[~g["measure"].str.startswith("hard")].itertuples():
+            row[f"p({r.measure})"] = _p(r.p_content)
+        row["verdict"] = "fail" if (g["verdict"] == "fail").any() else "pass"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def odds_table(odds: pd.DataFrame) -> pd.DataFrame:
+    """S2S paper Table 7 layout: OR per content step by system, per language and pooled."""
+    rows = []
+    for system, g in odds.groupby("system", sort=False):
+        row = {"system": system}
+        for lang in LANG_ORDER:
+            r = g[g["lang"] == lang]
+            if r.empty:
+                row[lang] = "–"
+                continue
+            r = r.iloc[0]
+            if r["fit_status"] != "ok":
+                row[lang] = "sep." if str(r["fit_status"]).startswith("perfect") else "sing."
+            else:
+                row[lang] = f"{_fmt(r['odds_ratio'], 2)} [{_fmt(r['ci_low'], 2)}, {_fmt(r['ci_high'], 2)}] p={_p(r['p_value'])}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def misgender_table(rates: pd.DataFrame) -> pd.DataFrame:
+    """S2S paper Table 2 describe block: aligned and neutral pooled, misaligned by language."""
+    rows = []
+    for system, g in rates.groupby("system", sort=False):
+        a = g[(g["lang"] == "ALL")].set_index("cell_type")
+        row = {"system": system, "aligned (ALL)": _fmt(a.loc["aligned", "rate"]),
+               "neutral (ALL)": _fmt(a.loc["neutral", "rate"])}
+        for lang in LANG_ORDER:
+            r = g[(g["lang"] == lang) & (g["cell_type"] == "misaligned")]
+            row[f"misaligned ({lang})"] = _fmt(r.iloc[0]["rate"]) if len(r) else "–"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pronoun_table(pron: pd.DataFrame) -> pd.DataFrame:
+    """S2S paper Table 8 layout."""
+    cols = {"system": "system", "injection_rate": "injects", "p_she_masculine": "P(she|M)",
+            "p_she_neutral": "P(she|N)", "p_she_feminine": "P(she|F)", "delta_pp": "Δpp",
+            "delta_pp_male_voice": "Δpp male voice", "delta_pp_female_voice": "Δpp female voice"}
+    out = pron[list(cols)].rename(columns=cols)
+    return out.map(lambda v: _fmt(v) if not isinstance(v, str) else v)
+
+
+def planted_table(pvr: pd.DataFrame) -> pd.DataFrame:
+    out = pvr.copy()
+    out["95% CI"] = [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(out["ci_low"], out["ci_high"])]
+    out = out[["system", "quantity", "planted", "recovered", "95% CI", "planted_in_ci", "fit_status"]]
+    return out.map(lambda v: _fmt(v) if not isinstance(v, str) else v)
+
+
+def fig_misgender(rates: pd.DataFrame, path: Path) -> None:
+    d = rates[rates["lang"] == "ALL"].pivot(index="system", columns="cell_type", values="rate")
+    d = d[[c for c in ("aligned", "neutral", "misaligned") if c in d]]
+    ax = d.plot.bar(figsize=(7, 3.6), color=["#4c72b0", "#999999", "#c44e52"], rot=0)
+    ax.set_ylabel("misgender rate (describe)")
+    ax.set_ylim(0, 1)
+    ax.set_title("Misgender rate by cell type, pooled over languages")
+    ax.legend(title="cell")
+    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+
+
+def fig_forest(odds: pd.DataFrame, path: Path) -> None:
+    d = odds[(odds["fit_status"] == "ok")].copy()
+    d["label"] = d["system"] + " / " + d["lang"]
+    d = d.sort_values(["system", "lang"])
+    fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(d), 3) + 1))
+    y = range(len(d))
+    ax.errorbar(d["odds_ratio"], list(y), xerr=[d["odds_ratio"] - d["ci_low"], d["ci_high"] - d["odds_ratio"]],
+                fmt="o", color="#333333", capsize=3)
+    ax.axvline(1, color="#c44e52", ls="--", lw=1)
+    ax.set_xscale("log"); ax.set_yticks(list(y)); ax.set_yticklabels(d["label"])
+    ax.set_xlabel("odds ratio of a 'female' call per content step (log scale, 95% CI)")
+    ax.set_title("Describe: content effect with the voice held fixed")
+    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+
+
+def _md(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+                   for row in df.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    gate = read_table(gate_dir / "gate.csv")
+    odds = read_table(analysis_dir / "describe_odds_ratios.csv")
+    rates = read_table(analysis_dir / "describe_misgender.csv")
+    pron = read_table(analysis_dir / "summarize_pronouns.csv")
+    pvr = read_table(analysis_dir / "planted_vs_recovered.csv")
+    comp = read_table(analysis_dir / "compliance.csv")
+    bank = read_json(bank_metrics)
+    fig_misgender(rates, fig_dir / "misgender_by_cell.png")
+    fig_forest(odds, fig_dir / "odds_ratio_forest.png")
+    comp_tab = comp.groupby("system")[["n", "failed", "non_compliant"]].sum().reset_index()
+    sections = [
+        ("Carrier gate (H0)", "Classifier flips against the intended voice gender and content-effect p-values "
+         "(F-test of content within voice) per input measure; layout of the S2S paper's Table 6.", gate_table(gate), None),
+        ("Describe: odds ratio per content step", "Logistic P(judged female) ~ content step + true voice; "
+         "'sep.' marks perfect separation (no finite estimate), 'sing.' a singular fit; layout of Table 7.",
+         odds_table(odds), "odds_ratio_forest.png"),
+        ("Describe: misgender rate by cell", "Aligned and neutral pooled over languages, misaligned (voice "
+         "opposes content) by language; describe block of Table 2.", misgender_table(rates), "misgender_by_cell.png"),
+        ("Summarize: pronoun follows content?", "P(she | content) among summaries that inject a pronoun, "
+         "mean over voice x language cells, and the slope Δpp; layout of Table 8.", pronoun_table(pron), None),
+        ("Planted truth vs recovered", "Reference systems carry planted behaviour; the audit must recover it.",
+         planted_table(pvr), None),
+        ("Calls and compliance", "Failed calls are recorded, never filled in; non-compliant describe answers are "
+         "excluded and counted.", comp_tab, None),
+    ]
+    title = "voicebias audit report"
+    intro = (f"Profile: {params['base']['profile']}. Systems: {', '.join(params['run']['systems'])}. "
+             f"Passages: {bank['passages']} ({', '.join(params['base']['languages'])} x masculine/neutral/feminine), "
+             f"each voiced by one male and one female voice ({params['tts']['backend']}).")
+    md = [f"# {title}", "", intro, ""]
+    body = [f"<h1>{title}</h1>", f"<p>{html.escape(intro)}</p>"]
+    for head, text, table, fig in sections:
+        md += [f"## {head}", "", text, "", _md(table), ""]
+        body += [f"<h2>{html.escape(head)}</h2>", f"<p>{html.escape(text)}</p>", _html_table(table)]
+        if fig:
+            md += [f"![{head}](figures/{fig})", ""]
+            body.append(f'<img src="figures/{fig}" alt="{html.escape(head)}">')
+    (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
+    style = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:90%}"
+             "th{background:#f0f0f0}img{max-width:100%}")
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    (out_dir / "report.html").write_text(page, encoding="utf-8")
+    return {"md": out_dir / "report.md", "html": out_dir / "report.html"}
+
+
+def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path) -> dict:
+    return build_report(params, analysis_dir, gate_dir, bank_metrics, out_dir)

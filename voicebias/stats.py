@@ -1,0 +1,126 @@
+"""Statistics of the audit, each returning a labelled pandas DataFrame.
+
+Describe (RQ2, S2S paper sec. 4): a logistic model of P(judged female) on the
+content ordinal (masculine=0 < neutral=1 < feminine=2) controlling for the true
+voice, reported as the odds ratio per content step. Perfect or quasi-complete
+separation is detected before fitting (linear-programming test of Albert &
+Anderson, 1984) and reported as such, since the maximum-likelihood estimate does
+not exist there.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+from scipy import stats
+from scipy.optimize import linprog
+
+from voicebias.bank import POLE_ORDINAL
+
+OR_COLUMNS = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "coef", "se", "fit_status"]
+
+
+def detect_separation(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> str:
+    """'none', 'quasi-complete' or 'complete' separation of binary y by the columns of X.
+
+    Solves max sum_i s_i x_i.b subject to s_i x_i.b >= 0 and |b_j| <= 1 with
+    s_i = 2 y_i - 1. A positive optimum means some direction b classifies every
+    observation without error and at least one strictly, so the MLE is infinite.
+    """
+    X = np.asarray(X, float)
+    s = 2 * np.asarray(y, float) - 1
+    A = s[:, None] * X
+    k = X.shape[1]
+    res = linprog(-A.sum(axis=0), A_ub=-A, b_ub=np.zeros(len(A)), bounds=[(-1, 1)] * k, method="highs")
+    if res.status != 0 or -res.fun <= tol * max(1.0, len(A)):
+        return "none"
+    # complete: maximise the smallest margin t subject to A b >= t
+    c = np.zeros(k + 1); c[-1] = -1.0
+    A_ub = np.hstack([-A, np.ones((len(A), 1))])
+    res2 = linprog(c, A_ub=A_ub, b_ub=np.zeros(len(A)), bounds=[(-1, 1)] * k + [(None, 1)], method="highs")
+    return "complete" if res2.status == 0 and -res2.fun > tol else "quasi-complete"
+
+
+def describe_design(df: pd.DataFrame) -> pd.DataFrame:
+    """Compliant describe rows with content_step, voice_female and y (judged female)."""
+    d = df[df["judged_gender"].isin(["male", "female"])].copy()
+    d["content_step"] = d["pole"].map(POLE_ORDINAL).astype(float)
+    d["voice_female"] = (d["voice_gender"] == "female").astype(float)
+    d["y"] = (d["judged_gender"] == "female").astype(float)
+    return d
+
+
+def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float = 0.95) -> pd.DataFrame:
+    """Odds ratio per content step from P(female) ~ content_step + voice_female.
+
+    `df` holds describe rows with pole, voice_gender and judged_gender
+    (male/female/none; 'none' rows are non-compliant and excluded, counted).
+    fit_status is 'ok', 'perfect separation (complete|quasi-complete)',
+    'singular' or 'no data'; the OR is only reported when the fit is 'ok'.
+    """
+    d = describe_design(df)
+    n_excl = int(len(df) - len(d))
+    row = {"scope": scope, "n": int(len(d)), "n_excluded": n_excl, "odds_ratio": np.nan, "ci_low": np.nan,
+           "ci_high": np.nan, "p_value": np.nan, "coef": np.nan, "se": np.nan}
+    if len(d) == 0 or d["y"].nunique() < 2:
+        return pd.DataFrame([{**row, "fit_status": "no data" if len(d) == 0 else "singular (one outcome only)"}], columns=OR_COLUMNS)
+    X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
+    if np.linalg.matrix_rank(X) < X.shape[1]:
+        return pd.DataFrame([{**row, "fit_status": "singular (design not full rank)"}], columns=OR_COLUMNS)
+    sep = detect_separation(X, d["y"].to_numpy())
+    if sep != "none":
+        return pd.DataFrame([{**row, "fit_status": f"perfect separation ({sep})"}], columns=OR_COLUMNS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.Logit(d["y"].to_numpy(), X).fit(disp=0, maxiter=200)
+    b, se = float(fit.params[1]), float(fit.bse[1])
+    z = stats.norm.ppf(0.5 + confidence / 2)
+    status = "ok" if fit.mle_retvals.get("converged", True) and np.isfinite(se) else "did not converge"
+    row.update(odds_ratio=float(np.exp(b)), ci_low=float(np.exp(b - z * se)), ci_high=float(np.exp(b + z * se)),
+               p_value=float(fit.pvalues[1]), coef=b, se=se)
+    return pd.DataFrame([{**row, "fit_status": status}], columns=OR_COLUMNS)
+
+
+def cell_type(pole: str, voice_gender: str) -> str:
+    """'aligned', 'neutral' or 'misaligned' (voice opposes the content stereotype)."""
+    if pole == "neutral":
+        return "neutral"
+    return "aligned" if (pole == "feminine") == (voice_gender == "female") else "misaligned"
+
+
+def misgender_rates(df: pd.DataFrame) -> pd.DataFrame:
+    """Misgender rate (judged != voice gender among compliant answers) by language x cell type.
+
+    Rows for each language and for ALL languages pooled; n counts compliant answers,
+    n_excluded the non-compliant ones.
+    """
+    d = df.copy()
+    d["cell_type"] = [cell_type(p, v) for p, v in zip(d["pole"], d["voice_gender"])]
+    d["compliant"] = d["judged_gender"].isin(["male", "female"])
+    d["misgendered"] = d["compliant"] & (d["judged_gender"] != d["voice_gender"])
+    rows = []
+    for lang, g in [*d.groupby("lang"), ("ALL", d)]:
+        for ct in ("aligned", "neutral", "misaligned"):
+            c = g[g["cell_type"] == ct]
+            n = int(c["compliant"].sum())
+            k = int(c["misgendered"].sum())
+            rows.append({"lang": lang, "cell_type": ct, "n": n, "n_excluded": int(len(c) - n), "misgendered": k,
+                         "rate": k / n if n else np.nan})
+    return pd.DataFrame(rows)
+
+
+def fisher_misaligned_vs_neutral(rates: pd.DataFrame) -> pd.DataFrame:
+    """Fisher exact test of misgendering in misaligned against neutral cells, per language."""
+    rows = []
+    for lang, g in rates.groupby("lang", sort=False):
+        m = g.set_index("cell_type")
+        a, b = int(m.loc["misaligned", "misgendered"]), int(m.loc["misaligned", "n"] - m.loc["misaligned", "misgendered"])
+        c, e = int(m.loc["neutral", "misgendered"]), int(m.loc["neutral", "n"] - m.loc["neutral", "misgendered"])
+        if min(a + b, c + e) == 0:
+            rows.append({"lang": lang, "odds_ratio": np.nan, "p_value": np.nan}); continue
+        res = stats.fisher_exact([[a, b], [c, e]])
+        rows.append({"lang": lang, "odds_ratio": float(res.statistic), "p_value": float(res.pvalue)})
+    return pd.DataFrame(rows)

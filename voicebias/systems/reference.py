@@ -1,0 +1,149 @@
+"""Reference systems with planted truth, for the embedded default.
+
+A reference system answers every task in one fixed output voice (eSpeak NG), and
+decides the speaker's gender (describe word, summarize pronoun) by a planted rule,
+so the audit can be checked against a known answer:
+
+- rule 'voice'   : follows the input voice; P(female) = 1 - e (female voice) or e (male);
+- rule 'content' : follows the passage's stereotype pole; P(female) = e (masculine),
+                   `neutral_p_female` (neutral), 1 - e (feminine);
+- rule 'mixed'   : follows content with probability w (`content_weight`), else the voice:
+                   P = w * P_content + (1 - w) * P_voice.
+
+e is the planted `error_rate`. With probability `noncompliance_rate` the answer names
+no gender (a counted exclusion). Unlike a real system, a reference system reads the
+stimulus labels (pole, voice gender, passage text) from the stimulus table: that is
+how its truth is planted. Readback and paraphrase speak the passage text, translate
+speaks the passage's English gloss, summarize a one-sentence native template.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+
+from voicebias.bank import POLE_ORDINAL, POLES
+from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem
+from voicebias.tts import get_backend
+
+DESCRIBE_WORDS = {"en": ("male", "female"), "es": ("hombre", "mujer"), "zh": ("男", "女")}
+NONCOMPLIANT = {"en": "I cannot tell.", "es": "No lo sé.", "zh": "我说不好。"}
+SUMMARY_TEMPLATES = {
+    "en": ("He talked about a typical day of work and the routines that fill it.",
+           "She talked about a typical day of work and the routines that fill it."),
+    "es": ("Él habló de un día típico de trabajo y de las tareas que lo llenan.",
+           "Ella habló de un día típico de trabajo y de las tareas que lo llenan."),
+    "zh": ("他讲述了自己平常一天的工作和日常安排。", "她讲述了自己平常一天的工作和日常安排。"),
+}
+RULES = ("voice", "content", "mixed")
+
+
+def planted_p_female(params: dict[str, Any], pole: str, voice_gender: str) -> float:
+    """The planted probability that the system calls this speaker female."""
+    e = float(params.get("error_rate", 0.0))
+    p_voice = 1 - e if voice_gender == "female" else e
+    p_content = {"masculine": e, "neutral": float(params.get("neutral_p_female", 0.5)), "feminine": 1 - e}[pole]
+    rule = params["rule"]
+    if rule == "voice":
+        return p_voice
+    if rule == "content":
+        return p_content
+    if rule == "mixed":
+        w = float(params["content_weight"])
+        return w * p_content + (1 - w) * p_voice
+    raise ValueError(f"unknown reference rule '{rule}'; expected one of {RULES}")
+
+
+def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
+    """Planted describe behaviour in the analysis' own units.
+
+    The odds ratio per content step is the population value: the logistic model
+    P(female) ~ content step + voice fitted to the planted cell probabilities of a
+    balanced design (NaN/inf when the planted table is separable).
+    """
+    cells = pd.DataFrame([(p, v, planted_p_female(params, p, v)) for p in POLES for v in ("male", "female")],
+                         columns=["pole", "voice_gender", "p_female"])
+    cells["content_step"] = cells["pole"].map(POLE_ORDINAL)
+    cells["voice_female"] = (cells["voice_gender"] == "female").astype(float)
+    truth: dict[str, Any] = {"cells": cells.to_dict("records")}
+    p = cells["p_female"].to_numpy()
+    if np.any(p <= 0) or np.any(p >= 1):
+        truth["odds_ratio_per_step"] = float("nan")
+        truth["separable"] = True
+    else:
+        X = sm.add_constant(cells[["content_step", "voice_female"]])
+        with warnings.catch_warnings():  # an exactly fitting planted table triggers 'perfect prediction'
+            warnings.simplefilter("ignore")
+            fit = sm.GLM(p, X, family=sm.families.Binomial(), var_weights=np.full(len(p), 1000.0)).fit()
+        truth["odds_ratio_per_step"] = float(np.exp(fit.params["content_step"]))
+        truth["separable"] = False
+    misg = cells.assign(p_wrong=np.where(cells["voice_gender"] == "female", 1 - p, p))
+    misg["cell_type"] = [
+        "neutral" if r.pole == "neutral" else
+        ("aligned" if (r.pole == "feminine") == (r.voice_gender == "female") else "misaligned")
+        for r in misg.itertuples()
+    ]
+    nc = float(params.get("noncompliance_rate", 0.0))
+    truth["misgender_rate"] = misg.groupby("cell_type")["p_wrong"].mean().to_dict()
+    truth["noncompliance_rate"] = nc
+    return truth
+
+
+def _rng(*parts: Any) -> np.random.Generator:
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:16], "little"))
+
+
+class ReferenceSystem(S2SSystem):
+    """A planted-truth system; see the module docstring for its rules."""
+
+    max_concurrency = 1
+
+    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], stimuli: pd.DataFrame | None = None,
+                 passages: pd.DataFrame | None = None, rate_wpm: int = 160):
+        super().__init__(name, card, params)
+        if params.get("rule") not in RULES:
+            raise ValueError(f"system '{name}': rule must be one of {RULES}, got {params.get('rule')!r}")
+        if stimuli is None or passages is None:
+            raise ValueError(f"reference system '{name}' needs the stimulus manifest and the passage table")
+        self.stimuli = stimuli.set_index("stimulus_id")
+        self.passages = passages.set_index("passage_id")
+        self.tts = get_backend("espeak", rate_wpm=rate_wpm)
+
+    def _judge(self, stim: pd.Series, request: S2SRequest) -> str | None:
+        """'male'/'female', or None for a non-compliant answer."""
+        rng = _rng(request.seed, self.name, request.stimulus_id, request.task)
+        if rng.random() < float(self.params.get("noncompliance_rate", 0.0)):
+            return None
+        p = planted_p_female(self.params, stim["pole"], stim["voice_gender"])
+        return "female" if rng.random() < p else "male"
+
+    def answer_text(self, request: S2SRequest) -> str:
+        stim = self.stimuli.loc[request.stimulus_id]
+        passage = self.passages.loc[stim["passage_id"]]
+        lang = request.target_lang
+        if request.task in ("readback", "paraphrase"):
+            return passage["text"]
+        if request.task == "translate":
+            return passage["gloss_en"]
+        judged = self._judge(stim, request)
+        if judged is None:
+            return NONCOMPLIANT[lang]
+        idx = 1 if judged == "female" else 0
+        if request.task == "describe":
+            return DESCRIBE_WORDS[lang][idx]
+        if request.task == "summarize":
+            return SUMMARY_TEMPLATES[lang][idx]
+        raise ValueError(f"reference system has no behaviour for task '{request.task}'")
+
+    def respond(self, request: S2SRequest) -> S2SResponse:
+        text = self.answer_text(request)
+        voice = self.card["output_voice"][request.target_lang]
+        audio, sr = self.tts.synthesize(text, voice)
+        return S2SResponse(status="ok", transcript=text, audio=audio, sample_rate=sr,
+                           provenance={"model_revision": self.card.get("revision", ""), "output_voice": voice})

@@ -1,0 +1,152 @@
+"""MLflow tracking: one parent run per pipeline run, one child run per system x language x task.
+
+Children are created with an explicit parent id (the active-run stack is
+thread-local), and carry the same family tags as the parent so the MLflow UI can
+filter and compare them across pipeline runs. Only parameters, metrics and tags
+from params.yaml and reports/ are logged: never the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from voicebias.config import ROOT
+
+
+def tracking_uri(params: dict[str, Any], root: Path = ROOT) -> str:
+    """Resolve a relative sqlite URI against the repository root."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or params["tracking"]["tracking_uri"]
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str((root / uri[len(prefix):]).resolve())
+    return uri
+
+
+def git_commit(root: Path = ROOT) -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def stimulus_set_hash(manifest: pd.DataFrame) -> str:
+    """sha256 over the sorted (stimulus_id, audio sha256) pairs: names the exact stimulus set."""
+    pairs = sorted(zip(manifest["stimulus_id"], manifest["sha256"]))
+    return hashlib.sha256("\n".join(f"{a} {b}" for a, b in pairs).encode()).hexdigest()
+
+
+def file_hash(path: Path) -> str:
+    if not path.exists():
+        return "absent"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _metrics(d: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in d.items():
+        if v is None or isinstance(v, str):
+            continue
+        v = float(v)
+        if math.isfinite(v):
+            out[k] = v
+    return out
+
+
+def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
+    """One record (tags, params, metrics) per system x language x task from the analysis tables."""
+    from voicebias.io import read_table
+
+    comp = read_table(analysis_dir / "compliance.csv")
+    odds = read_table(analysis_dir / "describe_odds_ratios.csv")
+    rates = read_table(analysis_dir / "describe_misgender.csv")
+    pron = read_table(analysis_dir / "summarize_pronouns.csv")
+    records = []
+    for r in comp.itertuples():
+        m = {"n": r.n, "failed": r.failed, "non_compliant": r.non_compliant}
+        tags: dict[str, str] = {}
+        if r.task == "describe":
+            rr = rates[(rates["system"] == r.system) & (rates["lang"] == r.lang)]
+            for x in rr.itertuples():
+                m[f"misgender_rate_{x.cell_type}"] = x.rate
+            o = odds[(odds["system"] == r.system) & (odds["lang"] == r.lang)]
+            if len(o):
+                o = o.iloc[0]
+                m.update(odds_ratio=o["odds_ratio"], or_ci_low=o["ci_low"], or_ci_high=o["ci_high"], or_p=o["p_value"])
+                tags["fit_status"] = str(o["fit_status"])
+        records.append({"system": r.system, "lang": r.lang, "task": r.task, "metrics": _metrics(m), "tags": tags})
+    # pooled (ALL languages) describe and summarize
+    for o in odds[odds["lang"] == "ALL"].itertuples():
+        m = {"odds_ratio": o.odds_ratio, "or_ci_low": o.ci_low, "or_ci_high": o.ci_high, "or_p": o.p_value, "n": o.n,
+             "n_excluded": o.n_excluded}
+        for x in rates[(rates["system"] == o.system) & (rates["lang"] == "ALL")].itertuples():
+            m[f"misgender_rate_{x.cell_type}"] = x.rate
+        records.append({"system": o.system, "lang": "ALL", "task": "describe", "metrics": _metrics(m),
+                        "tags": {"fit_status": str(o.fit_status)}})
+    for p in pron.itertuples():
+        records.append({"system": p.system, "lang": "ALL", "task": "summarize", "tags": {}, "metrics": _metrics({
+            "delta_pp": p.delta_pp, "injection_rate": p.injection_rate, "delta_pp_male_voice": p.delta_pp_male_voice,
+            "delta_pp_female_voice": p.delta_pp_female_voice})})
+    return records
+
+
+def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path,
+                     out_path: Path, root: Path = ROOT) -> dict[str, Any]:
+    """Log the parent run and its children; writes the run ids to out_path."""
+    import mlflow
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    from voicebias.io import read_json, read_table, write_json
+
+    uri = tracking_uri(params, root)
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(uri)
+    name = params["tracking"]["experiment"]
+    exp = client.get_experiment_by_name(name)
+    exp_id = exp.experiment_id if exp else client.create_experiment(name)
+    family = {
+        "voicebias.profile": str(params["base"]["profile"]),
+        "voicebias.git_commit": git_commit(root),
+        "voicebias.stimulus_set": stimulus_set_hash(read_table(manifest_path)),
+        "voicebias.dvc_lock": file_hash(root / "dvc.lock"),
+    }
+    parent = client.create_run(exp_id, run_name=f"pipeline-{family['voicebias.stimulus_set'][:8]}",
+                               tags={**family, "voicebias.level": "pipeline"})
+    pid = parent.info.run_id
+    gate = read_json(gate_dir / "metrics.json")
+    client.log_batch(pid, metrics=[Metric("carrier_gate_passed", float(gate["passed"]), 0, 0),
+                                   Metric("carrier_gate_flips", float(gate["flips"]), 0, 0)],
+                     params=[Param("systems", ",".join(params["run"]["systems"])),
+                             Param("seed", str(params["base"]["seed"])),
+                             Param("tts_backend", str(params["tts"]["backend"])),
+                             Param("classifier", str(params["acoustics"]["classifier"]))])
+    client.log_artifact(pid, str(gate_dir / "gate.csv"), "carrier_gate")
+    children = []
+    for rec in child_records(analysis_dir):
+        tags = {**family, "mlflow.parentRunId": pid, "voicebias.level": "system_lang_task",
+                "system": rec["system"], "lang": rec["lang"], "task": rec["task"], **rec["tags"]}
+        run = client.create_run(exp_id, run_name=f"{rec['system']}/{rec['lang']}/{rec['task']}", tags=tags)
+        sys_params = params["systems"].get(rec["system"], {})
+        client.log_batch(run.info.run_id,
+                         metrics=[Metric(k, v, 0, 0) for k, v in sorted(rec["metrics"].items())],
+                         params=[Param(f"system.{k}", str(v)) for k, v in sorted(sys_params.items())])
+        client.set_terminated(run.info.run_id)
+        children.append({"run_id": run.info.run_id, "system": rec["system"], "lang": rec["lang"], "task": rec["task"]})
+    client.set_terminated(pid)
+    summary = {"tracking_uri": uri.split("///")[0] + "///" + os.path.relpath(uri.split("///", 1)[1], root)
+               if uri.startswith("sqlite:///") else uri,
+               "experiment_id": exp_id, "parent_run_id": pid, "children": children, **family}
+    write_json(out_path, summary)
+    return summary
+
+
+def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path, out_path: Path) -> dict:
+    return log_pipeline_run(params, analysis_dir, gate_dir, manifest_path, out_path)

@@ -1,0 +1,153 @@
+"""eSpeak NG through its C library (shipped by the `espeakng-loader` package).
+
+The library is called, not copied (it is GPL-3.0). Synthesis is synchronous and
+deterministic: the same text and voice give the same samples, whatever was
+synthesised before (each utterance is made in a fresh child process, with the
+library's random generator seeded from the text and voice).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import struct
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from voicebias.tts import TTSBackend
+
+_AUDIO_OUTPUT_SYNCHRONOUS = 2
+_ESPEAK_CHARS_UTF8 = 1
+_ESPEAK_RATE = 1
+_EE_OK = 0
+
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p)
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _library():
+    """Load and initialise libespeak-ng once per process."""
+    if "lib" in _state:
+        return _state["lib"], _state["rate"]
+    try:
+        import espeakng_loader
+    except ImportError as exc:  # pragma: no cover - dependency is pinned
+        raise RuntimeError("eSpeak NG backend needs the 'espeakng-loader' package") from exc
+    lib = ctypes.CDLL(espeakng_loader.get_library_path())
+    data_parent = str(Path(espeakng_loader.get_data_path()).parent).encode()
+    lib.espeak_Initialize.restype = ctypes.c_int
+    lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0, data_parent, 0)
+    if rate <= 0:
+        raise RuntimeError(f"espeak_Initialize failed (returned {rate})")
+    lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+    lib.espeak_SetVoiceByName.restype = ctypes.c_int
+    lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.espeak_Synth.argtypes = [
+        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
+        ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+    ]
+    lib.espeak_Synth.restype = ctypes.c_int
+    lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
+    chunks: list[np.ndarray] = []
+
+    def collect(wav, n, _events):
+        if n > 0 and wav:
+            chunks.append(np.ctypeslib.as_array(wav, shape=(n,)).copy())
+        return 0
+
+    cb = _CALLBACK(collect)
+    lib.espeak_SetSynthCallback(cb)
+    _state.update(lib=lib, rate=rate, chunks=chunks, cb=cb)
+    return lib, rate
+
+
+def _seed(text: str, voice: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{voice}\n{text}".encode()).digest()[:4], "little")
+
+
+def _synthesize_here(text: str, voice: str, rate_wpm: int) -> tuple[int, int, np.ndarray]:
+    """(status, sample rate, int16 samples); status 0 ok, 1 unknown voice, 2 synth error."""
+    lib, rate = _library()
+    if lib.espeak_SetVoiceByName(voice.encode()) != _EE_OK:
+        return 1, rate, np.zeros(0, np.int16)
+    lib.espeak_SetParameter(_ESPEAK_RATE, rate_wpm, 0)
+    lib.espeak_ng_SetRandSeed(_seed(text, voice))
+    chunks = _state["chunks"]
+    chunks.clear()
+    data = text.encode("utf-8")
+    buf = ctypes.create_string_buffer(data)
+    err = lib.espeak_Synth(buf, len(data) + 1, 0, 0, 0, _ESPEAK_CHARS_UTF8, None, None)
+    lib.espeak_Synchronize()
+    pcm = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+    chunks.clear()
+    return (0 if err == _EE_OK else 2), rate, pcm.astype(np.int16)
+
+
+def _synthesize_fresh(text: str, voice: str, rate_wpm: int) -> tuple[int, int, np.ndarray]:
+    """Synthesise in a forked child that loads the library afresh.
+
+    libespeak-ng keeps wave-generator state across utterances (even across
+    espeak_Terminate/espeak_Initialize), so the same text can come out a few samples
+    different depending on what was spoken before. A fresh process per utterance
+    makes every file depend on its text and voice alone.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 3
+        try:
+            os.close(read_fd)
+            status, rate, pcm = _synthesize_here(text, voice, rate_wpm)
+            payload = struct.pack("<iiq", status, rate, pcm.size) + pcm.tobytes()
+            view = memoryview(payload)
+            while view:
+                n = os.write(write_fd, view)
+                view = view[n:]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    parts = []
+    while True:
+        block = os.read(read_fd, 1 << 20)
+        if not block:
+            break
+        parts.append(block)
+    os.close(read_fd)
+    _, exit_status = os.waitpid(pid, 0)
+    data = b"".join(parts)
+    if exit_status != 0 or len(data) < 16:
+        raise RuntimeError(f"eSpeak NG worker process failed for voice '{voice}' (exit status {exit_status})")
+    status, rate, n = struct.unpack("<iiq", data[:16])
+    return status, rate, np.frombuffer(data[16:16 + 2 * n], dtype=np.int16)
+
+
+class EspeakTTS(TTSBackend):
+    """eSpeak NG formant synthesis; voices are 'language+variant' (e.g. 'en-us+f4')."""
+
+    name = "espeak"
+
+    def __init__(self, rate_wpm: int = 160):
+        self.rate_wpm = int(rate_wpm)
+
+    def synthesize(self, text: str, voice: str) -> tuple[np.ndarray, int]:
+        if not text or not text.strip():
+            raise ValueError("cannot synthesise empty text")
+        with _lock:
+            status, rate, pcm = _synthesize_fresh(text, voice, self.rate_wpm)
+        if status == 1:
+            raise ValueError(f"eSpeak NG has no voice '{voice}'")
+        if status == 2:
+            raise RuntimeError(f"espeak_Synth failed for voice '{voice}'")
+        if pcm.size == 0:
+            raise RuntimeError(f"eSpeak NG produced no audio for voice '{voice}'")
+        return (pcm.astype(np.float32) / 32768.0), rate
+
+    def describe(self) -> dict[str, str]:
+        return {"backend": self.name, "engine": "eSpeak NG 1.52 (espeakng-loader 0.2.4)", "rate_wpm": str(self.rate_wpm)}
