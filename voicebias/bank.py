@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from voicebias.validation import ValidationReport, expectations, require_valid
+from voicebias.validation import ValidationReport, expectations, require_valid, where
 
 LANGS = ("en", "es", "zh")
 POLES = ("masculine", "neutral", "feminine")
@@ -29,9 +29,9 @@ _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*", re.UNICODE)
 # Third-person and speaker-revealing words that must never occur in a passage
 # (a first gate; the per-language linters deepen it).
 GENDERED_REGEX = {
-    "en": r"(?i)\b(he|she|him|her|his|hers|himself|herself|man|woman|men|women|husband|wife|boyfriend|girlfriend|mother|father|mom|dad|son|daughter|brother|sister)\b",
-    "es": r"(?i)\b(él|ella|ellos|ellas|esposo|esposa|marido|novio|novia|hombre|mujer)\b",
-    "zh": r"(他|她|丈夫|妻子|老公|老婆|男人|女人)",
+    "en": r"(?i)\b(?:he|she|him|her|his|hers|himself|herself|man|woman|men|women|husband|wife|boyfriend|girlfriend|mother|father|mom|dad|son|daughter|brother|sister)\b",
+    "es": r"(?i)\b(?:él|ella|ellos|ellas|esposo|esposa|marido|novio|novia|hombre|mujer)\b",
+    "zh": r"(?:他|她|丈夫|妻子|老公|老婆|男人|女人)",
 }
 
 
@@ -82,10 +82,10 @@ def passage_expectations(length_window: dict[str, list[int]], languages=LANGS) -
     for lang in languages:
         lo, hi = length_window[lang]
         exps.append(E.ExpectColumnValuesToBeBetween(
-            column="length_units", min_value=lo, max_value=hi, row_condition=f'lang=="{lang}"', condition_parser="pandas",
+            column="length_units", min_value=lo, max_value=hi, row_condition=where("lang", lang),
         ))
         exps.append(E.ExpectColumnValuesToNotMatchRegex(
-            column="text", regex=GENDERED_REGEX[lang], row_condition=f'lang=="{lang}"', condition_parser="pandas",
+            column="text", regex=GENDERED_REGEX[lang], row_condition=where("lang", lang),
         ))
     return exps
 

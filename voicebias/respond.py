@@ -27,7 +27,7 @@ from tqdm import tqdm
 from voicebias.audio import sha256_file, write_audio
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, TransientError
 from voicebias.tasks import Task
-from voicebias.validation import ValidationReport, expectations, require_valid
+from voicebias.validation import ValidationReport, expectations, require_valid, where
 
 RESPONSE_COLUMNS = [
     "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
@@ -194,9 +194,9 @@ def validate_responses(table: pd.DataFrame) -> ValidationReport:
         E.ExpectColumnValuesToBeInSet(column="status", value_set=["ok", "failed"]),
         E.ExpectColumnValuesToBeInSet(column="lang", value_set=["en", "es", "zh"]),
         E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=["male", "female"]),
-        E.ExpectColumnValuesToNotBeNull(column="transcript", row_condition='status=="ok"', condition_parser="pandas"),
-        E.ExpectColumnValuesToNotBeNull(column="output_audio", row_condition='status=="ok"', condition_parser="pandas"),
-        E.ExpectColumnValuesToNotBeNull(column="error", row_condition='status=="failed"', condition_parser="pandas"),
+        E.ExpectColumnValuesToNotBeNull(column="transcript", row_condition=where("status", "ok")),
+        E.ExpectColumnValuesToNotBeNull(column="output_audio", row_condition=where("status", "ok")),
+        E.ExpectColumnValuesToNotBeNull(column="error", row_condition=where("status", "failed")),
         E.ExpectColumnValuesToNotBeNull(column="prompt"),
     ])
 

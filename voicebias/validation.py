@@ -91,3 +91,10 @@ def require_valid(df: pd.DataFrame, suite_name: str, expectations: Iterable[Any]
 def expectations():
     """The great_expectations.expectations module (imported lazily: ~4 s)."""
     return _gx().expectations
+
+
+def where(column: str, value: Any):
+    """Row condition 'column == value' for an expectation's row_condition."""
+    from great_expectations.expectations.row_conditions import Column
+
+    return Column(column) == value

@@ -1,0 +1,145 @@
+"""The `voicebias` command: what users do besides `dvc repro`.
+
+  voicebias preflight              what the active profile still needs, in plain words
+  voicebias profile NAME           switch params.yaml to a profile (embedded, paper)
+  voicebias systems                systems of the active profile and their adapters
+  voicebias tasks                  tasks and the languages they run on
+  voicebias analyze describe T     describe statistics from a table alone
+  voicebias analyze summarize T    summarize pronoun statistics from a table alone
+  voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from voicebias import config
+from voicebias.errors import guarded
+
+
+def _print(df: pd.DataFrame) -> None:
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        print(df.to_string(index=False))
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from voicebias.preflight import format_checks, preflight
+    from voicebias.profiles import resolve_profile
+
+    params = resolve_profile(args.profile) if args.profile else config.load_params()
+    checks = preflight(params)
+    print(format_checks(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from voicebias.profiles import write_profile
+
+    path = write_profile(args.name)
+    print(f"params.yaml now holds the '{args.name}' profile ({path}); run `voicebias preflight` next.")
+    return 0
+
+
+def cmd_systems(args: argparse.Namespace) -> int:
+    from voicebias.systems import ADAPTERS, load_card
+
+    params = config.load_params()
+    rows = []
+    for name in params["run"]["systems"]:
+        card = load_card(name)
+        rows.append({"system": name, "adapter": card["adapter"], "available": card["adapter"] in ADAPTERS,
+                     "checkpoint": card.get("checkpoint", ""), "licence": card["licence"]})
+    _print(pd.DataFrame(rows))
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from voicebias.tasks import load_tasks
+
+    rows = [{"task": t.name, "languages": ",".join(t.languages()), "output": t.output_lang, "role": t.role}
+            for t in load_tasks().values()]
+    _print(pd.DataFrame(rows))
+    return 0
+
+
+def _load_scored(path: str) -> pd.DataFrame:
+    from voicebias.scoring import score_responses
+
+    df = pd.read_csv(path) if not str(path).endswith(".parquet") else pd.read_parquet(path)
+    needed = {"system", "task", "lang", "pole", "voice_gender"}
+    missing = needed - set(df.columns)
+    if missing:
+        raise ValueError(f"{path}: missing contract columns {sorted(missing)}")
+    if "status" not in df:
+        df["status"] = "ok"
+    if "judged_gender" not in df or "pronoun_choice" not in df:
+        if "transcript" not in df:
+            raise ValueError(f"{path}: needs judged_gender/pronoun_choice or a transcript column to score")
+        if "target_lang" not in df:
+            df["target_lang"] = [("en" if t == "translate" else l) for t, l in zip(df["task"], df["lang"])]
+        df = score_responses(df)
+    return df
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from voicebias.analysis import describe_misgender, describe_odds_ratios, summarize_pronouns
+    from voicebias.io import write_table
+
+    df = _load_scored(args.table)
+    if args.what == "describe":
+        tables = {"describe_odds_ratios": describe_odds_ratios(df, args.confidence)}
+        tables["describe_misgender"], tables["describe_fisher"] = describe_misgender(df)
+    else:
+        tables = {"summarize_pronouns": summarize_pronouns(df)}
+    for name, t in tables.items():
+        print(f"\n== {name}")
+        _print(t)
+        if args.out:
+            write_table(Path(args.out) / f"{name}.csv", t)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from voicebias.tracking import tracking_uri
+
+    uri = tracking_uri(config.load_params())
+    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
+    print(" ".join(cmd))
+    if args.run:
+        import subprocess
+
+        return subprocess.call(cmd)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="voicebias", description="Gender-bias audit of speech models.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("preflight", help="what the active (or named) profile still needs")
+    p.add_argument("--profile", help="check a profile without switching to it")
+    p.set_defaults(fn=cmd_preflight)
+    p = sub.add_parser("profile", help="write a profile to params.yaml")
+    p.add_argument("name")
+    p.set_defaults(fn=cmd_profile)
+    sub.add_parser("systems", help="systems of the active profile").set_defaults(fn=cmd_systems)
+    sub.add_parser("tasks", help="tasks and their languages").set_defaults(fn=cmd_tasks)
+    p = sub.add_parser("analyze", help="re-run an analysis on a table with the contract columns")
+    p.add_argument("what", choices=["describe", "summarize"])
+    p.add_argument("table", help="CSV or Parquet table (e.g. data/scored/<system>.csv)")
+    p.add_argument("--out", help="folder to write the result tables to")
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.set_defaults(fn=cmd_analyze)
+    p = sub.add_parser("ui", help="print (or --run) the MLflow UI command, bound to 127.0.0.1")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--run", action="store_true")
+    p.set_defaults(fn=cmd_ui)
+    args = ap.parse_args(argv)
+    return guarded(args.fn, args, stage=args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Preflight: say in plain words what the active profile still needs on this machine.
+
+Checks every component the profile names: TTS backend and its credentials,
+classifier and embedding weights, each system's adapter, card, keys, GPU,
+external checkout and weights. Keys are read from the environment or a .env
+file at the repository root, and only their presence is reported.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voicebias.config import ROOT
+
+
+@dataclass
+class Check:
+    component: str
+    ok: bool
+    detail: str
+
+
+def _load_dotenv(root: Path) -> None:
+    env = root / ".env"
+    if env.exists():
+        from dotenv import load_dotenv
+
+        load_dotenv(env, override=False)
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def _requirements(component: str, req: dict[str, Any], root: Path, has_gpu: bool) -> list[Check]:
+    checks = []
+    for var in req.get("env", []):
+        present = bool(os.environ.get(var))
+        checks.append(Check(component, present, f"environment variable {var} is {'set' if present else 'not set (put it in the environment or .env)'}"))
+    if req.get("gpu"):
+        checks.append(Check(component, has_gpu, "CUDA GPU found" if has_gpu else "needs a CUDA GPU; none is visible to PyTorch"))
+    for key, what in (("checkout", "external repository checkout"), ("weights", "model weights")):
+        if key in req:
+            path = root / req[key]
+            checks.append(Check(component, path.exists(), f"{what} at {req[key]}" + ("" if path.exists() else " is missing")))
+    return checks
+
+
+def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
+    from voicebias import classifiers, tts
+    from voicebias.systems import ADAPTERS, PLANNED_ADAPTERS, load_card
+
+    _load_dotenv(root)
+    has_gpu = gpu_available()
+    checks: list[Check] = []
+    backend = params["tts"]["backend"]
+    if backend in tts.REGISTRY:
+        checks.append(Check(f"tts:{backend}", True, "adapter available"))
+    else:
+        checks.append(Check(f"tts:{backend}", False, f"no adapter in this version ({tts.PLANNED.get(backend, 'unknown backend')})"))
+    checks += _requirements(f"tts:{backend}", params["tts"].get("requires", {}), root, has_gpu)
+    names = params["acoustics"]["classifier"]
+    for name in [names] if isinstance(names, str) else names:
+        if name in classifiers.REGISTRY:
+            checks.append(Check(f"classifier:{name}", True, "available offline"))
+        else:
+            checks.append(Check(f"classifier:{name}", False, f"no backend in this version ({classifiers.PLANNED.get(name, 'unknown')})"))
+        weights = params["acoustics"].get("classifier_weights", {}).get(name)
+        if weights:
+            checks += _requirements(f"classifier:{name}", {"weights": weights}, root, has_gpu)
+    emb = params["acoustics"].get("speaker_embedding_weights")
+    if emb:
+        checks += _requirements("speaker_embedding", {"weights": emb}, root, has_gpu)
+    for system in params["run"]["systems"]:
+        comp = f"system:{system}"
+        try:
+            card = load_card(system, root / "models" / "cards")
+        except (FileNotFoundError, ValueError) as exc:
+            checks.append(Check(comp, False, str(exc)))
+            continue
+        adapter = card["adapter"]
+        if adapter in ADAPTERS:
+            checks.append(Check(comp, True, f"adapter '{adapter}' available"))
+        else:
+            checks.append(Check(comp, False, f"adapter '{adapter}' ({PLANNED_ADAPTERS.get(adapter, 'unknown')}) is not shipped in this version"))
+        if system not in params.get("systems", {}):
+            checks.append(Check(comp, False, f"params.yaml has no systems.{system} section"))
+        checks += _requirements(comp, card.get("requires", {}), root, has_gpu)
+    return checks
+
+
+def format_checks(checks: list[Check]) -> str:
+    missing = [c for c in checks if not c.ok]
+    lines = [f"  {'ok     ' if c.ok else 'MISSING'}  {c.component}: {c.detail}" for c in checks]
+    head = ("Ready: everything this profile needs is here." if not missing
+            else f"Not ready: {len(missing)} thing(s) missing for this profile.")
+    return "\n".join([head, *lines])
