@@ -8,7 +8,21 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(os.environ.get("VOICEBIAS_ROOT", Path(__file__).resolve().parent.parent))
+
+
+def find_root() -> Path:
+    """The project folder: $VOICEBIAS_ROOT, else the nearest folder at or above the
+    working directory holding dvc.yaml and params.yaml, else this package's parent."""
+    if os.environ.get("VOICEBIAS_ROOT"):
+        return Path(os.environ["VOICEBIAS_ROOT"]).resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "dvc.yaml").exists() and (folder / "params.yaml").exists():
+            return folder
+    return Path(__file__).resolve().parent.parent
+
+
+ROOT = find_root()
 
 DATA = ROOT / "data"
 BANK_DIR = DATA / "bank"

@@ -1,0 +1,1 @@
+"""Pipeline stages: one thin script per stage (run as `python -m stages.<name>`)."""

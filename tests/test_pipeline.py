@@ -1,0 +1,152 @@
+"""End to end: `dvc repro` on a reduced bank in a scratch clone of this repository.
+
+Checks what users rely on: the pipeline runs offline and leaves reports and MLflow
+runs; a second repro skips every stage; changing one reference system's parameter
+re-runs only that system's stages (plus the cross-system analysis); a fresh clone
+restores every tracked output byte for byte with `dvc pull`; broken input stops
+the stage with a readable message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from voicebias import config
+
+PASSAGES_PER_CELL = 3
+BIN = Path(sys.executable).parent
+
+
+def sh(cmd, cwd, check=True):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
+    env.pop("VOICEBIAS_ROOT", None)
+    res = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, env=env)
+    if check and res.returncode != 0:
+        raise AssertionError(f"`{cmd}` failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+def tree_hashes(root: Path, sub: str) -> dict[str, str]:
+    out = {}
+    for p in sorted((root / sub).rglob("*")):
+        if p.is_file() and p.name != ".gitignore":
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    base = tmp_path_factory.mktemp("pipeline")
+    repo = base / "voicebias"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=config.ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\n")
+    for f in filter(None, files):
+        src = config.ROOT / f
+        if not src.is_file() or f == "dvc.lock" or f.startswith("reports/"):
+            continue
+        dst = repo / f
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for lang in ("en", "es", "zh"):
+        path = repo / "data" / "bank" / f"{lang}.yaml"
+        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+        keep, seen = [], {}
+        for e in entries:
+            seen[e["pole"]] = seen.get(e["pole"], 0) + 1
+            if seen[e["pole"]] <= PASSAGES_PER_CELL:
+                keep.append(e)
+        path.write_text(yaml.safe_dump(keep, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    sh("git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init", repo)
+    res = sh("dvc repro", repo)
+    sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm repro", repo)
+    return base, repo, res
+
+
+def test_repro_leaves_reports_and_mlflow_runs(workspace):
+    _, repo, _ = workspace
+    html = (repo / "reports" / "report" / "report.html").read_text(encoding="utf-8")
+    assert "Carrier gate" in html and "<img" in html
+    odds = pd.read_csv(repo / "reports" / "analysis" / "describe_odds_ratios.csv")
+    assert set(odds["system"]) == {"voice_faithful", "content_driven", "mixed"}
+    manifest = pd.read_csv(repo / "data" / "stimuli" / "manifest.csv")
+    assert len(manifest) == 3 * 3 * PASSAGES_PER_CELL * 2
+    run = json.loads((repo / "reports" / "tracking" / "mlflow_run.json").read_text())
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    children = client.search_runs([run["experiment_id"]], f"tags.mlflow.parentRunId = '{run['parent_run_id']}'",
+                                  max_results=1000)
+    assert len(children) == len(run["children"]) > 0
+    assert {c.data.tags["system"] for c in children} == {"voice_faithful", "content_driven", "mixed"}
+
+
+def test_second_repro_skips_every_stage(workspace):
+    _, repo, _ = workspace
+    res = sh("dvc repro", repo)
+    assert "Running stage" not in res.stdout
+    n_stages = len(sh("dvc stage list --name-only", repo).stdout.split())
+    assert res.stdout.count("didn't change, skipping") == n_stages
+
+
+def test_one_system_parameter_reruns_only_that_system(workspace):
+    _, repo, _ = workspace
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["systems"]["voice_faithful"]["error_rate"] = 0.0
+    params["systems"]["voice_faithful"]["noncompliance_rate"] = 0.0
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    status = json.loads(sh("dvc status --json", repo).stdout)
+    changed = set(status)
+    assert changed == {f"respond@voice_faithful-{t}" for t in params["tasks"]["names"]} | {"analysis"}
+    res = sh("dvc repro", repo)
+    ran = {line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")}
+    assert not any("content_driven" in s or "mixed" in s for s in ran)
+    assert "scoring@voice_faithful" in ran
+    # with no planted error the voice-faithful describe answers are perfectly separated by the
+    # voice: the analysis reports that instead of a number
+    odds = pd.read_csv(repo / "reports" / "analysis" / "describe_odds_ratios.csv")
+    row = odds[(odds["system"] == "voice_faithful") & (odds["lang"] == "ALL")].iloc[0]
+    assert row["fit_status"] == "perfect separation (complete)" and pd.isna(row["odds_ratio"])
+    sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm zero-error", repo)
+
+
+def test_fresh_clone_pulls_identical_outputs(workspace):
+    base, repo, _ = workspace
+    sh("dvc push", repo)
+    assert (base / "voicebias-dvc-storage").is_dir()
+    clone = base / "clone"
+    sh(f"git clone -q {repo} {clone}", base)
+    # the clone sits beside the original, so the default remote resolves to the same storage
+    sh("dvc pull", clone)
+    original = {**tree_hashes(repo, "data/stimuli"), **tree_hashes(repo, "data/responses"),
+                **tree_hashes(repo, "data/scored"), **tree_hashes(repo, "data/measures")}
+    pulled = {**tree_hashes(clone, "data/stimuli"), **tree_hashes(clone, "data/responses"),
+              **tree_hashes(clone, "data/scored"), **tree_hashes(clone, "data/measures")}
+    assert len(original) > 500 and pulled == original
+    # the pulled workspace matches dvc.lock: nothing to re-run
+    assert "Data and pipelines are up to date" in sh("dvc status", clone).stdout
+
+
+def test_broken_bank_stops_the_pipeline_with_a_readable_message(workspace):
+    _, repo, _ = workspace
+    path = repo / "data" / "bank" / "en.yaml"
+    original = path.read_text(encoding="utf-8")
+    entries = yaml.safe_load(original)
+    entries[0]["text"] = entries[0]["text"] + " My husband agreed."
+    path.write_text(yaml.safe_dump(entries, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    try:
+        res = sh("dvc repro bank", repo, check=False)
+        assert res.returncode != 0
+        assert "suite 'passages'" in res.stderr and "expect_column_values_to_not_match_regex" in res.stderr
+        assert "Traceback" not in res.stderr
+    finally:
+        path.write_text(original, encoding="utf-8")
