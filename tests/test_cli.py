@@ -1,0 +1,83 @@
+"""The voicebias command: profiles, preflight and re-analysis from a table alone."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from voicebias import cli, config
+from voicebias.profiles import resolve_profile, write_profile
+from voicebias.systems.reference import planted_p_female
+
+
+def test_embedded_profile_is_the_committed_params():
+    assert resolve_profile("embedded") == config.load_params(config.ROOT / "params.yaml")
+
+
+def test_paper_profile_round_trip(tmp_path):
+    params_path = tmp_path / "params.yaml"
+    write_profile("paper", params_path)
+    paper = yaml.safe_load(params_path.read_text())
+    assert paper["base"]["profile"] == "paper"
+    assert "gpt_audio" in paper["run"]["systems"] and "voice_faithful" not in paper["systems"]
+    assert paper["tasks"] == resolve_profile("embedded")["tasks"]  # untouched sections carry over
+    write_profile("embedded", params_path)
+    assert yaml.safe_load(params_path.read_text()) == resolve_profile("embedded")
+
+
+def test_preflight_names_what_the_paper_profile_lacks(capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert cli.main(["preflight", "--profile", "paper"]) == 1
+    out = capsys.readouterr().out
+    assert "Not ready" in out
+    assert "OPENAI_API_KEY is not set" in out
+    assert "adapter 'openai_audio'" in out
+    assert "external/Kimi-Audio is missing" in out
+    assert "Traceback" not in out
+
+
+def test_preflight_passes_on_the_embedded_default(capsys):
+    assert cli.main(["preflight", "--profile", "embedded"]) == 0
+    assert "Ready" in capsys.readouterr().out
+
+
+def test_preflight_reads_keys_from_dotenv(tmp_path, monkeypatch):
+    from voicebias.preflight import preflight
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv\n")
+    (tmp_path / "models" / "cards").mkdir(parents=True)
+    (tmp_path / "models" / "cards" / "gpt_audio.yaml").write_text((config.CARDS_DIR / "gpt_audio.yaml").read_text())
+    params = resolve_profile("paper")
+    params["run"]["systems"] = ["gpt_audio"]
+    checks = [c for c in preflight(params, root=tmp_path) if "OPENAI_API_KEY" in c.detail]
+    assert checks and checks[0].ok
+    assert all("sk-from-dotenv" not in c.detail for c in preflight(params, root=tmp_path))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+def test_analyze_describe_from_a_shared_table(tmp_path, capsys):
+    rng = np.random.default_rng(11)
+    params = {"rule": "content", "error_rate": 0.1, "neutral_p_female": 0.5}
+    rows = []
+    for pole in ("masculine", "neutral", "feminine"):
+        for voice in ("male", "female"):
+            for i in range(40):
+                word = "female" if rng.random() < planted_p_female(params, pole, voice) else "male"
+                rows.append({"system": "shared", "task": "describe", "lang": "en", "pole": pole, "voice_gender": voice,
+                             "stimulus_id": f"{pole}-{voice}-{i}", "transcript": word})
+    table = tmp_path / "shared.csv"
+    pd.DataFrame(rows).to_csv(table, index=False)
+    assert cli.main(["analyze", "describe", str(table), "--out", str(tmp_path / "out")]) == 0
+    odds = pd.read_csv(tmp_path / "out" / "describe_odds_ratios.csv")
+    row = odds[odds["lang"] == "ALL"].iloc[0]
+    assert row["fit_status"] == "ok" and row["odds_ratio"] > 5 and row["p_value"] < 1e-6
+
+
+def test_analyze_rejects_a_table_without_contract_columns(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"foo": [1]}).to_csv(bad, index=False)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["analyze", "describe", str(bad)])
+    assert exc.value.code == 1
+    assert "missing contract columns" in capsys.readouterr().err
