@@ -6,5 +6,7 @@ from voicebias.errors import guarded
 
 if __name__ == "__main__":
     params = config.load_params()
-    paths = [config.scored_table(s) for s in params["run"]["systems"]]
-    guarded(run_stage, params, paths, config.REPORTS / "analysis", stage="analysis")
+    systems = params["run"]["systems"]
+    paths = [config.scored_table(s) for s in systems]
+    acoustic = [config.SCORED_DIR / f"{s}_acoustics.csv" for s in systems]
+    guarded(run_stage, params, paths, config.REPORTS / "analysis", acoustic, stage="analysis")

@@ -122,3 +122,32 @@ def test_planted_truth_closed_forms():
     mixed = planted_truth({"rule": "mixed", "error_rate": 0.0, "content_weight": 0.3, "neutral_p_female": 0.5})
     assert mixed["misgender_rate"]["misaligned"] == pytest.approx(0.3)
     assert planted_truth({"rule": "voice", "error_rate": 0.0})["separable"] is True
+
+
+def two_by_two(a, b, c, d):
+    """x=1: a successes, b failures; x=0: c successes, d failures."""
+    X = np.array([[1.0, 1.0]] * (a + b) + [[1.0, 0.0]] * (c + d))
+    y = np.array([1.0] * a + [0.0] * b + [1.0] * c + [0.0] * d)
+    return X, y
+
+
+@pytest.mark.parametrize("cells", [(0, 10, 7, 3), (5, 5, 2, 8), (12, 0, 0, 9)])
+def test_firth_equals_haldane_corrected_log_odds_ratio(cells):
+    # For one binary covariate the Firth estimate is the log odds ratio with 1/2
+    # added to every cell (closed form), finite even when a cell is empty.
+    from voicebias.stats import firth_coefficient
+
+    a, b, c, d = cells
+    X, y = two_by_two(*cells)
+    res = firth_coefficient(X, y, 1)
+    assert res["coef"] == pytest.approx(np.log((a + 0.5) * (d + 0.5) / ((b + 0.5) * (c + 0.5))), abs=1e-6)
+    assert res["ci_low"] < res["coef"] < res["ci_high"] and np.isfinite(res["ci_low"]) and np.isfinite(res["ci_high"])
+
+
+def test_firth_is_offered_under_separation():
+    counts = {(p, v): ((10, 0) if v == "female" else (0, 10)) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")}
+    res = odds_ratio_per_step(table(counts)).iloc[0]
+    assert res["fit_status"].startswith("perfect separation")
+    # content carries no information: the penalised estimate sits at OR 1 with a CI covering it
+    assert res["firth_odds_ratio"] == pytest.approx(1.0, abs=1e-6)
+    assert res["firth_ci_low"] < 1 < res["firth_ci_high"] and res["firth_p_value"] > 0.99

@@ -84,8 +84,16 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[str, dict]) -> pd.DataFrame:
-    """Set every reference system's planted truth beside what the audit recovered."""
+def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[str, dict],
+                         pooled: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Set every reference system's planted truth beside what the audit recovered.
+
+    Describe: the odds ratio per content step, the misgender rate per cell type and,
+    for a mixed system, the content weight implied by its misaligned misgender rate
+    (rate = w (1 - e) + (1 - w) e, so w = (rate - e) / (1 - 2e), CI mapped from
+    the rate's Wilson interval). RQ1: the pooled stereotype-signed F0 contrast in
+    semitones (planted: `drift_st`; 0 for fixed-voice systems).
+    """
     rows = []
     for system, truth in planted.items():
         o = odds[(odds["system"] == system) & (odds["lang"] == "ALL")]
@@ -103,6 +111,21 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
             rows.append({"system": system, "quantity": f"misgender_rate_{ct}", "planted": p,
                          "recovered": k / n if n else np.nan, "ci_low": lo, "ci_high": hi,
                          "planted_in_ci": bool(lo <= p <= hi) if n else None, "fit_status": "ok"})
+            if ct == "misaligned" and truth.get("content_weight") is not None and n:
+                e = truth["error_rate"]
+                w = [(x - e) / (1 - 2 * e) for x in (k / n, lo, hi)]
+                rows.append({"system": system, "quantity": "content_weight", "planted": truth["content_weight"],
+                             "recovered": w[0], "ci_low": w[1], "ci_high": w[2],
+                             "planted_in_ci": bool(w[1] <= truth["content_weight"] <= w[2]), "fit_status": "ok"})
+        if pooled is not None and len(pooled):
+            q = pooled[(pooled["system"] == system) & (pooled["task_group"] == "same-language")
+                       & (pooled["measure"] == "delta_f0_median_st")]
+            if len(q):
+                q = q.iloc[0]
+                d = truth.get("drift_st", 0.0)
+                rows.append({"system": system, "quantity": "rq1_f0_shift_st", "planted": d,
+                             "recovered": q["pooled_contrast"], "ci_low": q["ci_low"], "ci_high": q["ci_high"],
+                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]), "fit_status": "ok"})
     return pd.DataFrame(rows)
 
 
@@ -116,8 +139,8 @@ def _wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     return float(centre - half), float(centre + half)
 
 
-def run_stage(params: dict, scored_paths: list, out_dir) -> dict:
-    """Stage 'analysis': every RQ2 table, the planted truth and the metrics file."""
+def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | None = None) -> dict:
+    """Stage 'analysis': RQ1 and RQ2 tables, the planted truth and the metrics file."""
     from pathlib import Path
 
     from voicebias.io import read_table, write_json, write_table
@@ -134,8 +157,17 @@ def run_stage(params: dict, scored_paths: list, out_dir) -> dict:
     comp = compliance(scored)
     planted = {s: planted_truth(p) for s, p in params["systems"].items()
                if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"}
-    pvr = planted_vs_recovered(odds, rates, planted)
-    for name, df in [("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
+    from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
+
+    rq1_tables: dict[str, pd.DataFrame] = {}
+    if acoustic_paths:
+        acoustic = pd.concat([read_table(Path(p)) for p in acoustic_paths], ignore_index=True)
+        measures = ["delta_composite", "delta_f0_median_st"]
+        rq1_tables["rq1_contrasts"] = pd.concat([rq1_contrasts(acoustic, m) for m in measures], ignore_index=True)
+        rq1_tables["rq1_mixed_models"] = rq1_mixed_models(acoustic, "delta_composite")
+        rq1_tables["rq1_pooled"] = pd.concat([rq1_pooled(acoustic, m, conf) for m in measures], ignore_index=True)
+    pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"))
+    for name, df in [*rq1_tables.items(), ("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
                      ("summarize_pronouns", pron), ("injection_controls", controls), ("compliance", comp),
                      ("planted_vs_recovered", pvr)]:
         write_table(out_dir / f"{name}.csv", df)
@@ -149,5 +181,9 @@ def run_stage(params: dict, scored_paths: list, out_dir) -> dict:
         metrics[r.system]["describe"]["ALL"][f"misgender_{r.cell_type}"] = r.rate
     for r in pron.itertuples():
         metrics.setdefault(r.system, {})["summarize"] = {"delta_pp": r.delta_pp, "injection_rate": r.injection_rate}
+    for r in rq1_tables.get("rq1_pooled", pd.DataFrame()).itertuples():
+        key = f"rq1_{r.task_group}_{r.measure}".replace("-", "_")
+        metrics.setdefault(r.system, {})[key] = {"pooled_contrast": r.pooled_contrast, "ci_low": r.ci_low,
+                                                 "ci_high": r.ci_high, "p_value": r.p_value}
     write_json(out_dir / "metrics.json", metrics)
     return metrics

@@ -95,6 +95,42 @@ def pronoun_table(pron: pd.DataFrame) -> pd.DataFrame:
     return out.map(lambda v: _fmt(v) if not isinstance(v, str) else v)
 
 
+def rq1_interaction_table(mixed: pd.DataFrame, task: str = "readback") -> pd.DataFrame:
+    """S2S paper Table 2 RQ1 block: content x voice interaction p per system and language."""
+    d = mixed[mixed["task"] == task]
+    rows = []
+    for system, g in d.groupby("system", sort=False):
+        row = {"system": system}
+        for lang in LANG_ORDER[:-1]:
+            r = g[g["lang"] == lang]
+            if r.empty:
+                row[lang] = "–"
+                continue
+            r = r.iloc[0]
+            row[lang] = _p(r["p_interaction"]) + ("" if bool(r["converged"]) else " (not converged)")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rq1_pooled_table(pooled: pd.DataFrame) -> pd.DataFrame:
+    out = pooled.copy()
+    out["contrast [95% CI]"] = [f"{_fmt(e)} [{_fmt(a)}, {_fmt(b)}]" for e, a, b in
+                                zip(out["pooled_contrast"], out["ci_low"], out["ci_high"])]
+    out["p"] = out["p_value"].map(_p)
+    out["measure"] = out["measure"].map({"delta_composite": "Δ composite (SD)", "delta_f0_median_st": "Δ F0 (semitones)"})
+    return out[["system", "task_group", "measure", "n_voiced_passages", "contrast [95% CI]", "p"]]
+
+
+def fig_rq1(contrasts: pd.DataFrame, path: Path) -> None:
+    d = contrasts[(contrasts["measure"] == "delta_composite") & (contrasts["task_group"] == "same-language")]
+    d = d.groupby(["system", "voice_gender"])[["delta_misaligned", "delta_neutral"]].mean()
+    ax = d.plot.bar(figsize=(7.5, 3.6), color=["#c44e52", "#999999"], rot=20)
+    ax.set_ylabel("Δ composite, output − input (SD)")
+    ax.set_title("Rendered voice: misaligned vs neutral content, by input voice")
+    ax.legend(["misaligned", "neutral"])
+    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+
+
 def planted_table(pvr: pd.DataFrame) -> pd.DataFrame:
     out = pvr.copy()
     out["95% CI"] = [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(out["ci_low"], out["ci_high"])]
@@ -153,12 +189,28 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     pvr = read_table(analysis_dir / "planted_vs_recovered.csv")
     comp = read_table(analysis_dir / "compliance.csv")
     bank = read_json(bank_metrics)
+    has_rq1 = (analysis_dir / "rq1_pooled.csv").exists()
     fig_misgender(rates, fig_dir / "misgender_by_cell.png")
     fig_forest(odds, fig_dir / "odds_ratio_forest.png")
     comp_tab = comp.groupby("system")[["n", "failed", "non_compliant"]].sum().reset_index()
+    rq1_sections = []
+    if has_rq1:
+        mixed = read_table(analysis_dir / "rq1_mixed_models.csv")
+        pooled = read_table(analysis_dir / "rq1_pooled.csv")
+        contrasts = read_table(analysis_dir / "rq1_contrasts.csv")
+        fig_rq1(contrasts, fig_dir / "rq1_delta_by_cell.png")
+        rq1_sections = [
+            ("RQ1: does the rendered voice drift?", "Mixed model Δcomp ~ content × voice + (1 | passage) on readback: "
+             "p of the interaction per system and language (RQ1 block of Table 2).", rq1_interaction_table(mixed),
+             "rq1_delta_by_cell.png"),
+            ("RQ1: pooled stereotype-signed contrast", "Δ(misaligned) − Δ(neutral), signed so that positive means "
+             "toward the stereotype, pooled over languages and input voices; translate (cross-lingual) separately.",
+             rq1_pooled_table(pooled), None),
+        ]
     sections = [
         ("Carrier gate (H0)", "Classifier flips against the intended voice gender and content-effect p-values "
          "(F-test of content within voice) per input measure; layout of the S2S paper's Table 6.", gate_table(gate), None),
+        *rq1_sections,
         ("Describe: odds ratio per content step", "Logistic P(judged female) ~ content step + true voice; "
          "'sep.' marks perfect separation (no finite estimate), 'sing.' a singular fit; layout of Table 7.",
          odds_table(odds), "odds_ratio_forest.png"),

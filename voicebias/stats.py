@@ -20,7 +20,8 @@ from scipy.optimize import linprog
 
 from voicebias.bank import POLE_ORDINAL
 
-OR_COLUMNS = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "coef", "se", "fit_status"]
+OR_COLUMNS = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "coef", "se", "fit_status",
+              "firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value"]
 
 
 def detect_separation(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> str:
@@ -59,23 +60,33 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     `df` holds describe rows with pole, voice_gender and judged_gender
     (male/female/none; 'none' rows are non-compliant and excluded, counted).
     fit_status is 'ok', 'perfect separation (complete|quasi-complete)',
-    'singular' or 'no data'; the OR is only reported when the fit is 'ok'.
+    'singular ...' or 'no data'; the maximum-likelihood OR (Wald CI) is only
+    reported when the fit is 'ok'. The Firth-penalised OR (profile-likelihood CI,
+    penalised likelihood-ratio p) is offered alongside and stays finite under
+    separation.
     """
     d = describe_design(df)
     n_excl = int(len(df) - len(d))
     row = {"scope": scope, "n": int(len(d)), "n_excluded": n_excl, "odds_ratio": np.nan, "ci_low": np.nan,
-           "ci_high": np.nan, "p_value": np.nan, "coef": np.nan, "se": np.nan}
-    if len(d) == 0 or d["y"].nunique() < 2:
-        return pd.DataFrame([{**row, "fit_status": "no data" if len(d) == 0 else "singular (one outcome only)"}], columns=OR_COLUMNS)
+           "ci_high": np.nan, "p_value": np.nan, "coef": np.nan, "se": np.nan, "firth_odds_ratio": np.nan,
+           "firth_ci_low": np.nan, "firth_ci_high": np.nan, "firth_p_value": np.nan}
+    if len(d) == 0:
+        return pd.DataFrame([{**row, "fit_status": "no data"}], columns=OR_COLUMNS)
     X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
     if np.linalg.matrix_rank(X) < X.shape[1]:
         return pd.DataFrame([{**row, "fit_status": "singular (design not full rank)"}], columns=OR_COLUMNS)
-    sep = detect_separation(X, d["y"].to_numpy())
+    y = d["y"].to_numpy()
+    firth = firth_coefficient(X, y, 1, confidence)
+    row.update(firth_odds_ratio=float(np.exp(firth["coef"])), firth_ci_low=float(np.exp(firth["ci_low"])),
+               firth_ci_high=float(np.exp(firth["ci_high"])), firth_p_value=firth["p_value"])
+    if d["y"].nunique() < 2:
+        return pd.DataFrame([{**row, "fit_status": "singular (one outcome only)"}], columns=OR_COLUMNS)
+    sep = detect_separation(X, y)
     if sep != "none":
         return pd.DataFrame([{**row, "fit_status": f"perfect separation ({sep})"}], columns=OR_COLUMNS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = sm.Logit(d["y"].to_numpy(), X).fit(disp=0, maxiter=200)
+        fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
     b, se = float(fit.params[1]), float(fit.bse[1])
     z = stats.norm.ppf(0.5 + confidence / 2)
     status = "ok" if fit.mle_retvals.get("converged", True) and np.isfinite(se) else "did not converge"
@@ -124,3 +135,82 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame) -> pd.DataFrame:
         res = stats.fisher_exact([[a, b], [c, e]])
         rows.append({"lang": lang, "odds_ratio": float(res.statistic), "p_value": float(res.pvalue)})
     return pd.DataFrame(rows)
+
+
+def _firth_loglik(beta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    """Penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993)."""
+    eta = X @ beta
+    ll = float(np.sum(y * eta - np.logaddexp(0, eta)))
+    p = 1 / (1 + np.exp(-eta))
+    w = p * (1 - p)
+    sign, logdet = np.linalg.slogdet(X.T @ (X * w[:, None]))
+    return ll + 0.5 * logdet if sign > 0 else -np.inf
+
+
+def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = None, max_iter: int = 100,
+              tol: float = 1e-10) -> tuple[np.ndarray, float]:
+    """Firth-penalised logistic regression by Newton steps on the modified score.
+
+    Modified score U*(b) = X'(y - p + h (1/2 - p)), h the hat-matrix diagonal of
+    W^1/2 X (X'WX)^-1 X' W^1/2 (Heinze & Schemper, 2002). `fixed` holds
+    coefficients held at given values (for profile likelihood); the penalty always
+    uses the full design, as logistf does. Returns (coefficients, penalised log-lik).
+    The estimate is finite under separation.
+    """
+    X = np.asarray(X, float)
+    y = np.asarray(y, float)
+    k = X.shape[1]
+    fixed = fixed or {}
+    free = [j for j in range(k) if j not in fixed]
+    beta = np.zeros(k)
+    for j, v in fixed.items():
+        beta[j] = v
+    current = _firth_loglik(beta, X, y)
+    for _ in range(max_iter):
+        eta = X @ beta
+        p = 1 / (1 + np.exp(-eta))
+        w = p * (1 - p)
+        info = X.T @ (X * w[:, None])
+        inv = np.linalg.inv(info)
+        h = np.einsum("ij,jk,ik->i", X * np.sqrt(w)[:, None], inv, X * np.sqrt(w)[:, None])
+        score = X.T @ (y - p + h * (0.5 - p))
+        sub = info[np.ix_(free, free)]
+        step = np.zeros(k)
+        step[free] = np.linalg.solve(sub, score[free])
+        step = np.clip(step, -5, 5)
+        t = 1.0
+        while t > 1e-8:  # step halving keeps the penalised likelihood increasing
+            cand = beta + t * step
+            val = _firth_loglik(cand, X, y)
+            if val >= current - 1e-12:
+                break
+            t /= 2
+        beta, delta = cand, val - current
+        current = val
+        if np.max(np.abs(t * step)) < tol:
+            break
+    return beta, current
+
+
+def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 0.95) -> dict[str, float]:
+    """Firth estimate of coefficient j with profile penalised-likelihood CI and LRT p-value."""
+    from scipy.optimize import brentq
+
+    beta, ll = firth_fit(X, y)
+    crit = stats.chi2.ppf(confidence, 1)
+
+    def dev(v: float) -> float:
+        return 2 * (ll - firth_fit(X, y, fixed={j: v})[1]) - crit
+
+    b = float(beta[j])
+    p = float(stats.chi2.sf(max(0.0, 2 * (ll - firth_fit(X, y, fixed={j: 0.0})[1])), 1))
+    bounds = []
+    for direction in (-1, 1):
+        step, far = 0.5, b
+        for _ in range(60):
+            far = b + direction * step
+            if dev(far) > 0:
+                break
+            step *= 2
+        bounds.append(brentq(dev, *sorted((b, far))) if dev(far) > 0 else direction * np.inf)
+    return {"coef": b, "ci_low": bounds[0], "ci_high": bounds[1], "p_value": p}

@@ -10,6 +10,11 @@ so the audit can be checked against a known answer:
 - rule 'mixed'   : follows content with probability w (`content_weight`), else the voice:
                    P = w * P_content + (1 - w) * P_voice.
 
+A 'drifting' system (`drift_st` > 0) also moves its output voice toward the content
+stereotype: the output's F0 is raised by `drift_st` semitones for feminine content
+and lowered by as much for masculine content (Praat "Change gender", PSOLA,
+formants and duration kept), which RQ1 must detect.
+
 e is the planted `error_rate`. With probability `noncompliance_rate` the answer names
 no gender (a counted exclusion). Unlike a real system, a reference system reads the
 stimulus labels (pole, voice gender, passage text) from the stimulus table: that is
@@ -91,6 +96,9 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
     nc = float(params.get("noncompliance_rate", 0.0))
     truth["misgender_rate"] = misg.groupby("cell_type")["p_wrong"].mean().to_dict()
     truth["noncompliance_rate"] = nc
+    truth["error_rate"] = float(params.get("error_rate", 0.0))
+    truth["content_weight"] = float(params["content_weight"]) if params["rule"] == "mixed" else None
+    truth["drift_st"] = float(params.get("drift_st", 0.0))
     return truth
 
 
@@ -145,5 +153,29 @@ class ReferenceSystem(S2SSystem):
         text = self.answer_text(request)
         voice = self.card["output_voice"][request.target_lang]
         audio, sr = self.tts.synthesize(text, voice)
+        shift = planted_drift_st(self.params, self.stimuli.loc[request.stimulus_id, "pole"])
+        if shift:
+            audio = shift_pitch(audio, sr, shift)
         return S2SResponse(status="ok", transcript=text, audio=audio, sample_rate=sr,
-                           provenance={"model_revision": self.card.get("revision", ""), "output_voice": voice})
+                           provenance={"model_revision": self.card.get("revision", ""), "output_voice": voice,
+                                       "planted_pitch_shift_st": shift})
+
+
+def planted_drift_st(params: dict[str, Any], pole: str) -> float:
+    """Planted output-voice shift in semitones: +drift for feminine, -drift for masculine content."""
+    drift = float(params.get("drift_st", 0.0))
+    return {"feminine": drift, "masculine": -drift, "neutral": 0.0}[pole] if drift else 0.0
+
+
+def shift_pitch(audio: np.ndarray, sr: int, semitones: float) -> np.ndarray:
+    """Move the median F0 by `semitones` with Praat's PSOLA 'Change gender' (formants, duration kept)."""
+    import parselmouth
+    from parselmouth.praat import call
+
+    snd = parselmouth.Sound(audio.astype(np.float64), sampling_frequency=sr)
+    f0 = snd.to_pitch(0.01, 60, 600).selected_array["frequency"]
+    if not (f0 > 0).any():
+        return audio
+    target = float(np.median(f0[f0 > 0])) * 2 ** (semitones / 12)
+    out = call(snd, "Change gender", 60, 600, 1.0, target, 1.0, 1.0)
+    return out.values[0].astype(np.float32)
