@@ -9,67 +9,12 @@ the stage with a readable message.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
-import pytest
 import yaml
 
-from voicebias import config
-
-PASSAGES_PER_CELL = 3
-BIN = Path(sys.executable).parent
-
-
-def sh(cmd, cwd, check=True):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
-    env.pop("VOICEBIAS_ROOT", None)
-    res = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, env=env)
-    if check and res.returncode != 0:
-        raise AssertionError(f"`{cmd}` failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-    return res
-
-
-def tree_hashes(root: Path, sub: str) -> dict[str, str]:
-    out = {}
-    for p in sorted((root / sub).rglob("*")):
-        if p.is_file() and p.name != ".gitignore":
-            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    base = tmp_path_factory.mktemp("pipeline")
-    repo = base / "voicebias"
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=config.ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\n")
-    for f in filter(None, files):
-        src = config.ROOT / f
-        if not src.is_file() or f == "dvc.lock" or f.startswith("reports/"):
-            continue
-        dst = repo / f
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
-    for lang in ("en", "es", "zh"):
-        path = repo / "data" / "bank" / f"{lang}.yaml"
-        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-        keep, seen = [], {}
-        for e in entries:
-            seen[e["pole"]] = seen.get(e["pole"], 0) + 1
-            if seen[e["pole"]] <= PASSAGES_PER_CELL:
-                keep.append(e)
-        path.write_text(yaml.safe_dump(keep, allow_unicode=True, sort_keys=False), encoding="utf-8")
-    sh("git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init", repo)
-    res = sh("dvc repro", repo)
-    sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm repro", repo)
-    return base, repo, res
+from tests.workspace import PASSAGES_PER_CELL, sh, tree_hashes  # noqa: E402
 
 
 def test_repro_leaves_reports_and_mlflow_runs(workspace):
@@ -77,7 +22,7 @@ def test_repro_leaves_reports_and_mlflow_runs(workspace):
     html = (repo / "reports" / "report" / "report.html").read_text(encoding="utf-8")
     assert "Carrier gate" in html and "<img" in html
     odds = pd.read_csv(repo / "reports" / "analysis" / "describe_odds_ratios.csv")
-    assert set(odds["system"]) == {"voice_faithful", "content_driven", "mixed"}
+    assert set(odds["system"]) == {"voice_faithful", "content_driven", "mixed", "drifting"}
     manifest = pd.read_csv(repo / "data" / "stimuli" / "manifest.csv")
     assert len(manifest) == 3 * 3 * PASSAGES_PER_CELL * 2
     run = json.loads((repo / "reports" / "tracking" / "mlflow_run.json").read_text())
@@ -87,7 +32,7 @@ def test_repro_leaves_reports_and_mlflow_runs(workspace):
     children = client.search_runs([run["experiment_id"]], f"tags.mlflow.parentRunId = '{run['parent_run_id']}'",
                                   max_results=1000)
     assert len(children) == len(run["children"]) > 0
-    assert {c.data.tags["system"] for c in children} == {"voice_faithful", "content_driven", "mixed"}
+    assert {c.data.tags["system"] for c in children} == {"voice_faithful", "content_driven", "mixed", "drifting"}
 
 
 def test_second_repro_skips_every_stage(workspace):
@@ -109,7 +54,7 @@ def test_one_system_parameter_reruns_only_that_system(workspace):
     assert changed == {f"respond@voice_faithful-{t}" for t in params["tasks"]["names"]} | {"analysis"}
     res = sh("dvc repro", repo)
     ran = {line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")}
-    assert not any("content_driven" in s or "mixed" in s for s in ran)
+    assert not any(name in s for s in ran for name in ("content_driven", "mixed", "drifting"))
     assert "scoring@voice_faithful" in ran
     # with no planted error the voice-faithful describe answers are perfectly separated by the
     # voice: the analysis reports that instead of a number
@@ -150,3 +95,13 @@ def test_broken_bank_stops_the_pipeline_with_a_readable_message(workspace):
         assert "Traceback" not in res.stderr
     finally:
         path.write_text(original, encoding="utf-8")
+
+
+def test_experiment_changes_only_the_affected_metrics(workspace):
+    _, repo, _ = workspace
+    sh("dvc exp run --set-param systems.mixed.content_weight=0.9", repo)
+    diff = json.loads(sh("dvc metrics diff --json", repo).stdout)
+    keys = [k for path in diff.values() for k in path]
+    assert keys, "the experiment changed no metric"
+    assert all(k.startswith("mixed.") for k in keys), keys
+    assert any(k.startswith("mixed.describe.ALL.odds_ratio") for k in keys)

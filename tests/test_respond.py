@@ -1,4 +1,7 @@
-"""The runner: cache hits instead of repeated calls, retries, failures recorded as failed."""
+"""The runner: cache hits instead of repeated calls, resume after interruption, retries, batching,
+failures recorded as failed."""
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -95,3 +98,159 @@ def test_responses_gate_rejects_ok_rows_without_transcript(tmp_path):
     table.loc[0, "transcript"] = None
     with pytest.raises(ValidationFailed, match="transcript"):
         validate_responses(table)
+
+
+# ---------------------------------------------------------------------------
+# interruption and resume
+
+class Interrupted(BaseException):
+    """Stands in for Ctrl-C / a crash: not an Exception, so the runner must not record it as a failure."""
+
+
+class InterruptingSystem(CountingSystem):
+    """Counts calls and the stimuli answered; raises Interrupted on call number `stop_at`."""
+
+    max_concurrency = 3
+
+    def __init__(self, stop_at=None):
+        super().__init__()
+        self.stop_at = stop_at
+        self.answered = []
+        import threading
+        self._lock = threading.Lock()
+
+    def respond(self, request):
+        with self._lock:
+            self.calls += 1
+            n = self.calls
+        if self.stop_at is not None and n == self.stop_at:
+            raise Interrupted()
+        import time
+        time.sleep(0.01)
+        with self._lock:
+            self.answered.append(request.stimulus_id)
+        return S2SResponse(status="ok", transcript="female", audio=np.zeros(1600, np.float32) + 0.1, sample_rate=16000)
+
+
+def test_interrupted_run_resumes_without_repeating_a_finished_call(tmp_path):
+    task = load_tasks()["describe"]
+    cache = ResponseCache(tmp_path / "cache")
+    stim = stimuli(tmp_path, n=10)
+    first = InterruptingSystem(stop_at=5)
+    with pytest.raises(Interrupted):
+        run_task(first, task, stim, tmp_path / "o1", cache, 1, tmp_path, progress=False)
+    # calls not yet started were cancelled; running ones finished into the cache
+    assert 4 <= len(first.answered) < 10
+    second = InterruptingSystem()
+    table, counts = run_task(second, task, stim, tmp_path / "o2", cache, 1, tmp_path, progress=False)
+    assert not set(first.answered) & set(second.answered)  # zero repeated calls
+    assert counts["cache_hits"] == len(first.answered) and counts["calls"] == 10 - len(first.answered)
+    assert sorted(first.answered + second.answered) == sorted(stim["stimulus_id"])
+    assert (table["status"] == "ok").all()
+
+
+def test_identical_requests_are_sent_once(tmp_path):
+    task = load_tasks()["describe"]
+    stim = stimuli(tmp_path, n=3)
+    stim.loc[2, "sha256"] = stim.loc[1, "sha256"]  # same audio: same cache key
+    system = CountingSystem()
+    table, counts = run_task(system, task, stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path,
+                             progress=False)
+    assert system.calls == 2 and counts["shared"] == 1 and len(table) == 3
+    assert table["cache_key"].iloc[1] == table["cache_key"].iloc[2]
+
+
+def test_batching_hook_gets_batches_and_isolates_a_bad_item(tmp_path):
+    class Batched(CountingSystem):
+        batch_size = 4
+
+        def __init__(self):
+            super().__init__(fail_on={"en-feminine-02-male"})
+            self.batches = []
+
+        def call_batch(self, requests):
+            self.batches.append([r.stimulus_id for r in requests])
+            return [self.call(r) for r in requests]
+
+    system = Batched()
+    table, counts = run_task(system, load_tasks()["describe"], stimuli(tmp_path, n=6), tmp_path / "o",
+                             ResponseCache(tmp_path / "c"), 1, tmp_path, progress=False)
+    assert [len(b) for b in system.batches] == [4, 2]
+    # the batch holding the bad input raised; its items were retried one by one
+    by_id = table.set_index("stimulus_id")
+    assert by_id.loc["en-feminine-02-male", "status"] == "failed"
+    assert (table["status"] == "ok").sum() == 5 and counts["failed"] == 1
+
+
+def test_runner_knobs_do_not_change_the_cache_key(tmp_path):
+    from voicebias.respond import cache_key
+    from voicebias.systems.base import S2SRequest
+
+    req = S2SRequest("a", "en", "en", "describe", "p", "x", "0" * 64, 1)
+    a, b = CountingSystem(), CountingSystem()
+    b.params = {"x": 1, "max_concurrency": 8, "timeout_s": 3, "retry": {"max_attempts": 9}, "base_url": "http://h"}
+    assert cache_key(a, req) == cache_key(b, req)
+    b.params = {"x": 2}
+    assert cache_key(a, req) != cache_key(b, req)
+
+
+def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
+    """Kill `python -m stages.respond` (SIGKILL) midway, run it again, count calls on the server."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import yaml
+
+    from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
+    from tests.fakes.stimuli import make_stimuli
+    from voicebias import config
+
+    repo = Path(__file__).resolve().parent.parent
+    root = tmp_path / "proj"
+    key = "sk-test-resume-0123456789abcdef"
+    stim = make_stimuli(root, 30)
+    stim.to_csv(root / "data" / "stimuli" / "manifest.csv", index=False)
+    (root / "data" / "passages").mkdir(parents=True)
+    pd.DataFrame({"passage_id": stim["passage_id"]}).to_csv(root / "data" / "passages" / "passages.csv", index=False)
+    (root / "reports" / "carrier_gate").mkdir(parents=True)
+    (root / "reports" / "carrier_gate" / "metrics.json").write_text('{"passed": true}')
+    shutil.copytree(config.TASKS_DIR, root / "data" / "tasks")
+    (root / "models" / "cards").mkdir(parents=True)
+    shutil.copy(config.CARDS_DIR / "gpt_audio.yaml", root / "models" / "cards")
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    with FakeOpenAIAudioServer(key, latency_s=0.08) as server:
+        params = {"base": {"seed": 3}, "tts": {"rate_wpm": 160},
+                  "systems": {"gpt_audio": {"model": "gpt-4o-audio-preview", "base_url": server.base_url,
+                                            "max_concurrency": 2, "timeout_s": 10}}}
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+        env = {**os.environ, "VOICEBIAS_ROOT": str(root), "VOICEBIAS_CACHE": str(root / ".cache"),
+               "OPENAI_API_KEY": key, "PYTHONPATH": str(repo)}
+        cmd = [sys.executable, "-m", "stages.respond", "--system", "gpt_audio", "--task", "describe"]
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while sum(server.delivered().values()) < 10 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        first_run = server.delivered()
+        assert 10 <= sum(first_run.values()) < 30, "the stage was not killed midway"
+        cache_dir = root / ".cache" / "responses"
+        cached = {p.name for p in cache_dir.glob("*/*") if (p / "response.json").exists()}
+        assert len(cached) >= sum(first_run.values()) - 2  # at most the 2 in-flight replies were lost
+        n_log = len(server.log)
+        done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        second_run = [e.fingerprint for e in server.log[n_log:]]
+    stats = json.loads((root / "reports" / "respond" / "gpt_audio-describe.json").read_text())
+    table = pd.read_csv(root / "data" / "responses" / "gpt_audio" / "describe" / "responses.csv")
+    cached_fps = {fingerprint_file(root / p) for p, k in zip(stim["path"], table.set_index("stimulus_id")
+                                                                .loc[stim["stimulus_id"], "cache_key"]) if k in cached}
+    assert not cached_fps & set(second_run)  # zero repeated calls for finished calls
+    assert stats["cache_hits"] == len(cached) and stats["calls"] == 30 - len(cached) == len(second_run)
+    assert (table["status"] == "ok").all() and len(table) == 30
+    assert "cache hits" in done.stderr  # reported to the user as well

@@ -1,11 +1,17 @@
-"""Run one system on one task over every stimulus: cached, resumable, retrying.
+"""Run one system on one task over every stimulus: cached, resumable, retrying, concurrent.
 
 Each call is keyed by a hash of (system card, generation settings, task, prompt,
 stimulus audio sha256, target language, seed). A finished call is stored in the
 cache before it is reported, so an interrupted stage resumes where it stopped and
-no finished call is ever repeated. Transient failures are retried with exponential
-backoff; a call that still fails is recorded as failed with its reason, never
-replaced by an invented output.
+no finished call is ever repeated; requests that share a key are sent once.
+Transient failures (429, 5xx, timeouts) are retried with exponential backoff; a
+call that still fails is recorded as failed with its reason, never replaced by an
+invented output, and is tried again on the next run.
+
+API systems are called from a thread pool of `max_concurrency` workers; local GPU
+systems get `batch_size` requests per call (the adapter's batching hook). Every
+response carries its provenance: the prompt sent, the model revision, latency,
+attempts and UTC timestamps.
 """
 
 from __future__ import annotations
@@ -13,19 +19,23 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import sha256_file, write_audio
-from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, TransientError
+from voicebias.systems.base import (
+    ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest, TransientError,
+)
 from voicebias.tasks import Task
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 
@@ -33,22 +43,40 @@ RESPONSE_COLUMNS = [
     "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
     "prompt", "transcript", "status", "error", "output_audio", "output_sha256", "output_duration_s",
     "model_revision", "latency_s", "attempts", "started_at", "finished_at", "cache_key",
+    "adapter", "transcript_source", "provenance",
 ]
+#: stimulus columns carried into the responses table when the stimulus table has them
+STIMULUS_COLUMNS = ["passage_id", "pole", "voice_gender", "voice_id", "phonation"]
 
 
 @dataclass
 class RetryPolicy:
+    """Exponential backoff: base_delay_s, then x2 per attempt, capped at max_delay_s (s)."""
+
     max_attempts: int = 4
     base_delay_s: float = 1.0
     max_delay_s: float = 30.0
 
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> "RetryPolicy":
+        spec = dict(params.get("retry") or {})
+        unknown = set(spec) - {"max_attempts", "base_delay_s", "max_delay_s"}
+        if unknown:
+            raise ValueError(f"unknown retry setting(s) {sorted(unknown)}; use max_attempts, base_delay_s, max_delay_s")
+        policy = cls(**spec)
+        if policy.max_attempts < 1 or policy.base_delay_s < 0 or policy.max_delay_s < 0:
+            raise ValueError(f"retry settings must be non-negative with max_attempts >= 1, got {spec}")
+        return policy
 
-def cache_key(system: S2SSystem, request: S2SRequest) -> str:
+
+def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest) -> str:
     payload = {
         "card": system.card, "settings": system.generation_settings(), "task": request.task,
         "prompt": request.prompt, "audio_sha256": request.audio_sha256, "target_lang": request.target_lang,
         "seed": request.seed,
     }
+    if isinstance(request, ContinuationRequest):
+        payload["continuation_s"] = request.continuation_s
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
 
 
@@ -56,24 +84,78 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def call_with_retries(system: S2SSystem, request: S2SRequest, policy: RetryPolicy, sleep=time.sleep) -> tuple[S2SResponse, int]:
-    """(response, attempts). Transient errors retry with backoff; others fail at once."""
+def call_with_retries(system: SystemUnderTest, request: Any, policy: RetryPolicy, sleep: Callable[[float], Any] = time.sleep,
+                      errors: list[str] | None = None) -> tuple[S2SResponse, int]:
+    """(response, attempts). Transient errors retry with backoff; others fail at once.
+
+    The wait before attempt k+1 is base_delay_s * 2**(k-1), capped at max_delay_s,
+    or the server's Retry-After hint if that is longer (still capped). Transient
+    error messages are appended to `errors` (provenance of the retries).
+    """
     delay = policy.base_delay_s
     for attempt in range(1, policy.max_attempts + 1):
         try:
-            return system.respond(request), attempt
+            return system.call(request), attempt
+        except SetupError:
+            raise  # the system cannot run here at all: stop the stage with its message, record nothing
         except TransientError as exc:
+            if errors is not None:
+                errors.append(str(exc))
             if attempt == policy.max_attempts:
                 return S2SResponse.failed(f"transient error after {attempt} attempts: {exc}"), attempt
-            sleep(min(delay, policy.max_delay_s))
+            wait_s = max(delay, exc.retry_after_s or 0.0)
+            sleep(min(wait_s, policy.max_delay_s))
             delay *= 2
         except Exception as exc:  # one bad item must not kill the run
             return S2SResponse.failed(f"{type(exc).__name__}: {exc}"), attempt
     raise AssertionError("unreachable")
 
 
+def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], policy: RetryPolicy,
+                            sleep: Callable[[float], Any] = time.sleep) -> list[tuple[S2SResponse, int, list[str]]]:
+    """Batch version: one (response, attempts, transient errors) per request.
+
+    A batch that raises a transient error is retried whole with backoff; a batch
+    that still fails, or fails otherwise, is retried item by item, so one bad
+    input is recorded as failed without sinking the rest.
+    """
+    if len(requests) == 1:
+        errs: list[str] = []
+        resp, n = call_with_retries(system, requests[0], policy, sleep, errs)
+        return [(resp, n, errs)]
+    errs = []
+    delay = policy.base_delay_s
+    for attempt in range(1, policy.max_attempts + 1):
+        try:
+            out = system.call_batch(list(requests))
+            if len(out) != len(requests):
+                raise RuntimeError(f"batch of {len(requests)} returned {len(out)} responses")
+            return [(r, attempt, list(errs)) for r in out]
+        except SetupError:
+            raise
+        except TransientError as exc:
+            errs.append(f"batch: {exc}")
+            if attempt == policy.max_attempts:
+                break
+            sleep(min(max(delay, exc.retry_after_s or 0.0), policy.max_delay_s))
+            delay *= 2
+        except Exception as exc:
+            errs.append(f"batch: {type(exc).__name__}: {exc}")
+            break
+    results = []
+    for req in requests:
+        item_errs = list(errs)
+        resp, n = call_with_retries(system, req, policy, sleep, item_errs)
+        results.append((resp, n, item_errs))
+    return results
+
+
 class ResponseCache:
-    """Content-addressed store of finished calls: <dir>/<key[:2]>/<key>/{response.json,audio.flac}."""
+    """Content-addressed store of finished calls: <dir>/<key[:2]>/<key>/{response.json,audio.flac}.
+
+    Transcripts made later by an ASR model are stored beside the entry, one JSON per
+    ASR configuration, so changing the ASR never repeats a system call.
+    """
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -93,9 +175,7 @@ class ResponseCache:
 
     def put(self, key: str, record: dict[str, Any], response: S2SResponse) -> None:
         d = self._dir(key)
-        tmp = d.with_name(d.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        tmp = d.with_name(f"{d.name}.tmp-{uuid.uuid4().hex[:8]}")
         tmp.mkdir(parents=True)
         if response.audio is not None:
             write_audio(tmp / "audio.flac", response.audio, int(response.sample_rate))
@@ -109,59 +189,160 @@ class ResponseCache:
     def audio_path(self, key: str) -> Path:
         return self._dir(key) / "audio.flac"
 
+    def get_asr(self, key: str, asr_id: str) -> str | None:
+        p = self._dir(key) / "asr" / f"{asr_id}.json"
+        if not p.exists():
+            return None
+        with open(p, encoding="utf-8") as fh:
+            return json.load(fh)["text"]
+
+    def put_asr(self, key: str, asr_id: str, text: str) -> None:
+        d = self._dir(key) / "asr"
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{asr_id}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp.write_text(json.dumps({"text": text}, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(d / f"{asr_id}.json")
+
+
+def build_requests(system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, seed: int, root: Path,
+                   continuation_s: float = 6.0) -> tuple[pd.DataFrame, list[S2SRequest | ContinuationRequest]]:
+    """The stimuli this task runs on (sorted by id) and one request per stimulus."""
+    langs = task.languages()
+    todo = stimuli[stimuli["lang"].isin(langs)] if langs else stimuli
+    todo = todo.sort_values("stimulus_id")
+    if system.kind == "continuation":
+        requests: list[Any] = [
+            ContinuationRequest(stimulus_id=s.stimulus_id, lang=s.lang, task=task.name, audio_path=str(root / s.path),
+                                audio_sha256=s.sha256, seed=seed, continuation_s=float(continuation_s),
+                                prompt=task.prompts.get(s.lang, "") if task.prompts else "")
+            for s in todo.itertuples()
+        ]
+    else:
+        requests = [
+            S2SRequest(stimulus_id=s.stimulus_id, lang=s.lang, target_lang=task.target_lang(s.lang), task=task.name,
+                       prompt=task.prompt(s.lang), audio_path=str(root / s.path), audio_sha256=s.sha256, seed=seed)
+            for s in todo.itertuples()
+        ]
+    return todo, requests
+
 
 def run_task(
-    system: S2SSystem, task: Task, stimuli: pd.DataFrame, out_dir: Path, cache: ResponseCache, seed: int,
-    root: Path, policy: RetryPolicy | None = None,
-) -> tuple[pd.DataFrame, dict[str, int]]:
+    system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, out_dir: Path, cache: ResponseCache, seed: int,
+    root: Path, policy: RetryPolicy | None = None, asr: Any | None = None, continuation_s: float = 6.0,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run `task` on every stimulus whose language the task covers.
 
     Writes output audio to out_dir/audio/<stimulus_id>.flac and returns the
-    responses table plus counts (calls made, cache hits, failures).
+    responses table plus counts: requests, calls (sent to the system), attempts
+    (retries included), cache_hits, shared (requests answered by another request's
+    identical call), failed, asr_calls, wall_s. `asr` (a :class:`voicebias.asr.WhisperASR`)
+    transcribes outputs that come without text.
+
+    An interruption (Ctrl-C, or any BaseException raised by the system) cancels the
+    calls not yet started, lets the running ones finish into the cache, and re-raises.
     """
+    t_start = time.perf_counter()
     policy = policy or RetryPolicy()
     audio_dir = out_dir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)
-    todo = stimuli[stimuli["lang"].isin(task.languages())].sort_values("stimulus_id")
-    requests = [
-        S2SRequest(stimulus_id=s.stimulus_id, lang=s.lang, target_lang=task.target_lang(s.lang), task=task.name,
-                   prompt=task.prompt(s.lang), audio_path=str(root / s.path), audio_sha256=s.sha256, seed=seed)
-        for s in todo.itertuples()
-    ]
-    counts = {"requests": len(requests), "calls": 0, "cache_hits": 0, "failed": 0}
+    todo, requests = build_requests(system, task, stimuli, seed, root, continuation_s)
+    keys = [cache_key(system, r) for r in requests]
+    counts: dict[str, Any] = {"requests": len(requests), "calls": 0, "attempts": 0, "cache_hits": 0, "shared": 0,
+                              "failed": 0, "asr_calls": 0}
     lock = threading.Lock()
 
-    def bump(name: str) -> None:
+    def bump(name: str, n: int = 1) -> None:
         with lock:
-            counts[name] += 1
+            counts[name] += n
 
-    def one(req: S2SRequest) -> dict[str, Any]:
-        key = cache_key(system, req)
-        record = cache.get(key)
-        if record is not None and record["status"] == "ok":
+    records: dict[str, dict[str, Any]] = {}
+    first: dict[str, S2SRequest | ContinuationRequest] = {}
+    for key, req in zip(keys, requests):
+        if key in first:
+            bump("shared")
+            continue
+        first[key] = req
+        rec = cache.get(key)
+        if rec is not None and rec.get("status") == "ok":
+            records[key] = rec
             bump("cache_hits")
-        else:
-            started = _now()
-            t0 = time.perf_counter()
-            resp, attempts = call_with_retries(system, req, policy)
-            bump("calls")
-            record = {
-                "status": resp.status, "transcript": resp.transcript, "error": resp.error,
-                "model_revision": resp.provenance.get("model_revision", system.card.get("revision", "")),
-                "latency_s": round(time.perf_counter() - t0, 4), "attempts": attempts, "started_at": started,
-                "finished_at": _now(), "request": asdict(req) | {"audio_path": None}, "provenance": resp.provenance,
-            }
-            if resp.status == "ok" and resp.audio is None:
-                record.update(status="failed", error="system returned no audio")
-            if record["status"] == "ok":
-                cache.put(key, record, resp)
+    pending = [(k, r) for k, r in first.items() if k not in records]
+    card_revision = str(system.card.get("revision", ""))
+
+    def finish(key: str, req: Any, resp: S2SResponse, attempts: int, errs: list[str], started: str,
+               latency: float) -> None:
+        record = {
+            "status": resp.status, "transcript": resp.transcript, "error": resp.error,
+            "model_revision": resp.provenance.get("model_revision") or card_revision,
+            "latency_s": round(latency, 4), "attempts": attempts, "started_at": started, "finished_at": _now(),
+            "request": asdict(req) | {"audio_path": None}, "provenance": resp.provenance,
+            "transient_errors": errs, "transcript_source": "system" if resp.transcript is not None else "none",
+        }
+        if resp.status == "ok" and (resp.audio is None or not resp.sample_rate):
+            record.update(status="failed", error="system returned no audio")
+        elif resp.status == "ok" and resp.audio.size == 0:
+            record.update(status="failed", error="system returned empty audio")
+        elif resp.status not in ("ok", "failed"):
+            record.update(status="failed", error=f"system returned unknown status {resp.status!r}")
+        if record["status"] == "failed" and not record["error"]:
+            record["error"] = "system reported a failure without a reason"
+        if record["status"] == "ok":
+            cache.put(key, record, resp)
+        bump("calls")
+        bump("attempts", attempts)
+        with lock:
+            records[key] = record
+
+    def work(batch: list[tuple[str, Any]]) -> None:
+        started = _now()
+        t0 = time.perf_counter()
+        results = call_batch_with_retries(system, [r for _, r in batch], policy)
+        latency = (time.perf_counter() - t0) / len(batch)
+        for (key, req), (resp, attempts, errs) in zip(batch, results):
+            finish(key, req, resp, attempts, errs, started, latency)
+
+    bs = max(1, int(system.batch_size))
+    batches = [pending[i:i + bs] for i in range(0, len(pending), bs)]
+    bar = tqdm(total=len(pending), desc=f"{system.name}/{task.name}", disable=not progress or not pending)
+    pool = ThreadPoolExecutor(max_workers=max(1, int(system.max_concurrency)), thread_name_prefix=system.name)
+    futures: dict[Future, int] = {pool.submit(work, b): len(b) for b in batches}
+    try:
+        remaining = set(futures)
+        while remaining:
+            done, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+            for f in done:
+                f.result()  # a BaseException from a worker (interruption) surfaces here
+                bar.update(futures[f])
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # running calls finish into the cache
+        raise
+    finally:
+        bar.close()
+    pool.shutdown(wait=True)
+
+    if asr is not None:
+        _transcribe_missing(records, cache, asr, bump)
+
+    rows = []
+    for key, req in zip(keys, requests):
+        record = records[key]
         row = {
             "system": system.name, "task": req.task, "stimulus_id": req.stimulus_id, "lang": req.lang,
             "target_lang": req.target_lang, "prompt": req.prompt, "cache_key": key,
+            "adapter": str(system.card.get("adapter", "")),
+            "provenance": json.dumps(record.get("provenance") or {}, sort_keys=True, ensure_ascii=False, default=str),
             **{k: record.get(k) for k in ("transcript", "status", "error", "model_revision", "latency_s",
                                           "attempts", "started_at", "finished_at")},
+            "transcript_source": record.get("transcript_source")
+            or ("system" if record.get("transcript") is not None else "none"),
         }
-        if record["status"] == "ok":
+        if record["status"] == "ok" and system.kind == "s2s" and record.get("transcript") is None:
+            # the S2S analyses read transcripts: audio alone is not a usable answer (cached all the same,
+            # so configuring an ASR later transcribes it without calling the system again)
+            row.update(status="failed", error="the system returned audio without a transcript and no 'asr' "
+                                              f"is configured in params.yaml systems.{system.name}")
+        if row["status"] == "ok":
             dest = audio_dir / f"{req.stimulus_id}.flac"
             shutil.copyfile(cache.audio_path(key), dest)
             import soundfile as sf
@@ -170,35 +351,75 @@ def run_task(
             row.update(output_audio=str(dest.relative_to(root)), output_sha256=sha256_file(dest),
                        output_duration_s=round(info.frames / info.samplerate, 4))
         else:
-            bump("failed")
             row.update(output_audio=None, output_sha256=None, output_duration_s=None)
-        return row
-
-    with ThreadPoolExecutor(max_workers=max(1, system.max_concurrency)) as pool:
-        rows = list(tqdm(pool.map(one, requests), total=len(requests), desc=f"{system.name}/{task.name}"))
-    table = pd.DataFrame(rows)
-    meta = todo.set_index("stimulus_id")[["passage_id", "pole", "voice_gender", "voice_id"]]
-    table = table.join(meta, on="stimulus_id")
-    for col in RESPONSE_COLUMNS:
+            counts["failed"] += 1
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=[c for c in RESPONSE_COLUMNS if c not in STIMULUS_COLUMNS])
+    meta_cols = [c for c in STIMULUS_COLUMNS if c in todo.columns]
+    table = table.join(todo.set_index("stimulus_id")[meta_cols], on="stimulus_id")
+    columns = RESPONSE_COLUMNS + (["phonation"] if "phonation" in todo.columns else [])
+    for col in columns:
         if col not in table:
             table[col] = None
-    return table[RESPONSE_COLUMNS], counts
+    counts["wall_s"] = round(time.perf_counter() - t_start, 3)
+    return table[columns], counts
 
 
-def validate_responses(table: pd.DataFrame) -> ValidationReport:
-    """Gate on the responses/transcripts table."""
+def _transcribe_missing(records: dict[str, dict[str, Any]], cache: ResponseCache, asr: Any, bump) -> None:
+    """Fill transcripts of ok outputs that came without text, with the ASR (cached per ASR config)."""
+    from voicebias.audio import read_audio
+
+    for key, record in records.items():
+        if record["status"] != "ok" or record.get("transcript") is not None:
+            continue
+        text = cache.get_asr(key, asr.cache_id)
+        if text is None:
+            audio, sr = read_audio(cache.audio_path(key))
+            text = asr.transcribe(audio, sr, language=record.get("request", {}).get("lang"))
+            cache.put_asr(key, asr.cache_id, text)
+            bump("asr_calls")
+        record["transcript"] = text
+        record["transcript_source"] = f"asr:{asr.name}"
+
+
+def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationReport:
+    """Gate on the responses/transcripts table.
+
+    Speech-to-speech rows that succeeded must carry a transcript; continuation rows
+    may lack one (a system without a text stream and no ASR configured).
+    """
     E = expectations()
-    return require_valid(table, "responses", [
-        E.ExpectTableColumnsToMatchSet(column_set=RESPONSE_COLUMNS, exact_match=True),
+    columns = RESPONSE_COLUMNS + (["phonation"] if "phonation" in table.columns else [])
+    checks = [
+        E.ExpectTableColumnsToMatchSet(column_set=columns, exact_match=True),
         E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
         E.ExpectColumnValuesToBeInSet(column="status", value_set=["ok", "failed"]),
         E.ExpectColumnValuesToBeInSet(column="lang", value_set=["en", "es", "zh"]),
         E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=["male", "female"]),
-        E.ExpectColumnValuesToNotBeNull(column="transcript", row_condition=where("status", "ok")),
         E.ExpectColumnValuesToNotBeNull(column="output_audio", row_condition=where("status", "ok")),
         E.ExpectColumnValuesToNotBeNull(column="error", row_condition=where("status", "failed")),
         E.ExpectColumnValuesToNotBeNull(column="prompt"),
-    ])
+        E.ExpectColumnValuesToNotBeNull(column="cache_key"),
+        E.ExpectColumnValuesToNotBeNull(column="started_at", row_condition=where("status", "ok")),
+    ]
+    if kind == "s2s":
+        checks.append(E.ExpectColumnValuesToNotBeNull(column="transcript", row_condition=where("status", "ok")))
+    return require_valid(table, "responses", checks)
+
+
+def build_asr(sys_params: dict[str, Any], root: Path) -> Any | None:
+    """The Whisper ASR named by the system's `asr` params, or None (see voicebias.asr)."""
+    spec = sys_params.get("asr")
+    if not spec:
+        return None
+    from voicebias.asr import WhisperASR
+    from voicebias.systems.base import resolve_path
+
+    spec = {"model": spec} if isinstance(spec, str) else dict(spec)
+    model = spec.pop("model", None)
+    if not model:
+        raise ValueError("the system's 'asr' params need 'model' (a local Whisper folder)")
+    return WhisperASR(resolve_path(model, root), **spec)
 
 
 def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest_path: Path, passages_path: Path,
@@ -215,13 +436,24 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
     sys_params = params["systems"].get(system_name)
     if sys_params is None:
         raise KeyError(f"params.yaml has no 'systems.{system_name}' section")
+    tasks = load_tasks()
+    if task_name not in tasks:
+        raise KeyError(f"unknown task '{task_name}'; data/tasks/prompts.yaml defines {', '.join(sorted(tasks))}")
     system = build_system(system_name, sys_params, stimuli=manifest, passages=passages,
-                          rate_wpm=params["tts"].get("rate_wpm", 160))
-    task = load_tasks()[task_name]
-    if out_dir.exists():
-        shutil.rmtree(out_dir)  # the stage's output is rebuilt from the cache, never half-stale
-    table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir), int(params["base"]["seed"]), root)
-    validate_responses(table)
+                          rate_wpm=params["tts"].get("rate_wpm", 160), root=root)
+    try:
+        policy = RetryPolicy.from_params(sys_params)
+        asr = build_asr(sys_params, root)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # the stage's output is rebuilt from the cache, never half-stale
+        table, counts = run_task(system, tasks[task_name], manifest, out_dir, ResponseCache(cache_dir),
+                                 int(params["base"]["seed"]), root, policy=policy, asr=asr,
+                                 continuation_s=float(sys_params.get("continuation_s", 6.0)))
+    finally:
+        system.close()
+    validate_responses(table, system.kind)
     write_table(out_dir / "responses.csv", table)
     write_json(stats_path, counts)
+    print(f"respond {system_name}/{task_name}: {counts['requests']} requests, {counts['calls']} calls, "
+          f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
     return table

@@ -1,21 +1,57 @@
-"""The model contract: a speech-to-speech system takes audio plus a native-language
-prompt and returns output audio plus its own transcript.
+"""The model contracts of the systems under test.
 
-A failed call is returned as a response with status 'failed' and the reason; it is
-never replaced by an invented output.
+Two kinds of system, one request/response shape each:
+
+- a **speech-to-speech** system (:class:`S2SSystem`) takes audio plus a
+  native-language prompt and returns output audio plus its own transcript;
+- a **continuation** system (:class:`ContinuationSystem`) takes an audio prompt
+  (3-5 s) and returns a continuation (5-8 s), with text when the system has a text
+  stream (otherwise the runner transcribes the output with Whisper, see
+  :mod:`voicebias.asr`).
+
+A call that fails is returned as a response with status 'failed' and the reason
+(or raises; the runner records the exception as the reason). It is never replaced
+by an invented output. Retryable failures (rate limits, 5xx, timeouts) raise
+:class:`TransientError`; a system that cannot run on this machine at all (missing
+checkout, weights, key or package) raises :class:`SetupError` when it is built,
+with a message that says what to do.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+#: Prompt and continuation lengths of the speech-continuation protocol (SC paper), in s.
+CONTINUATION_PROMPT_S = (3.0, 5.0)
+CONTINUATION_OUTPUT_S = (5.0, 8.0)
+
+#: Parameter keys that steer how the runner calls a system, not what the system says:
+#: they are left out of the cache key, so tuning them never repeats a finished call.
+RUNNER_KEYS = frozenset({
+    "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "api_key_env", "python", "checkout",
+    "weights", "device", "asr", "startup_timeout_s",
+})
+
 
 class TransientError(RuntimeError):
-    """A failure worth retrying (rate limit, 5xx, timeout)."""
+    """A failure worth retrying (rate limit, 5xx, timeout).
+
+    `retry_after_s` carries a server's Retry-After hint, when it sent one.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class SetupError(RuntimeError):
+    """This system cannot run on this machine as configured; the message says what is missing."""
 
 
 @dataclass(frozen=True)
@@ -30,8 +66,31 @@ class S2SRequest:
     seed: int
 
 
+@dataclass(frozen=True)
+class ContinuationRequest:
+    """An audio prompt to continue. `continuation_s` is the requested continuation length (s)."""
+
+    stimulus_id: str
+    lang: str
+    task: str
+    audio_path: str
+    audio_sha256: str
+    seed: int
+    continuation_s: float = 6.0
+    prompt: str = ""     # continuation systems take no instruction; kept for a uniform table
+
+    @property
+    def target_lang(self) -> str:
+        return self.lang
+
+
+Request = S2SRequest | ContinuationRequest
+
+
 @dataclass
 class S2SResponse:
+    """What a system returned. `transcript` is the system's own text stream (None if it has none)."""
+
     status: str                      # 'ok' or 'failed'
     transcript: str | None = None
     audio: np.ndarray | None = None
@@ -44,21 +103,130 @@ class S2SResponse:
         return cls(status="failed", error=reason, provenance=dict(provenance))
 
 
-class S2SSystem(ABC):
-    """One system under test. Subclasses implement `respond`."""
+#: Continuation systems answer with the same response shape.
+Response = S2SResponse
 
+
+class SystemUnderTest(ABC):
+    """What the runner needs from any system: a name, its card, its params and `call`.
+
+    `max_concurrency` (threads calling the system at once; API systems) and
+    `batch_size` (requests per `call_batch`; local GPU systems) come from the
+    system's params, else its card, else the class default.
+    """
+
+    #: 's2s' or 'continuation'
+    kind: str = ""
     #: bounded concurrency for API systems; local systems batch instead
     max_concurrency: int = 1
+    #: requests handed to `call_batch` at once
+    batch_size: int = 1
 
     def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any]):
         self.name = name
         self.card = card
         self.params = params
+        for knob in ("max_concurrency", "batch_size"):
+            value = params.get(knob, card.get(knob, getattr(type(self), knob)))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"system '{name}': {knob} must be a positive integer, got {value!r}")
+            setattr(self, knob, value)
+
+    @abstractmethod
+    def call(self, request: Any) -> S2SResponse:
+        """Run one request; raise TransientError for retryable failures."""
+
+    def call_batch(self, requests: Sequence[Any]) -> list[S2SResponse]:
+        """Batching hook for local GPU systems: one response per request, in order.
+
+        The default runs the requests one by one; an adapter that can batch
+        overrides this. An exception fails (or, if transient, retries) the batch;
+        the runner then retries its items one by one so one bad input cannot sink
+        the others.
+        """
+        return [self.call(r) for r in requests]
+
+    def generation_settings(self) -> dict[str, Any]:
+        """Everything besides the request that changes the output (part of the cache key)."""
+        return {k: v for k, v in self.params.items() if k not in RUNNER_KEYS}
+
+    def close(self) -> None:
+        """Release clients, worker processes or GPU memory (the runner calls this at the end)."""
+
+
+class S2SSystem(SystemUnderTest):
+    """A speech-to-speech system under test. Subclasses implement `respond`."""
+
+    kind = "s2s"
 
     @abstractmethod
     def respond(self, request: S2SRequest) -> S2SResponse:
         """Run one request; raise TransientError for retryable failures."""
 
-    def generation_settings(self) -> dict[str, Any]:
-        """Everything besides the request that changes the output (part of the cache key)."""
-        return dict(self.params)
+    def call(self, request: S2SRequest) -> S2SResponse:
+        return self.respond(request)
+
+
+class ContinuationSystem(SystemUnderTest):
+    """A speech-continuation system under test. Subclasses implement `continue_speech`.
+
+    `text_stream` says whether the system writes text alongside its audio (SpiritLM
+    can, in interleaved mode); without one the runner transcribes the output.
+    """
+
+    kind = "continuation"
+    text_stream: bool = False
+
+    @abstractmethod
+    def continue_speech(self, request: ContinuationRequest) -> S2SResponse:
+        """Continue one audio prompt; raise TransientError for retryable failures."""
+
+    def call(self, request: ContinuationRequest) -> S2SResponse:
+        return self.continue_speech(request)
+
+
+# ---------------------------------------------------------------------------
+# helpers shared by the adapters
+
+def read_secret(var: str, root: Path | None = None) -> str | None:
+    """The value of environment variable `var`, else of `var` in <root>/.env; None if absent.
+
+    The .env file is read without copying it into the environment. Callers must never
+    log, store or echo the value (see :func:`redact`).
+    """
+    value = os.environ.get(var)
+    if value:
+        return value
+    env = Path(root) / ".env" if root else None
+    if env is not None and env.exists():
+        from dotenv import dotenv_values
+
+        value = dotenv_values(env).get(var)
+    return value or None
+
+
+def require_secret(system: str, var: str, root: Path | None = None) -> str:
+    value = read_secret(var, root)
+    if not value:
+        raise SetupError(f"system '{system}' needs the environment variable {var} "
+                         "(set it in the environment or in .env at the repository root)")
+    return value
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with every secret (and every 8+ character piece a server may echo) replaced."""
+    for s in secrets:
+        if s:
+            text = text.replace(s, "[redacted]")
+            if len(s) >= 16:  # servers echo keys partly masked: hide any long run of the key
+                for i in range(0, len(s) - 8 + 1):
+                    piece = s[i:i + 8]
+                    if piece in text:
+                        text = text.replace(piece, "[redacted]")
+    return text
+
+
+def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
+    """A path from a card or params, relative to the repository root unless absolute."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() or root is None else Path(root) / p

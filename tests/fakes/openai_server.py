@@ -1,0 +1,236 @@
+"""A fake OpenAI chat-completions audio server for tests and benchmarks (127.0.0.1 only).
+
+It speaks the real protocol over real HTTP: POST /v1/chat/completions with a
+Bearer key, a JSON body with modalities ["text", "audio"], an `audio` voice and
+format, and the stimulus as `input_audio` (base64 WAV); it answers with a
+chat.completion object whose `choices[0].message.audio` holds base64 WAV `data`
+and a `transcript`, or with the API's error object and status.
+
+Faults are planned per input: `plan[fingerprint]` lists the outcome of each
+successive attempt for that input ("ok", "429", "500", "503", "400", "401echo",
+"timeout", "drop", "noaudio"); past the end of the list the input gets "ok". The
+fingerprint of an input is the sha256 of its 16-bit PCM samples
+(:func:`fingerprint_samples`), so a test can compute it from the stimulus file.
+Every request is logged with its fingerprint and outcome.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+import numpy as np
+import soundfile as sf
+
+OUT_RATE = 24000
+
+
+def fingerprint_samples(pcm16: np.ndarray) -> str:
+    """sha256 of mono 16-bit samples (little endian)."""
+    return hashlib.sha256(np.ascontiguousarray(pcm16, dtype="<i2").tobytes()).hexdigest()
+
+
+def fingerprint_file(path) -> str:
+    x, _ = sf.read(str(path), dtype="int16", always_2d=True)
+    return fingerprint_samples(x[:, 0])
+
+
+def reply_audio(fp: str, seconds: float = 0.3) -> bytes:
+    """A deterministic 24 kHz tone per input, as WAV bytes."""
+    freq = 150 + int(fp[:4], 16) % 200
+    t = np.arange(int(OUT_RATE * seconds)) / OUT_RATE
+    buf = io.BytesIO()
+    sf.write(buf, 0.3 * np.sin(2 * np.pi * freq * t), OUT_RATE, subtype="PCM_16", format="WAV")
+    return buf.getvalue()
+
+
+@dataclass
+class Logged:
+    fingerprint: str
+    outcome: str
+    t_start: float
+    t_end: float
+    body: dict = field(repr=False, default_factory=dict)
+
+
+class FakeOpenAIAudioServer:
+    """Run with `with FakeOpenAIAudioServer(key) as srv:`; `srv.base_url` ends in /v1."""
+
+    def __init__(self, api_key: str, plan: dict[str, list[str]] | None = None, latency_s: float = 0.0,
+                 hang_s: float = 2.0, transcript: Callable[[str, dict], str] | None = None,
+                 with_transcript: bool = True):
+        self.api_key = api_key
+        self.plan = {k: list(v) for k, v in (plan or {}).items()}
+        self.latency_s = latency_s
+        self.hang_s = hang_s
+        self.transcript = transcript or (lambda fp, body: f"reply to {fp[:12]}")
+        self.with_transcript = with_transcript
+        self.log: list[Logged] = []
+        self.attempts: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+            def do_POST(self):
+                server._handle(self)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.request_queue_size = 128
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "FakeOpenAIAudioServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- what tests read ---------------------------------------------------------
+    def delivered(self) -> dict[str, int]:
+        """Per input: how many successful (200 with audio) replies were delivered."""
+        out: dict[str, int] = defaultdict(int)
+        for e in self.log:
+            if e.outcome == "ok":
+                out[e.fingerprint] += 1
+        return dict(out)
+
+    # -- protocol ----------------------------------------------------------------
+    def _send_json(self, h: BaseHTTPRequestHandler, status: int, obj: dict, headers: dict | None = None) -> None:
+        data = json.dumps(obj).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _error(self, h, status: int, message: str, etype: str, code: str | None, headers: dict | None = None) -> None:
+        self._send_json(h, status, {"error": {"message": message, "type": etype, "param": None, "code": code}}, headers)
+
+    def _check(self, h, body: dict) -> str | None:
+        """The first way the request breaks the API contract, or None."""
+        if h.path != "/v1/chat/completions":
+            return f"unknown path {h.path}"
+        if body.get("modalities") != ["text", "audio"]:
+            return "modalities must be ['text', 'audio']"
+        audio = body.get("audio") or {}
+        if not audio.get("voice") or audio.get("format") not in ("wav", "pcm16"):
+            return "audio.voice and audio.format are required"
+        if not body.get("model"):
+            return "model is required"
+        parts = [p for m in body.get("messages", []) if isinstance(m.get("content"), list) for p in m["content"]]
+        audio_parts = [p for p in parts if p.get("type") == "input_audio"]
+        if len(audio_parts) != 1 or audio_parts[0]["input_audio"].get("format") != "wav":
+            return "exactly one input_audio part in wav format is required"
+        return None
+
+    def _input_fingerprint(self, body: dict) -> str:
+        for m in body["messages"]:
+            if isinstance(m.get("content"), list):
+                for p in m["content"]:
+                    if p.get("type") == "input_audio":
+                        raw = base64.b64decode(p["input_audio"]["data"])
+                        x, _ = sf.read(io.BytesIO(raw), dtype="int16", always_2d=True)
+                        return fingerprint_samples(x[:, 0])
+        raise ValueError("no input audio")
+
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        t0 = time.perf_counter()
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self._serve(h, t0)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _serve(self, h: BaseHTTPRequestHandler, t0: float) -> None:
+        length = int(h.headers.get("Content-Length", 0))
+        raw = h.rfile.read(length)
+        if h.headers.get("Authorization") != f"Bearer {self.api_key}":
+            self._error(h, 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+            self._record("?", "401", t0, {})
+            return
+        try:
+            body = json.loads(raw)
+            problem = self._check(h, body)
+            fp = self._input_fingerprint(body) if problem is None else "?"
+        except Exception as exc:  # malformed body
+            body, problem, fp = {}, f"malformed request: {exc}", "?"
+        if problem:
+            self._error(h, 400, problem, "invalid_request_error", None)
+            self._record(fp, "400", t0, body)
+            return
+        with self._lock:
+            n = self.attempts[fp]
+            self.attempts[fp] += 1
+            steps = self.plan.get(fp, [])
+            outcome = steps[n] if n < len(steps) else "ok"
+        if outcome == "429":
+            self._error(h, 429, "Rate limit reached for requests.", "requests", "rate_limit_exceeded",
+                        {"retry-after-ms": "20"})
+        elif outcome in ("500", "503"):
+            self._error(h, int(outcome), "The server had an error while processing your request.", "server_error", None)
+        elif outcome == "400":
+            self._error(h, 400, "Invalid input audio.", "invalid_request_error", None)
+        elif outcome == "401echo":  # a careless server echoing the key it got
+            self._error(h, 401, f"Incorrect API key provided: {self.api_key}.", "invalid_request_error",
+                        "invalid_api_key")
+        elif outcome == "timeout":
+            time.sleep(self.hang_s)  # the client gives up first
+            try:
+                self._error(h, 500, "too late", "server_error", None)
+            except OSError:
+                pass
+        elif outcome == "drop":
+            h.close_connection = True
+            h.connection.shutdown(2)
+        elif outcome == "noaudio":
+            self._send_json(h, 200, self._completion(body, fp, audio=False))
+        else:
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            self._send_json(h, 200, self._completion(body, fp, audio=True))
+        self._record(fp, outcome, t0, body)
+
+    def _completion(self, body: dict, fp: str, audio: bool) -> dict:
+        now = int(time.time())
+        message = {"role": "assistant", "content": None, "refusal": None, "annotations": []}
+        if audio:
+            message["audio"] = {"id": f"audio_{fp[:16]}", "data": base64.b64encode(reply_audio(fp)).decode(),
+                                "expires_at": now + 3600,
+                                "transcript": self.transcript(fp, body) if self.with_transcript else ""}
+        else:
+            message["content"] = "I can't help with that."
+        return {"id": f"chatcmpl-{fp[:20]}", "object": "chat.completion", "created": now,
+                "model": f"{body['model']}-2025-06-03", "system_fingerprint": "fp_fake",
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 120, "completion_tokens": 40, "total_tokens": 160}}
+
+    def _record(self, fp: str, outcome: str, t0: float, body: dict) -> None:
+        with self._lock:
+            self.log.append(Logged(fp, outcome, t0, time.perf_counter(), body))

@@ -1,0 +1,153 @@
+"""Compare, read and share: MLflow over its REST API, an S3 remote, the report in a browser.
+
+Servers run on 127.0.0.1 only: the MLflow tracking server on the workspace's
+mlflow.db and moto's S3-compatible server for the DVC remote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.workspace import BIN, sh, tree_hashes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url: str, timeout: float = 90.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status < 500:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"server at {url} did not come up within {timeout:.0f} s")
+
+
+def post_json(url: str, payload: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def server(tmp_path):
+    procs = []
+
+    def start(cmd: list[str], url: str, cwd: Path) -> None:
+        log = open(tmp_path / f"server{len(procs)}.log", "w")
+        procs.append(subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                      env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}))
+        wait_for(url)
+
+    yield start
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
+    _, repo, _ = workspace
+    port = free_port()
+    server([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{repo / 'mlflow.db'}",
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], f"http://127.0.0.1:{port}/health", repo)
+    run = json.loads((repo / "reports" / "tracking" / "mlflow_run.json").read_text())
+    found = post_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", {
+        "experiment_ids": [run["experiment_id"]], "max_results": 1000,
+        "filter": f"tags.mlflow.parentRunId = '{run['parent_run_id']}'"})
+    runs = found["runs"]
+    assert len(runs) == len(run["children"])
+    odds = pd.read_csv(repo / "reports" / "analysis" / "describe_odds_ratios.csv")
+    rates = pd.read_csv(repo / "reports" / "analysis" / "describe_misgender.csv")
+    checked = 0
+    for r in runs:
+        tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
+        metrics = {m["key"]: m["value"] for m in r["data"].get("metrics", [])}
+        if tags["task"] != "describe":
+            continue
+        o = odds[(odds["system"] == tags["system"]) & (odds["lang"] == tags["lang"])]
+        if len(o) and o.iloc[0]["fit_status"] == "ok":
+            assert metrics["odds_ratio"] == pytest.approx(o.iloc[0]["odds_ratio"], rel=1e-9)
+            checked += 1
+        m = rates[(rates["system"] == tags["system"]) & (rates["lang"] == tags["lang"]) & (rates["cell_type"] == "misaligned")]
+        if len(m) and pd.notna(m.iloc[0]["rate"]):
+            assert metrics["misgender_rate_misaligned"] == pytest.approx(m.iloc[0]["rate"], rel=1e-9)
+            checked += 1
+    assert checked >= 8
+
+
+def test_s3_remote_round_trip_is_byte_identical(workspace, server, tmp_path):
+    base, repo, _ = workspace
+    port = free_port()
+    server([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], f"http://127.0.0.1:{port}/", repo)
+    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    os.environ.update(creds)
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="voicebias-share")
+        sh("dvc remote add s3share s3://voicebias-share/store", repo)
+        sh(f"dvc remote modify s3share endpointurl http://127.0.0.1:{port}", repo)
+        sh("dvc push -r s3share", repo)
+        sh("git add .dvc/config && git -c user.name=t -c user.email=t@t commit -qm 's3 remote'", repo)
+        clone = tmp_path / "s3clone"
+        sh(f"git clone -q {repo} {clone}", tmp_path)
+        sh("dvc pull -r s3share", clone)
+        for sub in ("data/stimuli", "data/responses", "data/scored", "data/measures", "data/passages"):
+            assert tree_hashes(clone, sub) == tree_hashes(repo, sub) and tree_hashes(repo, sub)
+    finally:
+        sh("dvc remote remove s3share", repo, check=False)
+        for k in creds:
+            os.environ.pop(k, None)
+
+
+def test_report_renders_in_headless_chromium(workspace, tmp_path):
+    _, repo, _ = workspace
+    chromium, driver = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+    if not (chromium.exists() and driver.exists()):
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromium-driver are missing: .ci/run installs them (apt)")
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(chromium)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3000"):
+        opts.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(str(driver)), options=opts)
+    try:
+        browser.get((repo / "reports" / "report" / "report.html").as_uri())
+        broken = browser.execute_script(
+            "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+        n_images = browser.execute_script("return document.images.length")
+        empty_tables = browser.execute_script(
+            "return Array.from(document.tables).filter(t => t.tBodies[0].rows.length === 0).length")
+        n_tables = browser.execute_script("return document.tables.length")
+        shot = tmp_path / "report.png"
+        browser.save_screenshot(str(shot))
+    finally:
+        browser.quit()
+    assert broken == [] and n_images >= 3
+    assert n_tables >= 7 and empty_tables == 0
+    assert shot.stat().st_size > 20_000

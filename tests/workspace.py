@@ -1,0 +1,67 @@
+"""A scratch clone of this repository with a reduced bank, on which `dvc repro` has run.
+
+Shared by the end-to-end tests (one pipeline run per test session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from voicebias import config
+
+PASSAGES_PER_CELL = 3
+BIN = Path(sys.executable).parent
+
+
+def sh(cmd, cwd, check=True):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
+    env.pop("VOICEBIAS_ROOT", None)
+    res = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, env=env)
+    if check and res.returncode != 0:
+        raise AssertionError(f"`{cmd}` failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+def tree_hashes(root: Path, sub: str) -> dict[str, str]:
+    out = {}
+    for p in sorted((root / sub).rglob("*")):
+        if p.is_file() and p.name != ".gitignore":
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def make_workspace(tmp_path_factory):
+    base = tmp_path_factory.mktemp("pipeline")
+    repo = base / "voicebias"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=config.ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\n")
+    for f in filter(None, files):
+        src = config.ROOT / f
+        if not src.is_file() or f == "dvc.lock" or f.startswith("reports/"):
+            continue
+        dst = repo / f
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for lang in ("en", "es", "zh"):
+        path = repo / "data" / "bank" / f"{lang}.yaml"
+        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+        keep, seen = [], {}
+        for e in entries:
+            seen[e["pole"]] = seen.get(e["pole"], 0) + 1
+            if seen[e["pole"]] <= PASSAGES_PER_CELL:
+                keep.append(e)
+        path.write_text(yaml.safe_dump(keep, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    sh("git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init", repo)
+    res = sh("dvc repro", repo)
+    sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm repro", repo)
+    return base, repo, res
+
+

@@ -1,0 +1,195 @@
+"""Gemini native audio through the Live API (google-genai): fixed voice Kore, output transcription.
+
+One Live session per stimulus, over the API's websocket::
+
+    client.aio.live.connect(model=..., config=LiveConnectConfig(
+        response_modalities=["AUDIO"], system_instruction=<native-language task prompt>,
+        speech_config=SpeechConfig(voice_config=VoiceConfig(
+            prebuilt_voice_config=PrebuiltVoiceConfig(voice_name="Kore"))),
+        output_audio_transcription=AudioTranscriptionConfig(),
+        realtime_input_config=RealtimeInputConfig(
+            automatic_activity_detection=AutomaticActivityDetection(disabled=True))))
+
+The stimulus is sent as 16-bit PCM at 16 kHz between an explicit activity start and
+end, so the model hears the whole passage as one turn (automatic voice-activity
+detection could cut a passage at a pause). The reply's audio parts (PCM, 24 kHz) are
+concatenated until the turn completes; the transcript is the Live API's output
+transcription of that audio (the S2S paper's route for Gemini, App. B).
+
+Params: `model` (else the card's checkpoint), `voice` (else the card's), `temperature`,
+`seed_in_config` (send the request seed; default false); runner knobs
+`max_concurrency`, `timeout_s` (whole session, default 120), `retry`, `base_url`,
+`api_key_env` (default GEMINI_API_KEY, then GOOGLE_API_KEY).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voicebias.audio import read_audio
+from voicebias.systems.base import (
+    S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, read_secret, redact,
+)
+
+INPUT_RATE = 16000          # Hz, what the Live API takes
+OUTPUT_RATE = 24000         # Hz, what it returns unless the mime type says otherwise
+CHUNK_S = 0.5               # seconds of audio per realtime message
+#: websocket close codes worth retrying: abnormal closure, internal error, service restart, try again later
+TRANSIENT_CLOSE = {1006, 1011, 1012, 1013, 1014}
+TRANSIENT_HTTP = {408, 429, 500, 502, 503, 504}
+
+
+def _rate(mime: str | None) -> int:
+    m = re.search(r"rate=(\d+)", mime or "")
+    return int(m.group(1)) if m else OUTPUT_RATE
+
+
+class GeminiLiveSystem(S2SSystem):
+    """A speech-to-speech system behind the Gemini Live API."""
+
+    max_concurrency = 4
+
+    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):
+        super().__init__(name, card, params)
+        try:
+            from google import genai
+            from google.genai import types
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise SetupError("the Gemini Live adapter needs 'google-genai' (pip install google-genai==3.3.0)") from exc
+        self._types = types
+        var = params.get("api_key_env") or card.get("api_key_env")
+        key = read_secret(var, root) if var else (read_secret("GEMINI_API_KEY", root)
+                                                   or read_secret("GOOGLE_API_KEY", root))
+        if not key:
+            raise SetupError(f"system '{name}' needs the environment variable {var or 'GEMINI_API_KEY'} "
+                             "(set it in the environment or in .env at the repository root)")
+        self._secrets = [key]
+        self.model = str(params.get("model") or card.get("checkpoint") or "")
+        if not self.model:
+            raise ValueError(f"system '{name}': no model name (params 'model' or the card's 'checkpoint')")
+        self.timeout_s = float(params.get("timeout_s", 120.0))
+        base_url = params.get("base_url") or card.get("base_url")
+        http_options = types.HttpOptions(base_url=base_url) if base_url else None
+        self.client = genai.Client(api_key=key, http_options=http_options)
+        self.base_url = base_url
+
+    def voice(self, lang: str) -> str:
+        if self.params.get("voice"):
+            return str(self.params["voice"])
+        voices = self.card.get("output_voice") or {}
+        if isinstance(voices, str):
+            return voices
+        if lang not in voices:
+            raise ValueError(f"system '{self.name}': the card names no output voice for '{lang}'")
+        return str(voices[lang])
+
+    def live_config(self, request: S2SRequest) -> Any:
+        t = self._types
+        kwargs: dict[str, Any] = {}
+        if self.params.get("temperature") is not None:
+            kwargs["temperature"] = float(self.params["temperature"])
+        if self.params.get("seed_in_config"):
+            kwargs["seed"] = int(request.seed)
+        return t.LiveConnectConfig(
+            response_modalities=[t.Modality.AUDIO],
+            system_instruction=request.prompt,
+            speech_config=t.SpeechConfig(voice_config=t.VoiceConfig(
+                prebuilt_voice_config=t.PrebuiltVoiceConfig(voice_name=self.voice(request.target_lang)))),
+            output_audio_transcription=t.AudioTranscriptionConfig(),
+            realtime_input_config=t.RealtimeInputConfig(
+                automatic_activity_detection=t.AutomaticActivityDetection(disabled=True)),
+            **kwargs,
+        )
+
+    async def _session(self, request: S2SRequest, pcm: bytes) -> S2SResponse:
+        t = self._types
+        audio_parts: list[bytes] = []
+        rate = OUTPUT_RATE
+        text: list[str] = []
+        prov: dict[str, Any] = {"model": self.model, "model_revision": self.model,
+                                "voice": self.voice(request.target_lang)}
+        async with self.client.aio.live.connect(model=self.model, config=self.live_config(request)) as session:
+            prov["session_id"] = getattr(session, "session_id", None)
+            await session.send_realtime_input(activity_start=t.ActivityStart())
+            step = int(INPUT_RATE * CHUNK_S) * 2
+            for i in range(0, len(pcm), step):
+                await session.send_realtime_input(audio=t.Blob(data=pcm[i:i + step],
+                                                               mime_type=f"audio/pcm;rate={INPUT_RATE}"))
+            await session.send_realtime_input(activity_end=t.ActivityEnd())
+            complete = False
+            while not complete:
+                got = False
+                async for msg in session.receive():
+                    got = True
+                    sc = msg.server_content
+                    if msg.go_away is not None:
+                        raise TransientError("the Live server is going away (GoAway)")
+                    if sc is None:
+                        continue
+                    if sc.model_turn and sc.model_turn.parts:
+                        for part in sc.model_turn.parts:
+                            if part.inline_data and part.inline_data.data:
+                                audio_parts.append(part.inline_data.data)
+                                rate = _rate(part.inline_data.mime_type)
+                    if sc.output_transcription and sc.output_transcription.text:
+                        text.append(sc.output_transcription.text)
+                    if sc.interrupted:
+                        return S2SResponse.failed("the Live session reported the turn as interrupted", **prov)
+                    if sc.turn_complete:
+                        complete = True
+                if not got and not complete:
+                    raise TransientError("the Live session ended before the turn completed")
+            usage = getattr(msg, "usage_metadata", None)
+            if usage is not None:
+                prov["usage"] = {"total_token_count": getattr(usage, "total_token_count", None)}
+        if not audio_parts:
+            said = "".join(text).strip()
+            return S2SResponse.failed("the turn completed without audio" + (f"; transcript: {said[:300]}" if said else ""),
+                                      **prov)
+        raw = b"".join(audio_parts)
+        audio = np.frombuffer(raw[: len(raw) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
+        transcript = "".join(text).strip() or None
+        return S2SResponse(status="ok", transcript=transcript, audio=audio, sample_rate=rate, provenance=prov)
+
+    def respond(self, request: S2SRequest) -> S2SResponse:
+        from google.genai import errors as genai_errors
+        from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+        x, _ = read_audio(request.audio_path, target_sr=INPUT_RATE)
+        pcm = (np.clip(x, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+
+        async def bounded() -> S2SResponse:
+            return await asyncio.wait_for(self._session(request, pcm), timeout=self.timeout_s)
+
+        try:
+            return asyncio.run(bounded())  # one event loop per call: each worker thread runs its own
+        except (asyncio.TimeoutError, TimeoutError) as exc:
+            raise TransientError(f"timeout after {self.timeout_s:g} s") from exc
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            msg = redact(f"HTTP {status} at the websocket handshake", self._secrets)
+            if status in TRANSIENT_HTTP:
+                raise TransientError(msg, retry_after_s=_retry_after(exc.response.headers)) from exc
+            raise RuntimeError(msg) from None
+        except genai_errors.APIError as exc:
+            msg = redact(f"Live API error {exc.code}: {exc.message or exc.status or ''}".strip(), self._secrets)
+            if exc.code in TRANSIENT_CLOSE or exc.code in TRANSIENT_HTTP:
+                raise TransientError(msg) from exc
+            raise RuntimeError(msg) from None
+        except ConnectionClosed as exc:
+            raise TransientError(redact(f"connection closed: {exc}", self._secrets)) from exc
+        except OSError as exc:
+            raise TransientError(redact(f"connection error: {exc}", self._secrets)) from exc
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        value = headers.get("Retry-After") if headers is not None else None
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

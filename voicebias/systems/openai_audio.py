@@ -1,0 +1,197 @@
+"""OpenAI audio chat completions (gpt-4o-audio-preview, gpt-audio): audio in, audio + transcript out.
+
+One call per stimulus::
+
+    client.chat.completions.create(
+        model=..., modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"},
+        messages=[{"role": "system", "content": <native-language task prompt>},
+                  {"role": "user", "content": [{"type": "input_audio",
+                                                "input_audio": {"data": <base64 wav>, "format": "wav"}}]}])
+
+The reply's `message.audio.data` (base64 WAV) is the output audio and
+`message.audio.transcript` the model's own transcript. The stimulus is sent as
+16-bit WAV at its own sample rate, samples unchanged. The task prompt goes in as a
+system message, as in the S2S paper (App. D: "a single native-language system
+prompt"); `prompt_role: user` puts it in the user turn instead, for servers whose
+chat template drops system messages.
+
+Params (params.yaml `systems.<name>`): `model` (else the card's checkpoint), `voice`
+(else the card's output voice per language), `temperature`, `max_completion_tokens`,
+`send_seed` (pass the request seed; default false), `prompt_role`, `extra_body`;
+runner knobs `max_concurrency`, `timeout_s` (default 120), `retry`, `base_url`,
+`api_key_env` (default OPENAI_API_KEY). The key is read from the environment or
+.env, handed to the client and never stored, logged or echoed: server messages
+are redacted before they are recorded.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from voicebias.audio import read_audio, wav_bytes
+from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact, require_secret
+
+#: HTTP statuses worth retrying: timeout, conflict, rate limit, server errors
+TRANSIENT_STATUS = {408, 409, 429}
+PCM16_RATE = 24000  # the API's raw pcm16 output rate (Hz)
+
+
+def _import_openai() -> Any:
+    try:
+        import openai
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise SetupError("the OpenAI adapters need the 'openai' package (pip install openai==3.51.0)") from exc
+    return openai
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from a Retry-After / retry-after-ms header, if the server sent one."""
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return float(headers["retry-after-ms"]) / 1000.0
+        if headers.get("retry-after") is not None:
+            return float(headers["retry-after"])
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def decode_audio(data_b64: str, audio_format: str) -> tuple[np.ndarray, int]:
+    """Decode the reply's base64 audio to mono float32 and its rate (Hz)."""
+    raw = base64.b64decode(data_b64)
+    if not raw:
+        raise ValueError("the reply's audio is empty")
+    if audio_format == "pcm16":
+        return (np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0), PCM16_RATE
+    import soundfile as sf
+
+    x, sr = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
+    return x.mean(axis=1), int(sr)
+
+
+class OpenAIAudioSystem(S2SSystem):
+    """A speech-to-speech system behind the OpenAI chat-completions audio API."""
+
+    max_concurrency = 4
+    default_key_env: str | None = "OPENAI_API_KEY"
+
+    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):
+        super().__init__(name, card, params)
+        openai = _import_openai()
+        self._openai = openai
+        self.model = str(params.get("model") or card.get("checkpoint") or "")
+        if not self.model:
+            raise ValueError(f"system '{name}': no model name (params 'model' or the card's 'checkpoint')")
+        self.audio_format = str(params.get("audio_format", "wav"))
+        if self.audio_format not in ("wav", "pcm16"):
+            raise ValueError(f"system '{name}': audio_format must be 'wav' or 'pcm16', got {self.audio_format!r}")
+        self.prompt_role = str(params.get("prompt_role", "system"))
+        if self.prompt_role not in ("system", "user"):
+            raise ValueError(f"system '{name}': prompt_role must be 'system' or 'user', got {self.prompt_role!r}")
+        self.timeout_s = float(params.get("timeout_s", 120.0))
+        self.base_url = self._base_url()
+        key = self._api_key(root)
+        self._secrets = [key]
+        self.client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
+
+    # -- configuration -------------------------------------------------------
+    def _base_url(self) -> str | None:
+        return self.params.get("base_url") or self.card.get("base_url") or None
+
+    def _api_key(self, root: Path | None) -> str:
+        var = self.params.get("api_key_env") or self.card.get("api_key_env") or self.default_key_env
+        return require_secret(self.name, var, root)
+
+    def voice(self, lang: str) -> str:
+        """The fixed output voice for answers in `lang` (params `voice` overrides the card)."""
+        if self.params.get("voice"):
+            return str(self.params["voice"])
+        voices = self.card.get("output_voice") or {}
+        if isinstance(voices, str):
+            return voices
+        if lang not in voices:
+            raise ValueError(f"system '{self.name}': the card names no output voice for '{lang}'")
+        return str(voices[lang])
+
+    def endpoint(self) -> str:
+        """Where calls go (scheme and host only: no credentials, no query)."""
+        u = urlsplit(str(self.client.base_url))
+        return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}{u.path}"
+
+    # -- the call ------------------------------------------------------------
+    def messages(self, request: S2SRequest) -> list[dict[str, Any]]:
+        audio, sr = read_audio(request.audio_path)
+        data = base64.b64encode(wav_bytes(audio, sr)).decode("ascii")
+        audio_part = {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+        if self.prompt_role == "system":
+            return [{"role": "system", "content": request.prompt}, {"role": "user", "content": [audio_part]}]
+        return [{"role": "user", "content": [{"type": "text", "text": request.prompt}, audio_part]}]
+
+    def create_kwargs(self, request: S2SRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.model, "modalities": ["text", "audio"],
+            "audio": {"voice": self.voice(request.target_lang), "format": self.audio_format},
+            "messages": self.messages(request),
+        }
+        for opt in ("temperature", "top_p", "max_completion_tokens"):
+            if self.params.get(opt) is not None:
+                kwargs[opt] = self.params[opt]
+        if self.params.get("send_seed"):
+            kwargs["seed"] = int(request.seed)
+        if self.params.get("extra_body"):
+            kwargs["extra_body"] = dict(self.params["extra_body"])
+        return kwargs
+
+    def respond(self, request: S2SRequest) -> S2SResponse:
+        openai = self._openai
+        kwargs = self.create_kwargs(request)
+        try:
+            completion = self.client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError as exc:
+            raise TransientError(f"timeout after {self.timeout_s:g} s") from exc
+        except openai.APIConnectionError as exc:
+            raise TransientError(redact(f"connection error: {exc}", self._secrets)) from exc
+        except openai.APIStatusError as exc:
+            msg = redact(f"HTTP {exc.status_code}: {exc.message}", self._secrets)
+            if exc.status_code in TRANSIENT_STATUS or exc.status_code >= 500:
+                raise TransientError(msg, retry_after_s=_retry_after(exc.response.headers)) from exc
+            raise RuntimeError(msg) from None
+        return self.parse(completion, kwargs["audio"]["voice"])
+
+    def parse(self, completion: Any, voice: str) -> S2SResponse:
+        """Turn a chat completion into a response; a reply without audio is a recorded failure."""
+        prov = {"model": self.model, "model_revision": getattr(completion, "model", None) or self.model,
+                "response_id": getattr(completion, "id", None), "voice": voice, "endpoint": self.endpoint(),
+                "system_fingerprint": getattr(completion, "system_fingerprint", None)}
+        usage = getattr(completion, "usage", None)
+        if usage is not None:
+            prov["usage"] = {k: getattr(usage, k, None) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+        if not completion.choices:
+            return S2SResponse.failed("reply has no choices", **prov)
+        choice = completion.choices[0]
+        prov["finish_reason"] = choice.finish_reason
+        msg = choice.message
+        if msg.audio is None or not msg.audio.data:
+            said = msg.refusal or msg.content or ""
+            reason = "reply has no audio" + (f" (finish_reason {choice.finish_reason})" if choice.finish_reason else "")
+            return S2SResponse.failed(reason + (f"; the model wrote: {said[:300]}" if said else ""), **prov)
+        try:
+            audio, sr = decode_audio(msg.audio.data, self.audio_format)
+        except Exception as exc:
+            return S2SResponse.failed(f"reply audio cannot be decoded: {exc}", **prov)
+        prov["audio_id"] = getattr(msg.audio, "id", None)
+        transcript = getattr(msg.audio, "transcript", None)
+        if transcript is not None and not transcript.strip():
+            transcript = None  # some servers send "" when they have no text stream
+        return S2SResponse(status="ok", transcript=transcript, audio=audio, sample_rate=sr, provenance=prov)
+
+    def close(self) -> None:
+        self.client.close()

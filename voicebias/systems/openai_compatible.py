@@ -1,0 +1,40 @@
+"""Any system served behind an OpenAI-compatible audio chat endpoint (e.g. vLLM).
+
+Same call as :mod:`voicebias.systems.openai_audio` (modalities text + audio, a
+fixed voice, input_audio as base64 WAV), sent to `base_url` from the system's
+params or card. This is how an audit scales past one GPU box: point it at the
+serving infrastructure that already hosts the model, and raise `max_concurrency`.
+
+Differences from the OpenAI adapter: `base_url` is required; a key is optional
+(`api_key_env` names the variable; without one the conventional placeholder
+'EMPTY' is sent, as local vLLM servers accept); a reply without a transcript is
+accepted with none (the runner transcribes it when the system's params name an
+`asr` model); server-specific sampling options go in `extra_body`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from voicebias.systems.base import require_secret
+from voicebias.systems.openai_audio import OpenAIAudioSystem
+
+NO_KEY = "EMPTY"  # placeholder for servers that take no key; not a secret
+
+
+class OpenAICompatibleSystem(OpenAIAudioSystem):
+    """A speech-to-speech system behind an OpenAI-compatible endpoint at `base_url`."""
+
+    max_concurrency = 8
+    default_key_env = None
+
+    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):
+        if not (params.get("base_url") or card.get("base_url")):
+            raise ValueError(f"system '{name}' (openai_compatible) needs 'base_url' in its params or card, "
+                             "e.g. http://gpu-box:8000/v1")
+        super().__init__(name, card, params, root=root)
+
+    def _api_key(self, root: Path | None) -> str:
+        var = self.params.get("api_key_env") or self.card.get("api_key_env")
+        return require_secret(self.name, var, root) if var else NO_KEY

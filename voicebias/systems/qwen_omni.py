@@ -1,0 +1,131 @@
+"""Qwen2.5-Omni through transformers (native support): speech in, 24 kHz speech and text out.
+
+Loads Qwen2_5OmniForConditionalGeneration and Qwen2_5OmniProcessor from a local
+folder only (`weights` in params, else the card's requires.weights), at the first
+call that is not a cache hit. Per request::
+
+    conversation = [{"role": "system", "content": [{"type": "text", "text": QWEN_SYSTEM}]},
+                    {"role": "user", "content": [{"type": "audio", "audio": <16 kHz samples>},
+                                                 {"type": "text", "text": <native task prompt>}]}]
+    text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=text, audio=[samples], return_tensors="pt", padding=True)
+    text_ids, audio = model.generate(**inputs, speaker="Chelsie", return_audio=True, ...)
+
+The model card asks for its own system prompt whenever audio output is wanted, so the
+native task prompt goes in the user turn after the audio (not as system prompt, as
+for the API systems). The output voice is a built-in speaker (`speaker`, else the
+card's output voice), fixed across the audit.
+
+Params: `speaker`, `thinker_max_new_tokens`, `talker_do_sample`, `temperature`;
+runner knobs `weights`, `device` (default cuda), `batch_size`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from voicebias.audio import read_audio
+from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, resolve_path
+
+QWEN_SYSTEM = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "
+               "auditory and visual inputs, as well as generating text and speech.")
+INPUT_RATE = 16000   # Hz, the processor's audio rate
+OUTPUT_RATE = 24000  # Hz, the talker/token2wav output rate
+MODEL_TYPE = "qwen2_5_omni"
+
+
+def check_weights(folder: Path, name: str) -> dict[str, Any]:
+    """The folder's config.json, or a SetupError saying what is wrong with the folder."""
+    if not folder.is_dir():
+        raise SetupError(f"system '{name}': Qwen2.5-Omni weights expected at {folder} are missing; download "
+                         "Qwen/Qwen2.5-Omni-7B there (they are never fetched at run time)")
+    cfg_path = folder / "config.json"
+    if not cfg_path.exists():
+        raise SetupError(f"system '{name}': {folder} holds no config.json: not a saved transformers model")
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    if cfg.get("model_type") != MODEL_TYPE:
+        raise SetupError(f"system '{name}': {folder} holds a '{cfg.get('model_type')}' model, not Qwen2.5-Omni "
+                         f"(model_type '{MODEL_TYPE}')")
+    return cfg
+
+
+class QwenOmniSystem(S2SSystem):
+    """Qwen2.5-Omni as a speech-to-speech system under test."""
+
+    max_concurrency = 1
+
+    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):
+        super().__init__(name, card, params)
+        weights = params.get("weights") or (card.get("requires") or {}).get("weights")
+        if not weights:
+            raise ValueError(f"system '{name}': no weights folder (params 'weights' or card requires.weights)")
+        self.weights = resolve_path(weights, root)
+        self.config = check_weights(self.weights, name)
+        self.device = str(params.get("device", "cuda"))
+        if self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise SetupError(f"system '{name}' needs a CUDA GPU (device '{self.device}'), and none is visible "
+                                 "to PyTorch; set device: cpu to run it (very slowly) on the CPU")
+        voices = card.get("output_voice") or {}
+        self.speaker = str(params.get("speaker") or (voices if isinstance(voices, str) else
+                                                     next(iter(voices.values()), "Chelsie")))
+        digest = hashlib.sha256((self.weights / "config.json").read_bytes()).hexdigest()[:12]
+        self.revision = f"{self.weights.name}@config-{digest}"
+        self._model = None
+        self._processor = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        import torch
+        from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
+
+        try:
+            self._processor = Qwen2_5OmniProcessor.from_pretrained(str(self.weights), local_files_only=True)
+            dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+            self._model = Qwen2_5OmniForConditionalGeneration.from_pretrained(
+                str(self.weights), local_files_only=True, dtype=dtype).to(self.device).eval()
+        except (OSError, ValueError) as exc:
+            raise SetupError(f"system '{self.name}': Qwen2.5-Omni cannot be loaded from {self.weights}: {exc}") from None
+
+    def conversation(self, request: S2SRequest, audio: Any) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": [{"type": "text", "text": QWEN_SYSTEM}]},
+                {"role": "user", "content": [{"type": "audio", "audio": audio},
+                                             {"type": "text", "text": request.prompt}]}]
+
+    def respond(self, request: S2SRequest) -> S2SResponse:
+        import torch
+
+        with self._lock:
+            self._load()
+            x, _ = read_audio(request.audio_path, target_sr=INPUT_RATE)
+            proc, model = self._processor, self._model
+            text = proc.apply_chat_template(self.conversation(request, x), add_generation_prompt=True, tokenize=False)
+            inputs = proc(text=text, audio=[x], return_tensors="pt", padding=True).to(self.device)
+            torch.manual_seed(int(request.seed))
+            gen: dict[str, Any] = {"speaker": self.speaker, "return_audio": True, "use_audio_in_video": False,
+                                   "thinker_max_new_tokens": int(self.params.get("thinker_max_new_tokens", 512))}
+            if "talker_do_sample" in self.params:
+                gen["talker_do_sample"] = bool(self.params["talker_do_sample"])
+            with torch.no_grad():
+                out = model.generate(**inputs, **gen)
+            text_ids, audio = out if isinstance(out, tuple) else (out, None)
+            new = text_ids[:, inputs["input_ids"].shape[1]:]
+            transcript = proc.batch_decode(new, skip_special_tokens=True)[0].strip()
+        prov = {"model_revision": self.revision, "speaker": self.speaker, "device": self.device}
+        if audio is None or audio.numel() == 0:
+            return S2SResponse.failed("the model returned text without audio", **prov)
+        samples = audio.reshape(-1).float().cpu().numpy()
+        return S2SResponse(status="ok", transcript=transcript or None, audio=samples, sample_rate=OUTPUT_RATE,
+                           provenance=prov)
+
+    def close(self) -> None:
+        self._model = None
+        self._processor = None
