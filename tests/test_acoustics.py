@@ -1,11 +1,12 @@
 """Acoustic measures on synthetic signals with known answers, and eSpeak NG voices."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import soundfile as sf
 from scipy.signal import lfilter
 
-from voicebias.acoustics import MeasureSettings, measure_files, measure_signal
+from voicebias.acoustics import MEASURE_COLUMNS, MeasureSettings, measure_files, measure_signal
 from voicebias.audio import AudioError
 from voicebias.classifiers import AcousticNormsClassifier
 from voicebias.tts import get_backend
@@ -48,8 +49,6 @@ def test_formant_index_orders_vocal_tract_sizes():
     long_tract = measure_signal(vowel(110, (700, 1220, 2600, 3300, 3750)), SR, MeasureSettings(60, 300, 5000, 0.01))
     assert short_tract["formant_index"] > long_tract["formant_index"] + 0.15
     clf = AcousticNormsClassifier()
-    import pandas as pd
-
     margins = clf.margins(pd.DataFrame([short_tract, long_tract]))
     assert margins[0] > 0 > margins[1]
 
@@ -69,8 +68,39 @@ def test_bad_files_are_excluded_and_the_rest_measured(tmp_path):
     s = MeasureSettings(60, 300, 5000, 0.01)
     df = measure_files([("good", good, s), ("silent", silent, s), ("junk", junk, s)], SR, workers=2).set_index("id")
     assert df.loc["good", "status"] == "ok" and df.loc["good", "f0_median_hz"] == pytest.approx(120, rel=0.01)
-    assert df.loc["silent", "status"] == "excluded" and "no voiced frames" in df.loc["silent", "error"]
+    assert df.loc["silent", "status"] == "excluded" and "silent" in df.loc["silent", "error"]
     assert df.loc["junk", "status"] == "excluded" and "not a readable audio file" in df.loc["junk", "error"]
+    assert list(df.loc[["silent", "junk"], "reason"]) == ["silent", "not_audio"]
+
+
+def test_noise_without_voicing_is_excluded_as_unvoiced():
+    noise = np.random.default_rng(0).normal(0, 0.1, SR).astype(np.float32)
+    with pytest.raises(AudioError, match="no voiced frames") as err:
+        measure_signal(noise, SR, MeasureSettings(60, 300, 5000, 0.01))
+    assert err.value.code == "no_voicing"
+
+
+def test_female_vowel_f0_and_formants():
+    m = measure_signal(vowel(220, (850, 1500, 3100, 3900, 4700)), SR, MeasureSettings(100, 500, 5500, 0.01))
+    assert m["f0_median_hz"] == pytest.approx(220.0, rel=0.01)
+    assert m["f1_hz"] == pytest.approx(850.0, rel=0.05)
+    assert m["f2_hz"] == pytest.approx(1500.0, rel=0.05)
+    assert m["f3_hz"] == pytest.approx(3100.0, rel=0.05)
+
+
+def test_parallel_measurement_equals_serial_and_keeps_order(tmp_path):
+    s = MeasureSettings(60, 400, 5000, 0.01)
+    jobs = []
+    for i, f0 in enumerate((100, 130, 160, 190, 220)):
+        path = tmp_path / f"v{i}.flac"
+        sf.write(path, vowel(f0, dur=0.6), SR)
+        jobs.append((f"v{i}", path, s))
+    par = measure_files(jobs, SR, workers=2)
+    ser = measure_files(jobs, SR, workers=1)
+    assert list(par["id"]) == [f"v{i}" for i in range(5)]
+    pd.testing.assert_frame_equal(par, ser)
+    np.testing.assert_allclose(par["f0_median_hz"], [100, 130, 160, 190, 220], rtol=0.01)
+    assert set(MEASURE_COLUMNS) <= set(par.columns) and par[MEASURE_COLUMNS].notna().all().all()
 
 
 def test_espeak_voices_are_gendered_and_deterministic():
@@ -95,6 +125,6 @@ def test_espeak_rejects_unknown_voice_and_empty_text():
         tts.synthesize("   ", "en-us+m3")
 
 
-def test_planned_backends_fail_with_a_clear_message():
-    with pytest.raises(NotImplementedError, match="azure"):
-        get_backend("azure")
+def test_unknown_tts_backend_is_a_clear_error():
+    with pytest.raises(KeyError, match="unknown TTS backend 'festival'"):
+        get_backend("festival")

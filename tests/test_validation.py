@@ -73,3 +73,120 @@ def test_gate_names_flipped_stimuli():
     assert list(flips["stimulus_id"]) == ["en-neutral-03-female"]
     with pytest.raises(ValidationFailed, match="en-neutral-03-female"):
         require_gate(table, flips)
+
+
+def test_gate_runs_per_phonation_condition():
+    """A leak confined to one phonation condition is caught and named with that condition."""
+    frames = []
+    for phonation in ("modal", "breathy", "creaky", "endcreak"):
+        d = gate_inputs(seed=hash(phonation) % 1000)
+        d = d[d["lang"] == "en"].assign(phonation=phonation)
+        if phonation == "breathy":
+            d.loc[d["pole"] == "feminine", "f0_median_st"] += 1.0
+            d["composite"] = (d["f0_median_st"] - 8.5) / 4.5
+        frames.append(d)
+    inputs = pd.concat(frames, ignore_index=True)
+    table, flips = carrier_gate(inputs, ["clf"], 0.05, "composite", ["f0_median_st"])
+    assert set(table["phonation"]) == {"modal", "breathy", "creaky", "endcreak"}
+    assert (table.groupby("phonation")["n"].max() == 60).all()
+    failed = table[table["verdict"] == "fail"]
+    assert set(failed["phonation"]) == {"breathy"} and {"composite", "f0_median_st"} <= set(failed["measure"])
+    with pytest.raises(ValidationFailed, match=r"\[en, breathy\] content effect on composite"):
+        require_gate(table, flips)
+
+
+def test_gate_without_phonation_reads_all_and_names_missing_measures():
+    table, _ = carrier_gate(gate_inputs(), ["clf"], 0.05, "composite", ["f0_median_st"])
+    assert set(table["phonation"]) == {"all"}
+    with pytest.raises(KeyError, match="no column.*formant_index"):
+        carrier_gate(gate_inputs(), ["clf"], 0.05, "composite", ["formant_index"])
+
+
+PASSAGES_PER_POLE = 4
+
+
+@pytest.fixture(scope="module")
+def espeak_carrier(tmp_path_factory, bank):
+    """First sentences of 4 English passages per pole, read by eSpeak's male and female voice."""
+    from voicebias.audio import normalize_rms, resample
+    from voicebias.tts import get_backend
+
+    tts = get_backend("espeak", rate_wpm=160)
+    voices = {"male": "en-us+m3", "female": "en-us+f3"}
+    signals, rows = {}, []
+    en = bank[bank["lang"] == "en"]
+    for pole in ("masculine", "neutral", "feminine"):
+        for p in en[en["pole"] == pole].head(PASSAGES_PER_POLE).itertuples():
+            sentence = p.text.split(". ")[0].rstrip(".") + "."
+            for gender, voice in voices.items():
+                x, sr = tts.synthesize(sentence, voice)
+                x, _ = normalize_rms(resample(x, sr, 16000), -23.0)
+                sid = f"{p.passage_id}-{gender}"
+                signals[sid] = x
+                rows.append({"stimulus_id": sid, "passage_id": p.passage_id, "lang": "en", "pole": pole,
+                             "voice_gender": gender, "voice_id": voice, "path": f"data/stimuli/audio/{sid}.flac"})
+    return signals, pd.DataFrame(rows), tmp_path_factory.mktemp("carrier")
+
+
+def _measure_carrier(root, signals, manifest, leak_semitones):
+    """Write the stimuli (feminine content pitch-raised by `leak_semitones`, a leaky
+    carrier) and run the real acoustics stage on them."""
+    import parselmouth
+    import yaml
+    from parselmouth.praat import call
+
+    from voicebias.acoustics import run_stage
+    from voicebias.audio import write_audio
+
+    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    for r in manifest.itertuples():
+        x = signals[r.stimulus_id]
+        if leak_semitones and r.pole == "feminine":
+            lo, hi = params["acoustics"]["pitch_range"][r.voice_gender]
+            snd = parselmouth.Sound(x.astype(np.float64), sampling_frequency=16000)
+            median = call(snd.to_pitch(0.01, lo, hi), "Get quantile", 0, 0, 0.5, "Hertz")
+            # Praat's PSOLA "Change gender": new pitch median, formants and duration kept
+            snd = call(snd, "Change gender", lo, hi, 1.0, median * 2 ** (leak_semitones / 12), 1.0, 1.0)
+            x = snd.values[0].astype(np.float32)
+        write_audio(root / r.path, x, 16000)
+    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    (root / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
+    manifest.to_csv(root / "manifest.csv", index=False)
+    return run_stage(params, root / "manifest.csv", root / "data" / "measures" / "inputs.csv",
+                     root / "data" / "measures" / "composite_reference.csv", root), params
+
+
+def _gate_stage(root):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "VOICEBIAS_ROOT": str(root)}
+    return subprocess.run([sys.executable, "-m", "stages.carrier_gate"], cwd=config.ROOT, env=env,
+                          capture_output=True, text=True)
+
+
+def test_gate_on_espeak_audio_passes_clean_and_stops_a_leaky_carrier(espeak_carrier):
+    signals, manifest, base = espeak_carrier
+    clean_root, leaky_root = base / "clean", base / "leaky"
+    clean, params = _measure_carrier(clean_root, signals, manifest, 0.0)
+    assert (clean["status"] == "ok").all()
+    classifiers = [params["acoustics"]["classifier"]]
+    secondary = [m for m in params["carrier_gate"]["measures"] if m != "composite"]
+    table, flips = carrier_gate(clean, classifiers, 0.05, "composite", secondary)
+    assert set(table["verdict"]) <= {"pass", "benign"} and flips.empty
+    res = _gate_stage(clean_root)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+    leaky, _ = _measure_carrier(leaky_root, signals, manifest, 1.0)
+    fem = leaky["pole"] == "feminine"
+    raised = leaky.loc[fem, "f0_median_st"].to_numpy() - clean.loc[fem, "f0_median_st"].to_numpy()
+    assert raised == pytest.approx(np.ones(fem.sum()), abs=0.25)  # the planted leak is there
+    table, _ = carrier_gate(leaky, classifiers, 0.05, "composite", secondary)
+    failed = table[table["verdict"] == "fail"]
+    assert "f0_median_st" in set(failed["measure"])
+    res = _gate_stage(leaky_root)
+    assert res.returncode != 0
+    assert "carrier gate failed" in res.stderr and "[en] content effect on f0_median_st" in res.stderr
+    assert "most shifted feminine-content stimuli: en-feminine-" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -19,23 +19,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from voicebias.acoustics import MeasureSettings, measure_files
-from voicebias.classifiers import get_classifier
+from dataclasses import replace
+
+from voicebias.acoustics import MeasureSettings, add_margins, classifier_names, measure_files
 from voicebias.composite import composite_measures, femininity_composite
 
 WIDE = {"pitch_range": [60, 500], "max_formant": 5250}
 
 
 def output_settings(params: dict[str, Any], gender: str | None) -> MeasureSettings:
+    """Settings of the output voice's gender (wide when unknown); voice-quality measures off:
+    RQ1 needs F0, formants and margins only."""
     if gender in ("male", "female"):
-        return MeasureSettings.for_gender(params, gender)
-    return MeasureSettings(float(WIDE["pitch_range"][0]), float(WIDE["pitch_range"][1]), float(WIDE["max_formant"]),
-                           float(params["time_step"]))
-
-
-def classifier_names(params: dict[str, Any]) -> list[str]:
-    c = params["classifier"]
-    return [c] if isinstance(c, str) else list(c)
+        settings = MeasureSettings.for_gender(params, gender)
+    else:
+        wide = {**params, "pitch_range": {"any": WIDE["pitch_range"]}, "max_formant": {"any": WIDE["max_formant"]}}
+        settings = MeasureSettings.for_gender(wide, "any")
+    return replace(settings, voice_quality=False)
 
 
 def measure_cached(paths: pd.DataFrame, settings: MeasureSettings, sample_rate: int, cache_dir: Path) -> pd.DataFrame:
@@ -43,7 +43,7 @@ def measure_cached(paths: pd.DataFrame, settings: MeasureSettings, sample_rate: 
     cache_dir.mkdir(parents=True, exist_ok=True)
     tag = hashlib.sha256(json.dumps([settings.__dict__, sample_rate], sort_keys=True).encode()).hexdigest()[:16]
     rows, todo = [], []
-    for r in paths.itertuples():
+    for r in paths.itertuples(index=False):
         f = cache_dir / f"{r.sha256}-{tag}.json"
         if f.exists():
             rows.append({"id": r.id, **json.loads(f.read_text())})
@@ -75,10 +75,9 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
     measured = measured.rename(columns={"status": "measure_status", "error": "measure_error"})
     out = ok.merge(measured, on="id", how="left")
     good = (out["measure_status"] == "ok").to_numpy()
-    for name in names:
-        out[f"margin_{name}"] = np.nan
-        if good.any():
-            out.loc[good, f"margin_{name}"] = get_classifier(name).margins(out[good])
+    out["status"] = np.where(good, "ok", "excluded")
+    out["rel_path"] = out["output_audio"]
+    out = add_margins(out, ac, root, path_col="rel_path")
     out["composite"] = femininity_composite(out, reference, measures)
     cols = [*measures, "composite", "duration_s", "voiced_fraction"]
     table = out[["system", "task", "stimulus_id", "passage_id", "lang", "pole", "voice_gender"]].copy()

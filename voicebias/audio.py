@@ -1,13 +1,40 @@
-"""Audio input/output helpers: reading, resampling, loudness and hashing.
+"""Audio input/output helpers: reading, checking, resampling, loudness and hashing.
 
 Audio is read with soundfile (torchaudio.load would need torchcodec). Files are
 stored as 16-bit FLAC: lossless, about half the size of WAV.
+
+Bad input is refused with an `AudioError` whose `code` names the case, so a batch
+can count its exclusions by reason (see `load_for_analysis`):
+
+=================  ===========================================================
+code               when
+=================  ===========================================================
+missing            no file at the path
+not_audio          libsndfile cannot open the file (text, image, unknown format)
+truncated          the header declares more audio than the file holds, or the
+                   compressed stream breaks off
+empty              the file holds no samples
+nan                a sample is NaN or infinite (possible in float WAV)
+silent             RMS level below the silence threshold (default -60 dBFS)
+clipped            more than the allowed fraction of samples at full scale
+low_sample_rate    the sample rate cannot carry the analysis band (Nyquist below
+                   the formant ceiling): upsampling would not restore it
+too_long           longer than the allowed duration (checked from the header,
+                   before decoding)
+stereo_cancels     the channels cancel when averaged (one channel polarity-inverted)
+no_voicing         readable audio with too few voiced frames to measure
+=================  ===========================================================
+
+Stereo files are averaged to mono and other sample rates resampled; both are
+kept and reported in a note, not excluded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import struct
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,7 +44,45 @@ from scipy.signal import resample_poly
 
 
 class AudioError(ValueError):
-    """An audio file that cannot be measured, with the reason in plain words."""
+    """An audio file that cannot be measured, with the reason in plain words.
+
+    `code` is a short machine-readable reason (see the module docstring) used to
+    count exclusions.
+    """
+
+    def __init__(self, message: str, code: str = "unreadable"):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class AudioChecks:
+    """Limits applied when a file is read for analysis.
+
+    min_sample_rate: Hz; below it the file is refused (the analysis band would be cut).
+    max_duration_s: seconds; longer files are refused before decoding.
+    max_clipped_fraction: share of samples at or above `clip_level` (of full scale)
+        tolerated before the file is refused: clipping flattens the glottal pulse
+        and adds harmonics, biasing H1-H2, H1-A3 and CPPS.
+    silence_dbfs: RMS level (dB re full scale) below which a file counts as silent.
+    """
+
+    min_sample_rate: int = 11025
+    max_duration_s: float = 600.0
+    max_clipped_fraction: float = 0.001
+    clip_level: float = 0.999
+    silence_dbfs: float = -60.0
+
+
+@dataclass
+class LoadedAudio:
+    """A mono float32 signal ready for analysis, with what was done to it."""
+
+    x: np.ndarray
+    sr: int
+    source_sr: int
+    channels: int
+    notes: list[str] = field(default_factory=list)
 
 
 def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
@@ -34,6 +99,11 @@ def rms_dbfs(x: np.ndarray) -> float:
     return 20.0 * np.log10(rms) if rms > 0 else float("-inf")
 
 
+def clipped_fraction(x: np.ndarray, level: float = 0.999) -> float:
+    """Share of samples whose magnitude is at or above `level` (fraction of full scale)."""
+    return float(np.mean(np.abs(x) >= level)) if x.size else 0.0
+
+
 def normalize_rms(x: np.ndarray, target_dbfs: float) -> tuple[np.ndarray, float]:
     """Scale to a target RMS level; the gain is lowered if peaks would clip.
 
@@ -41,7 +111,7 @@ def normalize_rms(x: np.ndarray, target_dbfs: float) -> tuple[np.ndarray, float]
     """
     level = rms_dbfs(x)
     if not np.isfinite(level):
-        raise AudioError("signal is silent: cannot normalise loudness")
+        raise AudioError("signal is silent: cannot normalise loudness", code="silent")
     gain = 10 ** ((target_dbfs - level) / 20.0)
     peak = float(np.max(np.abs(x))) * gain
     if peak > 0.99:
@@ -54,20 +124,106 @@ def write_audio(path: Path, x: np.ndarray, sr: int) -> None:
     sf.write(str(path), np.clip(x, -1.0, 1.0), sr, subtype="PCM_16", format="FLAC")
 
 
-def read_audio(path: Path | str, target_sr: int | None = None) -> tuple[np.ndarray, int]:
-    """Read a file as mono float32, optionally resampled; raises AudioError on bad input."""
+def _wav_truncation(path: Path | str) -> tuple[int, int] | None:
+    """(declared, present) data bytes of a RIFF/WAVE file whose data chunk is cut short.
+
+    libsndfile silently shortens such files to what is there, so a file cut off
+    during a copy would otherwise be measured as a shorter recording.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        while True:
+            chunk = fh.read(8)
+            if len(chunk) < 8:
+                return None
+            cid, size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+            if cid == b"data":
+                start = fh.tell()
+                fh.seek(0, io.SEEK_END)
+                present = fh.tell() - start
+                return (size, present) if present < size and size != 0xFFFFFFFF else None
+            fh.seek(size + (size & 1), io.SEEK_CUR)
+
+
+def _open(path: Path | str):
+    try:
+        return sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError) as exc:
+        raise AudioError(f"{path}: not a readable audio file ({exc})", code="not_audio") from exc
+
+
+def _decode(path: Path | str, frames: int) -> tuple[np.ndarray, int]:
     try:
         x, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as exc:
-        raise AudioError(f"{path}: not a readable audio file ({exc})") from exc
-    x = x.mean(axis=1)
-    if x.size == 0:
-        raise AudioError(f"{path}: file holds no samples")
-    if not np.all(np.isfinite(x)):
-        raise AudioError(f"{path}: samples contain NaN or infinity")
+        raise AudioError(f"{path}: truncated or corrupt audio stream: the header declares {frames} samples "
+                         f"but decoding failed ({exc})", code="truncated") from exc
+    return x, sr
+
+
+def read_audio(path: Path | str, target_sr: int | None = None) -> tuple[np.ndarray, int]:
+    """Read a file as mono float32 (channels averaged), optionally resampled.
+
+    Raises AudioError on unreadable, truncated, empty or NaN-holding files.
+    """
+    loaded = load_for_analysis(path, target_sr, AudioChecks(min_sample_rate=1, max_duration_s=float("inf"),
+                                                            max_clipped_fraction=1.0, silence_dbfs=float("-inf")))
+    return loaded.x, loaded.sr
+
+
+def load_for_analysis(path: Path | str, target_sr: int | None = None, checks: AudioChecks | None = None) -> LoadedAudio:
+    """Read, check and convert one file for acoustic analysis.
+
+    Refusals raise AudioError with a `code` (module docstring); accepted conversions
+    (stereo averaged to mono, resampling to `target_sr` Hz) are listed in `notes`.
+    """
+    checks = checks or AudioChecks()
+    if not Path(path).is_file():
+        raise AudioError(f"{path}: file not found", code="missing")
+    info = _open(path)
+    cut = _wav_truncation(path)
+    if cut:
+        raise AudioError(f"{path}: truncated file: the header declares {cut[0]} bytes of audio, "
+                         f"the file holds {cut[1]}", code="truncated")
+    if info.frames == 0:
+        raise AudioError(f"{path}: file holds no samples", code="empty")
+    duration = info.frames / info.samplerate
+    if duration > checks.max_duration_s:
+        raise AudioError(f"{path}: too long ({duration:.0f} s > {checks.max_duration_s:g} s allowed); "
+                         "cut it into utterances first", code="too_long")
+    if info.samplerate < checks.min_sample_rate:
+        raise AudioError(f"{path}: sample rate {info.samplerate} Hz is too low: the analysis needs at least "
+                         f"{checks.min_sample_rate} Hz (content up to the formant ceiling)", code="low_sample_rate")
+    x2, sr = _decode(path, info.frames)
+    if x2.size == 0:
+        raise AudioError(f"{path}: file holds no samples", code="empty")
+    if not np.all(np.isfinite(x2)):
+        bad = int((~np.isfinite(x2)).sum())
+        raise AudioError(f"{path}: samples contain NaN or infinity ({bad} of {x2.size})", code="nan")
+    notes = []
+    channels = x2.shape[1]
+    x = x2.mean(axis=1)
+    if channels > 1:
+        mixed, each = rms_dbfs(x), max(rms_dbfs(x2[:, c]) for c in range(channels))
+        if np.isfinite(each) and mixed < each - 20.0:
+            raise AudioError(f"{path}: the {channels} channels cancel when averaged to mono "
+                             f"({mixed:.0f} dBFS vs {each:.0f} dBFS per channel): check the polarity",
+                             code="stereo_cancels")
+        notes.append(f"{channels} channels averaged to mono")
+    level = rms_dbfs(x)
+    if level < checks.silence_dbfs:
+        raise AudioError(f"{path}: silent (RMS {level:.1f} dBFS, below {checks.silence_dbfs:g} dBFS)", code="silent")
+    clip = max(clipped_fraction(x2[:, c], checks.clip_level) for c in range(channels))
+    if clip > checks.max_clipped_fraction:
+        raise AudioError(f"{path}: clipped: {100 * clip:.2f}% of samples at full scale "
+                         f"(more than {100 * checks.max_clipped_fraction:g}% allowed)", code="clipped")
+    source_sr = sr
     if target_sr and sr != target_sr:
         x, sr = resample(x, sr, target_sr), target_sr
-    return x, sr
+        notes.append(f"resampled from {source_sr} Hz to {target_sr} Hz")
+    return LoadedAudio(x.astype(np.float32, copy=False), int(sr), int(source_sr), int(channels), notes)
 
 
 def wav_bytes(x: np.ndarray, sr: int) -> bytes:

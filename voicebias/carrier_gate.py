@@ -14,6 +14,11 @@ without that direction is reported as 'benign' with its numbers, as the paper do
 for its Spanish classifier margin (App. G): on deterministic TTS the within-voice
 variance is tiny, so the text's phonetic make-up alone can reach significance.
 With `strict`, any omnibus content effect on the headline composite fails.
+
+When the inputs carry a `phonation` column (speech-continuation stimuli, each
+prompt rendered modal, breathy, creaky and end-creak), every criterion is applied
+per language x phonation condition, so a leak confined to one condition cannot hide
+in the pooled variance; otherwise the table's phonation column reads 'all'.
 """
 
 from __future__ import annotations
@@ -30,9 +35,18 @@ from statsmodels.stats.anova import anova_lm
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 GATE_COLUMNS = [
-    "lang", "measure", "n", "flips", "F", "df_num", "df_den", "p_content", "fem_minus_masc",
-    "p_directional", "cell_spread", "voice_separation", "verdict",
+    "lang", "phonation", "measure", "n", "flips", "F", "df_num", "df_den", "p_content", "fem_minus_masc",
+    "p_directional", "cell_spread", "voice_separation", "verdict", "at_fault",
 ]
+
+
+def most_shifted(g: pd.DataFrame, measure: str, k: int = 5) -> str:
+    """The k feminine-content stimuli whose value, centred on their voice's mean, is
+    highest: where a stereotype leak into the carrier shows first."""
+    d = g[["stimulus_id", "voice_gender", "pole", measure]].dropna()
+    centred = d[measure] - d.groupby("voice_gender")[measure].transform("mean")
+    fem = d.assign(c=centred)[d["pole"] == "feminine"].sort_values("c", ascending=False)
+    return ", ".join(fem["stimulus_id"].head(k))
 
 
 def content_within_voice_test(df: pd.DataFrame, measure: str) -> dict[str, float]:
@@ -65,21 +79,27 @@ def carrier_gate(
     """Gate table (one row per language x measure) and the list of flipped stimuli.
 
     `inputs` needs lang, pole, voice_gender, stimulus_id, the measures and one
-    margin_<classifier> column per classifier (positive = female).
+    margin_<classifier> column per classifier (positive = female); with a
+    `phonation` column the gate runs per language x phonation condition.
     """
-    ok = inputs[inputs["status"] == "ok"]
+    ok = inputs[inputs["status"] == "ok"].copy()
+    if "phonation" not in ok or ok["phonation"].isna().all():
+        ok["phonation"] = "all"
     secondary = secondary or []
+    missing = [m for m in [headline, *secondary, *[f"margin_{c}" for c in classifiers]] if m not in ok]
+    if missing:
+        raise KeyError(f"carrier gate: the input measures table has no column(s) {', '.join(missing)}")
     flips_rows = []
     for c in classifiers:
         pred = np.where(ok[f"margin_{c}"] > 0, "female", "male")
         bad = ok[pred != ok["voice_gender"].to_numpy()]
         for r in bad.itertuples():
-            flips_rows.append({"lang": r.lang, "classifier": c, "stimulus_id": r.stimulus_id,
+            flips_rows.append({"lang": r.lang, "phonation": r.phonation, "classifier": c, "stimulus_id": r.stimulus_id,
                                "voice_gender": r.voice_gender, "margin": getattr(r, f"margin_{c}")})
-    flips = pd.DataFrame(flips_rows, columns=["lang", "classifier", "stimulus_id", "voice_gender", "margin"])
+    flips = pd.DataFrame(flips_rows, columns=["lang", "phonation", "classifier", "stimulus_id", "voice_gender", "margin"])
     rows = []
-    for lang, g in ok.groupby("lang"):
-        n_flips = int((flips["lang"] == lang).sum())
+    for (lang, phonation), g in ok.groupby(["lang", "phonation"], sort=True):
+        n_flips = int(((flips["lang"] == lang) & (flips["phonation"] == phonation)).sum())
         for m in [headline, *secondary]:
             res = content_within_voice_test(g, m)
             significant = res["p_content"] < alpha
@@ -88,9 +108,11 @@ def carrier_gate(
                 verdict = "fail"
             else:
                 verdict = "benign" if significant else "pass"
-            rows.append({"lang": lang, "measure": m, "flips": n_flips, **res, "verdict": verdict})
-        rows.append({"lang": lang, "measure": "hard:classifier_flips", "n": int(len(g)), "flips": n_flips,
-                     "verdict": "fail" if n_flips else "pass"})
+            rows.append({"lang": lang, "phonation": phonation, "measure": m, "flips": n_flips, **res,
+                         "verdict": verdict, "at_fault": most_shifted(g, m) if verdict == "fail" else ""})
+        flipped = flips.loc[(flips["lang"] == lang) & (flips["phonation"] == phonation), "stimulus_id"]
+        rows.append({"lang": lang, "phonation": phonation, "measure": "hard:classifier_flips", "n": int(len(g)),
+                     "flips": n_flips, "verdict": "fail" if n_flips else "pass", "at_fault": ", ".join(flipped.unique())})
     table = pd.DataFrame(rows)
     for col in GATE_COLUMNS:
         if col not in table:
@@ -110,12 +132,16 @@ def require_gate(table: pd.DataFrame, flips: pd.DataFrame) -> ValidationReport:
         failed = table[table["verdict"] == "fail"]
         lines = [str(exc), "carrier gate failed; the pipeline stops before any system runs:"]
         for r in failed.itertuples():
+            where_ = r.lang if r.phonation == "all" else f"{r.lang}, {r.phonation}"
             if r.measure.startswith("hard"):
-                ids = flips.loc[flips["lang"] == r.lang, "stimulus_id"].tolist()
-                lines.append(f"  [{r.lang}] {r.flips} classifier flips: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
+                sel = (flips["lang"] == r.lang) & (flips["phonation"] == r.phonation)
+                ids = flips.loc[sel, "stimulus_id"].tolist()
+                lines.append(f"  [{where_}] {r.flips} classifier flips: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
             else:
-                lines.append(f"  [{r.lang}] content effect on {r.measure}: F={r.F:.2f}, p={r.p_content:.3g}, "
-                             f"feminine-masculine={r.fem_minus_masc:+.3f} (p={r.p_directional:.3g})")
+                lines.append(f"  [{where_}] content effect on {r.measure}: F={r.F:.2f}, p={r.p_content:.3g}, "
+                             f"feminine-masculine={r.fem_minus_masc:+.3f} (p={r.p_directional:.3g}), "
+                             f"cell spread {r.cell_spread:.3g} vs voice separation {r.voice_separation:.3g}; "
+                             f"most shifted feminine-content stimuli: {r.at_fault}")
         raise type(exc)("\n".join(lines)) from None
 
 
@@ -124,7 +150,8 @@ def run_stage(params: dict[str, Any], measures_path: Path, out_dir: Path) -> pd.
     from voicebias.io import read_table, write_json, write_table
 
     inputs = read_table(measures_path)
-    names = [params["acoustics"]["classifier"]] if isinstance(params["acoustics"]["classifier"], str) else list(params["acoustics"]["classifier"])
+    c = params["acoustics"]["classifier"]
+    names = [c] if isinstance(c, str) else list(c)
     secondary = [m for m in params["carrier_gate"]["measures"] if m != "composite"]
     table, flips = carrier_gate(inputs, names, float(params["carrier_gate"]["alpha"]), "composite", secondary,
                                 strict=bool(params["carrier_gate"].get("strict", False)))
@@ -135,7 +162,8 @@ def run_stage(params: dict[str, Any], measures_path: Path, out_dir: Path) -> pd.
         "passed": bool(table["verdict"].isin(["pass", "benign"]).all()),
         "flips": int(len(flips)),
         "excluded_stimuli": int(len(excluded)),
-        "composite_p": {r.lang: r.p_content for r in table[table["measure"] == "composite"].itertuples()},
+        "composite_p": {(r.lang if r.phonation == "all" else f"{r.lang}/{r.phonation}"): r.p_content
+                        for r in table[table["measure"] == "composite"].itertuples()},
     })
     require_gate(table, flips)
     return table

@@ -3,6 +3,16 @@
 The margin plays the role of the pre-softmax logit difference z_female - z_male
 (S2S paper, App. F): positive means 'sounds female', and it stays graded where a
 posterior would pin to 0 or 1.
+
+Two kinds of backend sit behind one interface (`GenderClassifier.margins`):
+
+- `acoustic_norms` (embedded default): reads the measured F0 and formant index;
+- `w2v2_librispeech`, `w2v2_commonvoice` (paper profile): wav2vec2 sequence
+  classifiers that listen to the audio (16 kHz mono), loaded only from a local
+  folder (`acoustics.classifier_weights.<name>` in params.yaml), never from a hub.
+
+Backends are imported lazily through REGISTRY ("module:Class"), so the embedded
+default never imports torch or transformers.
 """
 
 from __future__ import annotations
@@ -10,6 +20,8 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,19 +30,35 @@ from voicebias.acoustics import hz_to_semitones
 
 REGISTRY: dict[str, str] = {
     "acoustic_norms": "voicebias.classifiers:AcousticNormsClassifier",
+    "w2v2_librispeech": "voicebias.classifiers:Wav2Vec2GenderClassifier",
+    "w2v2_commonvoice": "voicebias.classifiers:Wav2Vec2GenderClassifier",
 }
-PLANNED: dict[str, str] = {
-    "w2v2_librispeech": "alefiury/wav2vec2-large-xlsr-53-gender-recognition-librispeech (local weights)",
-    "w2v2_commonvoice": "prithivMLmods/Common-Voice-Gender-Detection (local weights)",
+# Published checkpoints behind the registered wav2vec2 names (S2S paper, App. F).
+CHECKPOINTS: dict[str, str] = {
+    "w2v2_librispeech": "alefiury/wav2vec2-large-xlsr-53-gender-recognition-librispeech",
+    "w2v2_commonvoice": "prithivMLmods/Common-Voice-Gender-Detection",
 }
+# Classifiers named by a profile that this version has no backend for (none at present).
+PLANNED: dict[str, str] = {}
+
+FEMALE_LABELS = {"female", "f", "woman", "women"}
+MALE_LABELS = {"male", "m", "man", "men"}
 
 
 class GenderClassifier(ABC):
+    """A speaker-gender classifier; `needs_audio` says whether it listens to the signal."""
+
     name: str
+    needs_audio: bool = False
 
     @abstractmethod
-    def margins(self, measures: pd.DataFrame) -> np.ndarray:
-        """Margin z_female - z_male per row (positive = female)."""
+    def margins(self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None,
+                sample_rate: int = 16000) -> np.ndarray:
+        """Margin z_female - z_male per row (positive = female).
+
+        measures: the acoustic measures table (one row per file); audio: the mono
+        signals of those rows, in order, for classifiers that listen to them.
+        """
 
 
 @dataclass
@@ -55,7 +83,8 @@ class AcousticNormsClassifier(GenderClassifier):
         "formant_index": float(np.mean(np.log2(np.array([625.0, 1694.0, 2783.0]) / np.array([502.0, 1420.0, 2386.0])))),
     }
 
-    def margins(self, measures: pd.DataFrame) -> np.ndarray:
+    def margins(self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None,
+                sample_rate: int = 16000) -> np.ndarray:
         f0 = measures["f0_median_st"].to_numpy(float)
         fi = measures["formant_index"].to_numpy(float)
 
@@ -65,10 +94,122 @@ class AcousticNormsClassifier(GenderClassifier):
         return loglik(self.FEMALE) - loglik(self.MALE)
 
 
+def label_indices(id2label: dict[Any, str], labels: dict[str, int] | None = None) -> tuple[int, int]:
+    """(female index, male index) of a two-class label map.
+
+    The indices are found from the label names ('female'/'male', case-insensitive).
+    A checkpoint whose config carries generic names ('LABEL_0', 'LABEL_1') needs the
+    order stated explicitly in `labels` ({'female': i, 'male': j}, e.g. from its model
+    card); named labels that contradict `labels` are refused.
+    """
+    names = {int(k): str(v) for k, v in id2label.items()}
+    if len(names) != 2:
+        raise ValueError(f"expected a two-class (female/male) classifier, got labels {names}")
+    found: dict[str, int] = {}
+    for idx, lab in names.items():
+        low = lab.strip().lower()
+        if low in FEMALE_LABELS:
+            found["female"] = idx
+        elif low in MALE_LABELS:
+            found["male"] = idx
+    if labels is not None:
+        want = {"female": int(labels["female"]), "male": int(labels["male"])}
+        if set(want.values()) != set(names):
+            raise ValueError(f"stated label order {want} does not match the checkpoint's classes {sorted(names)}")
+        for k, v in found.items():
+            if want[k] != v:
+                raise ValueError(f"label map mismatch: the checkpoint names class {v} '{names[v]}', "
+                                 f"but the stated order puts {k} at {want[k]} (id2label={names})")
+        return want["female"], want["male"]
+    if set(found) != {"female", "male"}:
+        raise ValueError(f"cannot tell female from male in id2label={names}; state the order "
+                         "({'female': i, 'male': j}) from the model card")
+    return found["female"], found["male"]
+
+
+class Wav2Vec2GenderClassifier(GenderClassifier):
+    """A transformers Wav2Vec2ForSequenceClassification checkpoint in a local folder.
+
+    The folder holds config.json, the weights and preprocessor_config.json (as
+    written by `save_pretrained` / `huggingface-cli download --local-dir`). It is
+    loaded with local_files_only=True: nothing is fetched at run time. The label map
+    (config.id2label) is checked at load and the female/male indices taken from it.
+
+    Inference: 16 kHz mono input, batches of `batch_size` on the GPU when one is
+    visible. Checkpoints whose feature extractor returns an attention mask
+    (layer-norm feature encoders, e.g. XLS-R large) are batched with zero padding and
+    the mask; the others (group-norm encoders such as wav2vec2-base) see padding as
+    signal, so they are batched only with clips of identical length. Either way a
+    clip's margin does not depend on the batch it is in.
+    """
+
+    needs_audio = True
+
+    def __init__(self, weights: str | Path | None = None, name: str = "wav2vec2", source: str = "",
+                 batch_size: int = 8, device: str | None = None, labels: dict[str, int] | None = None):
+        self.name = name
+        if weights is None:
+            raise ValueError(f"classifier '{name}' needs a local weights folder: set "
+                             f"acoustics.classifier_weights.{name} in params.yaml")
+        folder = Path(weights)
+        hint = f" (download {source} there, e.g. `huggingface-cli download {source} --local-dir {folder}`)" if source else ""
+        if not folder.is_dir():
+            raise FileNotFoundError(f"classifier '{name}': weights folder {folder} not found{hint}")
+        for needed in ("config.json", "preprocessor_config.json"):
+            if not (folder / needed).exists():
+                raise FileNotFoundError(f"classifier '{name}': {folder} has no {needed}{hint}")
+        import torch
+        from transformers import Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
+
+        self.folder, self.batch_size = folder, int(batch_size)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.extractor = Wav2Vec2FeatureExtractor.from_pretrained(str(folder), local_files_only=True)
+        self.model = Wav2Vec2ForSequenceClassification.from_pretrained(str(folder), local_files_only=True)
+        self.model.eval().to(self.device)
+        self.female_index, self.male_index = label_indices(self.model.config.id2label, labels)
+        self.sampling_rate = int(self.extractor.sampling_rate)
+
+    def logits(self, audio: Sequence[np.ndarray], sample_rate: int = 16000) -> np.ndarray:
+        """Pre-softmax logits, shape (n_clips, 2), in the checkpoint's class order."""
+        import torch
+
+        from voicebias.audio import resample
+
+        clips = [resample(np.asarray(a, dtype=np.float32), sample_rate, self.sampling_rate) for a in audio]
+        out = np.full((len(clips), 2), np.nan)
+        if self.extractor.return_attention_mask:
+            order = sorted(range(len(clips)), key=lambda i: len(clips[i]))
+            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        else:
+            by_len: dict[int, list[int]] = {}
+            for i, c in enumerate(clips):
+                by_len.setdefault(len(c), []).append(i)
+            batches = [ids[i:i + self.batch_size] for ids in by_len.values() for i in range(0, len(ids), self.batch_size)]
+        with torch.inference_mode():
+            for ids in batches:
+                feats = self.extractor([clips[i] for i in ids], sampling_rate=self.sampling_rate, padding=True,
+                                       return_tensors="pt")
+                feats = {k: v.to(self.device) for k, v in feats.items()}
+                out[ids] = self.model(**feats).logits.float().cpu().numpy()
+        return out
+
+    def margins(self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None,
+                sample_rate: int = 16000) -> np.ndarray:
+        if audio is None:
+            raise ValueError(f"classifier '{self.name}' listens to the audio: pass the signals")
+        if len(audio) != len(measures):
+            raise ValueError(f"classifier '{self.name}': {len(audio)} signals for {len(measures)} rows")
+        z = self.logits(audio, sample_rate)
+        return z[:, self.female_index] - z[:, self.male_index]
+
+
 def get_classifier(name: str, **options) -> GenderClassifier:
+    """Instantiate a registered classifier; options go to its constructor (e.g. weights=folder)."""
     if name not in REGISTRY:
         if name in PLANNED:
             raise NotImplementedError(f"classifier '{name}' ({PLANNED[name]}) has no backend in this version")
         raise KeyError(f"unknown classifier '{name}'; available: {', '.join(sorted(REGISTRY))}")
     module, cls = REGISTRY[name].split(":")
+    if name in CHECKPOINTS:
+        options = {"name": name, "source": CHECKPOINTS[name], **options}
     return getattr(importlib.import_module(module), cls)(**options)

@@ -1,10 +1,20 @@
 """The femininity composite: equal-weight mean of z-scored gender-sensitive measures.
 
-Following the S2S paper (sec. 4, RQ1), the composite averages z-scored F0, a formant
-index and the classifiers' margins. Every measure is standardised against the
-input stimuli of the same language (mean and SD over all voiced passages of that
-language, both voices), so outputs scored later share the inputs' scale. Units:
-SD of the language's input distribution; higher = more feminine.
+Following the S2S paper (sec. 4, RQ1), the composite averages z-scored F0
+(`f0_median_st`, semitones re 100 Hz), the formant index (`formant_index`, octaves
+re adult-male norms) and the margin of every configured speaker-gender classifier
+(`margin_<name>`, z_female - z_male), each with weight 1 / (2 + number of
+classifiers).
+
+Reference distribution: for each language, the mean and SD (ddof=1) of each measure
+over all input stimuli of that language that were measured ('ok'), both voices
+and all three content poles pooled (60 stimuli per language in the default bank).
+Outputs scored later are standardised with the *inputs'* reference of their
+language, so inputs and outputs share one scale and an output's composite minus
+its input's is a shift in input-SD units. Because both voices are pooled, the
+reference SD is dominated by the male-female separation: +-1 is roughly the
+distance from the middle to either voice. Units: SD of the language's input
+distribution; higher = more feminine.
 """
 
 from __future__ import annotations
@@ -12,30 +22,56 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+REFERENCE_COLUMNS = ["lang", "measure", "mean", "sd", "n"]
 
-def composite_measures(classifiers: list[str]) -> list[str]:
-    return ["f0_median_st", "formant_index", *[f"margin_{c}" for c in classifiers]]
+
+def composite_measures(classifiers: list[str] | str) -> list[str]:
+    """The measures the composite averages: F0, formant index, one margin per classifier."""
+    names = [classifiers] if isinstance(classifiers, str) else list(classifiers)
+    return ["f0_median_st", "formant_index", *[f"margin_{c}" for c in names]]
 
 
 def reference_stats(inputs: pd.DataFrame, measures: list[str]) -> pd.DataFrame:
-    """Per-language mean and SD of each measure over the measured input stimuli."""
+    """Per-language mean and SD (ddof=1) of each measure over the measured input stimuli.
+
+    Returns one row per language x measure: lang, measure, mean, sd, n.
+    """
+    missing = [m for m in measures if m not in inputs]
+    if missing:
+        raise KeyError(f"cannot build the composite reference: no column(s) {', '.join(missing)}")
     ok = inputs[inputs["status"] == "ok"]
+    if ok.empty:
+        raise ValueError("cannot build the composite reference: no input stimulus was measured")
     rows = []
     for lang, g in ok.groupby("lang"):
         for m in measures:
-            sd = float(g[m].std(ddof=1))
+            values = g[m].dropna()
+            sd = float(values.std(ddof=1))
             if not np.isfinite(sd) or sd == 0:
                 raise ValueError(f"cannot standardise {m} for '{lang}': no spread in the reference stimuli")
-            rows.append({"lang": lang, "measure": m, "mean": float(g[m].mean()), "sd": sd, "n": len(g)})
-    return pd.DataFrame(rows)
+            rows.append({"lang": lang, "measure": m, "mean": float(values.mean()), "sd": sd, "n": int(len(values))})
+    return pd.DataFrame(rows, columns=REFERENCE_COLUMNS)
+
+
+def zscores(df: pd.DataFrame, reference: pd.DataFrame, measures: list[str]) -> pd.DataFrame:
+    """Each measure standardised against the reference of its row's language (SD units)."""
+    ref = reference.set_index(["lang", "measure"])
+    langs = set(df["lang"].dropna().unique())
+    known = set(reference["lang"])
+    if langs - known:
+        raise KeyError(f"no composite reference for language(s) {', '.join(sorted(langs - known))}; "
+                       f"the reference covers {', '.join(sorted(known))}")
+    out = {}
+    for m in measures:
+        if m not in set(reference["measure"]):
+            raise KeyError(f"the composite reference has no measure '{m}'")
+        mean = df["lang"].map(lambda lang: ref.loc[(lang, m), "mean"])
+        sd = df["lang"].map(lambda lang: ref.loc[(lang, m), "sd"])
+        out[m] = (df[m] - mean) / sd
+    return pd.DataFrame(out, index=df.index)
 
 
 def femininity_composite(df: pd.DataFrame, reference: pd.DataFrame, measures: list[str]) -> pd.Series:
-    """Composite per row (SD units) using the reference of each row's language."""
-    ref = reference.set_index(["lang", "measure"])
-    zs = []
-    for m in measures:
-        mean = df["lang"].map(lambda l: ref.loc[(l, m), "mean"])
-        sd = df["lang"].map(lambda l: ref.loc[(l, m), "sd"])
-        zs.append((df[m] - mean) / sd)
-    return pd.concat(zs, axis=1).mean(axis=1, skipna=False)
+    """Composite per row (SD units): the equal-weight mean of the z-scored measures, NaN
+    where any of them is missing."""
+    return zscores(df, reference, measures).mean(axis=1, skipna=False).rename("composite")

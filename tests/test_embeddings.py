@@ -1,0 +1,168 @@
+"""Speaker embeddings: Resemblyzer's packaged GE2E encoder on eSpeak voices, SpeechBrain
+ECAPA loaded from a local folder (randomly initialised weights saved in the hub layout),
+and the cosine helpers."""
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import soundfile as sf
+import torch
+
+from voicebias.embeddings import cosine_matrix, cosine_similarity, get_embedder, speaker_similarity
+from voicebias.tts import get_backend
+
+SR = 16000
+TEXT_A = "Every morning I check the rods and climb down into the hull before the others wake."
+TEXT_B = "My grandmother taught me to bake bread on Sundays, and I still use her recipe."
+
+# The layout of speechbrain/spkrec-ecapa-voxceleb's hyperparams.yaml, with a small network.
+HPARAMS = textwrap.dedent("""\
+    pretrained_path: speechbrain/spkrec-ecapa-voxceleb
+    n_mels: 80
+    compute_features: !new:speechbrain.lobes.features.Fbank
+        n_mels: !ref <n_mels>
+    mean_var_norm: !new:speechbrain.processing.features.InputNormalization
+        norm_type: sentence
+        std_norm: False
+    embedding_model: !new:speechbrain.lobes.models.ECAPA_TDNN.ECAPA_TDNN
+        input_size: !ref <n_mels>
+        channels: [32, 32, 32, 32, 96]
+        kernel_sizes: [5, 3, 3, 3, 1]
+        dilations: [1, 2, 3, 4, 1]
+        attention_channels: 16
+        lin_neurons: 192
+    classifier: !new:speechbrain.lobes.models.ECAPA_TDNN.Classifier
+        input_size: 192
+        out_neurons: 4
+    mean_var_norm_emb: !new:speechbrain.processing.features.InputNormalization
+        norm_type: global
+        std_norm: False
+    modules:
+        compute_features: !ref <compute_features>
+        mean_var_norm: !ref <mean_var_norm>
+        embedding_model: !ref <embedding_model>
+        mean_var_norm_emb: !ref <mean_var_norm_emb>
+        classifier: !ref <classifier>
+    label_encoder: !new:speechbrain.dataio.encoder.CategoricalEncoder
+    pretrainer: !new:speechbrain.utils.parameter_transfer.Pretrainer
+        loadables:
+            embedding_model: !ref <embedding_model>
+            mean_var_norm_emb: !ref <mean_var_norm_emb>
+            classifier: !ref <classifier>
+            label_encoder: !ref <label_encoder>
+        paths:
+            embedding_model: !ref <pretrained_path>/embedding_model.ckpt
+            mean_var_norm_emb: !ref <pretrained_path>/mean_var_norm_emb.ckpt
+            classifier: !ref <pretrained_path>/classifier.ckpt
+            label_encoder: !ref <pretrained_path>/label_encoder.txt
+    """)
+
+
+@pytest.fixture(scope="module")
+def espeak_voices():
+    tts = get_backend("espeak", rate_wpm=160)
+    out = {}
+    for voice in ("en-us+m3", "en-us+m7", "en-us+f3"):
+        for key, text in (("A", TEXT_A), ("B", TEXT_B)):
+            out[(voice, key)], sr = tts.synthesize(text, voice)
+    return out, sr
+
+
+def test_resemblyzer_same_voice_is_closer_than_another_voice(espeak_voices):
+    sigs, sr = espeak_voices
+    emb = get_embedder("resemblyzer")
+    E = {k: emb.embed(x, sr) for k, x in sigs.items()}
+    assert E[("en-us+m3", "A")].shape == (256,)
+    same_voice = cosine_similarity(E[("en-us+m3", "A")], E[("en-us+m3", "B")])
+    other_male = cosine_similarity(E[("en-us+m3", "A")], E[("en-us+m7", "A")])
+    other_gender = cosine_similarity(E[("en-us+m3", "A")], E[("en-us+f3", "A")])
+    # same voice on different texts beats a different voice on the same text
+    assert same_voice > other_male + 0.05 and same_voice > other_gender + 0.05
+    assert cosine_similarity(E[("en-us+f3", "A")], E[("en-us+f3", "B")]) > other_gender + 0.05
+    # resampling to 16 kHz is part of the path: the same audio at 16 kHz embeds alike
+    from voicebias.audio import resample
+
+    again = emb.embed(resample(sigs[("en-us+m3", "A")], sr, SR), SR)
+    assert cosine_similarity(again, E[("en-us+m3", "A")]) > 0.99
+
+
+def test_speaker_similarity_table_excludes_bad_files(tmp_path, espeak_voices):
+    sigs, sr = espeak_voices
+    for name, key in (("a.flac", ("en-us+f3", "A")), ("b.flac", ("en-us+f3", "B"))):
+        sf.write(tmp_path / name, sigs[key], sr)
+    (tmp_path / "junk.flac").write_bytes(b"not audio")
+    pairs = pd.DataFrame({"reference_path": ["a.flac", "a.flac"], "output_path": ["b.flac", "junk.flac"]})
+    out = speaker_similarity(pairs, get_embedder("resemblyzer"), root=tmp_path)
+    assert list(out["status"]) == ["ok", "excluded"]
+    assert 0.7 < out.loc[0, "speaker_similarity"] <= 1.0 and np.isnan(out.loc[1, "speaker_similarity"])
+    assert "not a readable audio file" in out.loc[1, "error"]
+
+
+def build_ecapa_folder(folder: Path, seed: int = 0):
+    """Random ECAPA-TDNN weights saved in the hub's file layout; returns the network."""
+    from speechbrain.dataio.encoder import CategoricalEncoder
+    from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN, Classifier
+    from speechbrain.processing.features import InputNormalization
+
+    folder.mkdir(parents=True)
+    torch.manual_seed(seed)
+    (folder / "hyperparams.yaml").write_text(HPARAMS)
+    model = ECAPA_TDNN(80, channels=[32, 32, 32, 32, 96], attention_channels=16, lin_neurons=192).eval()
+    torch.save(model.state_dict(), folder / "embedding_model.ckpt")
+    torch.save(Classifier(192, out_neurons=4).state_dict(), folder / "classifier.ckpt")
+    InputNormalization(norm_type="global", std_norm=False)._save(folder / "mean_var_norm_emb.ckpt")
+    enc = CategoricalEncoder()
+    enc.update_from_iterable(["spk0", "spk1", "spk2", "spk3"])
+    enc.save(folder / "label_encoder.txt")
+    return model
+
+
+def test_ecapa_loads_the_saved_weights_from_a_local_folder(tmp_path):
+    """What is tested: the local-folder loading path and inference, against the saved
+    network run directly (random weights: speaker discrimination is not testable offline)."""
+    from speechbrain.lobes.features import Fbank
+    from speechbrain.processing.features import InputNormalization
+
+    folder = tmp_path / "spkrec-ecapa-voxceleb"
+    model = build_ecapa_folder(folder)
+    before = sorted(p.name for p in folder.iterdir())
+    emb = get_embedder("ecapa", weights=folder, savedir=tmp_path / "cache")
+    assert sorted(p.name for p in folder.iterdir()) == before  # the weights folder is left untouched
+    x = (0.3 * np.sin(2 * np.pi * 150 * np.arange(SR) / SR)).astype(np.float32)
+    v = emb.embed(x, SR)
+    with torch.no_grad():
+        feats = InputNormalization(norm_type="sentence", std_norm=False)(Fbank(n_mels=80)(torch.from_numpy(x)[None]),
+                                                                          torch.ones(1))
+        direct = model(feats).reshape(-1).numpy()
+    assert v.shape == (192,)
+    np.testing.assert_allclose(v, direct, atol=1e-5)
+    # a differently seeded network gives other embeddings: the saved weights were used
+    other = build_ecapa_folder(tmp_path / "other", seed=1)
+    with torch.no_grad():
+        assert not np.allclose(other(feats).reshape(-1).numpy(), v, atol=1e-3)
+
+
+def test_ecapa_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="weights folder .* not found.*spkrec-ecapa-voxceleb"):
+        get_embedder("ecapa", weights=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="speaker_embedding_weights"):
+        get_embedder("ecapa")
+    with pytest.raises(KeyError, match="unknown speaker embedding"):
+        get_embedder("xvector")
+
+
+def test_cosine_helpers_closed_forms():
+    assert cosine_similarity([1, 0], [0, 2]) == pytest.approx(0.0)
+    assert cosine_similarity([1, 1], [2, 2]) == pytest.approx(1.0)
+    assert cosine_similarity([1, 0], [1, 1]) == pytest.approx(1 / np.sqrt(2))
+    assert cosine_similarity([3, 4], [-3, -4]) == pytest.approx(-1.0)
+    M = cosine_matrix(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 1.0]]))
+    np.testing.assert_allclose(M, [[1 / np.sqrt(2)], [1 / np.sqrt(2)]])
+    np.testing.assert_allclose(np.diag(cosine_matrix(np.random.default_rng(0).normal(size=(4, 8)))), 1.0)
+    with pytest.raises(ValueError, match="differ in size"):
+        cosine_similarity([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError, match="zero vector"):
+        cosine_similarity([0, 0], [1, 2])

@@ -1,0 +1,134 @@
+"""Voice-quality measures against closed forms: harmonic complexes with set amplitudes,
+resonator vowels whose source spectrum is known, and noisy twins."""
+
+import numpy as np
+import pytest
+from scipy.signal import freqz, lfilter
+
+from voicebias.acoustics import MeasureSettings, measure_signal
+from voicebias.voice_quality import hawks_miller_bandwidth, iseli_correction_db, voiced_intervals
+
+SR = 16000
+
+
+def harmonic_complex(f0, levels_db, dur=1.0):
+    """Sum of harmonics k*f0 with the given levels (dB re harmonic 1) and fixed phases."""
+    t = np.arange(int(dur * SR)) / SR
+    y = sum(10 ** (a / 20) * np.sin(2 * np.pi * (k + 1) * f0 * t + 0.3 * k)
+            for k, a in enumerate(levels_db) if (k + 1) * f0 < SR / 2)
+    return (0.3 * y / np.max(np.abs(y))).astype(np.float32)
+
+
+def resonator_vowel(f0, formants, bandwidths, dur=1.0):
+    """Impulse train with an exact period (f0 divides the rate) -> glottal roll-off
+    1/(1 - 0.97 z^-1) -> unit-DC-gain resonators. Source level of harmonic k is
+    G(k f0) = -20 log10 |1 - 0.97 exp(-j 2 pi k f0 / fs)| dB plus a constant."""
+    src = np.zeros(int(dur * SR))
+    src[::int(round(SR / f0))] = 1.0
+    y = lfilter([1.0], [1.0, -0.97], src)
+    for f, bw in zip(formants, bandwidths):
+        r = np.exp(-np.pi * bw / SR)
+        a = [1.0, -2 * r * np.cos(2 * np.pi * f / SR), r * r]
+        y = lfilter([sum(a)], a, y)
+    return (0.5 * y / np.max(np.abs(y))).astype(np.float32)
+
+
+def source_db(f):
+    return -20 * np.log10(np.abs(1 - 0.97 * np.exp(-2j * np.pi * np.asarray(f) / SR)))
+
+
+@pytest.mark.parametrize("f0,h2_db", [(90.0, -10.0), (120.0, -6.0), (220.0, 3.0)])
+def test_h1_h2_on_set_harmonic_amplitudes(f0, h2_db):
+    x = harmonic_complex(f0, [0.0, h2_db] + [-20.0] * 80)
+    m = measure_signal(x, SR, MeasureSettings(60, 400, 5000, 0.01))
+    assert m["f0_median_hz"] == pytest.approx(f0, rel=0.01)
+    assert m["h1_h2_db"] == pytest.approx(-h2_db, abs=0.5)
+    assert m["h1_h2_db"] == pytest.approx(-h2_db, abs=0.05)  # in practice far tighter
+
+
+def test_iseli_correction_is_the_resonator_response():
+    """The correction is exactly the magnitude response (dB) of the digital resonator used
+    to synthesise: checked against scipy's freqz."""
+    f = np.array([100.0, 250.0, 700.0, 1300.0, 2500.0, 5000.0])
+    for F, B in ((700.0, 80.0), (2600.0, 150.0)):
+        r = np.exp(-np.pi * B / SR)
+        a = [1.0, -2 * r * np.cos(2 * np.pi * F / SR), r * r]
+        _, h = freqz([sum(a)], a, worN=f, fs=SR)
+        np.testing.assert_allclose(iseli_correction_db(f, F, B, SR), 20 * np.log10(np.abs(h)), atol=1e-9)
+    assert iseli_correction_db(0.0, 700.0, 80.0, SR) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_hawks_miller_bandwidths():
+    # the two polynomial branches meet at 500 Hz (a mistyped coefficient would break this)
+    low = hawks_miller_bandwidth(499.999, 132.0)
+    high = hawks_miller_bandwidth(500.0, 132.0)
+    assert low == pytest.approx(high, abs=1.0) and 30 < high < 45
+    # f0 scaling S = 1 + 0.25 (f0 - 132) / 88
+    assert hawks_miller_bandwidth(1500.0, 220.0) / hawks_miller_bandwidth(1500.0, 132.0) == pytest.approx(1.25)
+    assert np.all(np.diff(hawks_miller_bandwidth(np.array([1000.0, 2000.0, 3000.0]), 132.0)) > 0)
+
+
+@pytest.mark.parametrize("f0,formants", [
+    (100.0, (500.0, 1500.0, 2500.0, 3500.0, 4500.0)),
+    (125.0, (700.0, 1220.0, 2600.0, 3300.0, 3750.0)),
+])
+def test_corrected_measures_recover_the_source_spectrum(f0, formants):
+    bandwidths = [float(hawks_miller_bandwidth(f, f0)) for f in formants]
+    m = measure_signal(resonator_vowel(f0, formants, bandwidths), SR, MeasureSettings(60, 300, 5000, 0.01))
+
+    def boost(f, which):
+        return sum(iseli_correction_db(f, formants[i], bandwidths[i], SR) for i in which)
+
+    k3 = int(round(formants[2] / f0)) * f0  # the harmonic nearest F3
+    every = range(5)
+    # uncorrected: source plus every resonance, read off the filtered spectrum
+    assert m["h1_h2_db"] == pytest.approx(source_db(f0) - source_db(2 * f0) + boost(f0, every) - boost(2 * f0, every), abs=0.1)
+    assert m["h1_a3_db"] == pytest.approx(source_db(f0) - source_db(k3) + boost(f0, every) - boost(k3, every), abs=0.3)
+    # corrected: H1*, H2* lose F1 and F2; A3* loses F1-F3 (F4, F5 stay, as in VoiceSauce)
+    h1h2_star = source_db(f0) - source_db(2 * f0) + boost(f0, (2, 3, 4)) - boost(2 * f0, (2, 3, 4))
+    h1a3_star = source_db(f0) - source_db(k3) + boost(f0, (2, 3, 4)) - boost(k3, (3, 4))
+    assert m["h1_h2_corrected_db"] == pytest.approx(h1h2_star, abs=0.5)
+    assert m["h1_a3_corrected_db"] == pytest.approx(h1a3_star, abs=1.5)
+    # and the correction does move the values (F1 near H2 matters)
+    assert abs(m["h1_h2_corrected_db"] - m["h1_h2_db"]) > 1.0
+
+
+def test_measured_bandwidth_option():
+    f0, formants = 125.0, (700.0, 1220.0, 2600.0, 3300.0, 3750.0)
+    bandwidths = [float(hawks_miller_bandwidth(f, f0)) for f in formants]
+    x = resonator_vowel(f0, formants, bandwidths)
+    m = measure_signal(x, SR, MeasureSettings(60, 300, 5000, 0.01, bandwidths="measured"))
+    assert np.isfinite(m["h1_h2_corrected_db"]) and np.isfinite(m["h1_a3_corrected_db"])
+    with pytest.raises(ValueError, match="hawks_miller.*measured"):
+        measure_signal(x, SR, MeasureSettings(60, 300, 5000, 0.01, bandwidths="guess"))
+
+
+def test_cpps_and_hnr_drop_for_the_noisy_twin():
+    clean = resonator_vowel(125.0, (700.0, 1220.0, 2600.0, 3300.0, 3750.0), (80.0, 90.0, 120.0, 150.0, 200.0))
+    noisy = clean + np.random.default_rng(1).normal(0, 0.05, clean.size).astype(np.float32)
+    s = MeasureSettings(60, 300, 5000, 0.01)
+    mc, mn = measure_signal(clean, SR, s), measure_signal(noisy, SR, s)
+    assert mn["cpps_db"] < mc["cpps_db"] - 3.0
+    assert mn["hnr_db"] < mc["hnr_db"] - 10.0
+    # white noise of known power: HNR reads the signal-to-noise ratio (dB)
+    snr = 10 * np.log10(np.mean(clean.astype(float) ** 2) / 0.05 ** 2)
+    assert mn["hnr_db"] == pytest.approx(snr, abs=1.5)
+    assert mn["h1_h2_db"] == pytest.approx(mc["h1_h2_db"], abs=0.5)  # harmonics stand well above this noise
+
+
+def test_cpps_ignores_pauses():
+    """CPPS is taken over the voiced stretches only, so a pause does not lower it."""
+    v = harmonic_complex(150.0, [0.0, -3.0] + [-12.0] * 50, dur=0.6)
+    pause = np.zeros(int(0.8 * SR), dtype=np.float32)
+    s = MeasureSettings(60, 400, 5000, 0.01)
+    joined = measure_signal(np.concatenate([v, pause, v]), SR, s)
+    alone = measure_signal(np.concatenate([v, v]), SR, s)
+    assert joined["voiced_fraction"] < 0.7
+    assert joined["cpps_db"] == pytest.approx(alone["cpps_db"], abs=1.0)
+
+
+def test_voiced_intervals():
+    times = np.arange(10) * 0.01 + 0.005
+    voiced = np.array([0, 1, 1, 1, 0, 0, 1, 1, 0, 1], bool)
+    np.testing.assert_allclose(voiced_intervals(times, voiced, 0.01), [(0.01, 0.04), (0.06, 0.08), (0.09, 0.10)])
+    np.testing.assert_allclose(voiced_intervals(times, voiced, 0.01, min_duration=0.025), [(0.01, 0.04)])
