@@ -3,6 +3,13 @@
 Each passage is first person, speaker-anonymous, and carries a masculine, neutral
 or feminine stereotype in its content (S2S paper, sec. 3.2). Lengths are
 information-matched: words for English and Spanish, CJK characters for Mandarin.
+
+The bank's Great Expectations suite ('passages') checks the schema, the length
+windows, one theme per passage and every neutrality rule of `voicebias.lint`
+(one column per rule, named after it, so a failure names the rule that fired).
+`render_markdown` prints the bank for a human reviewer, language by language:
+
+    python -m voicebias.bank render --out reports/bank/bank.md
 """
 
 from __future__ import annotations
@@ -67,10 +74,15 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
     return df[PASSAGE_COLUMNS].sort_values(["lang", "pole", "passage_id"]).reset_index(drop=True)
 
 
-def passage_expectations(length_window: dict[str, list[int]], languages=LANGS) -> list:
+def passage_expectations(length_window: dict[str, list[int]], languages=LANGS, with_lint: bool = True) -> list:
+    """The 'passages' suite; with_lint adds one null-check per neutrality rule column
+    (validate the table `lint.lint_table` returns)."""
+    from voicebias.lint import lint_expectations, rule_columns
+
     E = expectations()
+    columns = PASSAGE_COLUMNS + (rule_columns(languages) if with_lint else [])
     exps = [
-        E.ExpectTableColumnsToMatchSet(column_set=PASSAGE_COLUMNS, exact_match=True),
+        E.ExpectTableColumnsToMatchSet(column_set=columns, exact_match=True),
         E.ExpectColumnValuesToBeUnique(column="passage_id"),
         E.ExpectColumnValuesToNotBeNull(column="text"),
         E.ExpectColumnValuesToNotBeNull(column="gloss_en"),
@@ -78,7 +90,11 @@ def passage_expectations(length_window: dict[str, list[int]], languages=LANGS) -
         E.ExpectColumnValuesToBeInSet(column="pole", value_set=list(POLES)),
         E.ExpectCompoundColumnsToBeUnique(column_list=["lang", "theme"]),
         E.ExpectColumnValuesToNotMatchRegex(column="gloss_en", regex=GENDERED_REGEX["en"]),
+        E.ExpectColumnValuesToNotBeNull(column="seed_source"),
     ]
+    # stereotyped themes are seeded from a documented gender skew: name the statistic
+    for pole in ("masculine", "feminine"):
+        exps.append(E.ExpectColumnValuesToNotBeNull(column="seed_statistic", row_condition=where("pole", pole)))
     for lang in languages:
         lo, hi = length_window[lang]
         exps.append(E.ExpectColumnValuesToBeBetween(
@@ -87,12 +103,21 @@ def passage_expectations(length_window: dict[str, list[int]], languages=LANGS) -
         exps.append(E.ExpectColumnValuesToNotMatchRegex(
             column="text", regex=GENDERED_REGEX[lang], row_condition=where("lang", lang),
         ))
+    if with_lint:
+        exps += lint_expectations(languages)
     return exps
 
 
 def validate_passages(df: pd.DataFrame, length_window: dict[str, list[int]], languages=LANGS) -> ValidationReport:
-    """Stop with a readable summary when the passage table breaks its suite."""
-    report = require_valid(df, "passages", passage_expectations(length_window, languages))
+    """Stop with a readable summary when the passage table breaks its suite.
+
+    The summary names each failed rule as its column (e.g. 'es_speaker_agreement')
+    with examples 'passage_id: offending words'.
+    """
+    from voicebias.lint import lint_table
+
+    table = lint_table(df, languages)
+    report = require_valid(table, "passages", passage_expectations(length_window, languages))
     cells = df.groupby(["lang", "pole"]).size()
     missing = [(l, p) for l in languages for p in POLES if (l, p) not in cells.index]
     if missing:
@@ -103,8 +128,10 @@ def validate_passages(df: pd.DataFrame, length_window: dict[str, list[int]], lan
 
 
 def run_stage(params: dict[str, Any], bank_dir: Path, out_table: Path, metrics_path: Path) -> pd.DataFrame:
-    """Stage 'bank': read, validate and write the passage table."""
+    """Stage 'bank': read, lint and validate the bank; write the passage table, its
+    metrics and a plain-text review copy (bank.md beside the metrics)."""
     from voicebias.io import write_json, write_table
+    from voicebias.lint import rule_columns
 
     languages = params["base"]["languages"]
     df = load_bank(bank_dir, languages)
@@ -115,5 +142,94 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_table: Path, metrics_p
         "passages": int(len(df)),
         "per_cell": {f"{l}_{p}": int(n) for (l, p), n in counts.items()},
         "expectations_passed": report.n_expectations,
+        "lint_rules_checked": len(rule_columns(languages)),
+        "review_status": {str(k): int(v) for k, v in df["review_status"].fillna("none").value_counts().sort_index().items()},
     })
+    review = Path(metrics_path).parent / "bank.md"
+    review.write_text(render_markdown(df, params["bank"]["length_window"]), encoding="utf-8")
     return df
+
+
+LANG_NAMES = {"en": "English", "es": "Spanish", "zh": "Mandarin"}
+_UNITS = {"en": "words", "es": "words", "zh": "characters"}
+
+
+def _field(v: Any) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "—"
+    return str(v)
+
+
+def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None = None) -> str:
+    """The bank as plain Markdown, one section per language and pole, each passage
+    with its text, English gloss and provenance (seed, statistic, rating, review)."""
+    lines = ["# Passage bank", "",
+             f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.bank render`; "
+             "edit the YAML, not this file.", ""]
+    for lang in [l for l in LANGS if l in set(df["lang"])]:
+        sub = df[df["lang"] == lang]
+        window = f"; window {length_window[lang][0]}-{length_window[lang][1]} {_UNITS[lang]}" if length_window else ""
+        lines += [f"## {LANG_NAMES.get(lang, lang)} ({lang}): {len(sub)} passages{window}", ""]
+        for pole in POLES:
+            cell = sub[sub["pole"] == pole].sort_values("passage_id")
+            if cell.empty:
+                continue
+            lines += [f"### {pole} ({len(cell)})", ""]
+            for p in cell.itertuples(index=False):
+                lines += [
+                    f"#### {p.passage_id}: {_field(p.theme)}", "",
+                    f"> {p.text}", "",
+                ]
+                if lang != "en":
+                    lines += [f"*Gloss:* {_field(p.gloss_en)}", ""]
+                checked = "checked" if p.statistic_checked is True else "not yet checked"
+                lines += [
+                    f"- length: {length_units(p.text, lang)} {_UNITS[lang]}",
+                    f"- seed: {_field(p.seed_term)}; {_field(p.seed_statistic)} ({checked})",
+                    f"- source: {_field(p.seed_source)}",
+                    f"- intensity: {_field(p.intensity)} (rated by {_field(p.rated_by)})",
+                    f"- review status: {_field(p.review_status)}",
+                    "",
+                ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m voicebias.bank render|lint`: review the bank without running the pipeline."""
+    import argparse
+
+    from voicebias import config
+
+    ap = argparse.ArgumentParser(prog="python -m voicebias.bank", description="Review the passage bank.")
+    ap.add_argument("action", choices=["render", "lint"], help="render: Markdown for reviewers; lint: list every rule hit")
+    ap.add_argument("--bank-dir", default=str(config.BANK_DIR))
+    ap.add_argument("--lang", action="append", choices=list(LANGS), help="only these languages (repeatable)")
+    ap.add_argument("--out", help="write to this file instead of standard output")
+    args = ap.parse_args(argv)
+    languages = args.lang or list(LANGS)
+    df = load_bank(args.bank_dir, languages)
+    if args.action == "render":
+        try:
+            window = config.load_params()["bank"]["length_window"]
+        except (FileNotFoundError, KeyError):
+            window = None
+        text = render_markdown(df, window)
+    else:
+        from voicebias.lint import lint_hits
+
+        hits = lint_hits(df, languages)
+        text = ("no rule fired on any passage\n" if hits.empty
+                else hits.to_string(index=False) + f"\n{len(hits)} hit(s)\n")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0 if args.action == "render" or text.startswith("no rule") else 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -4,6 +4,7 @@
   voicebias profile NAME           switch params.yaml to a profile (embedded, paper)
   voicebias systems                systems of the active profile and their adapters
   voicebias tasks                  tasks and the languages they run on
+  voicebias bank render|lint       the passage bank as markdown for review, or its linter hits
   voicebias analyze describe T     describe statistics from a table alone
   voicebias analyze summarize T    summarize pronoun statistics from a table alone
   voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
@@ -103,6 +104,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bank(args: argparse.Namespace) -> int:
+    from voicebias.bank import main as bank_main
+
+    argv = [args.action] + [x for lang in (args.lang or []) for x in ("--lang", lang)] + (["--out", args.out] if args.out else [])
+    return bank_main(argv)
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     from voicebias.tracking import tracking_uri
 
@@ -133,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="folder to write the result tables to")
     p.add_argument("--confidence", type=float, default=0.95)
     p.set_defaults(fn=cmd_analyze)
+    p = sub.add_parser("bank", help="render the passage bank for review, or list linter hits")
+    p.add_argument("action", choices=["render", "lint"])
+    p.add_argument("--lang", action="append")
+    p.add_argument("--out")
+    p.set_defaults(fn=cmd_bank)
     p = sub.add_parser("ui", help="print (or --run) the MLflow UI command, bound to 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--run", action="store_true")

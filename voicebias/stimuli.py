@@ -1,7 +1,13 @@
 """Voiced passages: every passage read by one male and one female voice per language.
 
-Audio is synthesised, resampled to one declared rate, loudness-normalised and
-written as FLAC; the manifest records each file's provenance and sha256.
+Audio is synthesised, resampled to one declared rate (tts.sample_rate, Hz),
+loudness-normalised to one RMS level (tts.target_rms_dbfs, dBFS) and written as
+16-bit FLAC; the manifest records each file's provenance and sha256, and a Great
+Expectations suite checks it before the stage ends.
+
+The backend comes from tts.backend with its own settings under tts.options
+(e.g. Kokoro's `weights` folder, Azure's `output_format`); relative paths in the
+options are resolved against the repository root.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import normalize_rms, resample, sha256_file, write_audio
-from voicebias.tts import get_backend
+from voicebias.tts import TTSBackend, get_backend
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 VOICE_GENDERS = ("male", "female")
@@ -23,43 +29,86 @@ MANIFEST_COLUMNS = [
 ]
 
 
+_PATH_OPTIONS = ("weights", "cache_dir")
+
+
 def stimulus_id(passage_id: str, voice_gender: str) -> str:
     return f"{passage_id}-{voice_gender}"
 
 
+def make_backend(tts_params: dict[str, Any], root: Path) -> TTSBackend:
+    """The configured backend with its options (relative paths resolved against root)."""
+    options = dict(tts_params.get("options") or {})
+    for key in _PATH_OPTIONS:
+        if key in options and not Path(options[key]).is_absolute():
+            options[key] = str(Path(root) / options[key])
+    return get_backend(tts_params["backend"], rate_wpm=tts_params.get("rate_wpm", 160), **options)
+
+
+def check_voice_gender(backend: TTSBackend, voice: str, gender: str, where: str) -> None:
+    """Stop when a voice the backend knows as one gender sits in the other gender's slot."""
+    known = backend.voice_gender(voice)
+    if known is not None and known != gender:
+        raise ValueError(f"{where}: '{voice}' is a {known} {backend.name} voice, configured as {gender}")
+
+
+def render_utterance(backend: TTSBackend, text: str, voice: str, path: Path, sample_rate: int,
+                     target_rms_dbfs: float) -> dict[str, Any]:
+    """Synthesise, resample to sample_rate (Hz), normalise to target_rms_dbfs and write FLAC.
+
+    Returns the manifest fields that describe the file (duration in s, gain in dB, sha256).
+    """
+    x, sr = backend.synthesize(text, voice)
+    x = resample(x, sr, sample_rate)
+    x, gain = normalize_rms(x, target_rms_dbfs)
+    write_audio(path, x, sample_rate)
+    return {"sample_rate": sample_rate, "duration_s": round(len(x) / sample_rate, 4), "gain_db": round(gain, 3),
+            "sha256": sha256_file(path)}
+
+
 def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_dir: Path, root: Path) -> pd.DataFrame:
     """Synthesise every passage x voice gender; returns the manifest (paths relative to root)."""
-    backend = get_backend(tts_params["backend"], rate_wpm=tts_params.get("rate_wpm", 160))
+    backend = make_backend(tts_params, root)
     sr_out = int(tts_params["sample_rate"])
     target = float(tts_params["target_rms_dbfs"])
     out_dir.mkdir(parents=True, exist_ok=True)
+    for lang in sorted(set(passages["lang"])):
+        voices = tts_params["voices"].get(lang) or {}
+        for gender in VOICE_GENDERS:
+            if gender not in voices:
+                raise KeyError(f"tts.voices has no {gender} voice for language '{lang}'")
+            check_voice_gender(backend, voices[gender], gender, f"tts.voices.{lang}.{gender}")
     rows = []
     jobs = [(p, g) for p in passages.itertuples(index=False) for g in VOICE_GENDERS]
     for p, gender in tqdm(jobs, desc="synthesising stimuli"):
-        voices = tts_params["voices"].get(p.lang)
-        if not voices or gender not in voices:
-            raise KeyError(f"tts.voices has no {gender} voice for language '{p.lang}'")
-        voice = voices[gender]
-        x, sr = backend.synthesize(p.text, voice)
-        x = resample(x, sr, sr_out)
-        x, gain = normalize_rms(x, target)
+        voice = tts_params["voices"][p.lang][gender]
         sid = stimulus_id(p.passage_id, gender)
         path = out_dir / f"{sid}.flac"
-        write_audio(path, x, sr_out)
+        audio = render_utterance(backend, p.text, voice, path, sr_out, target)
         rows.append({
             "stimulus_id": sid, "passage_id": p.passage_id, "lang": p.lang, "pole": p.pole,
-            "voice_gender": gender, "voice_id": voice, "backend": backend.name, "sample_rate": sr_out,
-            "duration_s": round(len(x) / sr_out, 4), "gain_db": round(gain, 3),
-            "sha256": sha256_file(path), "path": str(path.relative_to(root)),
+            "voice_gender": gender, "voice_id": voice, "backend": backend.name, **audio,
+            "path": str(path.relative_to(root)),
         })
-    return pd.DataFrame(rows, columns=MANIFEST_COLUMNS)
+    manifest = pd.DataFrame(rows, columns=MANIFEST_COLUMNS)
+    manifest.attrs["backend"] = backend.describe()
+    return manifest
 
 
 def validate_manifest(manifest: pd.DataFrame, sample_rate: int) -> ValidationReport:
+    """The 'stimulus_manifest' suite: schema, one declared rate, plausible durations,
+    hashes, one file per passage x voice gender, known languages and poles."""
+    from voicebias.bank import LANGS, POLES
+
     E = expectations()
     return require_valid(manifest, "stimulus_manifest", [
         E.ExpectTableColumnsToMatchSet(column_set=MANIFEST_COLUMNS, exact_match=True),
         E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
+        E.ExpectColumnValuesToBeInSet(column="lang", value_set=list(LANGS)),
+        E.ExpectColumnValuesToBeInSet(column="pole", value_set=list(POLES)),
+        E.ExpectColumnValuesToNotBeNull(column="voice_id"),
+        E.ExpectColumnValuesToNotBeNull(column="backend"),
+        E.ExpectColumnValuesToBeUnique(column="path"),
         E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(VOICE_GENDERS)),
         E.ExpectColumnValuesToBeInSet(column="sample_rate", value_set=[sample_rate]),
         E.ExpectColumnValuesToBeBetween(column="duration_s", min_value=1.0, max_value=120.0),
@@ -70,10 +119,14 @@ def validate_manifest(manifest: pd.DataFrame, sample_rate: int) -> ValidationRep
 
 def run_stage(params: dict[str, Any], passages_path: Path, out_dir: Path, root: Path) -> pd.DataFrame:
     """Stage 'stimuli': voice every passage and write the validated manifest."""
-    from voicebias.io import read_table, write_table
+    from voicebias.io import read_table, write_json, write_table
 
     passages = read_table(passages_path)
     manifest = synthesize_stimuli(passages, params["tts"], out_dir / "audio", root)
     validate_manifest(manifest, int(params["tts"]["sample_rate"]))
     write_table(out_dir / "manifest.csv", manifest)
+    # engine provenance beside the manifest (its columns are a shared contract)
+    write_json(out_dir / "backend.json", {**manifest.attrs.get("backend", {}), "voices": params["tts"]["voices"],
+                                          "sample_rate": int(params["tts"]["sample_rate"]),
+                                          "target_rms_dbfs": float(params["tts"]["target_rms_dbfs"])})
     return manifest

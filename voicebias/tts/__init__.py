@@ -15,13 +15,12 @@ import numpy as np
 # can name them, and import only when used.
 REGISTRY: dict[str, str] = {
     "espeak": "voicebias.tts.espeak:EspeakTTS",
+    "kokoro": "voicebias.tts.kokoro:KokoroTTS",
+    "azure": "voicebias.tts.azure:AzureTTS",
 }
 
-# Backends of the paper profile that this version does not ship an adapter for yet.
-PLANNED: dict[str, str] = {
-    "kokoro": "Kokoro-82M (local weights)",
-    "azure": "Azure neural TTS (needs AZURE_SPEECH_KEY and AZURE_SPEECH_REGION)",
-}
+# Backends named by a profile that this version does not ship an adapter for yet.
+PLANNED: dict[str, str] = {}
 
 
 class TTSBackend(ABC):
@@ -36,6 +35,11 @@ class TTSBackend(ABC):
     def describe(self) -> dict[str, str]:
         """Provenance fields recorded in the stimulus manifest."""
         return {"backend": self.name}
+
+    def voice_gender(self, voice: str) -> str | None:
+        """The gender a voice is documented with ('male'/'female'), or None when the
+        backend cannot tell; used to catch a female voice configured in a male slot."""
+        return None
 
 
 def get_backend(name: str, **options) -> TTSBackend:

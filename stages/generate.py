@@ -1,0 +1,9 @@
+"""Stage generate: extend the passage bank with a writer model and a judge panel (off by default)."""
+
+from voicebias import config
+from voicebias.errors import guarded
+from voicebias.generate import run_stage
+
+if __name__ == "__main__":
+    guarded(run_stage, config.load_params(), config.BANK_DIR, config.GENERATED_DIR,
+            config.REPORTS / "generate" / "metrics.json", stage="generate")

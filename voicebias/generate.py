@@ -1,0 +1,554 @@
+"""Extending the passage bank with an LLM writer and an LLM judge panel (S2S paper, sec. 3.2).
+
+    seeds -> candidates (writer LLM) -> neutrality lint -> panel ratings (judge LLMs)
+          -> top `per_cell` per language x pole, one passage per theme
+
+Seeds are the themes of the shipped bank (with their documented skew) plus an
+optional seeds file. Every judge rates each lint-clean candidate on a 1-7 gender
+coding scale (1 = strongly feminine-coded content, 4 = neither, 7 = strongly
+masculine-coded), names the pole it sees, rates naturalness (1-5) and says whether
+any word reveals the speaker's gender. A candidate's intensity toward its target
+pole is, from the panel's mean coding c:
+
+    masculine (c - 4) / 3,   feminine (4 - c) / 3,   neutral 1 - |c - 4| / 3   (all <= 1)
+
+Candidates are kept only if the panel's majority pole is the target pole, no judge
+saw a speaker-gender cue and mean naturalness reaches `min_naturalness`.
+
+LLM backends share one interface (`ChatBackend.complete`):
+  openai        any OpenAI-compatible chat-completions endpoint (base_url, model,
+                key from the environment variable named by api_key_env)
+  gemini        Google Gemini through google-genai (key from api_key_env)
+  transformers  a local instruct model folder (no download)
+
+Every reply is cached under .cache/llm, keyed by backend, model, messages,
+temperature and seed, so a re-run is free and reproduces the same files. Outputs
+(all under the stage's folder, tracked by DVC): candidates.csv, ratings.csv,
+selection.csv, selection/<lang>.yaml (bank format, review_status 'unreviewed',
+ready to screen and move into data/bank), status.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from tqdm import tqdm
+
+from voicebias.bank import LANGS, POLES, length_units, load_bank
+from voicebias.lint import GLOSS_RULES, lint_text
+
+LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
+UNIT_NAMES = {"en": "words", "es": "words", "zh": "Chinese characters"}
+CANDIDATE_COLUMNS = [
+    "candidate_id", "lang", "pole", "theme", "seed_term", "seed_source", "seed_statistic", "sample", "writer",
+    "status", "lint_hits", "length_units", "text", "gloss_en",
+]
+RATING_COLUMNS = [
+    "candidate_id", "judge", "model", "status", "gender_coding", "pole", "naturalness", "speaker_gender_cue",
+    "reason",
+]
+SELECTION_COLUMNS = [
+    "passage_id", "candidate_id", "lang", "pole", "theme", "intensity", "mean_coding", "mean_naturalness",
+    "n_judges", "pole_agreement",
+]
+
+
+class LLMError(RuntimeError):
+    """An LLM backend could not be reached or refused the request; the message says why."""
+
+
+# ------------------------------------------------------------------ backends
+
+def _load_dotenv() -> None:
+    from voicebias.config import ROOT
+
+    env = ROOT / ".env"
+    if env.exists():
+        from dotenv import load_dotenv
+
+        load_dotenv(env, override=False)
+
+
+def _key(env_name: str | None, who: str) -> str | None:
+    if not env_name:
+        return None
+    _load_dotenv()
+    key = os.environ.get(env_name, "").strip()
+    if not key:
+        raise LLMError(f"{who} needs an API key: set {env_name} in the environment or in .env")
+    return key
+
+
+class ChatBackend(ABC):
+    """Turns a list of chat messages ({'role', 'content'}) into the assistant's reply text."""
+
+    kind = "chat"
+
+    def __init__(self, model: str):
+        self.model = model
+
+    @abstractmethod
+    def complete(self, messages: list[dict[str, str]], temperature: float, max_tokens: int,
+                 seed: int | None = None) -> str:
+        """The reply to `messages` (system, user, ...) as plain text."""
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.model}"
+
+
+class OpenAICompatibleChat(ChatBackend):
+    """POST {base_url}/chat/completions (OpenAI, vLLM, llama.cpp server, Ollama, ...)."""
+
+    kind = "openai"
+
+    def __init__(self, model: str, base_url: str = "https://api.openai.com/v1", api_key_env: str | None = "OPENAI_API_KEY",
+                 timeout_s: float = 120.0, max_retries: int = 4, retry_wait_s: float = 2.0, json_mode: bool = True):
+        super().__init__(model)
+        self.base_url = base_url.rstrip("/")
+        self.key = _key(api_key_env, f"the OpenAI-compatible endpoint {self.base_url}")
+        self.timeout_s, self.max_retries, self.retry_wait_s = float(timeout_s), int(max_retries), float(retry_wait_s)
+        self.json_mode = bool(json_mode)
+
+    def complete(self, messages, temperature, max_tokens, seed=None):
+        import requests
+
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
+                                "max_tokens": max_tokens}
+        if seed is not None:
+            body["seed"] = int(seed)
+        if self.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        url = f"{self.base_url}/chat/completions"
+        for attempt in range(self.max_retries + 1):
+            try:
+                r = requests.post(url, json=body, headers=headers, timeout=self.timeout_s)
+            except requests.RequestException as exc:
+                if attempt == self.max_retries:
+                    raise LLMError(f"{url} unreachable: {exc}") from exc
+                time.sleep(self.retry_wait_s * 2 ** attempt)
+                continue
+            if r.status_code == 200:
+                try:
+                    return r.json()["choices"][0]["message"]["content"] or ""
+                except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    raise LLMError(f"{url} answered 200 without choices[0].message.content") from exc
+            if r.status_code in (429, 500, 502, 503, 504) and attempt < self.max_retries:
+                wait = r.headers.get("Retry-After")
+                time.sleep(min(float(wait), 60.0) if wait and wait.isdigit() else self.retry_wait_s * 2 ** attempt)
+                continue
+            detail = r.text.strip()[:300]
+            if r.status_code in (401, 403):
+                raise LLMError(f"{url} rejected the API key ({r.status_code}): {detail}")
+            if r.status_code == 404:
+                raise LLMError(f"{url}: model '{self.model}' or endpoint not found (404): {detail}")
+            raise LLMError(f"{url} failed ({r.status_code}): {detail}")
+        raise LLMError("unreachable")  # pragma: no cover
+
+    def describe(self):
+        return f"openai:{self.model}@{self.base_url}"
+
+
+class GeminiChat(ChatBackend):
+    """Google Gemini through google-genai's generate_content."""
+
+    kind = "gemini"
+
+    def __init__(self, model: str, api_key_env: str = "GEMINI_API_KEY", base_url: str | None = None,
+                 json_mode: bool = True):
+        super().__init__(model)
+        key = _key(api_key_env, "the Gemini backend")
+        try:
+            from google import genai
+            from google.genai import types
+        except ImportError as exc:
+            raise LLMError("the Gemini backend needs the 'google-genai' package (pip install google-genai==3.3.0)") from exc
+        self._types = types
+        http = types.HttpOptions(base_url=base_url) if base_url else None
+        self.client = genai.Client(api_key=key, http_options=http)
+        self.json_mode = bool(json_mode)
+
+    def complete(self, messages, temperature, max_tokens, seed=None):
+        t = self._types
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
+        contents = [t.Content(role="model" if m["role"] == "assistant" else "user", parts=[t.Part(text=m["content"])])
+                    for m in messages if m["role"] != "system"]
+        config = t.GenerateContentConfig(system_instruction=system, temperature=temperature,
+                                         max_output_tokens=max_tokens, seed=seed,
+                                         response_mime_type="application/json" if self.json_mode else None)
+        try:
+            resp = self.client.models.generate_content(model=self.model, contents=contents, config=config)
+        except Exception as exc:  # the SDK raises its own error classes; keep the message
+            raise LLMError(f"Gemini '{self.model}' failed: {exc}") from exc
+        return resp.text or ""
+
+
+class TransformersChat(ChatBackend):
+    """A local instruct model folder (config, weights, tokenizer with a chat template)."""
+
+    kind = "transformers"
+
+    def __init__(self, path: str, device: str = "cpu", model: str | None = None):
+        from voicebias.config import ROOT
+
+        folder = Path(path) if Path(path).is_absolute() else ROOT / path
+        if not (folder / "config.json").is_file():
+            raise LLMError(f"local model folder {folder} has no config.json: put the instruct model's files there "
+                           "(fetched on a machine with internet and tracked with DVC)")
+        super().__init__(model or folder.name)
+        self.folder, self.device = folder, device
+        self._tok = self._lm = None
+
+    def _load(self):
+        if self._lm is None:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            self._tok = AutoTokenizer.from_pretrained(str(self.folder), local_files_only=True)
+            if not getattr(self._tok, "chat_template", None):
+                raise LLMError(f"{self.folder}: the tokenizer has no chat template, so it is not an instruct model")
+            self._lm = AutoModelForCausalLM.from_pretrained(str(self.folder), local_files_only=True).to(self.device).eval()
+        return self._tok, self._lm
+
+    def complete(self, messages, temperature, max_tokens, seed=None):
+        import torch
+
+        tok, lm = self._load()
+        inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
+        inputs = {k: v.to(self.device) for k, v in inputs.items()}
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        sample = temperature > 0
+        with torch.no_grad():
+            out = lm.generate(**inputs, max_new_tokens=max_tokens, do_sample=sample,
+                              temperature=temperature if sample else None, top_p=None, top_k=None,
+                              pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    def describe(self):
+        return f"transformers:{self.folder.name}"
+
+
+BACKENDS: dict[str, type[ChatBackend]] = {
+    "openai": OpenAICompatibleChat,
+    "gemini": GeminiChat,
+    "transformers": TransformersChat,
+}
+
+
+def make_chat(spec: dict[str, Any]) -> ChatBackend:
+    """A backend from a params entry: {backend: openai|gemini|transformers, model/path, ...}."""
+    spec = dict(spec)
+    kind = spec.pop("backend", None)
+    spec.pop("name", None)
+    spec.pop("temperature", None)
+    if kind not in BACKENDS:
+        raise KeyError(f"unknown LLM backend '{kind}'; available: {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[kind](**spec)
+
+
+class CachedChat:
+    """Wraps a backend with an on-disk reply cache; sampled replies are keyed by their seed."""
+
+    def __init__(self, backend: ChatBackend, cache_dir: Path):
+        self.backend, self.cache_dir = backend, Path(cache_dir)
+        self.calls = 0
+
+    def complete(self, messages, temperature: float, max_tokens: int, seed: int | None = None) -> str:
+        key = hashlib.sha256(json.dumps({"backend": self.backend.describe(), "messages": messages,
+                                         "temperature": temperature, "max_tokens": max_tokens, "seed": seed},
+                                        sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        path = self.cache_dir / key[:2] / f"{key}.json"
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))["reply"]
+        reply = self.backend.complete(messages, temperature, max_tokens, seed)
+        self.calls += 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"backend": self.backend.describe(), "reply": reply}, ensure_ascii=False),
+                       encoding="utf-8")
+        tmp.replace(path)
+        return reply
+
+
+# ------------------------------------------------------------------ prompts and parsing
+
+def writer_messages(seed: dict[str, Any], lang: str, window: list[int]) -> list[dict[str, str]]:
+    lo, hi = window
+    target = (lo + hi) // 2
+    agreement = ("In Spanish, never use an adjective, participle, determiner or noun whose gender agrees with "
+                 "the speaker (no 'cansado/cansada', 'soy la encargada', 'yo mismo'); rephrase with invariable "
+                 "forms or verbs instead. " if lang == "es" else "")
+    system = (
+        "You write short first-person passages for a speech study. The passage is spoken by one person about "
+        "their own day or work. It must not reveal the speaker's gender in any word: no he/she or other "
+        "third-person gendered pronoun, no gendered noun (man, woman, girl, mother, husband, ...), no name, "
+        f"no gendered title. {agreement}Write natural, idiomatic {LANG_NAMES[lang]}. Keep to one theme. "
+        f"Length: {lo}-{hi} {UNIT_NAMES[lang]} (aim for about {target}). "
+        'Answer with JSON only: {"text": "<the passage>", "gloss_en": "<a faithful English translation>"}.'
+    )
+    stereotype = {"masculine": "an activity or occupation stereotypically associated with men",
+                  "feminine": "an activity or occupation stereotypically associated with women",
+                  "neutral": "an everyday activity with no gender association"}[seed["pole"]]
+    user = (f"Theme: {seed['theme']}\nSeed: {seed.get('seed_term') or seed['theme']}\n"
+            f"The theme is {stereotype}; let the concrete details of the activity carry that association, "
+            "never any word about the speaker.")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+JUDGE_SYSTEM = (
+    "You rate short first-person passages for a study of gender stereotypes in speech technology. Judge only "
+    "the content: what activities, objects and settings the passage describes. Answer with JSON only: "
+    '{"gender_coding": <integer 1-7: 1 = content strongly stereotyped as feminine, 4 = no gender association, '
+    '7 = strongly stereotyped as masculine>, "pole": "feminine" | "neutral" | "masculine", '
+    '"naturalness": <integer 1-5: how natural and idiomatic the passage reads>, '
+    '"speaker_gender_cue": <true if any word reveals the speaker\'s own gender, else false>, '
+    '"reason": "<one short sentence>"}'
+)
+
+
+def judge_messages(text: str, lang: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": JUDGE_SYSTEM},
+            {"role": "user", "content": f"Language: {LANG_NAMES[lang]}\nPassage:\n{text}"}]
+
+
+def parse_json_reply(reply: str) -> dict[str, Any] | None:
+    """The first JSON object in a reply (code fences and chatter around it are ignored)."""
+    if not reply:
+        return None
+    s = re.sub(r"^```(?:json)?\s*|\s*```$", "", reply.strip())
+    start = s.find("{")
+    while start != -1:
+        depth = 0
+        for i in range(start, len(s)):
+            depth += {"{": 1, "}": -1}.get(s[i], 0)
+            if depth == 0:
+                try:
+                    obj = json.loads(s[start:i + 1])
+                    return obj if isinstance(obj, dict) else None
+                except json.JSONDecodeError:
+                    break
+        start = s.find("{", start + 1)
+    return None
+
+
+def parse_rating(reply: str) -> dict[str, Any]:
+    """A validated rating, or {'status': 'invalid: <why>'}."""
+    obj = parse_json_reply(reply)
+    if obj is None:
+        return {"status": "invalid: no JSON object"}
+    try:
+        coding = float(obj["gender_coding"])
+        natural = float(obj["naturalness"])
+        pole = str(obj["pole"]).strip().lower()
+        cue = obj["speaker_gender_cue"]
+    except (KeyError, TypeError, ValueError) as exc:
+        return {"status": f"invalid: {exc.__class__.__name__} {exc}"}
+    if not (1 <= coding <= 7 and 1 <= natural <= 5) or pole not in POLES or not isinstance(cue, bool):
+        return {"status": "invalid: value out of range"}
+    return {"status": "ok", "gender_coding": coding, "pole": pole, "naturalness": natural,
+            "speaker_gender_cue": cue, "reason": str(obj.get("reason", ""))[:300]}
+
+
+def intensity(pole: str, mean_coding: float) -> float:
+    """Stereotype intensity toward `pole` from a mean 1-7 coding (1 = fully on-pole)."""
+    if pole == "masculine":
+        return (mean_coding - 4.0) / 3.0
+    if pole == "feminine":
+        return (4.0 - mean_coding) / 3.0
+    return 1.0 - abs(mean_coding - 4.0) / 3.0
+
+
+# ------------------------------------------------------------------ the stage
+
+def load_seeds(bank_dir: Path, languages: list[str], extra: Path | None = None) -> pd.DataFrame:
+    """Themes with their provenance: the shipped bank's, plus an optional YAML list of
+    {pole, theme, seed_term, seed_source, seed_statistic} used for every language."""
+    bank = load_bank(bank_dir, languages)
+    cols = ["lang", "pole", "theme", "seed_term", "seed_source", "seed_statistic"]
+    seeds = bank[cols].drop_duplicates(["lang", "theme"])
+    if extra:
+        entries = yaml.safe_load(Path(extra).read_text(encoding="utf-8")) or []
+        if not isinstance(entries, list):
+            raise ValueError(f"{extra}: expected a list of seeds")
+        rows = []
+        for e in entries:
+            if e.get("pole") not in POLES or not e.get("theme"):
+                raise ValueError(f"{extra}: every seed needs a pole ({'/'.join(POLES)}) and a theme: {e}")
+            if e["pole"] != "neutral" and not (e.get("seed_source") and e.get("seed_statistic")):
+                raise ValueError(f"{extra}: stereotyped seed '{e['theme']}' needs seed_source and seed_statistic")
+            rows += [{"lang": lang, **{c: e.get(c) for c in cols[1:]}} for lang in languages]
+        seeds = pd.concat([seeds, pd.DataFrame(rows, columns=cols)]).drop_duplicates(["lang", "theme"])
+    return seeds.sort_values(["lang", "pole", "theme"]).reset_index(drop=True)
+
+
+def _candidate_id(lang: str, theme: str, sample: int) -> str:
+    return "cand-" + hashlib.sha1(f"{lang}\n{theme}\n{sample}".encode()).hexdigest()[:12]
+
+
+def generate_candidates(seeds: pd.DataFrame, writer: CachedChat, cfg: dict[str, Any], windows: dict[str, list[int]],
+                        base_seed: int) -> pd.DataFrame:
+    rows = []
+    n = int(cfg.get("candidates_per_seed", 3))
+    temp = float(cfg.get("writer", {}).get("temperature", 0.9))
+    jobs = [(s, k) for s in seeds.to_dict("records") for k in range(n)]
+    for s, k in tqdm(jobs, desc="writing candidates"):
+        lang = s["lang"]
+        reply = writer.complete(writer_messages(s, lang, windows[lang]), temp, int(cfg.get("max_tokens", 800)),
+                                seed=base_seed + k)
+        obj = parse_json_reply(reply) or {}
+        text = str(obj.get("text") or "").strip()
+        gloss = str(obj.get("gloss_en") or "").strip() or (text if lang == "en" else "")
+        row = {**s, "candidate_id": _candidate_id(lang, s["theme"], k), "sample": k,
+               "writer": writer.backend.describe(), "text": text, "gloss_en": gloss}
+        if not text:
+            row.update(status="unparsable", lint_hits="", length_units=0, text=reply.strip()[:2000])
+        else:
+            hits = lint_text(text, lang)
+            hits.update({f"gloss_{r.name}": f for r in GLOSS_RULES if (f := r.find(gloss))})
+            units = length_units(text, lang)
+            lo, hi = windows[lang]
+            if not lo <= units <= hi:
+                hits["length_window"] = [f"{units} {UNIT_NAMES[lang]} outside {lo}-{hi}"]
+            row.update(status="lint_failed" if hits else "lint_passed", length_units=units,
+                       lint_hits="; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(hits.items())))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
+
+
+def rate_candidates(cands: pd.DataFrame, judges: list[tuple[str, CachedChat]], cfg: dict[str, Any]) -> pd.DataFrame:
+    rows = []
+    todo = cands[cands["status"] == "lint_passed"]
+    jobs = [(c, name, j) for c in todo.itertuples(index=False) for name, j in judges]
+    for c, name, judge in tqdm(jobs, desc="panel ratings"):
+        reply = judge.complete(judge_messages(c.text, c.lang), 0.0, int(cfg.get("judge_max_tokens", 300)), seed=0)
+        r = parse_rating(reply)
+        rows.append({"candidate_id": c.candidate_id, "judge": name, "model": judge.backend.describe(), **r})
+    return pd.DataFrame(rows, columns=RATING_COLUMNS)
+
+
+def select_passages(cands: pd.DataFrame, ratings: pd.DataFrame, cfg: dict[str, Any], n_judges: int) -> pd.DataFrame:
+    """Panel summary per candidate and the top `per_cell` per language x pole over distinct themes."""
+    ok = ratings[ratings["status"] == "ok"].merge(
+        cands[["candidate_id", "pole"]].rename(columns={"pole": "target"}), on="candidate_id")
+    if ok.empty:
+        return pd.DataFrame(columns=SELECTION_COLUMNS)
+    ok = ok.assign(agrees=(ok["pole"] == ok["target"]).astype(float),
+                   cue=ok["speaker_gender_cue"].astype(bool))
+    agg = ok.groupby("candidate_id").agg(
+        mean_coding=("gender_coding", "mean"), mean_naturalness=("naturalness", "mean"),
+        n_judges=("judge", "nunique"), any_cue=("cue", "any"), pole_agreement=("agrees", "mean"),
+    ).reset_index()
+    df = cands.merge(agg, on="candidate_id")
+    df["intensity"] = [round(intensity(p, c), 4) for p, c in zip(df["pole"], df["mean_coding"])]
+    min_judges = int(cfg.get("min_judges", math.ceil(n_judges / 2)))
+    keep = (df["n_judges"] >= min_judges) & (df["pole_agreement"] > 0.5) & ~df["any_cue"] \
+        & (df["mean_naturalness"] >= float(cfg.get("min_naturalness", 3.5)))
+    df = df[keep].sort_values(["lang", "pole", "intensity", "mean_naturalness", "candidate_id"],
+                              ascending=[True, True, False, False, True])
+    df = df.drop_duplicates(["lang", "theme"])  # best candidate per theme
+    top = df.groupby(["lang", "pole"], sort=False).head(int(cfg.get("per_cell", 10))).copy()
+    top["passage_id"] = [f"{l}-{p}-g{i:02d}" for (l, p), grp in top.groupby(["lang", "pole"], sort=False)
+                         for i in range(1, len(grp) + 1)]
+    return top[SELECTION_COLUMNS].reset_index(drop=True)
+
+
+def selection_yaml(selection: pd.DataFrame, cands: pd.DataFrame, panel: str) -> dict[str, str]:
+    """Bank-format YAML per language for the selected passages (to screen, then move into data/bank)."""
+    full = selection.merge(cands.drop(columns=["lang", "pole", "theme"]), on="candidate_id")
+    out = {}
+    for lang, grp in full.groupby("lang"):
+        entries = [{
+            "passage_id": r.passage_id, "lang": r.lang, "pole": r.pole, "theme": r.theme,
+            "seed_term": r.seed_term, "seed_source": r.seed_source,
+            "seed_statistic": None if pd.isna(r.seed_statistic) else r.seed_statistic, "statistic_checked": False,
+            "text": r.text, "gloss_en": r.gloss_en, "intensity": float(r.intensity), "rated_by": panel,
+            "review_status": "unreviewed", "generated_by": r.writer, "candidate_id": r.candidate_id,
+        } for r in grp.itertuples(index=False)]
+        out[str(lang)] = yaml.safe_dump(entries, allow_unicode=True, sort_keys=False, width=100)
+    return out
+
+
+def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_path: Path) -> dict[str, Any]:
+    """Stage 'generate': off unless generate.enabled; then writes candidates, ratings and selection."""
+    from voicebias.config import CACHE_DIR
+    from voicebias.io import write_json, write_table
+
+    cfg = params.get("generate") or {}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("candidates.csv", "ratings.csv", "selection.csv"):
+        (out_dir / stale).unlink(missing_ok=True)
+    if not cfg.get("enabled"):
+        status = {"enabled": False, "reason": "generate.enabled is false (embedded default): no LLM was called"}
+        write_json(out_dir / "status.json", status)
+        write_json(Path(metrics_path), status)
+        return status
+    languages = list(cfg.get("languages") or params["base"]["languages"])
+    windows = params["bank"]["length_window"]
+    extra = cfg.get("seeds")
+    seeds = load_seeds(bank_dir, languages, Path(extra) if extra else None)
+    cache = Path(cfg.get("cache_dir") or CACHE_DIR / "llm")
+    if "writer" not in cfg or not cfg.get("judges"):
+        raise KeyError("generate needs a 'writer' and a non-empty 'judges' list (see params generate)")
+    writer = CachedChat(make_chat(cfg["writer"]), cache)
+    judges = [(j.get("name") or f"judge{i + 1}", CachedChat(make_chat(j), cache)) for i, j in enumerate(cfg["judges"])]
+    if len({n for n, _ in judges}) != len(judges):
+        raise ValueError("generate.judges: every judge needs a distinct name")
+    base_seed = int(params.get("base", {}).get("seed", 0))
+    cands = generate_candidates(seeds, writer, cfg, windows, base_seed)
+    ratings = rate_candidates(cands, judges, cfg)
+    selection = select_passages(cands, ratings, cfg, len(judges))
+    panel = "LLM panel: " + ", ".join(f"{n} ({j.backend.describe()})" for n, j in judges)
+    write_table(out_dir / "candidates.csv", cands)
+    write_table(out_dir / "ratings.csv", ratings)
+    write_table(out_dir / "selection.csv", selection)
+    sel_dir = out_dir / "selection"
+    sel_dir.mkdir(exist_ok=True)
+    for old in sel_dir.glob("*.yaml"):
+        old.unlink()
+    for lang, text in selection_yaml(selection, cands, panel).items():
+        (sel_dir / f"{lang}.yaml").write_text(text, encoding="utf-8")
+    per_cell = int(cfg.get("per_cell", 10))
+    counts = selection.groupby(["lang", "pole"]).size()
+    short = {f"{l}_{p}": int(counts.get((l, p), 0)) for l in languages for p in POLES if counts.get((l, p), 0) < per_cell}
+    status = {
+        "enabled": True, "writer": writer.backend.describe(), "judges": [j.backend.describe() for _, j in judges],
+        "seeds": int(len(seeds)), "candidates": int(len(cands)),
+        "candidate_status": {k: int(v) for k, v in cands["status"].value_counts().sort_index().items()},
+        "ratings": int(len(ratings)), "invalid_ratings": int((ratings["status"] != "ok").sum()),
+        "selected": int(len(selection)), "per_cell": per_cell, "short_cells": short,
+        "llm_calls": writer.calls + sum(j.calls for _, j in judges),
+    }
+    write_json(out_dir / "status.json", {k: v for k, v in status.items() if k != "llm_calls"})
+    write_json(Path(metrics_path), status)
+    if short:
+        raise ValueError(f"generate: fewer than {per_cell} passages passed the gates in {short}; raise "
+                         "candidates_per_seed or add seeds (candidates, ratings and the partial selection are "
+                         f"written to {out_dir})")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m voicebias.generate`: run the stage with the active params.yaml."""
+    from voicebias import config
+    from voicebias.errors import guarded
+
+    guarded(run_stage, config.load_params(), config.BANK_DIR, config.DATA / "generated",
+            config.REPORTS / "generate" / "metrics.json", stage="generate")
+    return 0
+
+
+if __name__ == "__main__":
+    main()
