@@ -143,8 +143,9 @@ def test_report_renders_in_headless_chromium(workspace, tmp_path):
             "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
         n_images = browser.execute_script("return document.images.length")
         empty_tables = browser.execute_script(
-            "return Array.from(document.tables).filter(t => t.tBodies[0].rows.length === 0).length")
-        n_tables = browser.execute_script("return document.tables.length")
+            "return Array.from(document.querySelectorAll('table'))"
+            ".filter(t => t.querySelectorAll('tbody tr').length === 0).length")
+        n_tables = browser.execute_script("return document.querySelectorAll('table').length")
         shot = tmp_path / "report.png"
         browser.save_screenshot(str(shot))
     finally:
