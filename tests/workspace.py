@@ -24,6 +24,7 @@ BIN = Path(sys.executable).parent
 def sh(cmd, cwd, check=True):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
     env.pop("VOICEBIAS_ROOT", None)
+    env.pop("MLFLOW_TRACKING_URI", None)  # the workspace logs to its own mlflow.db
     res = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, env=env)
     if check and res.returncode != 0:
         raise AssertionError(f"`{cmd}` failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")

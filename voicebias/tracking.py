@@ -100,15 +100,13 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
 def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path,
                      out_path: Path, root: Path = ROOT) -> dict[str, Any]:
     """Log the parent run and its children; writes the run ids to out_path."""
-    import mlflow
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     from voicebias.io import read_json, read_table, write_json
 
     uri = tracking_uri(params, root)
-    mlflow.set_tracking_uri(uri)
-    client = MlflowClient(uri)
+    client = MlflowClient(uri)  # no global mlflow.set_tracking_uri: it would leak into the environment
     name = params["tracking"]["experiment"]
     exp = client.get_experiment_by_name(name)
     exp_id = exp.experiment_id if exp else client.create_experiment(name)
