@@ -146,6 +146,17 @@ class SystemUnderTest(ABC):
         """
         return [self.call(r) for r in requests]
 
+    def voice(self, lang: str) -> str:
+        """The fixed output voice for answers in `lang` (params `voice` overrides the card)."""
+        if self.params.get("voice"):
+            return str(self.params["voice"])
+        voices = self.card.get("output_voice") or {}
+        if isinstance(voices, str):
+            return voices
+        if lang not in voices:
+            raise ValueError(f"system '{self.name}': the card names no output voice for '{lang}'")
+        return str(voices[lang])
+
     def generation_settings(self) -> dict[str, Any]:
         """Everything besides the request that changes the output (part of the cache key)."""
         return {k: v for k, v in self.params.items() if k not in RUNNER_KEYS}

@@ -78,16 +78,6 @@ class GeminiLiveSystem(S2SSystem):
         self.client = genai.Client(api_key=key, http_options=http_options)
         self.base_url = base_url
 
-    def voice(self, lang: str) -> str:
-        if self.params.get("voice"):
-            return str(self.params["voice"])
-        voices = self.card.get("output_voice") or {}
-        if isinstance(voices, str):
-            return voices
-        if lang not in voices:
-            raise ValueError(f"system '{self.name}': the card names no output voice for '{lang}'")
-        return str(voices[lang])
-
     def live_config(self, request: S2SRequest) -> Any:
         t = self._types
         kwargs: dict[str, Any] = {}

@@ -110,17 +110,6 @@ class OpenAIAudioSystem(S2SSystem):
         var = self.params.get("api_key_env") or self.card.get("api_key_env") or self.default_key_env
         return require_secret(self.name, var, root)
 
-    def voice(self, lang: str) -> str:
-        """The fixed output voice for answers in `lang` (params `voice` overrides the card)."""
-        if self.params.get("voice"):
-            return str(self.params["voice"])
-        voices = self.card.get("output_voice") or {}
-        if isinstance(voices, str):
-            return voices
-        if lang not in voices:
-            raise ValueError(f"system '{self.name}': the card names no output voice for '{lang}'")
-        return str(voices[lang])
-
     def endpoint(self) -> str:
         """Where calls go (scheme and host only: no credentials, no query)."""
         u = urlsplit(str(self.client.base_url))
