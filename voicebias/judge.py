@@ -1,37 +1,61 @@
 """The LLM judge of the speech-continuation study: rubric, validation, retries, backends.
 
 The judge scores a continuation transcript against its prompt transcript on the
-SC paper's five dimensions (data/judge/rubric.yaml, 1-5). It is shown the two
-transcripts only, never the speaker's gender, voice or phonation. Every reply
-is parsed as JSON and validated (all five dimensions, integers 1-5); an invalid
-reply is retried up to `max_attempts` times and then recorded as failed, never
-filled in. Backends:
+five dimensions of the SC paper's judge rubric (Appendix A; data/judge/rubric.yaml),
+each an integer from 1 to 5. Its only input is the two transcripts: the speaker's
+gender, voice and phonation never reach it (the `judge` method takes nothing else).
+Each reply must be a JSON object holding all five dimensions as integers in range;
+a reply that is not is asked for again, up to `max_attempts` times, after which the
+item is recorded as failed with the last reason. Scores are never guessed or filled in.
+
+Backends (`get_judge(params)`, chosen by `backend`):
 
 - ``openai_compatible``: any OpenAI-compatible chat-completions endpoint
-  (base_url, model and pinned version from params; key from the environment);
+  (``base_url``, ``model``: a pinned model name; key from ``api_key_env``);
+- ``gemini``: Google Gemini's REST ``generateContent`` method with the key in the
+  ``x-goog-api-key`` header (``model`` pinned; the served ``modelVersion`` is
+  recorded with every result; rate limits and 5xx answers are retried with back-off
+  before they count as a failure);
+- ``local_transformers``: an instruct model in a local folder (``weights``), run with
+  its tokenizer's chat template and greedy decoding, never downloaded; the folder
+  name and a hash of its config.json are recorded as the version;
 - ``lexical_heuristic``: the offline judge of the embedded default, a transparent
   word-list heuristic, named for what it is (it is not a language model).
+
+Every result names the judge and the model version that produced it. API keys are
+read from the environment (or .env) and never written into errors or results.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
-from voicebias.config import DATA
+from voicebias.config import DATA, ROOT
+from voicebias.systems.base import SetupError, redact, require_secret, resolve_path
 
 
 class InvalidJudgement(ValueError):
     """A judge reply that is not the JSON object the rubric asks for."""
+
+
+class JudgeCallError(RuntimeError):
+    """The judge could not be asked (refused request, retries on rate limits or 5xx spent).
+
+    Ends the item as failed at once: asking again would only repeat the failure.
+    """
 
 
 @lru_cache(maxsize=2)
@@ -76,19 +100,78 @@ class JudgeResult:
     attempts: int = 0
     error: str = ""
     judge: str = ""
+    version: str = ""    # the model version that wrote the (last) reply, where the backend knows it
 
 
-class OpenAICompatibleJudge:
+class Reply(NamedTuple):
+    """One answer of a judge model: its text, the model version that wrote it, and a note
+    on why it may be unusable (an empty text with a finish or block reason, say)."""
+
+    text: str
+    version: str
+    note: str = ""
+
+
+class _RetryingJudge:
+    """The shared loop: ask, validate, ask again on an invalid reply, record the outcome.
+
+    Subclasses set `name`, `version` (recorded until a reply names one) and `max_attempts`
+    and implement `_complete`; `_retry_errors` are call errors that count as an attempt.
+    """
+
+    name = ""
+    version = ""
+    max_attempts = 3
+    _retry_errors: tuple[type[BaseException], ...] = ()
+
+    def _complete(self, content: str) -> Reply:
+        raise NotImplementedError
+
+    def _redact(self, text: str) -> str:
+        return text
+
+    def judge(self, prompt_text: str, continuation_text: str) -> JudgeResult:
+        content = build_prompt(prompt_text, continuation_text)
+        error, version = "", self.version
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                reply = self._complete(content)
+            except JudgeCallError as exc:
+                return JudgeResult("failed", {}, attempt, self._redact(str(exc)), self.name, version)
+            except self._retry_errors as exc:
+                error = self._redact(f"{type(exc).__name__}: {exc}")
+                continue
+            version = reply.version or version
+            try:
+                scores = parse_judgement(reply.text)
+            except InvalidJudgement as exc:
+                note = f" ({reply.note})" if reply.note else ""
+                error = self._redact(f"invalid judgement: {exc}{note}")
+                continue
+            return JudgeResult("ok", scores, attempt, "", self.name, version)
+        return JudgeResult("failed", {}, self.max_attempts, error, self.name, version)
+
+
+def _check_attempts(max_attempts: int) -> int:
+    if isinstance(max_attempts, bool) or int(max_attempts) != max_attempts or max_attempts < 1:
+        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    return int(max_attempts)
+
+
+class OpenAICompatibleJudge(_RetryingJudge):
     """Chat completions over HTTP (POST {base_url}/chat/completions), temperature 0."""
+
+    _retry_errors = (urllib.error.URLError, TimeoutError, KeyError, json.JSONDecodeError)
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", max_attempts: int = 3,
                  timeout_s: float = 60.0):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
-        self.max_attempts = max_attempts
+        self.max_attempts = _check_attempts(max_attempts)
         self.timeout_s = timeout_s
         self.name = f"openai_compatible:{model}"
+        self.version = model
 
     def _key(self) -> str:
         key = os.environ.get(self.api_key_env)
@@ -96,26 +179,167 @@ class OpenAICompatibleJudge:
             raise RuntimeError(f"the judge needs {self.api_key_env} in the environment or .env")
         return key
 
-    def _complete(self, content: str) -> str:
+    def _complete(self, content: str) -> Reply:
         body = json.dumps({"model": self.model, "temperature": 0,
                            "messages": [{"role": "user", "content": content}]}).encode()
         req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, method="POST", headers={
             "Content-Type": "application/json", "Authorization": f"Bearer {self._key()}"})
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
             payload = json.loads(resp.read())
-        return payload["choices"][0]["message"]["content"]
+        return Reply(payload["choices"][0]["message"]["content"], str(payload.get("model") or self.model))
 
-    def judge(self, prompt_text: str, continuation_text: str) -> JudgeResult:
-        content = build_prompt(prompt_text, continuation_text)
-        error = ""
-        for attempt in range(1, self.max_attempts + 1):
+
+#: HTTP statuses worth asking again after a pause (rate limit, server-side trouble).
+_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+#: Candidate finish reasons that mean the model stopped for a reason other than being done.
+_GEMINI_ABNORMAL_FINISH = frozenset({"MAX_TOKENS", "SAFETY", "RECITATION", "LANGUAGE", "BLOCKLIST",
+                                     "PROHIBITED_CONTENT", "SPII", "MALFORMED_FUNCTION_CALL", "OTHER"})
+
+
+class GeminiJudge(_RetryingJudge):
+    """Google Gemini over REST: POST {base_url}/v1beta/models/{model}:generateContent.
+
+    The key travels in the `x-goog-api-key` header only (never in the URL). The request is
+    the rubric prompt as one user turn with temperature 0, a JSON response MIME type and
+    `max_output_tokens`. 429 and 5xx answers and connection failures are retried up to
+    `max_retries` times (honouring Retry-After or the server's retryDelay, capped at 60 s,
+    else exponential back-off from `retry_wait_s`) before the item is recorded as failed.
+    Gemini 2.5 models count their thinking against `max_output_tokens`; a reply cut off
+    there is an invalid judgement whose reason says MAX_TOKENS.
+    """
+
+    def __init__(self, model: str, base_url: str = "https://generativelanguage.googleapis.com",
+                 api_key_env: str = "GEMINI_API_KEY", max_attempts: int = 3, max_output_tokens: int = 2048,
+                 timeout_s: float = 60.0, max_retries: int = 4, retry_wait_s: float = 2.0,
+                 root: Path | None = None):
+        self.model = str(model).removeprefix("models/")
+        if not self.model:
+            raise ValueError("the gemini judge needs a pinned model name")
+        self.base_url = str(base_url).rstrip("/")
+        self.max_attempts = _check_attempts(max_attempts)
+        self.max_output_tokens = int(max_output_tokens)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.retry_wait_s = float(retry_wait_s)
+        self.name = f"gemini:{self.model}"
+        self.version = self.model
+        self.sleep = time.sleep
+        self.__key = require_secret("gemini judge", api_key_env, ROOT if root is None else root)
+
+    def __repr__(self) -> str:
+        return f"GeminiJudge(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _redact(self, text: str) -> str:
+        return redact(text, [self.__key])
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1beta/models/{urllib.parse.quote(self.model, safe='-._')}:generateContent"
+
+    def request_body(self, content: str) -> dict[str, Any]:
+        return {"contents": [{"role": "user", "parts": [{"text": content}]}],
+                "generationConfig": {"temperature": 0, "responseMimeType": "application/json",
+                                     "maxOutputTokens": self.max_output_tokens}}
+
+    @staticmethod
+    def _error_detail(exc: urllib.error.HTTPError) -> tuple[str, float | None]:
+        """The server's error message and its retry hint (Retry-After header or RetryInfo.retryDelay)."""
+        try:
+            body = exc.read().decode("utf-8", "replace")
+        except OSError:
+            body = ""
+        message, wait = body.strip()[:300], None
+        try:
+            err = json.loads(body).get("error") or {}
+            message = str(err.get("message") or err.get("status") or message)[:300]
+            for d in err.get("details") or []:
+                m = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(d.get("retryDelay", "")))
+                if m:
+                    wait = float(m.group(1))
+        except (ValueError, AttributeError, TypeError):
+            pass
+        header = (exc.headers.get("Retry-After") or "").strip() if exc.headers else ""
+        if re.fullmatch(r"\d+(?:\.\d+)?", header):
+            wait = float(header)
+        return message, wait
+
+    def _post(self, body: dict[str, Any]) -> bytes:
+        data = json.dumps(body).encode()
+        for retry in range(self.max_retries + 1):
+            req = urllib.request.Request(self.url, data=data, method="POST", headers={
+                "Content-Type": "application/json", "x-goog-api-key": self.__key})
             try:
-                return JudgeResult("ok", parse_judgement(self._complete(content)), attempt, "", self.name)
-            except InvalidJudgement as exc:
-                error = f"invalid judgement: {exc}"
-            except (urllib.error.URLError, TimeoutError, KeyError, json.JSONDecodeError) as exc:
-                error = f"{type(exc).__name__}: {exc}"
-        return JudgeResult("failed", {}, self.max_attempts, error, self.name)
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return resp.read()
+            except urllib.error.HTTPError as exc:
+                message, wait = self._error_detail(exc)
+                if exc.code in _RETRYABLE_STATUS and retry < self.max_retries:
+                    self.sleep(min(wait, 60.0) if wait is not None else self.retry_wait_s * 2 ** retry)
+                    continue
+                spent = f" after {retry + 1} tries" if exc.code in _RETRYABLE_STATUS else ""
+                raise JudgeCallError(self._redact(f"Gemini '{self.model}' answered HTTP {exc.code}{spent}: {message}")
+                                     ) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                if retry < self.max_retries:
+                    self.sleep(self.retry_wait_s * 2 ** retry)
+                    continue
+                reason = getattr(exc, "reason", exc)
+                raise JudgeCallError(self._redact(f"Gemini unreachable at {self.base_url} after {retry + 1} tries: "
+                                                  f"{reason}")) from None
+        raise JudgeCallError("unreachable")  # pragma: no cover
+
+    def _complete(self, content: str) -> Reply:
+        raw = self._post(self.request_body(content))
+        try:
+            payload = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return Reply("", self.version, "Gemini's answer body is not JSON")
+        if not isinstance(payload, dict):
+            return Reply("", self.version, "Gemini's answer is not a JSON object")
+        version = str(payload.get("modelVersion") or self.version)
+        candidates = payload.get("candidates") or []
+        if not candidates:
+            block = (payload.get("promptFeedback") or {}).get("blockReason")
+            return Reply("", version, f"no candidate; prompt blocked: {block}" if block else "no candidate")
+        cand = candidates[0] or {}
+        parts = (cand.get("content") or {}).get("parts") or []
+        text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and not p.get("thought"))
+        finish = str(cand.get("finishReason") or "")
+        return Reply(text, version, f"finishReason {finish}" if finish in _GEMINI_ABNORMAL_FINISH else "")
+
+
+class LocalTransformersJudge(_RetryingJudge):
+    """A local instruct model (transformers) in a folder: chat template, greedy decoding, no download.
+
+    Loading and generation reuse :class:`voicebias.generate.TransformersChat` (the local
+    backend of the bank-extension stage): local_files_only, temperature 0 = greedy. The
+    model loads on the first call. Greedy decoding is deterministic, so a retry after an
+    invalid reply repeats the same reply; the retries are kept for one uniform protocol.
+    """
+
+    def __init__(self, weights: str | os.PathLike[str], device: str = "cpu", max_new_tokens: int = 512,
+                 max_attempts: int = 3, root: Path | None = None):
+        from voicebias.generate import LLMError, TransformersChat  # pandas and friends: only when used
+
+        folder = resolve_path(weights, ROOT if root is None else root)
+        if not folder.is_dir():
+            raise SetupError(f"the local_transformers judge's model folder {folder} does not exist: put the "
+                             "instruct model's files there (config.json, weights, tokenizer with a chat template); "
+                             "nothing is downloaded")
+        try:
+            self._chat = TransformersChat(str(folder), device=device)
+        except LLMError as exc:
+            raise SetupError(f"the local_transformers judge cannot use {folder}: {exc}") from None
+        self.folder, self.device = folder, device
+        self.max_new_tokens = int(max_new_tokens)
+        self.max_attempts = _check_attempts(max_attempts)
+        config_hash = hashlib.sha256((folder / "config.json").read_bytes()).hexdigest()[:16]
+        self.name = f"local_transformers:{folder.name}"
+        self.version = f"{folder.name}@config-sha256:{config_hash}"
+
+    def _complete(self, content: str) -> Reply:
+        text = self._chat.complete([{"role": "user", "content": content}], 0.0, self.max_new_tokens)
+        return Reply(text, self.version)
 
 
 _WORD = re.compile(r"[a-z']+")
@@ -164,11 +388,39 @@ class LexicalHeuristicJudge:
         return JudgeResult("ok", scores, 1, "", self.name)
 
 
+def _required(params: dict[str, Any], key: str, backend: str, what: str) -> Any:
+    value = params.get(key)
+    if value in (None, ""):
+        raise ValueError(f"judge backend '{backend}' needs '{key}' ({what})")
+    return value
+
+
+#: The judge backends `get_judge` knows.
+BACKENDS = ("lexical_heuristic", "openai_compatible", "gemini", "local_transformers")
+
+
 def get_judge(params: dict[str, Any]):
+    """The judge named by `params['backend']` (default lexical_heuristic), configured from `params`."""
     backend = params.get("backend", "lexical_heuristic")
     if backend == "lexical_heuristic":
         return LexicalHeuristicJudge()
     if backend == "openai_compatible":
         return OpenAICompatibleJudge(params["base_url"], params["model"], params.get("api_key_env", "OPENAI_API_KEY"),
                                      int(params.get("max_attempts", 3)))
-    raise NotImplementedError(f"judge backend '{backend}' is not available; use openai_compatible or lexical_heuristic")
+    if backend == "gemini":
+        return GeminiJudge(
+            _required(params, "model", backend, "a pinned Gemini model name, e.g. gemini-2.5-flash"),
+            base_url=params.get("base_url") or "https://generativelanguage.googleapis.com",
+            api_key_env=params.get("api_key_env") or "GEMINI_API_KEY",
+            max_attempts=int(params.get("max_attempts", 3)),
+            max_output_tokens=int(params.get("max_output_tokens", 2048)),
+            timeout_s=float(params.get("timeout_s", 60.0)),
+            max_retries=int(params.get("max_retries", 4)),
+            retry_wait_s=float(params.get("retry_wait_s", 2.0)))
+    if backend == "local_transformers":
+        return LocalTransformersJudge(
+            _required(params, "weights", backend, "the local instruct model's folder"),
+            device=str(params.get("device", "cpu")),
+            max_new_tokens=int(params.get("max_new_tokens", 512)),
+            max_attempts=int(params.get("max_attempts", 3)))
+    raise NotImplementedError(f"judge backend '{backend}' is not available; use one of {', '.join(BACKENDS)}")
