@@ -1,23 +1,30 @@
 """Qwen2.5-Omni through transformers (native support): speech in, 24 kHz speech and text out.
 
-Loads Qwen2_5OmniForConditionalGeneration and Qwen2_5OmniProcessor from a local
-folder only (`weights` in params, else the card's requires.weights), at the first
-call that is not a cache hit. Per request::
+Loads Qwen2_5OmniForConditionalGeneration and the audio and text parts of
+Qwen2_5OmniProcessor (tokenizer, Whisper feature extractor, chat template) from a
+local folder only (`weights` in params, else the card's requires.weights), at the
+first call that is not a cache hit. The processor's image and video parts are left
+out: this adapter sends neither, and transformers' video processor needs torchvision,
+which the project's dependencies do not include. Per request::
 
     conversation = [{"role": "system", "content": [{"type": "text", "text": QWEN_SYSTEM}]},
                     {"role": "user", "content": [{"type": "audio", "audio": <16 kHz samples>},
                                                  {"type": "text", "text": <native task prompt>}]}]
     text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
     inputs = processor(text=text, audio=[samples], return_tensors="pt", padding=True)
-    text_ids, audio = model.generate(**inputs, speaker="Chelsie", return_audio=True, ...)
+    text_ids, audio = model.generate(**inputs, speaker="Chelsie", generation_mode="audio", ...)
 
 The model card asks for its own system prompt whenever audio output is wanted, so the
 native task prompt goes in the user turn after the audio (not as system prompt, as
 for the API systems). The output voice is a built-in speaker (`speaker`, else the
-card's output voice), fixed across the audit.
+card's output voice), fixed across the audit; a speaker the checkpoint does not ship
+(its spk_dict.pt) is a setup error.
 
-Params: `speaker`, `thinker_max_new_tokens`, `talker_do_sample`, `temperature`;
-runner knobs `weights`, `device` (default cuda), `batch_size`.
+Params: `speaker`, `thinker_max_new_tokens` (default 512), `temperature` (the text
+stream's sampling temperature; 0 decodes greedily; unset keeps the checkpoint's
+generation defaults), `talker_do_sample`, `talker_max_new_tokens` (caps the speech
+codes; unset keeps the model's default); runner knobs `weights`, `device` (default
+cuda; `cpu` runs in float32), `batch_size`.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ QWEN_SYSTEM = ("You are Qwen, a virtual human developed by the Qwen Team, Alibab
 INPUT_RATE = 16000   # Hz, the processor's audio rate
 OUTPUT_RATE = 24000  # Hz, the talker/token2wav output rate
 MODEL_TYPE = "qwen2_5_omni"
+#: the placeholders Qwen2_5OmniProcessor reads from the tokenizer, with the checkpoint's spelling as fallback
+PLACEHOLDERS = {"image_token": "<|IMAGE|>", "audio_token": "<|AUDIO|>", "video_token": "<|VIDEO|>",
+                "vision_bos_token": "<|vision_bos|>", "vision_eos_token": "<|vision_eos|>",
+                "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}
 
 
 def check_weights(folder: Path, name: str) -> dict[str, Any]:
@@ -51,6 +62,34 @@ def check_weights(folder: Path, name: str) -> dict[str, Any]:
         raise SetupError(f"system '{name}': {folder} holds a '{cfg.get('model_type')}' model, not Qwen2.5-Omni "
                          f"(model_type '{MODEL_TYPE}')")
     return cfg
+
+
+def load_processor(folder: Path) -> Any:
+    """Qwen2_5OmniProcessor without its image and video processors, loaded from `folder`.
+
+    A subclass whose constructor takes only the feature extractor and the tokenizer
+    (transformers loads the sub-processors an __init__ names); the audio and text
+    handling (audio placeholder expansion, feature extraction, chat template) is
+    Qwen2_5OmniProcessor's own.
+    """
+    from transformers import Qwen2_5OmniProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    class Qwen2_5OmniAudioTextProcessor(Qwen2_5OmniProcessor):
+        def __init__(self, feature_extractor=None, tokenizer=None, chat_template=None):
+            ProcessorMixin.__init__(self, feature_extractor, tokenizer, chat_template=chat_template)
+            for name, default in PLACEHOLDERS.items():
+                token = getattr(tokenizer, name, None) or default
+                setattr(self, name, token)
+                if name in ("image_token", "audio_token", "video_token"):
+                    setattr(self, f"{name}_id", tokenizer.convert_tokens_to_ids(token))
+
+        @property
+        def model_input_names(self) -> list[str]:
+            return list(dict.fromkeys(self.tokenizer.model_input_names + self.feature_extractor.model_input_names
+                                      + ["feature_attention_mask"]))
+
+    return Qwen2_5OmniAudioTextProcessor.from_pretrained(str(folder), local_files_only=True)
 
 
 class QwenOmniSystem(S2SSystem):
@@ -84,21 +123,40 @@ class QwenOmniSystem(S2SSystem):
     def _load(self) -> None:
         if self._model is not None:
             return
-        import torch
-        from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
-
         try:
-            self._processor = Qwen2_5OmniProcessor.from_pretrained(str(self.weights), local_files_only=True)
+            import torch
+            from transformers import Qwen2_5OmniForConditionalGeneration
+
+            processor = load_processor(self.weights)
             dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-            self._model = Qwen2_5OmniForConditionalGeneration.from_pretrained(
+            model = Qwen2_5OmniForConditionalGeneration.from_pretrained(
                 str(self.weights), local_files_only=True, dtype=dtype).to(self.device).eval()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, ImportError) as exc:
             raise SetupError(f"system '{self.name}': Qwen2.5-Omni cannot be loaded from {self.weights}: {exc}") from None
+        if self.speaker not in model.speaker_map:
+            raise SetupError(f"system '{self.name}': speaker '{self.speaker}' is not among the checkpoint's built-in "
+                             f"voices ({', '.join(sorted(model.speaker_map)) or 'none: spk_dict.pt is empty'})")
+        self._processor, self._model = processor, model
 
     def conversation(self, request: S2SRequest, audio: Any) -> list[dict[str, Any]]:
         return [{"role": "system", "content": [{"type": "text", "text": QWEN_SYSTEM}]},
                 {"role": "user", "content": [{"type": "audio", "audio": audio},
                                              {"type": "text", "text": request.prompt}]}]
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of model.generate besides the inputs (from the params)."""
+        gen: dict[str, Any] = {"speaker": self.speaker, "generation_mode": "audio", "use_audio_in_video": False,
+                               "thinker_max_new_tokens": int(self.params.get("thinker_max_new_tokens", 512))}
+        if self.params.get("temperature") is not None:
+            temperature = float(self.params["temperature"])
+            gen["thinker_do_sample"] = temperature > 0
+            if temperature > 0:
+                gen["thinker_temperature"] = temperature
+        if "talker_do_sample" in self.params:
+            gen["talker_do_sample"] = bool(self.params["talker_do_sample"])
+        if self.params.get("talker_max_new_tokens") is not None:
+            gen["talker_max_new_tokens"] = int(self.params["talker_max_new_tokens"])
+        return gen
 
     def respond(self, request: S2SRequest) -> S2SResponse:
         import torch
@@ -110,10 +168,7 @@ class QwenOmniSystem(S2SSystem):
             text = proc.apply_chat_template(self.conversation(request, x), add_generation_prompt=True, tokenize=False)
             inputs = proc(text=text, audio=[x], return_tensors="pt", padding=True).to(self.device)
             torch.manual_seed(int(request.seed))
-            gen: dict[str, Any] = {"speaker": self.speaker, "return_audio": True, "use_audio_in_video": False,
-                                   "thinker_max_new_tokens": int(self.params.get("thinker_max_new_tokens", 512))}
-            if "talker_do_sample" in self.params:
-                gen["talker_do_sample"] = bool(self.params["talker_do_sample"])
+            gen = self.generate_kwargs()
             with torch.no_grad():
                 out = model.generate(**inputs, **gen)
             text_ids, audio = out if isinstance(out, tuple) else (out, None)
