@@ -1,0 +1,1 @@
+"""Scripts that run inside other projects' environments (never imported by voicebias itself)."""

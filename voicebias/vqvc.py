@@ -1,0 +1,435 @@
+"""VoiceQualityVC adapter: phonation conversion by the user's own VQVC checkout.
+
+VoiceQualityVC (github.com/Hfkml/VQVC) is a FreeVC-style voice converter: WavLM-Large
+content features of the source, a speaker embedding of a reference recording, and six
+extra conditioning tracks (creak, CPPS, H1-H2, pitch, H1-A3, pitch variance), one value
+per 20 ms content frame. The repository has no licence, no package and no command-line
+entry point (its inference is a notebook), and pins old libraries. So nothing of it is
+copied or imported here: the user clones it, builds its environment, and this module
+runs a small driver (:mod:`voicebias.external.vqvc_driver`) with that environment's
+interpreter, in the checkout, over a JSON list of jobs, so the models load once per batch.
+
+How VQVC is driven (learnt from its notebook and model code; described, not copied)
+------------------------------------------------------------------------------------
+- ``utils.get_hparams_from_file(config)`` reads the FreeVC-style JSON config; its
+  ``model`` section switches each voice-quality encoder on (all six must be on).
+- The generator is ``models.SynthesizerTrn(filter_length // 2 + 1,
+  segment_size // hop_length, **model_section)``, filled by
+  ``utils.load_checkpoint(path, net, None, True)`` (strict: a config that does not match
+  the checkpoint fails loudly).
+- Content: a WavLM-Large checkpoint (``torch.load`` -> ``cfg`` and ``model`` entries,
+  ``wavlm.WavLM(wavlm.WavLMConfig(cfg))``) and ``utils.get_content(wavlm, wav)`` ->
+  (1, 1024, T), one frame per 320 samples at 16 kHz (20 ms).
+- Speaker: ``speaker_encoder.voice_encoder.SpeakerEncoder(ckpt, device=...)`` and
+  ``embed_utterance(wav)`` on a silence-trimmed reference recording. Here the reference
+  is the source recording itself (the voice keeps its identity; only its quality moves),
+  unless a job names another recording of the same speaker.
+- Conversion: ``net.infer(c, g=g, creaks=, cpps=, h1h2s=, pitches=, h1a3s=,
+  pitch_vars=)``, each track a (1, 1, T) float tensor, T equal to the content length;
+  output (1, 1, samples) at 16 kHz. The prior is sampled, so the driver seeds torch
+  for every item.
+- The WavLM code (``wavlm/``) and the speaker-encoder and WavLM checkpoints are not in
+  the VQVC repository; ``utils.py`` also imports a ``hifigan`` module that is not in
+  it either. It is only needed for a vocoder VQVC does not use at inference, so the
+  driver puts an empty stand-in module in its place when the checkout lacks one.
+
+Conditioning: absolute targets, not offsets from the source
+-----------------------------------------------------------
+VQVC never sees the source's own voice-quality measurements at inference: the six
+tracks are the only voice-quality input, and the converter re-renders the content with
+whatever values it is given. In training the tracks were the recordings' own per-frame
+measures, normalised to standard-deviation units (the normalisation code is not in the
+repository), so 0 means "this speaker's average" and the notebook drives the model with
+constant absolute values (all 0, pitch about -1 to -1.5, as a starting point). A preset
+value is therefore used as the absolute target in those units, on top of an optional
+per-feature ``baseline`` (``phonation.vqvc.baseline``, SD units, all 0 by default):
+
+    track[frame, feature] = baseline[feature] + preset offset[frame, feature]
+
+The source's measured features are not added in: doing so would need the training
+normalisation statistics, which are not published, and would change the meaning of
+the paper's presets (breathy = H1-H2 +3 SD *from the average*, not from the source).
+The modal preset gives the baseline alone, so running the modal prompts through VQVC
+as well gives all four conditions the same converter artefacts.
+
+Frames: :func:`build_conditioning` gives ``n_frames(duration)`` = ceil(duration / 20 ms)
+rows; WavLM's content length is about one frame shorter (its first frame needs 25 ms).
+The driver fits the rows to the content length by linear interpolation over relative
+time, which keeps constant presets exact and a ramp's start-of-utterance zeros and
+final target at the first and last content frame; both counts are reported per item.
+
+Params (``phonation.vqvc``; paths relative to the project root unless absolute, the
+config relative to the checkout): repo, python, checkpoint, wavlm, speaker_encoder,
+config, device, baseline, seed, load_timeout_s, item_timeout_s (see
+:class:`VQVCConfig`). The presets come from ``phonation.presets``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import soundfile as sf
+
+from voicebias.audio import AudioError, read_audio
+from voicebias.phonation_presets import (
+    CONDITIONS, FEATURES, FRAME_S, PAPER_PRESETS, conditioning, n_frames, presets_from_params,
+)
+from voicebias.systems.base import SetupError, resolve_path
+
+REPO_URL = "https://github.com/Hfkml/VQVC"
+SAMPLE_RATE = 16000
+DRIVER = Path(__file__).resolve().parent / "external" / "vqvc_driver.py"
+#: The marker that tells a VQVC checkout from FreeVC or CreakVC: the generator's
+#: inference takes the voice-quality tracks by these keyword names.
+MARKERS = ("h1a3s", "pitch_vars")
+#: The switches in the config's model section that turn the six encoders on.
+CONFIG_SWITCHES = ("creak", "cpps", "h1h2", "pitch", "h1a3", "pitch_var")
+
+DEFAULTS: dict[str, Any] = {
+    "repo": "external/VQVC",
+    "python": None,
+    "checkpoint": "models/vqvc/G_vqvc.pth",
+    "wavlm": "models/vqvc/WavLM-Large.pt",
+    "speaker_encoder": "models/vqvc/pretrained_bak_5805000.pt",
+    "config": "configs/freevc.json",
+    "device": "auto",
+    "seed": 0,
+    "load_timeout_s": 900.0,
+    "item_timeout_s": 120.0,
+}
+
+
+class VQVCError(RuntimeError):
+    """The VQVC driver failed as a whole (crashed, could not load, timed out)."""
+
+
+@dataclass(frozen=True)
+class VQVCConfig:
+    """Where the user's VQVC checkout, environment and checkpoints are, and how to run it.
+
+    repo             the user's clone of Hfkml/VQVC
+    python           the interpreter of VQVC's own environment
+    checkpoint       the VQVC generator checkpoint (G_VQVC.pth from the repository's release)
+    wavlm            WavLM-Large.pt (content encoder weights)
+    speaker_encoder  the FreeVC speaker-encoder checkpoint (pretrained_bak_5805000.pt)
+    config           the FreeVC-style JSON config (relative to the checkout unless absolute)
+    device           'auto' (CUDA when the VQVC environment sees one), 'cpu', 'cuda', 'cuda:N'
+    baseline         absolute SD-unit values added to every preset, per feature (default 0)
+    seed             torch seed per item unless a job gives its own
+    load_timeout_s   seconds allowed for loading the models, plus
+    item_timeout_s   seconds per item, make the batch's time limit
+    """
+
+    repo: Path
+    python: str | None
+    checkpoint: Path
+    wavlm: Path
+    speaker_encoder: Path
+    config: Path
+    device: str = "auto"
+    baseline: Mapping[str, float] = field(default_factory=dict)
+    seed: int = 0
+    load_timeout_s: float = 900.0
+    item_timeout_s: float = 120.0
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: presets_from_params(None))
+    root: Path | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any] | None, root: Path | None = None) -> "VQVCConfig":
+        """From the `phonation` section (its `vqvc` and `presets` keys); the whole params also works."""
+        params = dict(params or {})
+        if "phonation" in params:
+            params = dict(params["phonation"] or {})
+        if root is None:
+            from voicebias.config import ROOT
+
+            root = ROOT
+        root = Path(root)
+        section = dict(params.get("vqvc") or {})
+        unknown = sorted(set(section) - set(DEFAULTS) - {"baseline"})
+        if unknown:
+            raise ValueError(f"phonation.vqvc: unknown key(s) {unknown}; expected some of "
+                             f"{sorted([*DEFAULTS, 'baseline'])}")
+        s = {**DEFAULTS, **{k: v for k, v in section.items() if v is not None}}
+        baseline = dict(section.get("baseline") or {})
+        bad = sorted(set(baseline) - set(FEATURES))
+        if bad:
+            raise ValueError(f"phonation.vqvc.baseline: unknown feature(s) {bad}; expected some of {list(FEATURES)}")
+        for k, v in baseline.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise ValueError(f"phonation.vqvc.baseline.{k} must be a finite number of SD units, not {v!r}")
+        repo = resolve_path(s["repo"], root)
+        python = s["python"]
+        if python is not None:
+            python = str(python)
+            if os.sep in python or python.startswith("."):
+                python = str(resolve_path(python, root))
+        config = Path(s["config"]).expanduser()
+        return cls(
+            repo=repo, python=python,
+            checkpoint=resolve_path(s["checkpoint"], root),
+            wavlm=resolve_path(s["wavlm"], root),
+            speaker_encoder=resolve_path(s["speaker_encoder"], root),
+            config=config if config.is_absolute() else repo / config,
+            device=str(s["device"]), baseline={k: float(v) for k, v in baseline.items()},
+            seed=int(s["seed"]), load_timeout_s=float(s["load_timeout_s"]),
+            item_timeout_s=float(s["item_timeout_s"]),
+            presets=presets_from_params(params), root=root,
+        )
+
+
+# ---------------------------------------------------------------------------
+# setup checks
+
+def _show(path: Path, root: Path | None) -> str:
+    if root is not None:
+        try:
+            return str(Path(path).relative_to(root))
+        except ValueError:
+            pass
+    return str(path)
+
+
+def _weights_advice(path: Path, root: Path | None, what: str, where: str) -> str:
+    shown = _show(path, root)
+    if Path(f"{path}.dvc").exists():
+        return (f"{what} is tracked by DVC at {shown} but not in the workspace: run `dvc pull {shown}.dvc`")
+    return (f"{what} not found at {shown}. {where} Put it at {shown} (or set the path in params.yaml) "
+            f"and track it with DVC: `dvc add {shown}`, then commit {shown}.dvc.")
+
+
+def _python_exists(python: str) -> bool:
+    return Path(python).is_file() or (os.sep not in python and shutil.which(python) is not None)
+
+
+def _checks(cfg: VQVCConfig) -> list[tuple[str, bool, str]]:
+    """(what, ok, detail) for each piece VQVC needs; details say how to fix what is missing."""
+    root, repo = cfg.root, cfg.repo
+    shown = _show(repo, root)
+    out: list[tuple[str, bool, str]] = []
+    if not repo.is_dir():
+        out.append(("checkout", False,
+                    f"VQVC checkout not found at {shown}. Clone it there: `git clone {REPO_URL} {shown}` "
+                    "(or set phonation.vqvc.repo to your clone)."))
+    else:
+        models = repo / "models.py"
+        text = models.read_text(errors="replace") if models.is_file() else ""
+        if all(m in text for m in MARKERS):
+            out.append(("checkout", True, f"VQVC checkout at {shown}"))
+        else:
+            why = "has no models.py" if not models.is_file() else \
+                "has a models.py without the voice-quality inputs (h1a3s, pitch_vars) of VQVC's generator"
+            out.append(("checkout", False,
+                        f"{shown} is not a VQVC checkout: it {why}. It may be FreeVC or CreakVC; clone "
+                        f"{REPO_URL} instead and set phonation.vqvc.repo to it."))
+        if (repo / "wavlm" / "__init__.py").is_file() or (repo / "wavlm.py").is_file():
+            out.append(("wavlm code", True, f"WavLM code in {shown}/wavlm"))
+        else:
+            out.append(("wavlm code", False,
+                        f"the checkout lacks the WavLM code ({shown}/wavlm/ is not in the VQVC repository): copy "
+                        "the wavlm folder of microsoft/unilm (WavLM.py, modules.py) into it, with an __init__.py "
+                        "that exports WavLM and WavLMConfig (FreeVC's wavlm/ folder is exactly this)."))
+        conf = cfg.config
+        if not conf.is_file():
+            out.append(("config", False,
+                        f"VQVC config not found at {_show(conf, root)}; set phonation.vqvc.config to the JSON config "
+                        "the checkpoint was trained with (configs/freevc.json in VQVC)."))
+        else:
+            try:
+                model = json.loads(conf.read_text()).get("model") or {}
+                off = [k for k in CONFIG_SWITCHES if not model.get(k)]
+                ok = not off
+                detail = (f"config {_show(conf, root)}" if ok else
+                          f"config {_show(conf, root)} switches off the {', '.join(off)} encoder(s); VQVC needs "
+                          f"all six ({', '.join(CONFIG_SWITCHES)}) set to true in its model section")
+            except (ValueError, AttributeError) as exc:
+                ok, detail = False, f"config {_show(conf, root)} is not valid JSON ({exc})"
+            out.append(("config", ok, detail))
+    if cfg.python is None:
+        out.append(("python", False,
+                    f"phonation.vqvc.python is not set. Create VQVC's own environment (its pins need Python 3.10 "
+                    f"or older, e.g. `python3.10 -m venv {shown}/.venv && {shown}/.venv/bin/pip install -r "
+                    f"{shown}/requirements.txt`) and set phonation.vqvc.python to its interpreter."))
+    elif not _python_exists(cfg.python):
+        out.append(("python", False,
+                    f"the VQVC interpreter {_show(Path(cfg.python), root)} does not exist. Create VQVC's "
+                    f"environment (Python 3.10 or older: `python3.10 -m venv {shown}/.venv && "
+                    f"{shown}/.venv/bin/pip install -r {shown}/requirements.txt`) or point phonation.vqvc.python "
+                    "at the interpreter of the one you have."))
+    else:
+        out.append(("python", True, f"VQVC interpreter {_show(Path(cfg.python), root)}"))
+    for what, path, where in (
+            ("VQVC generator checkpoint", cfg.checkpoint,
+             f"Download G_VQVC.pth from the release of {REPO_URL}."),
+            ("WavLM-Large checkpoint", cfg.wavlm,
+             "Download WavLM-Large.pt from the WavLM page of microsoft/unilm."),
+            ("speaker-encoder checkpoint", cfg.speaker_encoder,
+             "It is FreeVC's speaker_encoder/ckpt/pretrained_bak_5805000.pt (github.com/OlaWod/FreeVC).")):
+        if Path(path).is_file():
+            out.append((what, True, f"{what} at {_show(path, root)}"))
+        else:
+            out.append((what, False, _weights_advice(Path(path), root, what, where)))
+    return out
+
+
+def check_setup(cfg: VQVCConfig) -> None:
+    """Raise SetupError naming every missing piece and how to set it up."""
+    problems = [detail for _, ok, detail in _checks(cfg) if not ok]
+    if problems:
+        raise SetupError("VoiceQualityVC (phonation conversion) is not set up:\n- " + "\n- ".join(problems))
+
+
+def setup_report(cfg: VQVCConfig) -> list[str]:
+    """One line per piece, 'ok: ...' or 'missing: ...', for the preflight to print."""
+    lines = [f"{'ok' if ok else 'missing'}: {detail}" for _, ok, detail in _checks(cfg)]
+    for path in (cfg.checkpoint, cfg.wavlm, cfg.speaker_encoder):
+        if Path(path).is_file() and not Path(f"{path}.dvc").exists():
+            shown = _show(Path(path), cfg.root)
+            lines.append(f"note: {shown} is not tracked by DVC (no {shown}.dvc); run `dvc add {shown}` "
+                         "so the run records which weights it used")
+    if cfg.repo.is_dir() and not (cfg.repo / "hifigan").exists():
+        lines.append("note: the checkout has no hifigan/ (its utils.py imports it); the driver supplies an empty "
+                     "stand-in, which is fine since VQVC does not use that vocoder at inference")
+    return lines
+
+
+# ---------------------------------------------------------------------------
+# conditioning
+
+def build_conditioning(condition: str, duration_s: float, presets: Mapping[str, Mapping[str, Any]] | None = None,
+                       baseline: Mapping[str, float] | None = None) -> np.ndarray:
+    """(n_frames(duration_s), 6) float32 VQVC tracks for `condition`, columns in FEATURES order.
+
+    The preset's offsets (SD units) plus the per-feature `baseline` (absolute SD units,
+    0 = the speaker's average; see the module docstring).
+    """
+    presets = PAPER_PRESETS if presets is None else presets
+    if condition not in presets:
+        raise ValueError(f"unknown phonation condition '{condition}'; expected one of {list(CONDITIONS)}")
+    out = conditioning(presets[condition], n_frames(duration_s, FRAME_S), name=condition)
+    for k, v in (baseline or {}).items():
+        if k not in FEATURES:
+            raise ValueError(f"baseline: unknown feature '{k}'; expected some of {list(FEATURES)}")
+        out[:, FEATURES.index(k)] += float(v)
+    return out.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# batch conversion
+
+def _tail(text: str | bytes | None, n: int = 20) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return "\n".join((text or "").strip().splitlines()[-n:])
+
+
+def _child_env(cfg: VQVCConfig) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(cfg.repo), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _prepare(src: str | os.PathLike[str], dest: Path) -> float:
+    """A 16 kHz mono float copy of `src` at `dest`; returns its duration in s."""
+    x, _ = read_audio(src, target_sr=SAMPLE_RATE)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(str(dest), x, SAMPLE_RATE, subtype="FLOAT", format="WAV")
+    return len(x) / SAMPLE_RATE
+
+
+def convert_batch(cfg: VQVCConfig, jobs: Sequence[Mapping[str, Any]],
+                  workdir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Convert each job's recording to its phonation condition with VQVC, one process for all.
+
+    A job: {"input": path, "output": path, "condition": one of CONDITIONS, optionally
+    "id", "speaker" (another recording of the same voice for the speaker embedding;
+    default the input itself) and "seed"}. Inputs are read and resampled to 16 kHz
+    mono here; the conditioning of each is written to `workdir` as .npy.
+
+    Returns one dict per job, in order: id, input, output, condition, status ('ok' or
+    'failed'), error, conditioning (.npy path), frames_conditioning, frames_model,
+    duration_s. One unreadable or failing item is recorded and the others go on; a
+    driver that fails as a whole (cannot load, crashes, times out) raises VQVCError
+    with the tail of its stderr.
+    """
+    check_setup(cfg)
+    work = Path(workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = []
+    speakers: dict[str, str] = {}
+    for i, job in enumerate(jobs):
+        jid = str(job.get("id", i))
+        res: dict[str, Any] = {"id": jid, "input": str(job["input"]), "output": str(job["output"]),
+                               "condition": str(job["condition"]), "status": "failed", "error": "",
+                               "conditioning": None, "frames_conditioning": None, "frames_model": None,
+                               "duration_s": None}
+        results.append(res)
+        if res["condition"] not in cfg.presets:
+            res["error"] = f"unknown phonation condition '{res['condition']}'; expected one of {list(CONDITIONS)}"
+            continue
+        try:
+            wav = work / "inputs" / f"{i:05d}.wav"
+            duration = _prepare(job["input"], wav)
+            speaker = str(wav)
+            if job.get("speaker"):
+                key = str(job["speaker"])
+                if key not in speakers:
+                    dest = work / "speakers" / f"{len(speakers):05d}.wav"
+                    _prepare(key, dest)
+                    speakers[key] = str(dest)
+                speaker = speakers[key]
+        except (AudioError, OSError, RuntimeError) as exc:
+            res["error"] = f"cannot read input: {exc}"
+            continue
+        cond = build_conditioning(res["condition"], duration, cfg.presets, cfg.baseline)
+        npy = work / "conditioning" / f"{i:05d}_{res['condition']}.npy"
+        npy.parent.mkdir(parents=True, exist_ok=True)
+        np.save(npy, cond)
+        res.update(conditioning=str(npy), frames_conditioning=int(cond.shape[0]))
+        items.append({"index": i, "input": str(wav), "speaker": speaker, "conditioning": str(npy),
+                      "output": str(Path(job["output"]).resolve()), "seed": int(job.get("seed", cfg.seed))})
+    if not items:
+        return results
+
+    status_path = work / "status.json"
+    if status_path.exists():
+        status_path.unlink()
+    spec = {"repo": str(cfg.repo), "config": str(cfg.config), "checkpoint": str(cfg.checkpoint),
+            "wavlm": str(cfg.wavlm), "speaker_encoder": str(cfg.speaker_encoder), "device": cfg.device,
+            "sample_rate": SAMPLE_RATE, "frame_s": FRAME_S, "features": list(FEATURES),
+            "status_path": str(status_path), "items": items}
+    job_json = work / "jobs.json"
+    job_json.write_text(json.dumps(spec, indent=1))
+    timeout = cfg.load_timeout_s + cfg.item_timeout_s * len(items)
+    try:
+        proc = subprocess.run([str(cfg.python), str(DRIVER), str(job_json)], cwd=cfg.repo, env=_child_env(cfg),
+                              timeout=timeout, capture_output=True, text=True)
+    except subprocess.TimeoutExpired as exc:
+        raise VQVCError(f"the VQVC driver did not finish {len(items)} item(s) within {timeout:g} s "
+                        f"(phonation.vqvc.load_timeout_s + item_timeout_s per item); last stderr lines:\n"
+                        f"{_tail(exc.stderr)}") from None
+    except OSError as exc:
+        raise SetupError(f"cannot start the VQVC interpreter {cfg.python}: {exc}") from None
+    statuses = json.loads(status_path.read_text()) if status_path.exists() else []
+    if proc.returncode != 0:
+        raise VQVCError(f"the VQVC driver failed (exit code {proc.returncode}) after {len(statuses)} of "
+                        f"{len(items)} item(s); last stderr lines:\n{_tail(proc.stderr)}")
+    by_index = {int(s["index"]): s for s in statuses}
+    for item in items:
+        res = results[item["index"]]
+        st = by_index.get(item["index"])
+        if st is None:
+            res["error"] = "the VQVC driver reported nothing for this item"
+            continue
+        res.update(status=st.get("status", "failed"), error=st.get("error", ""),
+                   frames_model=st.get("frames_model"), duration_s=st.get("duration_s"))
+    return results
