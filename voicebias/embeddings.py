@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -177,3 +177,14 @@ def speaker_similarity(pairs: pd.DataFrame, embedder: SpeakerEmbedder, reference
             status.append("excluded")
             errors.append(str(exc))
     return pairs.assign(speaker_similarity=sims, status=status, error=errors)
+
+
+def embedder_from_params(acoustics: dict[str, Any], root: Path | None = None) -> SpeakerEmbedder:
+    """The speaker embedder named by `acoustics.speaker_embedding` (weights folder from
+    `acoustics.speaker_embedding_weights`, relative to the project root)."""
+    name = acoustics.get("speaker_embedding", "resemblyzer")
+    weights = acoustics.get("speaker_embedding_weights")
+    if name == "ecapa":
+        w = Path(weights) if weights else None
+        return get_embedder(name, weights=(Path(root) / w if root and w and not w.is_absolute() else w))
+    return get_embedder(name)

@@ -1,0 +1,344 @@
+"""Phonation conversion: breathy, creaky and end-creak versions of each modal prompt.
+
+Two converters read the same per-frame conditioning (voicebias.phonation_presets,
+SD units per 20 ms frame):
+
+* ``parametric`` (embedded default): signal processing with Praat (parselmouth),
+  numpy and scipy, applied to the modal recording in three steps.
+
+  1. Creak (creak > 0): the pitch contour is rebuilt with one PitchTier point per
+     glottal period, lowered by ``creak_semitones_per_sd`` semitones per SD and
+     perturbed period to period by a log-normal jitter of ``jitter_per_sd`` (relative
+     SD) per SD, then resynthesised with Praat's PSOLA (overlap-add). Every second
+     period is then attenuated by ``alternation_per_sd`` per SD (alternating, damped
+     pulses; capped at ``max_alternation``). Where CPPS is lowered inside creak, the
+     extra aperiodicity is realised as more jitter (``jitter_per_cpps_sd``), since
+     creak is irregular rather than noisy. Jitter is capped low (``max_jitter``):
+     period-to-period jitter of a few per cent smears the high harmonics, which
+     lowers A3 and would raise H1-A3, against the presets' intent.
+  2. Spectral tilt (H1-H2, H1-A3): a zero-phase STFT gain, per 10 ms frame,
+     ``-tilt_db_per_octave_per_sd * h1_h2 * log2(f / tilt_reference_hz)`` between
+     ``tilt_reference_hz`` and ``tilt_max_hz`` (flat outside), so H1-H2 changes by
+     ``tilt_db_per_octave_per_sd`` dB per SD wherever f0 lies above the reference,
+     and H1-A3 by log2(F3 / f0) times that; plus a smooth high shelf (full from
+     ``shelf_hz`` upward) of ``-shelf_db_per_sd * h1_a3`` dB for H1-A3 beyond the tilt.
+  3. Aspiration noise (CPPS < 0 outside creak): Gaussian noise, high-passed at
+     ``noise_highpass_hz``, shaped by the signal's 20 ms RMS envelope (so it rides on
+     the speech, not the pauses), at ``aspiration_per_sd`` x (-CPPS) of the envelope.
+
+  The result keeps the modal file's RMS level (peak-limited below full scale, which
+  is recorded). Strengths are SD units of the presets times the physical scales
+  in ``phonation.parametric`` (params.yaml); the manipulation check reports what
+  each condition actually changed.
+
+* ``vqvc``: VoiceQualityVC in its own environment (voicebias.vqvc).
+
+The stage writes data/phonation/manifest.csv (one row per prompt x voice x
+condition; modal rows point at the sc_stimuli recordings) and the converted audio.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import parselmouth
+from parselmouth.praat import call
+from scipy import signal
+from tqdm import tqdm
+
+from voicebias.phonation_presets import CONDITIONS, FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
+
+PHONATION_COLUMNS = [
+    "stimulus_id", "source_stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id",
+    "phonation", "backend", "sample_rate", "duration_s", "sha256", "path", "text", "status", "error", "peak_limited",
+]
+
+
+@dataclass(frozen=True)
+class ParametricSettings:
+    """Physical size of one SD unit of each conditioning feature (see module docstring)."""
+
+    creak_semitones_per_sd: float = 0.8
+    jitter_per_sd: float = 0.01
+    jitter_per_cpps_sd: float = 0.005
+    max_jitter: float = 0.03
+    alternation_per_sd: float = 0.1
+    max_alternation: float = 0.8
+    tilt_db_per_octave_per_sd: float = 1.0
+    tilt_reference_hz: float = 50.0
+    tilt_max_hz: float = 600.0
+    shelf_db_per_sd: float = 1.0
+    shelf_hz: float = 2000.0
+    aspiration_per_sd: float = 0.05
+    noise_highpass_hz: float = 500.0
+    stft_frame_s: float = 0.03
+    stft_hop_s: float = 0.01
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any] | None) -> "ParametricSettings":
+        p = dict(p or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(p) - known)
+        if unknown:
+            raise ValueError(f"phonation.parametric: unknown setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**{k: float(v) for k, v in p.items()})
+
+
+def _at(cond: np.ndarray, feature: str, times: np.ndarray) -> np.ndarray:
+    """Conditioning value of one feature at arbitrary times (s), linear between frame centres."""
+    col = cond[:, FEATURES.index(feature)]
+    centres = (np.arange(len(col)) + 0.5) * FRAME_S
+    return np.interp(times, centres, col)
+
+
+def _creak(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: float, s: ParametricSettings,
+           rng: np.random.Generator) -> np.ndarray:
+    """Lowered, jittered F0 (PSOLA) and alternating pulse amplitudes where creak > 0."""
+    snd = parselmouth.Sound(x.astype(np.float64), sampling_frequency=sr)
+    manip = call(snd, "To Manipulation", 0.01, floor, ceiling)
+    tier = call(manip, "Extract pitch tier")
+    n_points = call(tier, "Get number of points")
+    if n_points < 2:
+        return x.copy()  # nothing voiced to make creaky
+    t_first = call(tier, "Get time from index", 1)
+    t_last = call(tier, "Get time from index", n_points)
+    # One point per new period: walk the contour period by period.
+    times, freqs = [], []
+    t = t_first
+    while t <= t_last:
+        f = call(tier, "Get value at time", t)
+        creak = max(0.0, float(_at(cond, "creak", np.array([t]))[0]))
+        cpps = float(_at(cond, "cpps", np.array([t]))[0])
+        jit = s.jitter_per_sd * creak + (s.jitter_per_cpps_sd * max(0.0, -cpps) if creak > 0 else 0.0)
+        jit = min(jit, s.max_jitter)
+        f_new = f * 2.0 ** (-s.creak_semitones_per_sd * creak / 12.0) * float(np.exp(jit * rng.standard_normal()))
+        f_new = float(np.clip(f_new, 0.6 * floor, ceiling))
+        times.append(t)
+        freqs.append(f_new)
+        t += 1.0 / f_new
+    call(tier, "Remove points between", 0.0, snd.xmax)
+    for ti, fi in zip(times, freqs):
+        call(tier, "Add point", ti, fi)
+    call([tier, manip], "Replace pitch tier")
+    y = call(manip, "Get resynthesis (overlap-add)").values[0]
+    y = np.asarray(y[: len(x)], dtype=np.float64)
+    if len(y) < len(x):
+        y = np.pad(y, (0, len(x) - len(y)))
+    # Alternating amplitudes, period by period, with 1 ms cross-fades between periods.
+    pts = np.asarray(times)
+    depth = np.minimum(s.alternation_per_sd * np.maximum(_at(cond, "creak", pts), 0.0), s.max_alternation)
+    gain_at_point = 1.0 - depth * (np.arange(len(pts)) % 2)
+    n = np.arange(len(y)) / sr
+    idx = np.clip(np.searchsorted(pts, n, side="right") - 1, 0, len(pts) - 1)
+    g = gain_at_point[idx]
+    g[n < pts[0]] = 1.0
+    k = max(1, int(round(0.001 * sr)))
+    g = np.convolve(g, np.ones(k) / k, mode="same")
+    y = y * g
+    # Outside creak the original samples are kept (PSOLA would re-place every pulse),
+    # with a 20 ms cross-fade where creak begins or ends.
+    inside = (_at(cond, "creak", n) > 0).astype(float)
+    k = max(1, int(round(0.02 * sr)))
+    w = np.clip(np.convolve(np.pad(inside, k, mode="edge"), np.ones(k) / k, mode="same")[k:-k], 0.0, 1.0)
+    return w * y + (1.0 - w) * x
+
+
+def _tilt(x: np.ndarray, sr: int, cond: np.ndarray, s: ParametricSettings) -> np.ndarray:
+    """Zero-phase, time-varying spectral tilt and high shelf (STFT gain)."""
+    h1h2 = cond[:, FEATURES.index("h1_h2")]
+    h1a3 = cond[:, FEATURES.index("h1_a3")]
+    if not (np.any(h1h2) or np.any(h1a3)):
+        return x.copy()
+    nper = int(round(s.stft_frame_s * sr))
+    hop = int(round(s.stft_hop_s * sr))
+    f, t, Z = signal.stft(x, fs=sr, window="hann", nperseg=nper, noverlap=nper - hop, boundary="even", padded=True)
+    octaves = np.log2(np.clip(f, s.tilt_reference_hz, s.tilt_max_hz) / s.tilt_reference_hz)
+    shelf = np.clip((f - 0.5 * s.shelf_hz) / (0.5 * s.shelf_hz), 0.0, 1.0)
+    shelf = 0.5 - 0.5 * np.cos(np.pi * shelf)  # raised-cosine rise from shelf_hz/2 to shelf_hz
+    a = s.tilt_db_per_octave_per_sd * _at(cond, "h1_h2", t)
+    b = s.shelf_db_per_sd * _at(cond, "h1_a3", t)
+    gain_db = -(octaves[:, None] * a[None, :]) - (shelf[:, None] * b[None, :])
+    _, y = signal.istft(Z * 10.0 ** (gain_db / 20.0), fs=sr, window="hann", nperseg=nper, noverlap=nper - hop,
+                        boundary=True)
+    y = np.asarray(y[: len(x)], dtype=np.float64)
+    return np.pad(y, (0, len(x) - len(y))) if len(y) < len(x) else y
+
+
+def _aspiration(x: np.ndarray, sr: int, cond: np.ndarray, s: ParametricSettings,
+                rng: np.random.Generator) -> np.ndarray:
+    """x plus envelope-shaped high-passed noise where CPPS < 0 and creak <= 0."""
+    n = np.arange(len(x)) / sr
+    level = s.aspiration_per_sd * np.maximum(-_at(cond, "cpps", n), 0.0) * (_at(cond, "creak", n) <= 0)
+    if not np.any(level > 0):
+        return x
+    sos = signal.butter(4, s.noise_highpass_hz, btype="highpass", fs=sr, output="sos")
+    noise = signal.sosfiltfilt(sos, rng.standard_normal(len(x)))
+    noise /= np.sqrt(np.mean(noise ** 2)) + 1e-12
+    k = max(1, int(round(0.02 * sr)))
+    env = np.sqrt(np.convolve(x ** 2, np.ones(k) / k, mode="same"))
+    return x + level * env * noise
+
+
+def convert_parametric(x: np.ndarray, sr: int, cond: np.ndarray, pitch_floor: float, pitch_ceiling: float,
+                       settings: ParametricSettings | None = None, seed: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
+    """Apply one conditioning array (n_frames x 6, SD units) to a mono signal.
+
+    Returns the converted signal (same length and RMS as x) and notes:
+    `peak_limited` (True when the RMS match had to be reduced to stay below full scale).
+    """
+    s = settings or ParametricSettings()
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError("phonation conversion needs a non-empty mono signal")
+    rng = np.random.default_rng(seed)
+    y = x
+    if np.any(cond[:, FEATURES.index("creak")] > 0):
+        y = _creak(y, sr, cond, pitch_floor, pitch_ceiling, s, rng)
+    y = _tilt(y, sr, cond, s)
+    y = _aspiration(y, sr, cond, s, rng)
+    rms_x = np.sqrt(np.mean(x ** 2))
+    rms_y = np.sqrt(np.mean(y ** 2))
+    y = y * (rms_x / rms_y if rms_y > 0 else 1.0)
+    peak = float(np.max(np.abs(y)))
+    limited = peak > 0.99
+    if limited:
+        y = y * (0.99 / peak)
+    return y.astype(np.float32), {"peak_limited": bool(limited)}
+
+
+# ------------------------------------------------------------------ stage
+
+
+def select_prompts(manifest: pd.DataFrame, per_category: int | None, max_prompts: int | None) -> pd.DataFrame:
+    """The SC stimuli of the first `per_category` prompts of each category (by prompt id),
+    then of the first `max_prompts` prompts overall; None keeps all."""
+    prompts = manifest[["prompt_id", "category"]].drop_duplicates().sort_values("prompt_id")
+    if per_category is not None:
+        prompts = prompts.groupby("category", sort=False).head(int(per_category))
+    if max_prompts is not None:
+        prompts = prompts.head(int(max_prompts))
+    return manifest[manifest["prompt_id"].isin(prompts["prompt_id"])].sort_values("stimulus_id").reset_index(drop=True)
+
+
+def _stable_seed(base: int, key: str) -> int:
+    import hashlib
+
+    return (int(base) + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)) % (2 ** 32)
+
+
+def _convert_job(job: dict[str, Any]) -> dict[str, Any]:
+    from voicebias.audio import read_audio, sha256_file, write_audio
+
+    try:
+        x, sr = read_audio(job["src"])
+        cond = conditioning(job["preset"], n_frames(len(x) / sr), job["condition"])
+        y, notes = convert_parametric(x, sr, cond, job["floor"], job["ceiling"], job["settings"], job["seed"])
+        out = Path(job["out"])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_audio(out, y, sr)
+        return {"key": job["key"], "status": "ok", "error": "", "sha256": sha256_file(out),
+                "duration_s": round(len(y) / sr, 4), "sample_rate": sr, **notes}
+    except Exception as exc:  # one bad file is recorded, never fatal for the batch
+        return {"key": job["key"], "status": "failed", "error": f"{type(exc).__name__}: {exc}", "sha256": "",
+                "duration_s": np.nan, "sample_rate": np.nan, "peak_limited": False}
+
+
+def convert_all(jobs: list[dict[str, Any]], workers: int | None = None) -> list[dict[str, Any]]:
+    """Run conversion jobs on all cores with a progress bar; failures are returned, not raised."""
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(jobs) < 4:
+        return [_convert_job(j) for j in tqdm(jobs, desc="phonation")]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(tqdm(pool.map(_convert_job, jobs, chunksize=2), total=len(jobs), desc="phonation"))
+
+
+def _convert_vqvc(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path, root: Path) -> list[dict[str, Any]]:
+    """The stage's jobs through VoiceQualityVC in its own environment (voicebias.vqvc)."""
+    import shutil
+
+    from voicebias import vqvc
+    from voicebias.audio import sha256_file
+
+    cfg = vqvc.VQVCConfig.from_params(ph, root)
+    vqvc.check_setup(cfg)
+    for j in jobs:
+        Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
+    results = vqvc.convert_batch(cfg, [{"id": j["key"], "input": j["src"], "output": j["out"], "condition": j["condition"],
+                                        "seed": j["seed"]} for j in jobs], workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    out = []
+    for j, res in zip(jobs, results):
+        ok = res.get("status") == "ok" and Path(j["out"]).exists()
+        out.append({"key": j["key"], "status": "ok" if ok else "failed", "error": "" if ok else str(res.get("error", "")),
+                    "sha256": sha256_file(j["out"]) if ok else "", "duration_s": res.get("duration_s", np.nan),
+                    "sample_rate": 16000 if ok else np.nan, "peak_limited": False})
+    return out
+
+
+def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
+    """Stage 'phonation': every selected SC stimulus in every condition of phonation.conditions."""
+    from voicebias.io import read_table, write_json, write_table
+
+    ph = params["phonation"]
+    conditions = list(ph.get("conditions", CONDITIONS))
+    bad = [c for c in conditions if c not in CONDITIONS]
+    if bad or "modal" not in conditions:
+        raise ValueError(f"phonation.conditions must include 'modal' and only {list(CONDITIONS)}; got {conditions}")
+    presets = presets_from_params(ph)
+    backend = ph.get("backend", "parametric")
+    if backend not in ("parametric", "vqvc"):
+        raise ValueError(f"phonation.backend must be 'parametric' or 'vqvc', not '{backend}'")
+    sc = read_table(sc_manifest_path)
+    sc = select_prompts(sc, ph.get("prompts_per_category"), ph.get("max_prompts"))
+    out_dir = Path(out_dir)
+    audio_dir = out_dir / "audio"
+    if audio_dir.exists():
+        import shutil
+
+        shutil.rmtree(audio_dir)
+    pitch_range = params["acoustics"]["pitch_range"]
+    settings = ParametricSettings.from_params(ph.get("parametric"))
+    seed = int(params["base"]["seed"])
+    rows, jobs = [], []
+    for r in sc.itertuples(index=False):
+        for c in conditions:
+            sid = f"{r.stimulus_id}-{c}"
+            base = {"stimulus_id": sid, "source_stimulus_id": r.stimulus_id, "prompt_id": r.prompt_id,
+                    "prompt_set": r.prompt_set, "category": r.category, "lang": r.lang, "voice_gender": r.voice_gender,
+                    "voice_id": r.voice_id, "phonation": c, "text": r.text}
+            if c == "modal":
+                rows.append({**base, "backend": "original", "sample_rate": r.sample_rate, "duration_s": r.duration_s,
+                             "sha256": r.sha256, "path": r.path, "status": "ok", "error": "", "peak_limited": False})
+                continue
+            out = audio_dir / f"{sid}.flac"
+            rows.append({**base, "backend": backend, "path": str(out.relative_to(root))})
+            floor, ceiling = pitch_range[r.voice_gender]
+            jobs.append({"key": sid, "src": str(Path(root) / r.path), "out": str(out), "preset": presets[c],
+                         "condition": c, "floor": float(floor), "ceiling": float(ceiling), "settings": settings,
+                         "seed": _stable_seed(seed, sid)})
+    if backend == "parametric":
+        results = convert_all(jobs)
+    else:
+        results = _convert_vqvc(ph, jobs, out_dir / "vqvc_work", root)
+    by_key = {res["key"]: res for res in results}
+    for row in rows:
+        res = by_key.get(row["stimulus_id"])
+        if res is not None:
+            row.update({k: v for k, v in res.items() if k != "key"})
+    manifest = pd.DataFrame(rows, columns=PHONATION_COLUMNS)
+    failed = manifest[manifest["status"] != "ok"]
+    write_table(out_dir / "manifest.csv", manifest)
+    metrics = {"backend": backend, "prompts": int(sc["prompt_id"].nunique()), "voices": int(sc["voice_id"].nunique()),
+               "stimuli": int(len(manifest)), "converted": int((manifest["backend"] == backend).sum() - len(failed)),
+               "failed": int(len(failed)), "peak_limited": int(manifest["peak_limited"].fillna(False).astype(bool).sum())}
+    write_json(metrics_path, metrics)
+    if len(failed):
+        raise RuntimeError(f"phonation: {len(failed)} conversion(s) failed (listed with their errors in "
+                           f"{out_dir / 'manifest.csv'}), e.g. {failed['stimulus_id'].iloc[0]}: {failed['error'].iloc[0]}")
+    return manifest

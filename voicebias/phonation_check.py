@@ -1,0 +1,288 @@
+"""Manipulation check of the phonation conversion.
+
+Every stimulus of data/phonation/manifest.csv is measured (F0, H1-H2, H1-A3, CPPS:
+voicebias.acoustics with the analysis settings of its voice gender) over the whole
+file and over each half, and each converted stimulus is compared with its modal
+original:
+
+* whole-file change (converted - modal) of H1-H2, H1-A3, CPPS (dB) and F0 (semitones);
+* for presets that ramp in (end-creak): the converted file's second half against its
+  own first half, and against the modal file's second half;
+* speaker similarity (cosine of speaker embeddings, `acoustics.speaker_embedding`)
+  of the converted file to its modal original, set against the similarity between
+  the two voices of the same gender reading the same prompt (modal both).
+
+The expected direction of each change comes from the preset itself (sign of its
+H1-H2, H1-A3 and CPPS targets; creak > 0 means lower F0 and CPPS), so a changed
+preset changes what is checked. The summary (one row per language x voice x
+condition x measure x contrast) goes to reports/phonation/manipulation_check.csv;
+a Great Expectations suite fails the stage when any condition moves a measure the
+wrong way on average for any voice, or when a voice's converted files are on
+average no closer to its modal original than the other voice of its gender is.
+
+The carrier check of the S2S protocol is repeated per phonation condition: every
+gender classifier of `acoustics.classifier` reads every stimulus, flips (margin on
+the wrong side for the intended gender) are tabulated per gender x condition in
+reports/phonation/classifier_flips.csv, and any flip fails the stage.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from voicebias.acoustics import MeasureSettings, measure_signal
+from voicebias.audio import AudioError, load_for_analysis
+from voicebias.phonation_presets import presets_from_params
+from voicebias.validation import ValidationReport, expectations, require_valid
+
+MEASURES = {"h1_h2_db": "h1_h2", "h1_a3_db": "h1_a3", "cpps_db": "cpps", "f0_st": None}
+PARTS = ("whole", "first_half", "second_half")
+CHECK_COLUMNS = ["lang", "voice_gender", "voice_id", "phonation", "measure", "contrast", "expected_sign", "n",
+                 "mean_change", "sd_change", "signed_change", "ok"]
+
+
+def _measure_parts(job: tuple[str, str, MeasureSettings]) -> dict[str, Any]:
+    key, path, settings = job
+    row: dict[str, Any] = {"stimulus_id": key, "measure_status": "ok", "measure_error": ""}
+    try:
+        loaded = load_for_analysis(path, checks=settings.checks())
+        x, sr = loaded.x, loaded.sr
+        h = len(x) // 2
+        for part, seg in zip(PARTS, (x, x[:h], x[h:])):
+            m = measure_signal(seg, sr, settings)
+            if part == "whole":  # what the gender classifiers read (F0, formants)
+                row.update({k: m[k] for k in ("f0_median_hz", "f0_median_st", "f1_hz", "f2_hz", "f3_hz",
+                                              "formant_index")})
+            for col in ("h1_h2_db", "h1_a3_db", "cpps_db"):
+                row[f"{col}_{part}"] = m[col]
+            row[f"f0_st_{part}"] = m["f0_median_st"]
+    except AudioError as exc:
+        row.update(measure_status="excluded", measure_error=f"{exc.code}: {exc}")
+    return row
+
+
+def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Path, workers: int | None = None) -> pd.DataFrame:
+    """Whole-file and half-file measures of every stimulus (one row each, on all cores)."""
+    jobs = [(r.stimulus_id, str(Path(root) / r.path), MeasureSettings.for_gender(acoustics, r.voice_gender))
+            for r in manifest.itertuples(index=False)]
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(jobs) < 4:
+        rows = [_measure_parts(j) for j in tqdm(jobs, desc="manipulation check")]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            rows = list(tqdm(pool.map(_measure_parts, jobs, chunksize=2), total=len(jobs), desc="manipulation check"))
+    return manifest.merge(pd.DataFrame(rows), on="stimulus_id", how="left")
+
+
+def speaker_similarities(manifest: pd.DataFrame, embedder: Any, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per converted stimulus: similarity to its modal original; per prompt x gender:
+    similarity between the two modal voices of that gender)."""
+    from voicebias.audio import read_audio
+    from voicebias.embeddings import cosine_similarity
+
+    emb: dict[str, np.ndarray | None] = {}
+    errors: dict[str, str] = {}
+    for r in tqdm(list(manifest.itertuples(index=False)), desc="speaker embeddings"):
+        try:
+            x, sr = read_audio(Path(root) / r.path)
+            emb[r.stimulus_id] = embedder.embed(x, sr)
+        except AudioError as exc:
+            emb[r.stimulus_id] = None
+            errors[r.stimulus_id] = str(exc)
+    modal = manifest[manifest["phonation"] == "modal"].set_index("source_stimulus_id")["stimulus_id"]
+    own = []
+    for r in manifest[manifest["phonation"] != "modal"].itertuples(index=False):
+        a, b = emb.get(r.stimulus_id), emb.get(modal.get(r.source_stimulus_id, ""))
+        own.append({"stimulus_id": r.stimulus_id, "speaker_similarity":
+                    cosine_similarity(a, b) if a is not None and b is not None else np.nan,
+                    "similarity_error": errors.get(r.stimulus_id, "")})
+    between = []
+    m = manifest[manifest["phonation"] == "modal"]
+    for (prompt, gender), g in m.groupby(["prompt_id", "voice_gender"]):
+        g = g.sort_values("voice_id")
+        ids = list(g["stimulus_id"])
+        for i in range(len(ids)):
+            for j in range(i + 1, len(ids)):
+                a, b = emb.get(ids[i]), emb.get(ids[j])
+                if a is None or b is None:
+                    continue
+                sim = cosine_similarity(a, b)
+                for k in (i, j):
+                    between.append({"prompt_id": prompt, "voice_gender": gender, "voice_id": g["voice_id"].iloc[k],
+                                    "other_voice_id": g["voice_id"].iloc[j if k == i else i], "between_similarity": sim})
+    return pd.DataFrame(own, columns=["stimulus_id", "speaker_similarity", "similarity_error"]), \
+        pd.DataFrame(between, columns=["prompt_id", "voice_gender", "voice_id", "other_voice_id", "between_similarity"])
+
+
+def expected_signs(preset: dict[str, Any]) -> dict[str, int]:
+    """Expected direction (+1/-1) of each measure's change under a preset; absent = no expectation."""
+    t = preset.get("targets") or {}
+    out: dict[str, int] = {}
+    for col, feat in MEASURES.items():
+        if feat is not None and t.get(feat, 0) != 0:
+            out[col] = int(np.sign(t[feat]))
+    if t.get("creak", 0) > 0:
+        out["f0_st"] = -1
+        out.setdefault("cpps_db", -1)
+    return out
+
+
+def paired_changes(measured: pd.DataFrame, presets: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Long table: one row per converted stimulus x measure x contrast with the change and its expected sign."""
+    ok = measured[measured["measure_status"] == "ok"]
+    modal = ok[ok["phonation"] == "modal"].set_index("source_stimulus_id")
+    rows = []
+    for r in ok[ok["phonation"] != "modal"].itertuples(index=False):
+        if r.source_stimulus_id not in modal.index:
+            continue
+        m0 = modal.loc[r.source_stimulus_id]
+        preset = presets[r.phonation]
+        signs = expected_signs(preset)
+        ramp = preset.get("shape") == "ramp"
+        for col in MEASURES:
+            sign = signs.get(col, 0)
+            contrasts = {"converted_vs_modal": getattr(r, f"{col}_whole") - m0[f"{col}_whole"]}
+            if ramp:
+                contrasts = {
+                    "converted_vs_modal": contrasts["converted_vs_modal"],
+                    "second_vs_first_half": getattr(r, f"{col}_second_half") - getattr(r, f"{col}_first_half"),
+                    "second_half_vs_modal_second_half": getattr(r, f"{col}_second_half") - m0[f"{col}_second_half"],
+                }
+            for name, value in contrasts.items():
+                # A ramp preset is judged on its second half; its whole-file change is reported only.
+                checked = sign if not (ramp and name == "converted_vs_modal") else 0
+                rows.append({"stimulus_id": r.stimulus_id, "lang": r.lang, "voice_gender": r.voice_gender,
+                             "voice_id": r.voice_id, "phonation": r.phonation, "measure": col, "contrast": name,
+                             "expected_sign": checked, "change": float(value)})
+    return pd.DataFrame(rows)
+
+
+def summarise(changes: pd.DataFrame, own_sim: pd.DataFrame, between: pd.DataFrame,
+              manifest: pd.DataFrame) -> pd.DataFrame:
+    """Per language x voice x condition x measure x contrast: n, mean and SD of the change,
+    expected sign, signed change (mean x sign) and ok (signed change > 0, or no expectation)."""
+    keys = ["lang", "voice_gender", "voice_id", "phonation", "measure", "contrast"]
+    g = changes.groupby(keys, sort=True)
+    out = g["change"].agg(n="size", mean_change="mean", sd_change="std").reset_index()
+    out["expected_sign"] = g["expected_sign"].first().to_numpy()
+    sim = own_sim.merge(manifest[["stimulus_id", "lang", "voice_gender", "voice_id", "phonation", "prompt_id"]],
+                        on="stimulus_id").dropna(subset=["speaker_similarity"])
+    btw = between.groupby(["prompt_id", "voice_id"])["between_similarity"].mean().rename("between_similarity")
+    sim = sim.join(btw, on=["prompt_id", "voice_id"])
+    rows = []
+    for k, s in sim.groupby(["lang", "voice_gender", "voice_id", "phonation"], sort=True):
+        rows.append({**dict(zip(keys[:4], k)), "measure": "speaker_similarity", "contrast": "to_modal_original",
+                     "expected_sign": 0, "n": len(s), "mean_change": s["speaker_similarity"].mean(),
+                     "sd_change": s["speaker_similarity"].std()})
+        d = (s["speaker_similarity"] - s["between_similarity"]).dropna()
+        if len(d):
+            rows.append({**dict(zip(keys[:4], k)), "measure": "speaker_similarity",
+                         "contrast": "margin_over_other_voice_same_gender", "expected_sign": 1, "n": len(d),
+                         "mean_change": d.mean(), "sd_change": d.std()})
+    out = pd.concat([out, pd.DataFrame(rows)], ignore_index=True)
+    out["expected_sign"] = out["expected_sign"].astype(int)
+    out["signed_change"] = np.where(out["expected_sign"] != 0, out["mean_change"] * out["expected_sign"], np.nan)
+    out["ok"] = (out["expected_sign"] == 0) | (out["signed_change"] > 0)
+    return out[CHECK_COLUMNS]
+
+
+def classifier_flips(measured: pd.DataFrame, acoustics: dict[str, Any], root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Carrier check per phonation condition: does each gender classifier still hear the
+    intended gender? Returns (per stimulus x classifier margins, per voice gender x
+    condition x classifier: n, flips, mean margin). Margin > 0 means female."""
+    from voicebias.acoustics import add_margins, classifier_names
+
+    df = measured.assign(status=measured["measure_status"]).copy()
+    df = add_margins(df, acoustics, Path(root), path_col="path")
+    names = classifier_names(acoustics)
+    long = df.melt(id_vars=["stimulus_id", "voice_gender", "voice_id", "phonation", "status"],
+                   value_vars=[f"margin_{n}" for n in names], var_name="classifier", value_name="margin")
+    long["classifier"] = long["classifier"].str.removeprefix("margin_")
+    long = long[long["status"] == "ok"].drop(columns="status")
+    sign = np.where(long["voice_gender"] == "female", 1.0, -1.0)
+    long["flipped"] = (long["margin"] * sign) <= 0
+    table = long.groupby(["voice_gender", "phonation", "classifier"], sort=True).agg(
+        n=("flipped", "size"), flips=("flipped", "sum"), mean_margin=("margin", "mean")).reset_index()
+    table["flips"] = table["flips"].astype(int)
+    return long, table
+
+
+def validate_check(summary: pd.DataFrame) -> ValidationReport:
+    """'phonation_manipulation' suite: every checked mean change lies in its expected direction."""
+    E = expectations()
+    checked = summary[summary["expected_sign"] != 0].copy()
+    checked["cell"] = (checked["lang"] + "/" + checked["voice_id"] + "/" + checked["phonation"] + "/"
+                       + checked["measure"] + "/" + checked["contrast"])
+    exps = [
+        E.ExpectColumnValuesToBeBetween(column="signed_change", min_value=0, strict_min=True),
+        E.ExpectColumnValuesToNotBeNull(column="signed_change"),
+    ]
+    from voicebias.validation import ValidationFailed
+
+    try:
+        return require_valid(checked, "phonation_manipulation", exps)
+    except ValidationFailed as exc:
+        wrong = checked.loc[~(checked["signed_change"] > 0), "cell"].tolist()
+        raise ValidationFailed(f"{exc}\nmoved the wrong way on average (language/voice/condition/measure/contrast): "
+                               f"{', '.join(wrong[:20])}{' ...' if len(wrong) > 20 else ''}") from None
+
+
+def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
+    """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics."""
+    from voicebias.embeddings import embedder_from_params
+    from voicebias.io import read_table, write_json, write_table
+
+    presets = presets_from_params(params["phonation"])
+    manifest = read_table(manifest_path)
+    measured = measure_stimuli(manifest, params["acoustics"], root)
+    own, between = speaker_similarities(manifest, embedder_from_params(params["acoustics"], root),
+                                        root)
+    margins, flips = classifier_flips(measured, params["acoustics"], root)
+    changes = paired_changes(measured, presets)
+    summary = summarise(changes, own, between, manifest)
+    out_dir = Path(out_dir)
+    write_table(out_dir / "measures.csv", measured.merge(own, on="stimulus_id", how="left"))
+    write_table(out_dir / "between_voice_similarity.csv", between)
+    write_table(out_dir / "manipulation_check.csv", summary)
+    write_table(out_dir / "classifier_flips.csv", flips)
+    excluded = measured[measured["measure_status"] != "ok"]
+    wrong = summary[~summary["ok"]]
+    metrics: dict[str, Any] = {
+        "stimuli": int(len(manifest)), "excluded": int(len(excluded)),
+        "checked_cells": int((summary["expected_sign"] != 0).sum()), "wrong_direction": int(len(wrong)),
+        "classifier_flips": int(flips["flips"].sum()),
+        "passed": bool(wrong.empty) and int(flips["flips"].sum()) == 0,
+    }
+    whole = summary[summary["contrast"].isin(["converted_vs_modal", "second_half_vs_modal_second_half"])]
+    for (ph, measure, contrast), s in whole.groupby(["phonation", "measure", "contrast"]):
+        metrics.setdefault(ph, {})[f"{measure}__{contrast}"] = round(float(s["mean_change"].mean()), 4)
+    sims = summary[summary["measure"] == "speaker_similarity"]
+    for (ph, contrast), s in sims.groupby(["phonation", "contrast"]):
+        metrics.setdefault(ph, {})[f"speaker_similarity__{contrast}"] = round(float(s["mean_change"].mean()), 4)
+    metrics["between_voice_similarity"] = {g: round(float(s["between_similarity"].mean()), 4)
+                                           for g, s in between.groupby("voice_gender")}
+    write_json(metrics_path, metrics)
+    validate_check(summary)
+    validate_flips(margins)
+    return summary
+
+
+def validate_flips(margins: pd.DataFrame) -> ValidationReport:
+    """'phonation_carrier' suite: no classifier hears the other gender in any condition."""
+    from voicebias.validation import ValidationFailed
+
+    E = expectations()
+    try:
+        return require_valid(margins, "phonation_carrier", [E.ExpectColumnValuesToBeInSet(column="flipped",
+                                                                                          value_set=[False])])
+    except ValidationFailed as exc:
+        bad = margins[margins["flipped"]]
+        raise ValidationFailed(f"{exc}\nclassifier flips (stimulus/classifier/margin): " + ", ".join(
+            f"{r.stimulus_id}/{r.classifier}/{r.margin:.2f}" for r in bad.head(20).itertuples())) from None
