@@ -9,6 +9,7 @@ Adapters:
 
 ========================  =========================================================
 reference                 planted-truth systems of the embedded default
+reference_continuation    planted-truth speech-continuation system (embedded default)
 openai_audio              OpenAI audio chat completions (gpt-4o-audio / gpt-audio)
 openai_compatible         any OpenAI-compatible audio endpoint (e.g. vLLM), base_url
 gemini_live               Gemini Live native audio (google-genai, voice Kore)
@@ -37,6 +38,7 @@ from voicebias.systems.base import (
 
 ADAPTERS: dict[str, str] = {
     "reference": "voicebias.systems.reference:ReferenceSystem",
+    "reference_continuation": "voicebias.systems.reference_continuation:ReferenceContinuationSystem",
     "openai_audio": "voicebias.systems.openai_audio:OpenAIAudioSystem",
     "openai_compatible": "voicebias.systems.openai_compatible:OpenAICompatibleSystem",
     "gemini_live": "voicebias.systems.gemini_live:GeminiLiveSystem",

@@ -1,0 +1,15 @@
+"""Stage sc_scoring: voice quality, speaker similarity and judge scores of one system's continuations."""
+
+import argparse
+
+from voicebias import config
+from voicebias.errors import guarded
+from voicebias.sc_pipeline import score_stage
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--system", required=True)
+    a = ap.parse_args()
+    guarded(score_stage, config.load_params(), a.system, config.CONTINUATIONS_DIR / a.system / "responses.csv",
+            config.PHONATION_DIR / "manifest.csv", config.SC_SCORED_DIR / f"{a.system}.csv", config.ROOT,
+            stage=f"sc_scoring {a.system}")

@@ -1,0 +1,165 @@
+"""Speech-continuation analyses on tables with known answers, and the planted continuation system."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from voicebias.acoustics import MeasureSettings, measure_signal
+from voicebias.sc_pipeline import judge_score_table, retention
+from voicebias.systems import build_system
+from voicebias.systems.base import ContinuationRequest
+from voicebias.systems.reference_continuation import planted_retention, planted_truth, topic_word
+
+SHIFTS = {"breathy": 4.0, "creaky": -3.0, "endcreak": -1.5}
+
+
+def vq_table(keep: dict[str, float], noise: float = 0.0, prompts: int = 20, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g, k in keep.items():
+        for p in range(prompts):
+            base = rng.normal(0, 2)
+            for c in ("modal", *SHIFTS):
+                dp = SHIFTS.get(c, 0.0)
+                rows.append({"system": "s", "voice_gender": g, "prompt_id": f"p{p}", "phonation": c, "source": "prompt",
+                             "h1h2_db": base + dp + rng.normal(0, noise)})
+                rows.append({"system": "s", "voice_gender": g, "prompt_id": f"p{p}", "phonation": c,
+                             "source": "continuation", "h1h2_db": base + k * dp + rng.normal(0, noise)})
+    return pd.DataFrame(rows)
+
+
+def test_retention_is_exact_without_noise():
+    r = retention(vq_table({"male": 0.7, "female": 0.3}), measures=("h1h2_db",), n_boot=50)
+    got = r.set_index("voice_gender")["retention"]
+    assert got["male"] == pytest.approx(0.7, abs=1e-12) and got["female"] == pytest.approx(0.3, abs=1e-12)
+
+
+def test_retention_ci_covers_the_planted_share_with_noise():
+    r = retention(vq_table({"male": 0.7, "female": 0.3}, noise=1.0, prompts=40, seed=3), measures=("h1h2_db",),
+                  n_boot=300, seed=1).set_index("voice_gender")
+    for g, k in (("male", 0.7), ("female", 0.3)):
+        assert r.loc[g, "ci_low"] < k < r.loc[g, "ci_high"]
+        assert r.loc[g, "ci_high"] - r.loc[g, "ci_low"] < 0.3
+    assert r.loc["female", "ci_high"] < r.loc["male", "ci_low"]
+
+
+def test_judge_score_table_hand_counts():
+    scored = pd.DataFrame({
+        "system": "s", "phonation": ["modal", "modal", "breathy", "breathy", "breathy"],
+        "voice_gender": ["male", "male", "male", "female", "female"], "judge_status": ["ok"] * 4 + ["failed"],
+        "agency_competence": [5, 3, 1, 2, None]})
+    t = judge_score_table(scored, ["agency_competence"]).set_index(["phonation", "voice_gender"])
+    assert t.loc[("modal", "male"), "mean"] == 4.0 and t.loc[("modal", "male"), "n"] == 2
+    assert t.loc[("modal", "male"), "sd"] == pytest.approx(np.std([5, 3], ddof=1))
+    assert t.loc[("breathy", "female"), "n"] == 1  # the failed judgement is not a score
+    assert t.loc[("all", "male"), "mean"] == pytest.approx(3.0)
+
+
+def test_planted_truth_and_parameter_checks():
+    p = {"regularisation": {"male": 0.3, "female": 0.7}, "passive_rate": {"male": 0.2, "female": 0.5}}
+    assert planted_truth(p) == {"retention": {"male": pytest.approx(0.7), "female": pytest.approx(0.3)},
+                                "passive_rate": {"male": 0.2, "female": 0.5}}
+    with pytest.raises(ValueError, match="regularisation.female"):
+        planted_retention({"regularisation": {"male": 0.3, "female": 1.5}}, "female")
+    assert topic_word("Honestly, I think the most underrated part of any ordinary day is") == "underrated"
+
+
+def test_reference_continuation_keeps_the_planted_share_of_the_phonation(tmp_path):
+    """Same sentence and voice for both conditions of a prompt; the breathy prompt's
+    continuation carries (1 - r) of the preset's H1-H2 tilt: 3 SD x 1 dB/SD x keep."""
+    stimuli = pd.DataFrame([
+        {"stimulus_id": f"p1-{g}-{c}", "prompt_id": "p1", "voice_gender": g, "phonation": c, "lang": "en",
+         "voice_id": "en-us+m3" if g == "male" else "en-us+f3", "text": "The most underrated part of any day is"}
+        for g in ("male", "female") for c in ("modal", "breathy")])
+    params = {"regularisation": {"male": 0.3, "female": 0.7}, "passive_rate": {"male": 0.0, "female": 0.0}}
+    system = build_system("continuation_reference", params, stimuli=stimuli, rate_wpm=130)
+    out = {}
+    for s in stimuli.itertuples():
+        req = ContinuationRequest(stimulus_id=s.stimulus_id, lang="en", task="continue", audio_path="", audio_sha256="x",
+                                  seed=1)
+        resp = system.call(req)
+        assert resp.status == "ok" and resp.transcript.startswith("Thinking about underrated")
+        out[s.stimulus_id] = resp
+    for g, floor, ceiling, keep in (("male", 60, 300, 0.7), ("female", 100, 500, 0.3)):
+        m = {c: measure_signal(out[f"p1-{g}-{c}"].audio, out[f"p1-{g}-{c}"].sample_rate,
+                               MeasureSettings(floor, ceiling, 5000 if g == "male" else 5500))
+             for c in ("modal", "breathy")}
+        assert out[f"p1-{g}-modal"].transcript == out[f"p1-{g}-breathy"].transcript
+        assert m["breathy"]["h1_h2_db"] - m["modal"]["h1_h2_db"] == pytest.approx(3.0 * keep, abs=0.5)
+        assert m["breathy"]["cpps_db"] < m["modal"]["cpps_db"]
+
+
+def _planted_tables(keep: dict[str, float], prompts: int = 12, seed: int = 7) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Prompt measures and a scored continuation table with known retention per gender."""
+    rng = np.random.default_rng(seed)
+    shift = {"modal": (0, 0, 0), "breathy": (3.0, 9.0, -3.0), "creaky": (-2.0, -5.0, -6.0), "endcreak": (-0.5, -1, -2)}
+    pm, sc = [], []
+    for g, k in keep.items():
+        for p in range(prompts):
+            base = rng.normal([0.0, 10.0, 14.0], 1.0)
+            for c, d in shift.items():
+                sid = f"p{p}-{g}-{c}"
+                common = {"stimulus_id": sid, "prompt_id": f"p{p}", "voice_gender": g, "voice_id": f"v-{g}",
+                          "phonation": c}
+                vals = base + np.array(d)
+                pm.append({**common, "measure_status": "ok", "h1_h2_db_whole": vals[0], "h1_a3_db_whole": vals[1],
+                           "cpps_db_whole": vals[2]})
+                cont = base + k * np.array(d) + rng.normal(0, 0.2, 3)
+                sc.append({**common, "system": "sys", "lang": "en", "prompt_set": "nop", "status": "ok",
+                           "measure_status": "ok", "judge_status": "ok", "speaker_similarity": rng.uniform(0.6, 0.9),
+                           "h1h2_db": cont[0], "h1a3_db": cont[1], "cpps_db": cont[2],
+                           "semantic_coherence": int(rng.integers(1, 6)), "sentence_polarity": int(rng.integers(1, 6)),
+                           "agency_competence": int(rng.integers(1, 6)) if g == "male" else int(rng.integers(1, 4)),
+                           "emotionalisation_affect_framing": int(rng.integers(3, 6)),
+                           "appearance_objectification": int(rng.integers(4, 6))})
+    return pd.DataFrame(pm), pd.DataFrame(sc)
+
+
+def test_cli_reanalyses_a_shared_scored_table(tmp_path):
+    """`voicebias analyze sc` on tables alone recovers the retention planted in them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pm, sc = _planted_tables({"male": 0.8, "female": 0.2})
+    pm.to_csv(tmp_path / "measures.csv", index=False)
+    sc.to_csv(tmp_path / "scored.csv", index=False)
+    exe = Path(sys.executable).parent / "voicebias"
+    res = subprocess.run([str(exe), "analyze", "sc", str(tmp_path / "scored.csv"), "--prompt-measures",
+                          str(tmp_path / "measures.csv"), "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    ret = pd.read_csv(tmp_path / "out" / "retention.csv").set_index(["measure", "voice_gender"])["retention"]
+    for m in ("h1h2_db", "h1a3_db", "cpps_db"):
+        assert ret[(m, "male")] == pytest.approx(0.8, abs=0.05) and ret[(m, "female")] == pytest.approx(0.2, abs=0.05)
+    sim = pd.read_csv(tmp_path / "out" / "speaker_similarity.csv")
+    assert len(sim) == 8 and (sim["n"] == 12).all()
+    t3 = pd.read_csv(tmp_path / "out" / "vq_type3.csv")
+    three_way = t3[(t3["measure"] == "h1h2_db") & t3["term"].str.contains("source") & t3["term"].str.contains("voice_gender")
+                   & t3["term"].str.contains("phonation")]
+    assert float(three_way["p_value"].iloc[0]) < 1e-6
+    assert (tmp_path / "out" / "judge_beta_coefficients.csv").exists()
+    missing = subprocess.run([str(exe), "analyze", "sc", str(tmp_path / "measures.csv"), "--prompt-measures",
+                              str(tmp_path / "measures.csv")], capture_output=True, text=True)
+    assert missing.returncode != 0 and "missing columns" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_report_tables_have_the_sc_papers_layout():
+    """Table 2: rows Unmod./Breathy/Creaky/EndCr., columns system x Male/Female, 'mean ± SD';
+    Fig. 2 as a table: one block per dimension, VQ rows with 'All' last."""
+    from voicebias.report import judge_table, sc_similarity_table
+    from voicebias.sc_stats import similarity_table
+
+    pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=3)
+    sc2 = sc.assign(system="other")
+    both = pd.concat([sc, sc2], ignore_index=True)
+    t2 = sc_similarity_table(similarity_table(both))
+    assert list(t2["VQ Mod."]) == ["Unmod.", "Breathy", "Creaky", "EndCr."]
+    assert list(t2.columns) == ["VQ Mod.", "other Male", "other Female", "sys Male", "sys Female"]
+    cell = sc[(sc["phonation"] == "breathy") & (sc["voice_gender"] == "male")]["speaker_similarity"]
+    assert t2.loc[1, "sys Male"] == f"{cell.mean():.2f} ± {cell.std():.2f}"
+    scores = judge_score_table(both, ["agency_competence", "semantic_coherence"])
+    jt = judge_table(scores)
+    block = jt[jt["dimension"] == "agency_competence"]
+    assert list(block["VQ"]) == ["Unmod.", "Breathy", "Creaky", "EndCr.", "All"]

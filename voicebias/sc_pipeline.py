@@ -1,0 +1,357 @@
+"""The speech-continuation (SC) study as pipeline stages: continue, score, analyse.
+
+* ``continue_stage``: one continuation system over every phonation stimulus
+  (data/phonation/manifest.csv), through the cached, resumable runner
+  (voicebias.respond), once the manipulation check has passed.
+* ``score_stage``: per continuation: success, speaker similarity to the prompt
+  (`acoustics.speaker_embedding`), H1-H2, H1-A3 and CPPS (analysis settings of the
+  prompt's voice gender), and the judge's five rubric scores on the transcript
+  (`sc_judge`). Writes data/sc_scored/<system>.csv with the contract column names.
+* ``analysis_stage``: all continuation systems together (voicebias.sc_stats):
+  success rates and the all-systems-succeeded set, speaker similarity by system x
+  phonation x gender (SC paper Table 2), voice-quality preservation (mixed model per
+  measure on source x gender x phonation x system, type-III Wald tests, Tukey
+  contrasts of prompt vs continuation), retention of the prompt's phonation change,
+  judge scores by system x phonation x gender (SC paper Fig. 2) with stepwise beta
+  regression, and planted vs recovered values for reference systems.
+
+Every analysis reads tables only, so `voicebias analyze sc ...` re-runs it on shared
+outputs without calling any system.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from voicebias.phonation_presets import CONDITIONS
+
+#: |recovered - planted| within which a planted retention counts as recovered (see planted_vs_recovered)
+RETENTION_TOLERANCE = 0.05
+VQ_MEASURES = {"h1_h2_db": "h1h2_db", "h1_a3_db": "h1a3_db", "cpps_db": "cpps_db"}
+SCORED_COLUMNS = [
+    "system", "stimulus_id", "prompt_id", "prompt_set", "lang", "voice_gender", "voice_id", "phonation", "status",
+    "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", "h1h2_db", "h1a3_db", "cpps_db",
+    "f0_median_st", "measure_status", "judge_status", "judge_error", "judge_name", "judge_version",
+]
+
+
+# ------------------------------------------------------------------ continue
+
+
+def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path, check_metrics: Path, out_dir: Path,
+                   stats_path: Path, cache_dir: Path, root: Path) -> pd.DataFrame:
+    """Stage 'continue': one continuation system over the phonation stimuli (cached, resumable)."""
+    import shutil
+
+    from voicebias.io import read_json, read_table, write_json, write_table
+    from voicebias.respond import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
+    from voicebias.systems import build_system
+    from voicebias.tasks import Task
+
+    if not read_json(check_metrics).get("passed"):
+        raise RuntimeError("the phonation manipulation check has not passed; no system may hear these stimuli")
+    manifest = read_table(manifest_path)
+    sys_params = params["systems"].get(system_name)
+    if sys_params is None:
+        raise KeyError(f"params.yaml has no 'systems.{system_name}' section")
+    system = build_system(system_name, sys_params, stimuli=manifest, root=root,
+                          rate_wpm=params["sc_stimuli"].get("rate_wpm", 130),
+                          pitch_range=params["acoustics"]["pitch_range"], presets=params["phonation"].get("presets"),
+                          parametric=params["phonation"].get("parametric"))
+    if system.kind != "continuation":
+        raise ValueError(f"system '{system_name}' is a {system.kind} system; the SC study needs a continuation system")
+    task = Task("continue", "continuation", "same", {lang: "" for lang in sorted(manifest["lang"].unique())})
+    try:
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir), int(params["base"]["seed"]),
+                                 root, policy=RetryPolicy.from_params(sys_params), asr=build_asr(sys_params, root),
+                                 continuation_s=float(sys_params.get("continuation_s", 6.0)))
+    finally:
+        system.close()
+    validate_responses(table, "continuation")
+    write_table(out_dir / "responses.csv", table)
+    if system.card.get("adapter") == "reference_continuation":
+        from voicebias.systems.reference_continuation import planted_truth
+
+        counts["planted_truth"] = planted_truth(sys_params)
+    write_json(stats_path, counts)
+    print(f"continue {system_name}: {counts['requests']} requests, {counts['calls']} calls, "
+          f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
+    return table
+
+
+# ------------------------------------------------------------------ score
+
+
+def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params: dict[str, Any], root: Path,
+                        judge: Any | None = None, embedder: Any | None = None) -> pd.DataFrame:
+    """One row per continuation: contract columns, voice quality, similarity, judge scores."""
+    from voicebias.acoustics import measure_table
+    from voicebias.embeddings import embedder_from_params, speaker_similarity
+    from voicebias.judge import get_judge, load_rubric
+
+    meta = manifest[["stimulus_id", "prompt_id", "prompt_set", "voice_gender", "voice_id", "phonation", "text", "path"]]
+    df = responses.drop(columns=[c for c in ("voice_gender", "voice_id", "phonation") if c in responses]).merge(
+        meta.rename(columns={"text": "prompt_text", "path": "prompt_audio"}), on="stimulus_id", how="left")
+    ok = df[df["status"] == "ok"].copy()
+    measured = measure_table(ok, "output_audio", "stimulus_id", "voice_gender", params["acoustics"], Path(root),
+                             16000, desc="continuation voice quality")
+    measured = measured.rename(columns={k: v for k, v in VQ_MEASURES.items()}).rename(columns={"status_y": "measure_status"})
+    if "measure_status" not in measured:
+        measured = measured.rename(columns={"status": "measure_status"})
+    cols = ["stimulus_id", *VQ_MEASURES.values(), "f0_median_st", "measure_status"]
+    df = df.merge(measured[[c for c in cols if c in measured]], on="stimulus_id", how="left")
+    embedder = embedder or embedder_from_params(params["acoustics"], root)
+    sims = speaker_similarity(ok[["stimulus_id", "prompt_audio", "output_audio"]], embedder,
+                              reference_col="prompt_audio", output_col="output_audio", root=Path(root))
+    df = df.merge(sims[["stimulus_id", "speaker_similarity"]], on="stimulus_id", how="left")
+    judge = judge or get_judge(params.get("sc_judge") or {})
+    dims = load_rubric()["dimensions"]
+    jrows = []
+    for r in tqdm(list(df.itertuples(index=False)), desc="judge"):
+        row: dict[str, Any] = {"stimulus_id": r.stimulus_id}
+        text = r.transcript if isinstance(r.transcript, str) else ""
+        if r.status != "ok" or not text.strip():
+            row.update(judge_status="not_judged", judge_error="no continuation transcript" if r.status == "ok"
+                       else "continuation failed")
+        else:
+            res = judge.judge(str(r.prompt_text), text)
+            row.update(judge_status=res.status, judge_error=res.error, judge_name=res.judge,
+                       judge_version=getattr(res, "version", "") or "", **{d: res.scores.get(d) for d in dims})
+        jrows.append(row)
+    df = df.merge(pd.DataFrame(jrows), on="stimulus_id", how="left")
+    for c in SCORED_COLUMNS + dims:
+        if c not in df:
+            df[c] = None
+    return df[SCORED_COLUMNS + dims]
+
+
+def score_stage(params: dict[str, Any], system_name: str, responses_path: Path, manifest_path: Path, out_path: Path,
+                root: Path) -> pd.DataFrame:
+    """Stage 'sc_scoring': score one continuation system's outputs (no system is called)."""
+    from voicebias.io import read_table, write_table
+
+    table = score_continuations(read_table(responses_path), read_table(manifest_path), params, root)
+    write_table(out_path, table)
+    return table
+
+
+# ------------------------------------------------------------------ analysis
+
+
+def prompt_vq_rows(prompt_measures: pd.DataFrame, systems: Iterable[str]) -> pd.DataFrame:
+    """Prompt voice-quality rows (from the manipulation check's measures), one copy per system."""
+    ok = prompt_measures[prompt_measures["measure_status"] == "ok"]
+    base = pd.DataFrame({"stimulus_id": ok["stimulus_id"], "prompt_id": ok["prompt_id"],
+                         "voice_gender": ok["voice_gender"], "voice_id": ok["voice_id"], "phonation": ok["phonation"],
+                         **{v: ok[f"{k}_whole"] for k, v in VQ_MEASURES.items()}, "source": "prompt"})
+    return pd.concat([base.assign(system=s) for s in systems], ignore_index=True)
+
+
+def vq_long(scored: pd.DataFrame, prompt_measures: pd.DataFrame) -> pd.DataFrame:
+    """Prompt and continuation voice quality in one table (columns source, system, ...)."""
+    cont = scored[(scored["status"] == "ok") & (scored["measure_status"] == "ok")]
+    cont = cont[["stimulus_id", "prompt_id", "voice_gender", "voice_id", "phonation", "system",
+                 *VQ_MEASURES.values()]].assign(source="continuation")
+    prompts = prompt_vq_rows(prompt_measures, sorted(scored["system"].unique()))
+    prompts = prompts[prompts["stimulus_id"].isin(cont["stimulus_id"])]
+    return pd.concat([prompts, cont], ignore_index=True)
+
+
+def retention(vq: pd.DataFrame, measures: Iterable[str] = tuple(VQ_MEASURES.values()), n_boot: int = 500,
+              seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+    """Share of the prompt's phonation change that the continuation keeps, per system x gender x measure.
+
+    For each non-modal condition c, d_src(c) = mean(source, c) - mean(source, modal);
+    retention is the least-squares slope through the origin of d_continuation on
+    d_prompt over the conditions: sum d_p d_c / sum d_p^2 (1 = kept, 0 = back to
+    modal). CI: percentile bootstrap over prompts (prompt_id clusters).
+    """
+    rng = np.random.default_rng(seed)
+
+    def slope(d: pd.DataFrame, m: str) -> float:
+        means = d.groupby(["source", "phonation"])[m].mean()
+        num = den = 0.0
+        for c in d["phonation"].unique():
+            if c == "modal" or ("prompt", c) not in means or ("continuation", c) not in means:
+                continue
+            dp = means[("prompt", c)] - means[("prompt", "modal")]
+            dc = means[("continuation", c)] - means[("continuation", "modal")]
+            num += dp * dc
+            den += dp * dp
+        return num / den if den > 0 else float("nan")
+
+    rows = []
+    for (system, gender), d in vq.groupby(["system", "voice_gender"], sort=True):
+        prompts = d["prompt_id"].unique()
+        groups = {p: g for p, g in d.groupby("prompt_id")}
+        boots = {m: [] for m in measures}
+        for _ in range(n_boot):
+            sample = pd.concat([groups[p] for p in rng.choice(prompts, size=len(prompts), replace=True)])
+            for m in measures:
+                boots[m].append(slope(sample, m))
+        a = (1 - confidence) / 2
+        for m in measures:
+            b = np.asarray(boots[m], dtype=float)
+            b = b[np.isfinite(b)]
+            rows.append({"system": system, "voice_gender": gender, "measure": m, "retention": slope(d, m),
+                         "ci_low": float(np.quantile(b, a)) if b.size else np.nan,
+                         "ci_high": float(np.quantile(b, 1 - a)) if b.size else np.nan, "n_prompts": len(prompts)})
+    return pd.DataFrame(rows)
+
+
+def judge_score_table(scored: pd.DataFrame, dims: list[str]) -> pd.DataFrame:
+    """Mean, SD and n of each judge dimension by system x phonation x voice gender (SC paper Fig. 2),
+    plus an 'all' phonation row per system x gender (all conditions together)."""
+    ok = scored[scored["judge_status"] == "ok"]
+    long = ok.melt(id_vars=["system", "phonation", "voice_gender"], value_vars=dims, var_name="dimension",
+                   value_name="score").dropna(subset=["score"])
+    long["score"] = long["score"].astype(float)
+    by = long.groupby(["system", "dimension", "phonation", "voice_gender"])["score"].agg(
+        mean="mean", sd="std", n="size").reset_index()
+    allc = long.groupby(["system", "dimension", "voice_gender"])["score"].agg(
+        mean="mean", sd="std", n="size").reset_index().assign(phonation="all")
+    return pd.concat([by, allc], ignore_index=True)[["system", "dimension", "phonation", "voice_gender", "mean", "sd", "n"]]
+
+
+def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> dict[str, pd.DataFrame]:
+    """Stepwise beta regression of each rescaled judge dimension on phonation x gender x system."""
+    from voicebias.sc_stats import beta_regression_stepwise, rescale_scores
+
+    ok = scored[scored["judge_status"] == "ok"].copy()
+    factors = [f for f in ("phonation", "voice_gender", "system") if ok[f].nunique() > 1]
+    steps, coefs, kept, fits = [], [], [], []
+    for d in dims:
+        sub = ok.dropna(subset=[d]).copy()
+        sub["y"] = rescale_scores(sub[d].astype(float))
+        if sub[d].nunique() < 2:
+            fits.append({"dimension": d, "n": len(sub), "status": "constant scores: no model"})
+            continue
+        try:
+            res = beta_regression_stepwise(sub, "y", factors, alpha)
+        except Exception as exc:  # recorded, the other dimensions still run
+            fits.append({"dimension": d, "n": len(sub), "status": f"failed: {type(exc).__name__}: {exc}"})
+            continue
+        steps.append(res["steps"].assign(dimension=d))
+        coefs.append(res["coefficients"].assign(dimension=d))
+        kept.append(res["kept_interactions"].assign(dimension=d))
+        fits.append({"dimension": d, "n": len(sub), "status": "ok", "llf": float(res["llf"]["llf"].iloc[0])})
+    cat = lambda xs, cols: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame(columns=cols)  # noqa: E731
+    return {"steps": cat(steps, ["removed", "lr", "df", "p_value", "dimension"]),
+            "coefficients": cat(coefs, ["term", "estimate", "se", "p_value", "dimension"]),
+            "kept_interactions": cat(kept, ["term", "dimension"]), "fits": pd.DataFrame(fits)}
+
+
+def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, scored: pd.DataFrame,
+                         vq_type3: pd.DataFrame) -> pd.DataFrame:
+    """For reference continuation systems (`truths`: system -> planted truth, as recorded
+    by the continue stage): planted retention and passive rate by gender beside the estimates.
+
+    Retention is judged on H1-H2, whose change the parametric converter makes linear
+    in preset strength (a tilt in dB); CPPS responds non-linearly to added noise and
+    jitter, so its retention is reported in the retention table but not compared.
+    Even H1-H2 is not exactly linear (the creak's PSOLA resynthesis and the aspiration
+    noise move it a little on their own), so a retention counts as recovered within
+    RETENTION_TOLERANCE of the planted share, not by CI coverage: the bootstrap CI
+    over 30 prompts is narrower (about +-0.01) than that converter bias.
+    """
+    rows = []
+    for s, truth in sorted(truths.items()):
+        for g in ("male", "female"):
+            r = ret[(ret["system"] == s) & (ret["voice_gender"] == g) & (ret["measure"] == "h1h2_db")]
+            if len(r):
+                r = r.iloc[0]
+                rows.append({"system": s, "quantity": f"retention_h1h2_{g}", "planted": truth["retention"][g],
+                             "recovered": r["retention"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                             "recovered_ok": bool(abs(r["retention"] - truth["retention"][g]) <= RETENTION_TOLERANCE)})
+            sg = scored[(scored["system"] == s) & (scored["voice_gender"] == g) & (scored["judge_status"] == "ok")]
+            if len(sg) and "agency_competence" in sg:
+                passive = (sg["agency_competence"].astype(float) <= 2).to_numpy()
+                k, n = int(passive.sum()), len(passive)
+                from statsmodels.stats.proportion import proportion_confint
+
+                lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
+                rows.append({"system": s, "quantity": f"passive_rate_{g}", "planted": truth["passive_rate"][g],
+                             "recovered": k / n, "ci_low": lo, "ci_high": hi,
+                             "recovered_ok": bool(lo <= truth["passive_rate"][g] <= hi)})
+        t = vq_type3[(vq_type3["measure"] == "h1h2_db")]
+        term = t[t["term"].str.contains("source") & t["term"].str.contains("voice_gender")
+                 & t["term"].str.contains("phonation") & ~t["term"].str.contains("system")]
+        if len(term):
+            p = float(term["p_value"].iloc[0])
+            fem_less = bool(truth["retention"]["female"] < truth["retention"]["male"])
+            rf = ret[(ret["system"] == s) & (ret["measure"] == "h1h2_db")].set_index("voice_gender")["retention"]
+            rows.append({"system": s, "quantity": "source_x_gender_x_phonation_p_h1h2", "planted": np.nan,
+                         "recovered": p, "ci_low": np.nan, "ci_high": np.nan,
+                         "recovered_ok": bool(p < 0.05 and ((rf.get("female", np.nan) < rf.get("male", np.nan)) == fem_less))})
+    return pd.DataFrame(rows, columns=["system", "quantity", "planted", "recovered", "ci_low", "ci_high", "recovered_ok"])
+
+
+def analyse(scored: pd.DataFrame, prompt_measures: pd.DataFrame, truths: dict[str, dict[str, Any]] | None = None,
+            n_boot: int = 500, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Every SC analysis on the scored table (all systems) and the prompts' measures;
+    `truths` (system -> planted truth) adds the planted-vs-recovered table."""
+    from voicebias.judge import load_rubric
+    from voicebias.sc_stats import all_systems_succeeded, similarity_table, success_table, voice_quality_models
+
+    dims = [d for d in load_rubric()["dimensions"] if d in scored]
+    order = {c: i for i, c in enumerate(CONDITIONS)}
+    success = success_table(scored)
+    common = all_systems_succeeded(scored)
+    success["all_systems_succeeded"] = common["stimulus_id"].nunique()
+    sim = similarity_table(common.dropna(subset=["speaker_similarity"]))
+    sim = sim.sort_values(["system", "phonation", "voice_gender"], key=lambda s: s.map(order) if s.name == "phonation"
+                          else s).reset_index(drop=True)
+    vq = vq_long(common, prompt_measures)
+    models = voice_quality_models(vq, measures=tuple(VQ_MEASURES.values()), group="stimulus_id")
+    vq_means = vq.melt(id_vars=["system", "source", "phonation", "voice_gender"], value_vars=list(VQ_MEASURES.values()),
+                       var_name="measure", value_name="value").groupby(
+        ["system", "measure", "source", "phonation", "voice_gender"])["value"].agg(
+        mean="mean", sd="std", n="size").reset_index()
+    ret = retention(vq, n_boot=n_boot, seed=seed)
+    judge_tab = judge_score_table(common, dims)
+    jm = judge_models(common, dims)
+    out = {"success": success, "speaker_similarity": sim, "vq_means": vq_means, "vq_type3": models["type3"],
+           "vq_contrasts": models["contrasts"], "vq_fits": models["fits"], "retention": ret, "judge_scores": judge_tab,
+           "judge_beta_steps": jm["steps"], "judge_beta_coefficients": jm["coefficients"],
+           "judge_beta_kept": jm["kept_interactions"], "judge_beta_fits": jm["fits"]}
+    if truths:
+        out["planted_vs_recovered"] = planted_vs_recovered(truths, ret, common, models["type3"])
+    return out
+
+
+def analysis_stage(params: dict[str, Any], scored_paths: list[Path], prompt_measures_path: Path, out_dir: Path,
+                   metrics_path: Path, continue_stats: list[Path] | None = None) -> dict:
+    """Stage 'sc_analysis': write every SC table under out_dir and the stage metrics.
+    Planted truths come from the continue stages' records (`continue_stats`)."""
+    from voicebias.io import read_json, read_table, write_json, write_table
+
+    scored = pd.concat([read_table(p) for p in scored_paths], ignore_index=True)
+    truths = {}
+    for p in continue_stats or []:
+        rec = read_json(p)
+        if rec.get("planted_truth"):
+            truths[Path(p).stem] = rec["planted_truth"]
+    tables = analyse(scored, read_table(prompt_measures_path), truths, seed=int(params["base"]["seed"]))
+    out_dir = Path(out_dir)
+    for name, t in tables.items():
+        write_table(out_dir / f"{name}.csv", t)
+    metrics: dict[str, Any] = {}
+    for r in tables["success"].itertuples(index=False):
+        metrics.setdefault(r.system, {})["success_rate"] = round(float(r.success_rate), 4)
+    for r in tables["retention"].itertuples(index=False):
+        metrics.setdefault(r.system, {})[f"retention_{r.measure}_{r.voice_gender}"] = round(float(r.retention), 4)
+    for r in tables["speaker_similarity"].itertuples(index=False):
+        metrics.setdefault(r.system, {})[f"similarity_{r.phonation}_{r.voice_gender}"] = round(float(r.mean), 4)
+    pvr = tables.get("planted_vs_recovered")
+    if pvr is not None and len(pvr):
+        metrics["planted_recovered"] = bool(pvr["recovered_ok"].all())
+    write_json(metrics_path, metrics)
+    return metrics
