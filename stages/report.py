@@ -6,4 +6,5 @@ from voicebias.report import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, config.load_params(), config.REPORTS / "analysis", config.REPORTS / "carrier_gate",
-            config.REPORTS / "bank" / "metrics.json", config.REPORTS / "report", stage="report")
+            config.REPORTS / "bank" / "metrics.json", config.REPORTS / "report",
+            config.REPORTS / "sc", config.REPORTS / "phonation", stage="report")

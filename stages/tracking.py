@@ -6,4 +6,5 @@ from voicebias.tracking import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, config.load_params(), config.REPORTS / "analysis", config.REPORTS / "carrier_gate",
-            config.STIMULI_MANIFEST, config.REPORTS / "tracking" / "mlflow_run.json", stage="tracking")
+            config.STIMULI_MANIFEST, config.REPORTS / "tracking" / "mlflow_run.json",
+            sc_dir=config.REPORTS / "sc", phonation_dir=config.REPORTS / "phonation", stage="tracking")

@@ -14,7 +14,7 @@ import json
 import pandas as pd
 import yaml
 
-from tests.workspace import PASSAGES_PER_CELL, sh, tree_hashes  # noqa: E402
+from tests.workspace import PASSAGES_PER_CELL, SC_PROMPTS, sh, tree_hashes  # noqa: E402
 
 
 def test_repro_leaves_reports_and_mlflow_runs(workspace):
@@ -32,7 +32,18 @@ def test_repro_leaves_reports_and_mlflow_runs(workspace):
     children = client.search_runs([run["experiment_id"]], f"tags.mlflow.parentRunId = '{run['parent_run_id']}'",
                                   max_results=1000)
     assert len(children) == len(run["children"]) > 0
-    assert {c.data.tags["system"] for c in children} == {"voice_faithful", "content_driven", "mixed", "drifting"}
+    assert {c.data.tags["system"] for c in children} == {"voice_faithful", "content_driven", "mixed", "drifting",
+                                                         "continuation_reference", "phonation:parametric"}
+    # the speech-continuation study: every prompt x voice in four phonation conditions,
+    # the manipulation check passed, continuations scored, the SC paper's Table 2 rendered
+    phon = pd.read_csv(repo / "data" / "phonation" / "manifest.csv")
+    assert len(phon) == SC_PROMPTS * 4 * 4 and set(phon["phonation"]) == {"modal", "breathy", "creaky", "endcreak"}
+    assert json.loads((repo / "reports" / "phonation" / "check_metrics.json").read_text())["passed"] is True
+    scored = pd.read_csv(repo / "data" / "sc_scored" / "continuation_reference.csv")
+    assert len(scored) == len(phon) and (scored["status"] == "ok").all()
+    assert "Speaker similarity (SC Table 2)" in html and "Judge scores (SC Fig. 2)" in html
+    cont = [c for c in children if c.data.tags["task"] == "continue"]
+    assert len(cont) == 1 and 0 < cont[0].data.metrics["success_rate"] <= 1
 
 
 def test_second_repro_skips_every_stage(workspace):
@@ -72,10 +83,12 @@ def test_fresh_clone_pulls_identical_outputs(workspace):
     sh(f"git clone -q {repo} {clone}", base)
     # the clone sits beside the original, so the default remote resolves to the same storage
     sh("dvc pull", clone)
-    original = {**tree_hashes(repo, "data/stimuli"), **tree_hashes(repo, "data/responses"),
-                **tree_hashes(repo, "data/scored"), **tree_hashes(repo, "data/measures")}
-    pulled = {**tree_hashes(clone, "data/stimuli"), **tree_hashes(clone, "data/responses"),
-              **tree_hashes(clone, "data/scored"), **tree_hashes(clone, "data/measures")}
+    shared = ("data/stimuli", "data/responses", "data/scored", "data/measures", "data/phonation",
+              "data/continuations", "data/sc_scored")
+    original = {k: v for sub in shared for k, v in tree_hashes(repo, sub).items()}
+    pulled = {k: v for sub in shared for k, v in tree_hashes(clone, sub).items()}
+    assert any(k.startswith("data/phonation/audio/") for k in original)
+    assert any(k.startswith("data/continuations/") and k.endswith(".flac") for k in original)
     assert len(original) > 500 and pulled == original
     # the pulled workspace matches dvc.lock: nothing to re-run
     assert "Data and pipelines are up to date" in sh("dvc status", clone).stdout

@@ -18,6 +18,7 @@ import yaml
 from voicebias import config
 
 PASSAGES_PER_CELL = 3
+SC_PROMPTS = 3
 BIN = Path(sys.executable).parent
 
 
@@ -60,6 +61,12 @@ def make_workspace(tmp_path_factory):
             if seen[e["pole"]] <= PASSAGES_PER_CELL:
                 keep.append(e)
         path.write_text(yaml.safe_dump(keep, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    # the speech-continuation study on 3 prompts (x 4 voices x 4 phonation conditions)
+    params = (repo / "params.yaml").read_text(encoding="utf-8")
+    for old, new in (("prompts_per_category: 2", "prompts_per_category: 1"), ("max_prompts: null", f"max_prompts: {SC_PROMPTS}")):
+        assert old in params, old
+        params = params.replace(old, new)
+    (repo / "params.yaml").write_text(params, encoding="utf-8")
     sh("git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init", repo)
     res = sh("dvc repro", repo)
     sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm repro", repo)

@@ -7,6 +7,10 @@
   voicebias bank render|lint       the passage bank as markdown for review, or its linter hits
   voicebias analyze describe T     describe statistics from a table alone
   voicebias analyze summarize T    summarize pronoun statistics from a table alone
+  voicebias analyze rq1 T...       RQ1 voice-rendering contrasts and mixed models (acoustic tables)
+  voicebias analyze sc T... --prompt-measures M
+                                   speech-continuation analyses (scored continuation tables)
+  voicebias analyze phonation M    the phonation manipulation check from its measures table
   voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
 """
 
@@ -86,16 +90,66 @@ def _load_scored(path: str) -> pd.DataFrame:
     return df
 
 
+def _read_any(path: str) -> pd.DataFrame:
+    if not Path(path).exists():
+        raise FileNotFoundError(f"table not found: {path}")
+    return pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+
+
+def _require(df: pd.DataFrame, cols: set[str], what: str) -> None:
+    missing = sorted(cols - set(df.columns))
+    if missing:
+        raise ValueError(f"{what}: missing columns {missing}")
+
+
+def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
+    if args.what == "rq1":
+        from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
+
+        df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
+        _require(df, {"system", "task", "lang", "pole", "voice_gender", "passage_id", "delta_composite"}, "rq1 table")
+        measures = [m for m in ("delta_composite", "delta_f0_median_st") if m in df]
+        return {"rq1_contrasts": pd.concat([rq1_contrasts(df, m) for m in measures], ignore_index=True),
+                "rq1_mixed_models": rq1_mixed_models(df, "delta_composite"),
+                "rq1_pooled": pd.concat([rq1_pooled(df, m, args.confidence) for m in measures], ignore_index=True)}
+    if args.what == "sc":
+        from voicebias.sc_pipeline import analyse
+
+        if not args.prompt_measures:
+            raise ValueError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
+        df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
+        _require(df, {"system", "stimulus_id", "prompt_id", "voice_gender", "phonation", "status", "speaker_similarity",
+                      "h1h2_db", "h1a3_db", "cpps_db", "judge_status"}, "scored continuation table")
+        return analyse(df, _read_any(args.prompt_measures))
+    from voicebias.phonation_check import paired_changes, summarise
+    from voicebias.phonation_presets import presets_from_params
+
+    df = _read_any(args.table[0])
+    _require(df, {"stimulus_id", "source_stimulus_id", "phonation", "voice_id", "measure_status"}, "phonation measures")
+    presets = presets_from_params(config.load_params().get("phonation"))
+    sims = df[["stimulus_id", "speaker_similarity"]] if "speaker_similarity" in df else \
+        pd.DataFrame(columns=["stimulus_id", "speaker_similarity"])
+    between_path = Path(args.table[0]).with_name("between_voice_similarity.csv")
+    between = _read_any(str(between_path)) if between_path.exists() else \
+        pd.DataFrame(columns=["prompt_id", "voice_gender", "voice_id", "other_voice_id", "between_similarity"])
+    return {"manipulation_check": summarise(paired_changes(df, presets), sims.dropna(), between, df)}
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from voicebias.analysis import describe_misgender, describe_odds_ratios, summarize_pronouns
     from voicebias.io import write_table
 
-    df = _load_scored(args.table)
-    if args.what == "describe":
-        tables = {"describe_odds_ratios": describe_odds_ratios(df, args.confidence)}
-        tables["describe_misgender"], tables["describe_fisher"] = describe_misgender(df)
+    if args.what in ("rq1", "sc", "phonation"):
+        tables = _analyze_other(args)
     else:
-        tables = {"summarize_pronouns": summarize_pronouns(df)}
+        if len(args.table) != 1:
+            raise ValueError(f"analyze {args.what} takes one table")
+        df = _load_scored(args.table[0])
+        if args.what == "describe":
+            tables = {"describe_odds_ratios": describe_odds_ratios(df, args.confidence)}
+            tables["describe_misgender"], tables["describe_fisher"] = describe_misgender(df)
+        else:
+            tables = {"summarize_pronouns": summarize_pronouns(df)}
     for name, t in tables.items():
         print(f"\n== {name}")
         _print(t)
@@ -136,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("systems", help="systems of the active profile").set_defaults(fn=cmd_systems)
     sub.add_parser("tasks", help="tasks and their languages").set_defaults(fn=cmd_tasks)
     p = sub.add_parser("analyze", help="re-run an analysis on a table with the contract columns")
-    p.add_argument("what", choices=["describe", "summarize"])
-    p.add_argument("table", help="CSV or Parquet table (e.g. data/scored/<system>.csv)")
+    p.add_argument("what", choices=["describe", "summarize", "rq1", "sc", "phonation"])
+    p.add_argument("table", nargs="+", help="CSV or Parquet table(s): data/scored/<system>.csv (describe, summarize), "
+                   "data/scored/<system>_acoustics.csv (rq1), data/sc_scored/<system>.csv (sc), "
+                   "reports/phonation/measures.csv (phonation)")
+    p.add_argument("--prompt-measures", help="sc: the prompts' measures (reports/phonation/measures.csv)")
     p.add_argument("--out", help="folder to write the result tables to")
     p.add_argument("--confidence", type=float, default=0.95)
     p.set_defaults(fn=cmd_analyze)

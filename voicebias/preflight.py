@@ -79,7 +79,31 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     emb = params["acoustics"].get("speaker_embedding_weights")
     if emb:
         checks += _requirements("speaker_embedding", {"weights": emb}, root, has_gpu)
-    for system in params["run"]["systems"]:
+    ph = params.get("phonation") or {}
+    if ph.get("backend", "parametric") == "vqvc":
+        from voicebias import vqvc
+
+        try:
+            cfg = vqvc.VQVCConfig.from_params(ph, root)
+            for line in vqvc.setup_report(cfg):
+                kind, _, detail = line.partition(": ")
+                if kind != "note":
+                    checks.append(Check("phonation:vqvc", kind == "ok", detail))
+        except ValueError as exc:
+            checks.append(Check("phonation:vqvc", False, str(exc)))
+    else:
+        checks.append(Check("phonation:parametric", True, "embedded converter available offline"))
+    judge = params.get("sc_judge") or {}
+    jb = judge.get("backend", "lexical_heuristic")
+    if jb == "openai_compatible":
+        checks += _requirements(f"sc_judge:{jb}", {"env": [judge.get("api_key_env", "OPENAI_API_KEY")]}, root, has_gpu)
+    elif jb == "gemini":
+        checks += _requirements(f"sc_judge:{jb}", {"env": [judge.get("api_key_env", "GEMINI_API_KEY")]}, root, has_gpu)
+    elif jb == "local_transformers":
+        checks += _requirements(f"sc_judge:{jb}", {"weights": judge.get("weights", "")}, root, has_gpu)
+    else:
+        checks.append(Check(f"sc_judge:{jb}", True, "offline judge available"))
+    for system in list(params["run"]["systems"]) + list(params["run"].get("sc_systems") or []):
         comp = f"system:{system}"
         try:
             card = load_card(system, root / "models" / "cards")

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from voicebias.io import read_json, read_table  # noqa: E402
@@ -164,6 +165,169 @@ def fig_forest(odds: pd.DataFrame, path: Path) -> None:
     plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
 
 
+PHONATION_LABELS = {"modal": "Unmod.", "breathy": "Breathy", "creaky": "Creaky", "endcreak": "EndCr.", "all": "All"}
+JUDGE_FIGURE_DIMS = ("semantic_coherence", "sentence_polarity", "agency_competence")
+
+
+def _ordered(df: pd.DataFrame, col: str = "phonation") -> pd.DataFrame:
+    order = {k: i for i, k in enumerate(PHONATION_LABELS)}
+    return df.assign(_o=df[col].map(order)).sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
+
+
+def manipulation_table(check: pd.DataFrame) -> pd.DataFrame:
+    """Mean change of each measure per condition x voice (converted - modal; end-creak: second halves)."""
+    d = check[check["contrast"].isin(["converted_vs_modal", "second_half_vs_modal_second_half", "to_modal_original",
+                                      "margin_over_other_voice_same_gender"])]
+    d = d[~((d["phonation"] == "endcreak") & (d["contrast"] == "converted_vs_modal"))]
+    d = d.assign(col=(d["measure"] + " " + d["contrast"].map({
+        "converted_vs_modal": "Δ", "second_half_vs_modal_second_half": "Δ 2nd half", "to_modal_original": "",
+        "margin_over_other_voice_same_gender": "margin"})).str.strip())
+    t = d.pivot_table(index=["phonation", "voice_gender", "voice_id"], columns="col", values="mean_change").reset_index()
+    t = _ordered(t)
+    ok = check.groupby(["phonation", "voice_id"])["ok"].all().rename("all checks pass")
+    t = t.join(ok, on=["phonation", "voice_id"])
+    return t.map(lambda v: _fmt(v, 2) if isinstance(v, float) else v)
+
+
+def sc_similarity_table(sim: pd.DataFrame) -> pd.DataFrame:
+    """SC paper Table 2 layout: rows VQ modification, columns system x gender, mean ± SD."""
+    d = sim.assign(cell=[f"{m:.2f} ± {s:.2f}" if pd.notna(s) else f"{m:.2f}" for m, s in zip(sim["mean"], sim["sd"])])
+    t = d.pivot(index="phonation", columns=["system", "voice_gender"], values="cell")
+    t = t.reindex(columns=sorted(t.columns, key=lambda c: (c[0], c[1] != "male")))
+    t.columns = [f"{a} {b.capitalize()}" for a, b in t.columns]
+    t = _ordered(t.reset_index())
+    t["phonation"] = t["phonation"].map(PHONATION_LABELS)
+    return t.rename(columns={"phonation": "VQ Mod."})
+
+
+def vq_type3_table(t3: pd.DataFrame) -> pd.DataFrame:
+    out = t3.copy()
+    out["term"] = out["term"].str.replace(r"C\((\w+), Sum\)", r"\1", regex=True)
+    cols = [c for c in ("measure", "term", "chi2", "df", "p_value") if c in out]
+    out = out[cols].rename(columns={"p_value": "p"})
+    if "p" in out:
+        out["p"] = out["p"].map(_p)
+    return out.map(lambda v: _fmt(v) if isinstance(v, float) else v)
+
+
+def retention_table(ret: pd.DataFrame) -> pd.DataFrame:
+    out = ret.copy()
+    out["retention [95% CI]"] = [f"{_fmt(r)} [{_fmt(a)}, {_fmt(b)}]" for r, a, b in
+                                 zip(out["retention"], out["ci_low"], out["ci_high"])]
+    return out[["system", "measure", "voice_gender", "n_prompts", "retention [95% CI]"]]
+
+
+def judge_table(scores: pd.DataFrame) -> pd.DataFrame:
+    """SC paper Fig. 2 as a table: mean (SD) per dimension x VQ, columns system x gender."""
+    d = scores.assign(cell=[f"{m:.2f} ({s:.2f})" if pd.notna(s) else f"{m:.2f}" for m, s in zip(scores["mean"], scores["sd"])])
+    t = d.pivot(index=["dimension", "phonation"], columns=["system", "voice_gender"], values="cell")
+    t.columns = [f"{a} {b.capitalize()}" for a, b in t.columns]
+    t = t.reset_index()
+    t = _ordered(t).sort_values("dimension", kind="stable").reset_index(drop=True)
+    t["phonation"] = t["phonation"].map(PHONATION_LABELS)
+    return t.rename(columns={"phonation": "VQ"})
+
+
+def fig_vq_preservation(means: pd.DataFrame, path: Path) -> None:
+    measures = list(dict.fromkeys(means["measure"]))
+    systems = list(dict.fromkeys(means["system"]))
+    fig, axes = plt.subplots(len(systems), len(measures), figsize=(3.4 * len(measures), 2.8 * len(systems)),
+                             squeeze=False)
+    order = [p for p in PHONATION_LABELS if p in set(means["phonation"])]
+    for i, sysname in enumerate(systems):
+        for j, m in enumerate(measures):
+            ax = axes[i][j]
+            for (src, g), style in {("prompt", "male"): ("#4c72b0", "--"), ("prompt", "female"): ("#c44e52", "--"),
+                                    ("continuation", "male"): ("#4c72b0", "-"),
+                                    ("continuation", "female"): ("#c44e52", "-")}.items():
+                d = means[(means["system"] == sysname) & (means["measure"] == m) & (means["source"] == src)
+                          & (means["voice_gender"] == g)].set_index("phonation").reindex(order)
+                ax.errorbar(range(len(order)), d["mean"], yerr=d["sd"], color=style[0], ls=style[1], marker="o",
+                            capsize=2, label=f"{src}, {g}")
+            ax.set_xticks(range(len(order)))
+            ax.set_xticklabels([PHONATION_LABELS[p] for p in order])
+            ax.set_title(f"{sysname}: {m}", fontsize=9)
+    axes[0][0].legend(fontsize=7)
+    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+
+
+def fig_judge(scores: pd.DataFrame, path: Path) -> None:
+    dims = [d for d in JUDGE_FIGURE_DIMS if d in set(scores["dimension"])]
+    fig, axes = plt.subplots(1, len(dims), figsize=(4.8 * len(dims), 3.6), squeeze=False, sharey=True)
+    order = [p for p in PHONATION_LABELS if p in set(scores["phonation"])]
+    for ax, dim in zip(axes[0], dims):
+        d = scores[scores["dimension"] == dim]
+        piv = d.pivot_table(index="phonation", columns=["system", "voice_gender"], values="mean").reindex(order)
+        sd = d.pivot_table(index="phonation", columns=["system", "voice_gender"], values="sd").reindex(order)
+        im = ax.imshow(piv.to_numpy(float), vmin=1, vmax=5, cmap="viridis", aspect="auto")
+        for (r, c), v in np.ndenumerate(piv.to_numpy(float)):
+            if np.isfinite(v):
+                ax.text(c, r, f"{v:.2f}\n({sd.to_numpy(float)[r, c]:.2f})", ha="center", va="center", fontsize=7,
+                        color="white" if v < 3.5 else "black")
+        ax.set_yticks(range(len(order)))
+        if ax is axes[0][0]:
+            ax.set_yticklabels([PHONATION_LABELS[p] for p in order])
+        ax.set_xticks(range(piv.shape[1])); ax.set_xticklabels([f"{a}\n{b}" for a, b in piv.columns], fontsize=7)
+        ax.set_title(dim.replace("_", " "), fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="judge score (1-5)")
+    plt.savefig(path, dpi=110, bbox_inches="tight"); plt.close()
+
+
+def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> list[tuple[str, str, pd.DataFrame, str | None]]:
+    """Report sections of the speech-continuation study (empty when its tables are absent)."""
+    sections: list[tuple[str, str, pd.DataFrame, str | None]] = []
+    check_path = phonation_dir / "manipulation_check.csv"
+    if check_path.exists():
+        sections.append(("Phonation manipulation check", "Mean change of each converted condition against its modal "
+                         "original per voice (dB; F0 in semitones; end-creak on the second halves), speaker similarity "
+                         "to the modal original and its margin over the other voice of the same gender.",
+                         manipulation_table(read_table(check_path)), None))
+    flips_path = phonation_dir / "classifier_flips.csv"
+    if flips_path.exists():
+        flips = _ordered(read_table(flips_path))
+        flips["flips"] = [f"{f}/{n}" for f, n in zip(flips["flips"], flips["n"])]
+        sections.append(("Carrier check per phonation condition", "Gender classifiers on every speech-continuation "
+                         "stimulus: flips against the intended gender and the mean margin (positive = female), per "
+                         "gender and condition; any flip stops the pipeline.",
+                         flips[["voice_gender", "phonation", "classifier", "flips", "mean_margin"]]
+                         .map(lambda v: _fmt(v, 2) if isinstance(v, float) else v), None))
+    if not (sc_dir / "speaker_similarity.csv").exists():
+        return sections
+    sim = read_table(sc_dir / "speaker_similarity.csv")
+    means = read_table(sc_dir / "vq_means.csv")
+    scores = read_table(sc_dir / "judge_scores.csv")
+    fig_vq_preservation(means, fig_dir / "vq_preservation.png")
+    fig_judge(scores, fig_dir / "judge_scores.png")
+    kept = read_table(sc_dir / "judge_beta_kept.csv")
+    steps = read_table(sc_dir / "judge_beta_steps.csv")
+    sections += [
+        ("Continuation success", "Share of prompts each continuation system answered with usable audio; the "
+         "comparisons below use the prompts on which every system succeeded.", read_table(sc_dir / "success.csv"), None),
+        ("Speaker similarity (SC Table 2)", "Mean ± SD cosine similarity of speaker embeddings between continuation "
+         "and prompt, by VQ modification and prompt gender; layout of the SC paper's Table 2.",
+         sc_similarity_table(sim), None),
+        ("Voice-quality preservation", "Mixed model per measure: source (prompt/continuation) × gender × phonation "
+         "(× system) + (1 | stimulus); type-III Wald tests. Dashed: prompts, solid: continuations.",
+         vq_type3_table(read_table(sc_dir / "vq_type3.csv")), "vq_preservation.png"),
+        ("Retention of the prompt's phonation", "Slope of the continuation's deviation from modal on the prompt's "
+         "(1 = phonation kept, 0 = back to modal), by prompt gender; bootstrap CI over prompts.",
+         retention_table(read_table(sc_dir / "retention.csv")), None),
+        ("Judge scores (SC Fig. 2)", "Mean (SD) judge score by VQ condition and prompt gender per system; 'All' pools "
+         "the conditions (last row of each block, as in the SC paper's Fig. 2).", judge_table(scores), "judge_scores.png"),
+        ("Judge scores: beta regression", "Rescaled scores on phonation × gender (× system); interactions removed "
+         "stepwise by likelihood-ratio tests (removed terms listed with their p), kept interactions below.",
+         pd.concat([steps.assign(step="removed"), kept.assign(step="kept")], ignore_index=True)
+         .map(lambda v: _fmt(v) if isinstance(v, float) else v), None),
+    ]
+    if (sc_dir / "planted_vs_recovered.csv").exists():
+        pvr = read_table(sc_dir / "planted_vs_recovered.csv")
+        sections.append(("Continuation system: planted truth vs recovered", "Planted share of the prompt's phonation "
+                         "kept (H1-H2) and planted passive-framing rate, by gender, beside the audit's estimates; the "
+                         "three-way source × gender × phonation test on H1-H2.",
+                         pvr.map(lambda v: _fmt(v) if isinstance(v, float) else v), None))
+    return sections
+
+
 def _md(df: pd.DataFrame) -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
@@ -178,7 +342,8 @@ def _html_table(df: pd.DataFrame) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path) -> dict[str, Path]:
+def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
+                 sc_dir: Path | None = None, phonation_dir: Path | None = None) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(exist_ok=True)
@@ -223,6 +388,8 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
         ("Calls and compliance", "Failed calls are recorded, never filled in; non-compliant describe answers are "
          "excluded and counted.", comp_tab, None),
     ]
+    if sc_dir is not None and phonation_dir is not None:
+        sections += sc_sections(sc_dir, phonation_dir, fig_dir)
     title = "voicebias audit report"
     intro = (f"Profile: {params['base']['profile']}. Systems: {', '.join(params['run']['systems'])}. "
              f"Passages: {bank['passages']} ({', '.join(params['base']['languages'])} x masculine/neutral/feminine), "
@@ -245,5 +412,6 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     return {"md": out_dir / "report.md", "html": out_dir / "report.html"}
 
 
-def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path) -> dict:
-    return build_report(params, analysis_dir, gate_dir, bank_metrics, out_dir)
+def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
+              sc_dir: Path | None = None, phonation_dir: Path | None = None) -> dict:
+    return build_report(params, analysis_dir, gate_dir, bank_metrics, out_dir, sc_dir, phonation_dir)

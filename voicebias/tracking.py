@@ -97,8 +97,55 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        elif isinstance(v, bool):
+            out[f"{prefix}{k}"] = float(v)
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def sc_child_records(params: dict[str, Any], sc_dir: Path, phonation_dir: Path) -> list[dict[str, Any]]:
+    """Records of the speech-continuation study: the phonation manipulation check and one
+    run per continuation system (task 'continue'), with their tables as artifacts."""
+    from voicebias.io import read_json, read_table
+
+    records: list[dict[str, Any]] = []
+    check = phonation_dir / "check_metrics.json"
+    if check.exists():
+        backend = str((params.get("phonation") or {}).get("backend", "parametric"))
+        records.append({"system": f"phonation:{backend}", "lang": "en", "task": "phonation_check",
+                        "metrics": _metrics(_flat(read_json(check))), "tags": {"voicebias.study": "sc"},
+                        "artifacts": [phonation_dir / "manipulation_check.csv"]})
+    if not (sc_dir / "success.csv").exists():
+        return records
+    success = read_table(sc_dir / "success.csv")
+    ret = read_table(sc_dir / "retention.csv")
+    sim = read_table(sc_dir / "speaker_similarity.csv")
+    scores = read_table(sc_dir / "judge_scores.csv")
+    for r in success.itertuples():
+        m: dict[str, Any] = {"n": r.n, "succeeded": r.succeeded, "success_rate": r.success_rate,
+                             "all_systems_succeeded": r.all_systems_succeeded}
+        for x in ret[ret["system"] == r.system].itertuples():
+            m[f"retention_{x.measure}_{x.voice_gender}"] = x.retention
+        for x in sim[sim["system"] == r.system].itertuples():
+            m[f"speaker_similarity_{x.phonation}_{x.voice_gender}"] = x.mean
+        for x in scores[(scores["system"] == r.system) & (scores["phonation"] == "all")].itertuples():
+            m[f"judge_{x.dimension}_{x.voice_gender}"] = x.mean
+        records.append({"system": r.system, "lang": "en", "task": "continue", "metrics": _metrics(m),
+                        "tags": {"voicebias.study": "sc"},
+                        "artifacts": [sc_dir / f for f in ("vq_type3.csv", "vq_contrasts.csv", "judge_beta_coefficients.csv",
+                                                           "judge_beta_steps.csv", "retention.csv") if (sc_dir / f).exists()]})
+    return records
+
+
 def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path,
-                     out_path: Path, root: Path = ROOT) -> dict[str, Any]:
+                     out_path: Path, root: Path = ROOT, sc_dir: Path | None = None,
+                     phonation_dir: Path | None = None) -> dict[str, Any]:
     """Log the parent run and its children; writes the run ids to out_path."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
@@ -128,7 +175,10 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
                              Param("classifier", str(params["acoustics"]["classifier"]))])
     client.log_artifact(pid, str(gate_dir / "gate.csv"), "carrier_gate")
     children = []
-    for rec in child_records(analysis_dir):
+    records = child_records(analysis_dir)
+    if sc_dir is not None and phonation_dir is not None:
+        records += sc_child_records(params, sc_dir, phonation_dir)
+    for rec in records:
         tags = {**family, "mlflow.parentRunId": pid, "voicebias.level": "system_lang_task",
                 "system": rec["system"], "lang": rec["lang"], "task": rec["task"], **rec["tags"]}
         run = client.create_run(exp_id, run_name=f"{rec['system']}/{rec['lang']}/{rec['task']}", tags=tags)
@@ -136,6 +186,8 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
         client.log_batch(run.info.run_id,
                          metrics=[Metric(k, v, 0, 0) for k, v in sorted(rec["metrics"].items())],
                          params=[Param(f"system.{k}", str(v)) for k, v in sorted(sys_params.items())])
+        for art in rec.get("artifacts", []):
+            client.log_artifact(run.info.run_id, str(art), "tables")
         client.set_terminated(run.info.run_id)
         children.append({"run_id": run.info.run_id, "system": rec["system"], "lang": rec["lang"], "task": rec["task"]})
     client.set_terminated(pid)
@@ -146,5 +198,7 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
     return summary
 
 
-def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path, out_path: Path) -> dict:
-    return log_pipeline_run(params, analysis_dir, gate_dir, manifest_path, out_path)
+def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path, out_path: Path,
+              sc_dir: Path | None = None, phonation_dir: Path | None = None) -> dict:
+    return log_pipeline_run(params, analysis_dir, gate_dir, manifest_path, out_path, sc_dir=sc_dir,
+                            phonation_dir=phonation_dir)
