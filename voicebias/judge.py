@@ -174,7 +174,10 @@ class OpenAICompatibleJudge(_RetryingJudge):
         self.version = model
 
     def _key(self) -> str:
-        key = os.environ.get(self.api_key_env)
+        from voicebias.config import ROOT
+        from voicebias.systems.base import read_secret
+
+        key = read_secret(self.api_key_env, ROOT)
         if not key:
             raise RuntimeError(f"the judge needs {self.api_key_env} in the environment or .env")
         return key
