@@ -7,7 +7,8 @@ original:
 
 * whole-file change (converted - modal) of H1-H2, H1-A3, CPPS (dB) and F0 (semitones);
 * for presets that ramp in (end-creak): the converted file's second half against its
-  own first half, and against the modal file's second half;
+  own first half (checked for CPPS and F0 only: the halves also differ in their words),
+  and against the modal file's second half (all measures);
 * speaker similarity (cosine of speaker embeddings, `acoustics.speaker_embedding`)
   of the converted file to its modal original, set against the similarity between
   the two voices of the same gender reading the same prompt (modal both).
@@ -157,7 +158,11 @@ def paired_changes(measured: pd.DataFrame, presets: dict[str, dict[str, Any]]) -
                 }
             for name, value in contrasts.items():
                 # A ramp preset is judged on its second half; its whole-file change is reported only.
-                checked = sign if not (ramp and name == "converted_vs_modal") else 0
+                # Within one file, second vs first half differ by their words too, so that contrast
+                # is checked only for the creak signature (lower CPPS and F0); spectral tilt is
+                # checked against the modal file's second half, which reads the same words.
+                checked = 0 if ramp and (name == "converted_vs_modal" or
+                                         (name == "second_vs_first_half" and col not in ("cpps_db", "f0_st"))) else sign
                 rows.append({"stimulus_id": r.stimulus_id, "lang": r.lang, "voice_gender": r.voice_gender,
                              "voice_id": r.voice_id, "phonation": r.phonation, "measure": col, "contrast": name,
                              "expected_sign": checked, "change": float(value)})
