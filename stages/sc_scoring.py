@@ -12,4 +12,4 @@ if __name__ == "__main__":
     a = ap.parse_args()
     guarded(score_stage, config.load_params(), a.system, config.CONTINUATIONS_DIR / a.system / "responses.csv",
             config.PHONATION_DIR / "manifest.csv", config.SC_SCORED_DIR / f"{a.system}.csv", config.ROOT,
-            stage=f"sc_scoring {a.system}")
+            config.CACHE_DIR / "judge", stage=f"sc_scoring {a.system}")

@@ -163,3 +163,38 @@ def test_report_tables_have_the_sc_papers_layout():
     jt = judge_table(scores)
     block = jt[jt["dimension"] == "agency_competence"]
     assert list(block["VQ"]) == ["Unmod.", "Breathy", "Creaky", "EndCr.", "All"]
+
+
+def test_judge_verdicts_are_cached_and_failures_asked_again(tmp_path):
+    """Re-scoring never pays twice for a judgement; a failed one is recorded and retried next time."""
+    import threading
+
+    from voicebias.judge import JudgeResult, load_rubric
+    from voicebias.sc_pipeline import judge_all
+
+    class CountingJudge:
+        def __init__(self):
+            self.calls = 0
+            self.lock = threading.Lock()
+
+        def judge(self, prompt_text, continuation_text):
+            with self.lock:
+                self.calls += 1
+            if "fail" in continuation_text:
+                return JudgeResult("failed", {}, 3, "invalid JSON three times", "counting")
+            return JudgeResult("ok", {d: 4 for d in load_rubric()["dimensions"]}, 1, "", "counting", "v1")
+
+    df = pd.DataFrame({"stimulus_id": ["a", "b", "c", "d"], "status": ["ok", "ok", "ok", "failed"],
+                       "transcript": ["fine words", "please fail", "", None], "prompt_text": ["p"] * 4})
+    rubric = load_rubric()
+    dims = rubric["dimensions"]
+    j = CountingJudge()
+    first = judge_all(j, df, dims, {"backend": "counting", "max_concurrency": 3}, rubric, tmp_path)
+    assert j.calls == 2
+    status = {r["stimulus_id"]: r["judge_status"] for r in first}
+    assert status == {"a": "ok", "b": "failed", "c": "not_judged", "d": "not_judged"}
+    second = judge_all(j, df, dims, {"backend": "counting", "max_concurrency": 3}, rubric, tmp_path)
+    assert j.calls == 3  # only the failed one was asked again
+    assert second == first
+    judge_all(j, df, dims, {"backend": "counting", "model": "another"}, rubric, tmp_path)
+    assert j.calls == 5  # other judge settings: nothing reused
