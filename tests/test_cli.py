@@ -81,3 +81,18 @@ def test_analyze_rejects_a_table_without_contract_columns(tmp_path, capsys):
         cli.main(["analyze", "describe", str(bad)])
     assert exc.value.code == 1
     assert "missing contract columns" in capsys.readouterr().err
+
+
+def test_preflight_explains_the_phonation_and_judge_setup_of_the_paper_profile(tmp_path, monkeypatch):
+    from voicebias.preflight import preflight
+
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    checks = preflight(resolve_profile("paper"), root=tmp_path)
+    vqvc = [c for c in checks if c.component == "phonation:vqvc"]
+    assert vqvc and not all(c.ok for c in vqvc)
+    assert any("VQVC" in c.detail for c in vqvc if not c.ok)
+    judge = [c for c in checks if c.component == "sc_judge:gemini"]
+    assert judge and not judge[0].ok and "GEMINI_API_KEY" in judge[0].detail
+    assert {c.component for c in checks} >= {"system:spiritlm_base", "system:vae_gslm", "system:speechgpt"}
+    embedded = preflight(resolve_profile("embedded"), root=config.ROOT)
+    assert [c.ok for c in embedded if c.component.startswith(("phonation:", "sc_judge:"))] == [True, True]

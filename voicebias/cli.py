@@ -54,10 +54,11 @@ def cmd_systems(args: argparse.Namespace) -> int:
 
     params = config.load_params()
     rows = []
-    for name in params["run"]["systems"]:
+    for name in list(params["run"]["systems"]) + list(params["run"].get("sc_systems") or []):
         card = load_card(name)
-        rows.append({"system": name, "adapter": card["adapter"], "available": card["adapter"] in ADAPTERS,
-                     "checkpoint": card.get("checkpoint", ""), "licence": card["licence"]})
+        rows.append({"system": name, "kind": card.get("kind", "s2s"), "adapter": card["adapter"],
+                     "available": card["adapter"] in ADAPTERS, "checkpoint": card.get("checkpoint", ""),
+                     "licence": card["licence"]})
     _print(pd.DataFrame(rows))
     return 0
 
