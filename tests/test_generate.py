@@ -19,6 +19,7 @@ from voicebias.bank import load_bank
 from voicebias.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity,
                                 parse_json_reply, parse_rating, run_stage)
 from voicebias.lint import lint_text
+from tests.fakes.http import send_json
 
 KEY = "sk-test-local"
 PARAMS = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -67,14 +68,7 @@ class FakeLLM(BaseHTTPRequestHandler):
         pass
 
     def _json(self, code, obj, headers=None):
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, code, obj, headers)
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -14,6 +14,7 @@ import pytest
 from voicebias.judge import (GeminiJudge, InvalidJudgement, LexicalHeuristicJudge, LocalTransformersJudge,
                              OpenAICompatibleJudge, build_prompt, get_judge, load_rubric, parse_judgement)
 from voicebias.systems.base import SetupError
+from tests.fakes.http import send_json
 
 VALID = json.dumps({"semantic_coherence": 4, "sentence_polarity": 5, "agency_competence": 3,
                     "emotionalisation_affect_framing": 5, "appearance_objectification": 5,
@@ -146,14 +147,7 @@ class GeminiServer:
                 pass
 
             def _send(self, code, obj, headers=None):
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, obj, headers, "application/json; charset=UTF-8")
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

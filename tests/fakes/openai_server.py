@@ -30,6 +30,8 @@ from typing import Callable
 import numpy as np
 import soundfile as sf
 
+from tests.fakes.http import send_json
+
 OUT_RATE = 24000
 
 
@@ -117,14 +119,7 @@ class FakeOpenAIAudioServer:
 
     # -- protocol ----------------------------------------------------------------
     def _send_json(self, h: BaseHTTPRequestHandler, status: int, obj: dict, headers: dict | None = None) -> None:
-        data = json.dumps(obj).encode()
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
+        send_json(h, status, obj, headers)
 
     def _error(self, h, status: int, message: str, etype: str, code: str | None, headers: dict | None = None) -> None:
         self._send_json(h, status, {"error": {"message": message, "type": etype, "param": None, "code": code}}, headers)
