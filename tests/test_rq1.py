@@ -64,3 +64,21 @@ def test_mixed_model_interaction_detects_planted_interaction_only():
     assert (null["p_interaction"] > 0.001).all()
     assert (planted["p_interaction"] < 1e-4).all()
     assert planted["converged"].all() and set(planted["df"]) == {2}
+
+
+def test_drift_shift_is_deterministic_and_moves_f0_by_the_planted_semitones():
+    """The drifting system's PSOLA shift gives the same samples every call (so a rerun on
+    another machine reproduces its outputs) and moves median F0 by the planted amount."""
+    import hashlib
+
+    from voicebias.acoustics import MeasureSettings, measure_signal
+    from voicebias.systems.reference import shift_pitch
+    from voicebias.tts.espeak import EspeakTTS
+
+    x, sr = EspeakTTS(rate_wpm=160).synthesize("I spent the morning fixing the old fence behind the garden.", "en-us+f2")
+    a, b = shift_pitch(x, sr, 2.0), shift_pitch(x, sr, 2.0)
+    assert len(a) == len(x) and hashlib.sha256(a.tobytes()).digest() == hashlib.sha256(b.tobytes()).digest()
+    ms = MeasureSettings(100, 500, 5500)
+    base = measure_signal(x, sr, ms)["f0_median_st"]
+    for st in (-2.0, 2.0):
+        assert measure_signal(shift_pitch(x, sr, st), sr, ms)["f0_median_st"] - base == pytest.approx(st, abs=0.15)

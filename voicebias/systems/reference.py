@@ -12,8 +12,8 @@ so the audit can be checked against a known answer:
 
 A 'drifting' system (`drift_st` > 0) also moves its output voice toward the content
 stereotype: the output's F0 is raised by `drift_st` semitones for feminine content
-and lowered by as much for masculine content (Praat "Change gender", PSOLA,
-formants and duration kept), which RQ1 must detect.
+and lowered by as much for masculine content (Praat PSOLA, formants and duration
+kept), which RQ1 must detect.
 
 e is the planted `error_rate`. With probability `noncompliance_rate` the answer names
 no gender (a counted exclusion). Unlike a real system, a reference system reads the
@@ -168,14 +168,22 @@ def planted_drift_st(params: dict[str, Any], pole: str) -> float:
 
 
 def shift_pitch(audio: np.ndarray, sr: int, semitones: float) -> np.ndarray:
-    """Move the median F0 by `semitones` with Praat's PSOLA 'Change gender' (formants, duration kept)."""
+    """Move the whole F0 contour by `semitones` with Praat's PSOLA (formants, duration kept).
+
+    The pitch tier of a Manipulation is multiplied by 2^(semitones/12) and the sound
+    resynthesised by overlap-add, which is deterministic. (Praat's "Change gender"
+    does the same shift but draws random numbers, so its output differs run to run.)
+    """
     import parselmouth
     from parselmouth.praat import call
 
     snd = parselmouth.Sound(audio.astype(np.float64), sampling_frequency=sr)
-    f0 = snd.to_pitch(0.01, 60, 600).selected_array["frequency"]
-    if not (f0 > 0).any():
+    manip = call(snd, "To Manipulation", 0.01, 60, 600)
+    tier = call(manip, "Extract pitch tier")
+    if call(tier, "Get number of points") == 0:
         return audio
-    target = float(np.median(f0[f0 > 0])) * 2 ** (semitones / 12)
-    out = call(snd, "Change gender", 60, 600, 1.0, target, 1.0, 1.0)
-    return out.values[0].astype(np.float32)
+    call(tier, "Multiply frequencies", snd.xmin, snd.xmax, 2 ** (semitones / 12))
+    call([tier, manip], "Replace pitch tier")
+    out = call(manip, "Get resynthesis (overlap-add)").values[0]
+    out = out[: len(audio)] if len(out) >= len(audio) else np.pad(out, (0, len(audio) - len(out)))
+    return out.astype(np.float32)
