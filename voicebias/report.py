@@ -394,6 +394,12 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     intro = (f"Profile: {params['base']['profile']}. Systems: {', '.join(params['run']['systems'])}. "
              f"Passages: {bank['passages']} ({', '.join(params['base']['languages'])} x masculine/neutral/feminine), "
              f"each voiced by one male and one female voice ({params['tts']['backend']}).")
+    sc_systems = params["run"].get("sc_systems") or []
+    if sc_systems:
+        intro += (f" Speech continuation: {', '.join(sc_systems)} on the SC prompts in "
+                  f"{len((params.get('phonation') or {}).get('conditions', []))} phonation conditions "
+                  f"({(params.get('phonation') or {}).get('backend', 'parametric')} converter), "
+                  f"judge {(params.get('sc_judge') or {}).get('backend', 'lexical_heuristic')}.")
     md = [f"# {title}", "", intro, ""]
     body = [f"<h1>{title}</h1>", f"<p>{html.escape(intro)}</p>"]
     for head, text, table, fig in sections:
