@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from abc import ABC, abstractmethod
 import re
 import time
 import urllib.error
@@ -112,7 +113,7 @@ class Reply(NamedTuple):
     note: str = ""
 
 
-class _RetryingJudge:
+class _RetryingJudge(ABC):
     """The shared loop: ask, validate, ask again on an invalid reply, record the outcome.
 
     Subclasses set `name`, `version` (recorded until a reply names one) and `max_attempts`
@@ -124,8 +125,9 @@ class _RetryingJudge:
     max_attempts = 3
     _retry_errors: tuple[type[BaseException], ...] = ()
 
+    @abstractmethod
     def _complete(self, content: str) -> Reply:
-        raise NotImplementedError
+        """One reply of the judge model to `content`."""
 
     def _redact(self, text: str) -> str:
         return text
