@@ -263,23 +263,11 @@ def test_local_transformers_model_without_files_is_a_clear_error(tmp_path):
 
 def build_tiny_instruct_model(folder):
     """A 1-layer Llama with a word-level tokenizer and a chat template, saved locally."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tests.fakes.tiny_models import build_tiny_llama
 
-    words = ["<pad>", "<eos>", "<unk>", "system", "user", "assistant", ":", "{", "}", "gender_coding", "pole",
-             "masculine", "neutral", "feminine", "1", "4", "7", "passage", "rate", "it"]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    tok.chat_template = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
-                         "{% if add_generation_prompt %}assistant : {% endif %}")
-    torch.manual_seed(0)
-    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                                      pad_token_id=0, eos_token_id=1, bos_token_id=1))
-    lm.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    build_tiny_llama(folder, ["<pad>", "<eos>", "<unk>", "system", "user", "assistant", ":", "{", "}", "gender_coding",
+                              "pole", "masculine", "neutral", "feminine", "1", "4", "7", "passage", "rate", "it"],
+                     max_positions=256)
 
 
 def test_local_transformers_judge_joins_the_panel(server, tmp_path, empty_bank, monkeypatch):

@@ -280,24 +280,11 @@ def test_gemini_missing_key_is_a_clear_setup_error(tmp_path, monkeypatch):
 
 def build_tiny_judge_model(folder, chat_template=True):
     """A randomly initialised 1-layer Llama with a word-level tokenizer (built offline)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tests.fakes.tiny_models import build_tiny_llama
 
-    words = ["<pad>", "<eos>", "<unk>", "user", "assistant", ":", "{", "}", '"', ",", "semantic_coherence",
-             "notes", "prompt", "continuation", "score", "the", "json"]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    if chat_template:
-        tok.chat_template = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
-                             "{% if add_generation_prompt %}assistant : {% endif %}")
-    torch.manual_seed(0)
-    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
-                                      pad_token_id=0, eos_token_id=1, bos_token_id=1))
-    lm.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    build_tiny_llama(folder, ["<pad>", "<eos>", "<unk>", "user", "assistant", ":", "{", "}", '"', ",",
+                              "semantic_coherence", "notes", "prompt", "continuation", "score", "the", "json"],
+                     chat_template=chat_template)
 
 
 def test_local_transformers_judge_retries_and_records_the_random_model_as_failed(tmp_path, monkeypatch):

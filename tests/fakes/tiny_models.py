@@ -47,3 +47,27 @@ def build_tiny_whisper(folder: Path, with_special_tokens: bool = True) -> Path:
     model.save_pretrained(folder)
     WhisperProcessor(WhisperFeatureExtractor(feature_size=80), tok).save_pretrained(folder)
     return folder
+
+
+def build_tiny_llama(folder: Path, words: list[str], chat_template: bool = True, max_positions: int = 2048) -> Path:
+    """A randomly initialised 1-layer Llama with a word-level tokenizer over `words`
+    (the first three must be <pad>, <eos>, <unk>) and a minimal chat template, saved to folder."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    assert words[:3] == ["<pad>", "<eos>", "<unk>"], words[:3]
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    if chat_template:
+        tok.chat_template = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
+                             "{% if add_generation_prompt %}assistant : {% endif %}")
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2,
+                                      max_position_embeddings=max_positions, pad_token_id=0, eos_token_id=1,
+                                      bos_token_id=1))
+    lm.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return Path(folder)
