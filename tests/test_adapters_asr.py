@@ -80,3 +80,29 @@ def test_empty_tokenizer_trap_fails_fast(tmp_path):
     folder = build_tiny_whisper(tmp_path / "broken", with_special_tokens=False)
     with pytest.raises(ASRSetupError, match="empty or incomplete"):
         WhisperASR(folder)
+
+
+def test_float16_checkpoint_transcribes_on_cpu(tmp_path):
+    """whisper-large-v3 declares float16 in its config, and transformers loads it so: the
+    float32 features must be cast to the model's dtype or the first conv layer refuses them."""
+    import json
+
+    import torch
+
+    folder = build_tiny_whisper(tmp_path / "whisper-fp16", dtype="float16")
+    assert json.loads((folder / "config.json").read_text()).get("dtype") == "float16"
+    asr = WhisperASR(folder, max_new_tokens=4)
+    assert asr.model.dtype == torch.float16
+    t = np.arange(16000) / 16000
+    text = asr.transcribe((0.2 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), 16000, language="en")
+    assert isinstance(text, str)
+    # transformers itself, fed features cast by hand, gives the same text
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    proc = WhisperProcessor.from_pretrained(folder)
+    model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
+    feats = proc((0.2 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), sampling_rate=16000,
+                 return_tensors="pt").input_features.to(torch.float16)
+    with torch.no_grad():
+        ids = model.generate(feats, max_new_tokens=4, num_beams=1, do_sample=False, language="en", task="transcribe")
+    assert proc.batch_decode(ids, skip_special_tokens=True)[0].strip() == text

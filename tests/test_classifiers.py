@@ -180,3 +180,22 @@ def test_composite_takes_several_classifiers_with_equal_weights():
     assert femininity_composite(inputs, ref, measures).groupby(inputs["lang"]).mean().abs().max() < 1e-12
     with pytest.raises(KeyError, match="no composite reference for language.*zh"):
         femininity_composite(out.assign(lang="zh"), ref, measures)
+
+
+def test_float16_checkpoint_scores_on_cpu(tmp_path):
+    """A checkpoint whose config declares float16 loads in float16: the float32 features are
+    cast to the model's dtype, and the margins match transformers fed float16 features by hand."""
+    folder = tiny_checkpoint(tmp_path / "fp16", {0: "female", 1: "male"})
+    Wav2Vec2ForSequenceClassification.from_pretrained(folder).to(torch.float16).save_pretrained(folder)
+    clf = Wav2Vec2GenderClassifier(folder, name="tiny16", device="cpu")
+    assert clf.model.dtype == torch.float16
+    audio = clips(2)
+    logits = clf.logits(audio)
+    fe = Wav2Vec2FeatureExtractor.from_pretrained(folder)
+    model = Wav2Vec2ForSequenceClassification.from_pretrained(folder).eval()
+    for clip, row in zip(audio, logits):
+        feats = fe(clip, sampling_rate=SR, return_tensors="pt")
+        with torch.no_grad():
+            want = model(input_values=feats["input_values"].to(torch.float16),
+                         attention_mask=feats["attention_mask"]).logits[0].float().numpy()
+        np.testing.assert_allclose(row, want, rtol=0, atol=2e-3)

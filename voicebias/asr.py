@@ -91,7 +91,9 @@ class WhisperASR:
         import torch
 
         x = resample(np.asarray(audio, dtype=np.float32), int(sample_rate), SAMPLE_RATE)
-        feats = self.processor(x, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features.to(self.device)
+        feats = self.processor(x, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+        # the model runs in the dtype its config declares (float16 for whisper-large-v3)
+        feats = feats.to(device=self.model.device, dtype=self.model.dtype)
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "num_beams": self.beams, "do_sample": False}
         if language:
             kwargs.update(language=language, task="transcribe")

@@ -189,7 +189,9 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
             for ids in batches:
                 feats = self.extractor([clips[i] for i in ids], sampling_rate=self.sampling_rate, padding=True,
                                        return_tensors="pt")
-                feats = {k: v.to(self.device) for k, v in feats.items()}
+                # float inputs in the dtype the model loaded in (its config may declare float16)
+                feats = {k: v.to(self.device, dtype=self.model.dtype) if v.is_floating_point() else v.to(self.device)
+                         for k, v in feats.items()}
                 out[ids] = self.model(**feats).logits.float().cpu().numpy()
         return out
 

@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 
 
-def build_tiny_whisper(folder: Path, with_special_tokens: bool = True) -> Path:
-    """A 1-layer WhisperForConditionalGeneration with a byte-level tokenizer, saved to `folder`."""
+def build_tiny_whisper(folder: Path, with_special_tokens: bool = True, dtype: str = "float32") -> Path:
+    """A 1-layer WhisperForConditionalGeneration with a byte-level tokenizer, saved to `folder`.
+
+    `dtype` is the dtype the weights are saved in and the config declares (whisper-large-v3
+    declares float16, which transformers then loads by default)."""
     from transformers import (WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration,
                               WhisperProcessor, WhisperTokenizer, GenerationConfig)
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -36,7 +39,7 @@ def build_tiny_whisper(folder: Path, with_special_tokens: bool = True) -> Path:
                         suppress_tokens=None)
     import torch
     torch.manual_seed(0)
-    model = WhisperForConditionalGeneration(cfg)
+    model = WhisperForConditionalGeneration(cfg).to(getattr(torch, dtype))
     gen = GenerationConfig(decoder_start_token_id=ids["<|startoftranscript|>"], eos_token_id=ids["<|endoftext|>"],
                            pad_token_id=ids["<|endoftext|>"], bos_token_id=ids["<|endoftext|>"],
                            no_timestamps_token_id=ids["<|notimestamps|>"], is_multilingual=True,
