@@ -63,19 +63,109 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
     return pd.DataFrame(rows)
 
 
-def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite") -> pd.DataFrame:
-    """Per system x language x task: measure ~ content * voice + (1 | passage); Wald test of the interaction.
+MIXED_FORMULA = "y ~ C(pole, Treatment('neutral')) * C(voice_gender)"
+STEREOTYPE_STEP = {"masculine": -1.0, "neutral": 0.0, "feminine": 1.0}
+UNITS = {"delta_composite": "SD", "delta_f0_median_st": "st"}
+EFFECTS = ("stereotype_effect", "misaligned_minus_neutral")
+EFFECT_FIELDS = ("est", "se", "df", "ci_low", "ci_high", "p")
+
+
+def effect_weights(cells: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Weights on the six pole x voice cell means for the 1-df RQ1 effects.
+
+    stereotype_effect: the per-step content slope with content coded toward its
+    stereotype (masculine -1, neutral 0, feminine +1), the mean over both voices of
+    (mu_feminine - mu_masculine) / 2; positive = the output moves toward the content
+    stereotype, in the measure's units per content step. misaligned_minus_neutral:
+    the mean over voices of (mu_misaligned - mu_neutral) times the predicted sign
+    (+ male voice, - female voice), i.e. the baseline-corrected H1 estimand.
+    `cells` has one row per cell with pole and voice_gender.
+    """
+    stereo = np.array([STEREOTYPE_STEP[p] / 2 / 2 for p in cells["pole"]])
+    mis = np.zeros(len(cells))
+    for i, (pole, voice) in enumerate(zip(cells["pole"], cells["voice_gender"])):
+        if pole == MISALIGNED[voice]:
+            mis[i] = PREDICTED_SIGN[voice] / 2
+        elif pole == "neutral":
+            mis[i] = -PREDICTED_SIGN[voice] / 2
+    return {"stereotype_effect": stereo, "misaligned_minus_neutral": mis}
+
+
+class _RandomInterceptREML:
+    """REML quantities of y = X b + Z u + e, u ~ N(0, s2u I), e ~ N(0, s2e I), for given variances."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray):
+        self.X, self.y = np.asarray(X, float), np.asarray(y, float)
+        _, idx = np.unique(groups, return_inverse=True)
+        self.ZZt = (idx[:, None] == idx[None, :]).astype(float)
+
+    def _vinv(self, theta: np.ndarray) -> np.ndarray:
+        return np.linalg.inv(theta[0] * self.ZZt + theta[1] * np.eye(len(self.y)))
+
+    def fe_cov(self, theta: np.ndarray) -> np.ndarray:
+        """(X' V^-1 X)^-1, the covariance of the GLS fixed effects."""
+        return np.linalg.inv(self.X.T @ self._vinv(theta) @ self.X)
+
+    def fe(self, theta: np.ndarray) -> np.ndarray:
+        vi = self._vinv(theta)
+        return self.fe_cov(theta) @ self.X.T @ vi @ self.y
+
+    def loglik(self, theta: np.ndarray) -> float:
+        """REML log-likelihood up to a constant."""
+        V = theta[0] * self.ZZt + theta[1] * np.eye(len(self.y))
+        vi = np.linalg.inv(V)
+        xvx = self.X.T @ vi @ self.X
+        r = self.y - self.X @ np.linalg.solve(xvx, self.X.T @ vi @ self.y)
+        return float(-0.5 * (np.linalg.slogdet(V)[1] + np.linalg.slogdet(xvx)[1] + r @ vi @ r))
+
+    def satterthwaite_df(self, L: np.ndarray, theta: np.ndarray) -> float:
+        """Satterthwaite df of L b: 2 (L C L')^2 / (g' A g), g the gradient of L C L' in the
+        variances and A the inverse observed REML information (as lmerTest, there in another
+        parametrisation of the variances; the df does not depend on it at an interior maximum)."""
+        h = 1e-4 * max(theta[1], 1e-8)
+        steps = [np.array([h, 0.0]), np.array([0.0, h])]
+        var = float(L @ self.fe_cov(theta) @ L)
+        g = np.array([(L @ self.fe_cov(theta + e) @ L - L @ self.fe_cov(theta - e) @ L) / (2 * h) for e in steps])
+        H = np.zeros((2, 2))
+        for i, ei in enumerate(steps):
+            for j, ej in enumerate(steps):
+                H[i, j] = (self.loglik(theta + ei + ej) - self.loglik(theta + ei - ej) - self.loglik(theta - ei + ej)
+                           + self.loglik(theta - ei - ej)) / (4 * h * h)
+        A = np.linalg.inv(-H)
+        return float(2 * var**2 / (g @ A @ g))
+
+
+def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95) -> pd.DataFrame:
+    """Per system x language x task: measure ~ content * voice + (1 | passage), REML.
 
     The random intercept is per passage (the utterance voiced by both voices).
-    Reports the interaction's chi-square (2 df), p, the fit's convergence and any
-    fitting warning, so a singular or non-converged fit is visible as such.
+    Reports, in this order of interest, two 1-df effects from the fitted cell
+    means (`effect_weights`), each with estimate, SE, Satterthwaite df, CI and
+    t-test p (columns <effect>_est, _se, _df, _ci_low, _ci_high, _p, in `units`:
+    st for F0, SD for the composite):
+
+    - stereotype_effect: per-step shift toward the content stereotype for both
+      voices (H1: a stereotype pull moves both voices the same signed way);
+    - misaligned_minus_neutral: the signed baseline-corrected contrast, averaged
+      over the two voices;
+
+    and the content x voice interaction (H2) as a Wald chi-square with 2 df and
+    its p, the fit's convergence and any fitting warning, so a singular or
+    non-converged fit is visible as such. The variances are the statsmodels REML
+    estimates; the fixed-effect covariance is (X'V^-1 X)^-1 at those variances,
+    as in lme4. When the passage variance is at its boundary (0, a singular fit)
+    the Satterthwaite df is undefined and the residual df of the equivalent
+    fixed-effects model (n - 6) is used, with the warning 'singular fit'.
     """
     rows = []
     d = _ok(acoustic, measure).rename(columns={measure: "y"})
+    zcrit_p = 0.5 + confidence / 2
     for (system, lang, task), g in d.groupby(["system", "lang", "task"]):
-        row = {"system": system, "lang": lang, "task": task, "task_group": task_group(task), "measure": measure,
-               "n": len(g), "chi2_interaction": np.nan, "df": 2, "p_interaction": np.nan, "converged": False,
-               "warning": ""}
+        row: dict = {"system": system, "lang": lang, "task": task, "task_group": task_group(task), "measure": measure,
+                     "units": UNITS.get(measure, ""), "n": len(g)}
+        for eff in EFFECTS:
+            row.update({f"{eff}_{f}": np.nan for f in EFFECT_FIELDS})
+        row.update(chi2_interaction=np.nan, df=2, p_interaction=np.nan, converged=False, warning="")
         if g["y"].std() == 0 or g["passage_id"].nunique() < 3:
             row["warning"] = "no variance or too few passages"
             rows.append(row)
@@ -83,27 +173,51 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite") -
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                fit = smf.mixedlm("y ~ C(pole, Treatment('neutral')) * C(voice_gender)", g,
-                                  groups=g["passage_id"]).fit(reml=True)
+                fit = smf.mixedlm(MIXED_FORMULA, g, groups=g["passage_id"]).fit(reml=True)
             except (np.linalg.LinAlgError, ValueError) as exc:
                 row["warning"] = f"fit failed: {exc}"
                 rows.append(row)
                 continue
-        names = [n for n in fit.fe_params.index if ":" in n]
-        R = np.zeros((len(names), len(fit.fe_params)))
-        for i, n in enumerate(names):
-            R[i, list(fit.fe_params.index).index(n)] = 1.0
-        b = R @ fit.fe_params.to_numpy()
-        cov = R @ fit.cov_params().loc[fit.fe_params.index, fit.fe_params.index].to_numpy() @ R.T
-        try:
-            chi2 = float(b @ np.linalg.solve(cov, b))
-            row.update(chi2_interaction=chi2, df=len(names), p_interaction=float(stats.chi2.sf(chi2, len(names))))
-        except np.linalg.LinAlgError:
-            row["warning"] = "singular covariance of the interaction terms"
-        row["converged"] = bool(fit.converged)
         msgs = sorted({str(w.message).split("\n")[0] for w in caught})
-        if msgs:
-            row["warning"] = "; ".join([row["warning"], *msgs]).strip("; ")
+        names = list(fit.model.exog_names)
+        reml = _RandomInterceptREML(fit.model.exog, g["y"].to_numpy(float), g["passage_id"].to_numpy())
+        theta = np.array([max(float(fit.cov_re.iloc[0, 0]), 0.0), float(fit.scale)])
+        beta, cov = reml.fe(theta), reml.fe_cov(theta)
+        singular = theta[0] <= 1e-8 * theta[1]
+        if singular:
+            msgs = ["singular fit (passage variance 0)", *msgs]
+        cells = pd.DataFrame([(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")],
+                             columns=["pole", "voice_gender"])
+        present = set(zip(g["pole"], g["voice_gender"]))
+        if all((p, v) in present for p, v in zip(cells["pole"], cells["voice_gender"])):
+            # every row of a cell has the same fixed-effects design row: the cell mean is that row times b
+            exog = np.asarray(fit.model.exog, float)
+            first = {key: i for i, key in reversed(list(enumerate(zip(g["pole"], g["voice_gender"]))))}
+            cell_X = np.array([exog[first[(p, v)]] for p, v in zip(cells["pole"], cells["voice_gender"])])
+            for eff, w in effect_weights(cells).items():
+                L = w @ cell_X
+                est, se = float(L @ beta), float(np.sqrt(L @ cov @ L))
+                try:
+                    df = float(len(g) - len(names)) if singular else reml.satterthwaite_df(L, theta)
+                except np.linalg.LinAlgError:
+                    df = float(len(g) - len(names))
+                half = float(stats.t.ppf(zcrit_p, df) * se)
+                row.update({f"{eff}_est": est, f"{eff}_se": se, f"{eff}_df": df, f"{eff}_ci_low": est - half,
+                            f"{eff}_ci_high": est + half, f"{eff}_p": float(2 * stats.t.sf(abs(est / se), df))})
+        else:
+            msgs = ["missing pole x voice cell: effects not estimated", *msgs]
+        inter = [i for i, n in enumerate(names) if ":" in n]
+        R = np.zeros((len(inter), len(names)))
+        for i, j in enumerate(inter):
+            R[i, j] = 1.0
+        b = R @ beta
+        try:
+            chi2 = float(b @ np.linalg.solve(R @ cov @ R.T, b))
+            row.update(chi2_interaction=chi2, df=len(inter), p_interaction=float(stats.chi2.sf(chi2, len(inter))))
+        except np.linalg.LinAlgError:
+            msgs = ["singular covariance of the interaction terms", *msgs]
+        row["converged"] = bool(fit.converged)
+        row["warning"] = "; ".join(msgs)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -147,63 +147,131 @@ def _firth_loglik(beta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
     return ll + 0.5 * logdet if sign > 0 else -np.inf
 
 
-def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = None, max_iter: int = 100,
-              tol: float = 1e-10) -> tuple[np.ndarray, float]:
-    """Firth-penalised logistic regression by Newton steps on the modified score.
+def _firth_score(beta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Modified score U*(b) = X'(y - p + h (1/2 - p)) and Fisher information X'WX at b.
 
-    Modified score U*(b) = X'(y - p + h (1/2 - p)), h the hat-matrix diagonal of
-    W^1/2 X (X'WX)^-1 X' W^1/2 (Heinze & Schemper, 2002). `fixed` holds
-    coefficients held at given values (for profile likelihood); the penalty always
-    uses the full design, as logistf does. Returns (coefficients, penalised log-lik).
-    The estimate is finite under separation.
+    U* is the exact gradient of the penalised log-likelihood for the logit link.
+    """
+    p = 1 / (1 + np.exp(-(X @ beta)))
+    w = p * (1 - p)
+    info = X.T @ (X * w[:, None])
+    xw = X * np.sqrt(w)[:, None]
+    h = np.einsum("ij,jk,ik->i", xw, np.linalg.pinv(info), xw)
+    return X.T @ (y - p + h * (0.5 - p)), info
+
+
+def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = None, max_iter: int = 500,
+              tol: float = 1e-9, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Maximise the Firth-penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993).
+
+    Newton steps on the modified score (Heinze & Schemper, 2002) with step halving
+    so the penalised likelihood never decreases. `fixed` holds coefficients at given
+    values (for the profile likelihood); the penalty always uses the full design,
+    as logistf does. The fit has converged when the largest free component of the
+    modified score is below `tol` and the penalised likelihood is locally concave
+    there; the penalised likelihood need not be concave, and under separation a
+    symmetric design can leave a saddle point (zero score, a direction of ascent)
+    where a step-size criterion would stop, so from a saddle the search continues
+    along the ascent direction of the numerical Hessian. `start` gives starting
+    values (zeros by default; fixed entries are overwritten). Returns
+    (coefficients, penalised log-likelihood) of the local maximum reached. The
+    estimate is finite under separation.
+
+    Raises
+    ------
+    RuntimeError
+        If no maximum is reached in `max_iter` steps.
     """
     X = np.asarray(X, float)
     y = np.asarray(y, float)
     k = X.shape[1]
     fixed = fixed or {}
     free = [j for j in range(k) if j not in fixed]
-    beta = np.zeros(k)
+    beta = np.zeros(k) if start is None else np.array(start, float)
     for j, v in fixed.items():
         beta[j] = v
     current = _firth_loglik(beta, X, y)
-    for _ in range(max_iter):
-        eta = X @ beta
-        p = 1 / (1 + np.exp(-eta))
-        w = p * (1 - p)
-        info = X.T @ (X * w[:, None])
-        inv = np.linalg.inv(info)
-        h = np.einsum("ij,jk,ik->i", X * np.sqrt(w)[:, None], inv, X * np.sqrt(w)[:, None])
-        score = X.T @ (y - p + h * (0.5 - p))
-        sub = info[np.ix_(free, free)]
-        step = np.zeros(k)
-        step[free] = np.linalg.solve(sub, score[free])
-        step = np.clip(step, -5, 5)
+    if not free:
+        return beta, current
+
+    def climb(direction: np.ndarray) -> bool:
+        nonlocal beta, current
         t = 1.0
-        while t > 1e-8:  # step halving keeps the penalised likelihood increasing
-            cand = beta + t * step
+        while t > 1e-12:
+            cand = beta + t * direction
             val = _firth_loglik(cand, X, y)
-            if val >= current - 1e-12:
-                break
+            if val > current:
+                beta, current = cand, val
+                return True
             t /= 2
-        beta, delta = cand, val - current
-        current = val
-        if np.max(np.abs(t * step)) < tol:
-            break
-    return beta, current
+        return False
+
+    for _ in range(max_iter):
+        score, info = _firth_score(beta, X, y)
+        g = score[free]
+        evals, evecs = np.linalg.eigh(_penalised_hessian(beta, X, y, free))
+        concave = evals[-1] < -1e-10 * max(1.0, float(np.max(np.abs(evals))))
+        if np.max(np.abs(g)) < tol:
+            if concave:
+                return beta, current
+            # a saddle point (zero score, a direction of ascent): leave it along that direction
+            step = np.zeros(k)
+            step[free] = evecs[:, -1]
+            if not (climb(step) or climb(-step)):
+                return beta, current
+            continue
+        step = np.zeros(k)
+        if concave:  # Newton on the penalised likelihood itself: quadratic convergence near the maximum
+            step[free] = -(evecs / evals) @ (evecs.T @ g)
+        else:  # Fisher scoring on the modified score: an ascent direction everywhere
+            step[free] = np.linalg.lstsq(info[np.ix_(free, free)], g, rcond=None)[0]
+        step = np.clip(step, -5, 5)
+        if not climb(step):
+            grad = np.zeros(k)
+            grad[free] = g / max(1.0, float(np.max(np.abs(g))))
+            if not climb(grad):
+                return beta, current
+    raise RuntimeError(f"Firth fit did not converge in {max_iter} steps (max |score| {np.max(np.abs(g)):.3g})")
+
+
+def _penalised_hessian(beta: np.ndarray, X: np.ndarray, y: np.ndarray, free: list[int], delta: float = 1e-5) -> np.ndarray:
+    """Hessian of the penalised log-likelihood over the free coefficients by central differences of U*."""
+    m = len(free)
+    hess = np.zeros((m, m))
+    for a, j in enumerate(free):
+        e = np.zeros(len(beta))
+        e[j] = delta
+        hess[:, a] = (_firth_score(beta + e, X, y)[0][free] - _firth_score(beta - e, X, y)[0][free]) / (2 * delta)
+    return (hess + hess.T) / 2
 
 
 def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 0.95) -> dict[str, float]:
-    """Firth estimate of coefficient j with profile penalised-likelihood CI and LRT p-value."""
+    """Firth estimate of coefficient j with profile penalised-likelihood CI and LRT p-value.
+
+    The profile at b_j = v maximises the penalised likelihood over the other
+    coefficients from two starts, zeros and the unconstrained estimate, and keeps
+    the higher maximum: under separation the constrained surface can have more
+    than one local maximum. The CI is {v : 2 (l*(b) - l*_v) <= chi2_1(confidence)};
+    a bound is infinite if the profile never crosses that level.
+
+    Returns
+    -------
+    dict
+        coef, ci_low, ci_high (log-odds scale) and p_value (penalised LRT of b_j = 0).
+    """
     from scipy.optimize import brentq
 
     beta, ll = firth_fit(X, y)
     crit = stats.chi2.ppf(confidence, 1)
 
+    def profile(v: float) -> float:
+        return max(firth_fit(X, y, fixed={j: v})[1], firth_fit(X, y, fixed={j: v}, start=beta)[1])
+
     def dev(v: float) -> float:
-        return 2 * (ll - firth_fit(X, y, fixed={j: v})[1]) - crit
+        return 2 * (ll - profile(v)) - crit
 
     b = float(beta[j])
-    p = float(stats.chi2.sf(max(0.0, 2 * (ll - firth_fit(X, y, fixed={j: 0.0})[1])), 1))
+    p = float(stats.chi2.sf(max(0.0, 2 * (ll - profile(0.0))), 1))
     bounds = []
     for direction in (-1, 1):
         step, far = 0.5, b
@@ -212,5 +280,5 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
             if dev(far) > 0:
                 break
             step *= 2
-        bounds.append(brentq(dev, *sorted((b, far))) if dev(far) > 0 else direction * np.inf)
+        bounds.append(brentq(dev, *sorted((b, far)), xtol=1e-10) if dev(far) > 0 else direction * np.inf)
     return {"coef": b, "ci_low": bounds[0], "ci_high": bounds[1], "p_value": p}
