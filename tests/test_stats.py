@@ -103,10 +103,15 @@ def simulate(params, n_per_cell, seed):
     return pd.DataFrame(rows)
 
 
+def reference_params(**kw):
+    """A complete reference-system parameter block (every key planted_truth reads)."""
+    return {"error_rate": 0.0, "neutral_p_female": 0.5, "noncompliance_rate": 0.0, "drift_st": 0.0, **kw}
+
+
 @pytest.mark.parametrize("params", [
-    {"rule": "content", "error_rate": 0.05, "neutral_p_female": 0.5},
-    {"rule": "voice", "error_rate": 0.05},
-    {"rule": "mixed", "error_rate": 0.05, "content_weight": 0.5, "neutral_p_female": 0.5},
+    reference_params(rule="content", error_rate=0.05),
+    reference_params(rule="voice", error_rate=0.05),
+    reference_params(rule="mixed", error_rate=0.05, content_weight=0.5),
 ])
 def test_planted_odds_ratio_recovered(params):
     truth = planted_truth(params)
@@ -117,11 +122,11 @@ def test_planted_odds_ratio_recovered(params):
 
 
 def test_planted_truth_closed_forms():
-    assert planted_truth({"rule": "content", "error_rate": 0.05, "neutral_p_female": 0.5})["odds_ratio_per_step"] == pytest.approx(19.0, rel=1e-6)
-    assert planted_truth({"rule": "voice", "error_rate": 0.1})["odds_ratio_per_step"] == pytest.approx(1.0, abs=1e-6)
-    mixed = planted_truth({"rule": "mixed", "error_rate": 0.0, "content_weight": 0.3, "neutral_p_female": 0.5})
+    assert planted_truth(reference_params(rule="content", error_rate=0.05))["odds_ratio_per_step"] == pytest.approx(19.0, rel=1e-6)
+    assert planted_truth(reference_params(rule="voice", error_rate=0.1))["odds_ratio_per_step"] == pytest.approx(1.0, abs=1e-6)
+    mixed = planted_truth(reference_params(rule="mixed", content_weight=0.3))
     assert mixed["misgender_rate"]["misaligned"] == pytest.approx(0.3)
-    assert planted_truth({"rule": "voice", "error_rate": 0.0})["separable"] is True
+    assert planted_truth(reference_params(rule="voice"))["separable"] is True
 
 
 def two_by_two(a, b, c, d):
