@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.fakes.checkouts import command_checkout, kimi_checkout
+from tests.fakes.checkouts import command_checkout, kimi_checkout, kimi_weights
 from tests.fakes.stimuli import make_stimuli
 from voicebias.respond import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.systems import SetupError, build_system, load_card
@@ -45,7 +45,7 @@ def test_missing_weights_and_interpreter_are_named(tmp_path):
 
 def kimi(tmp_path, **params):
     kimi_checkout(tmp_path / "external" / "Kimi-Audio")
-    (tmp_path / "models" / "weights" / "Kimi-Audio-7B-Instruct").mkdir(parents=True)
+    kimi_weights(tmp_path / "models" / "weights" / "Kimi-Audio-7B-Instruct")
     return build_system("kimi_audio", {"python": sys.executable, "startup_timeout_s": 60, **params}, root=tmp_path)
 
 
@@ -103,10 +103,9 @@ def test_cached_rerun_never_starts_the_model(tmp_path):
 
 
 def test_command_route_continues_a_prompt(tmp_path):
+    """A `command` in the system's params replaces its driver: one process per prompt."""
     command_checkout(tmp_path / "external" / "vae-gslm")
     (tmp_path / "models" / "weights" / "vae-gslm").mkdir(parents=True)
-    with pytest.raises(SetupError, match="systems.vae_gslm.command"):
-        build_system("vae_gslm", {"python": sys.executable}, root=tmp_path)
     system = build_system("vae_gslm", {"python": sys.executable,
                                        "command": ["python", "continue.py", "{audio}", "{out}", "{text_out}",
                                                    "{continuation_s}"]}, root=tmp_path)

@@ -77,6 +77,11 @@ class Worker:
         threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True).start()
         msg = self._next(self.startup_timeout_s)
         if msg is None or not msg.get("ready"):
+            if msg is None:  # stdout closed: the process is exiting
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
             why = "exited" if self.proc.poll() is not None else f"did not get ready within {self.startup_timeout_s:g} s"
             self.kill()
             raise SetupError(f"{self.label}: the model worker {why} while loading.\n{_tail(self.stderr)}")
@@ -186,7 +191,7 @@ class RepositoryBackend:
             self.python = str(guess)
         if not Path(self.python).exists() and shutil.which(self.python) is None:
             raise SetupError(f"system '{self.name}': the interpreter {python} does not exist")
-        self.timeout_s = float(params.get("timeout_s", 600.0))
+        self.timeout_s = float(params.get("timeout_s") or 600.0)
         self.command = params.get("command")
         self.driver = driver
         if self.command is None and driver is None:
@@ -207,13 +212,13 @@ class RepositoryBackend:
         settings = self.system.generation_settings()
         return {"weights": str(self.weights) if self.weights else None, "checkout": str(self.checkout),
                 "checkpoint": str(self.system.card.get("checkpoint", "")),
-                "device": self.system.params.get("device", "cuda"), "settings": settings}
+                "device": self.system.params["device"], "settings": settings}
 
     def _worker(self) -> Worker:
         if self.worker is None:
             argv = [self.python, str(DRIVERS / self.driver), json.dumps(self.driver_config())]
             self.worker = Worker(argv, self.checkout, self.env(), f"system '{self.name}' ({self.repo})",
-                                 float(self.system.params.get("startup_timeout_s", 1800.0)))
+                                 float(self.system.params["startup_timeout_s"]))
         return self.worker
 
     def run(self, request: S2SRequest | ContinuationRequest, extra: dict[str, Any]) -> S2SResponse:

@@ -2,7 +2,7 @@
 (the repository pins transformers 4.49).
 
 Driver: drivers/step_audio2_driver.py (StepAudio2 chat call with <tts_start>, Token2wav).
-The output voice is set by a prompt wav (`prompt_wav`, default the repository's
+The output voice is set by a prompt wav (`voice`, default the repository's
 assets/default_female.wav): keep it fixed across the audit.
 """
 

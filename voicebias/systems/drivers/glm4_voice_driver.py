@@ -6,16 +6,36 @@ the task prompt and the model's interleaving instruction, generation of interlea
 text and audio tokens (audio tokens are those from <|audio_0|> on), and
 flow_inference.AudioDecoder.token2wav for 22.05 kHz audio. Weights: `weights` is the
 folder holding glm-4-voice-9b, glm-4-voice-tokenizer and glm-4-voice-decoder.
+
+The decoder's flow model comes from the checkout's cosyvoice folder and imports
+`matcha` from the third_party/Matcha-TTS git submodule; like the repository's
+web_demo.py, both folders are put first on sys.path before the decoder is built.
 """
 
 import os
+import sys
 import uuid
 
 from _protocol import revision, serve, write_wav
 
+#: The repository's system prompt for speech input (web_demo.py), verbatim.
 INTERLEAVE = ("User will provide you with a speech instruction. Do it step by step. First, think about the "
-              "instruction and respond in a interleaved manner, with 13 text token followed by 26 audio token.")
+              "instruction and respond in a interleaved manner, with 13 text token followed by 26 audio tokens. ")
 OUTPUT_RATE = 22050
+#: Repository folders the decoder imports from, in the order they end up on sys.path.
+IMPORT_PATHS = (os.path.join("third_party", "Matcha-TTS"), "cosyvoice")
+
+
+def add_import_paths(checkout):
+    """Put the Matcha-TTS submodule and cosyvoice first on sys.path; a missing submodule is named."""
+    matcha = os.path.join(checkout, "third_party", "Matcha-TTS")
+    if not os.path.isdir(os.path.join(matcha, "matcha")):
+        raise RuntimeError(f"{matcha} is empty: the GLM-4-Voice checkout lacks its Matcha-TTS git submodule. "
+                           f"Run `git submodule update --init` in {checkout} (or clone with --recurse-submodules)")
+    for rel in reversed(IMPORT_PATHS):
+        path = os.path.join(checkout, rel)
+        if path not in sys.path:
+            sys.path.insert(0, path)
 
 
 def load(config):
@@ -26,6 +46,7 @@ def load(config):
 
     root, s = config["weights"], config["settings"]
     device = config.get("device", "cuda")
+    add_import_paths(config.get("checkout") or os.getcwd())
     model_dir = os.path.join(root, "glm-4-voice-9b")
     tok_dir = os.path.join(root, "glm-4-voice-tokenizer")
     dec_dir = os.path.join(root, "glm-4-voice-decoder")
@@ -36,7 +57,10 @@ def load(config):
     decoder = AudioDecoder(config_path=os.path.join(dec_dir, "config.yaml"),
                            flow_ckpt_path=os.path.join(dec_dir, "flow.pt"),
                            hift_ckpt_path=os.path.join(dec_dir, "hift.pt"), device=device)
-    sampling = {"temperature": 0.2, "top_p": 0.8, "max_new_tokens": 2000, **(s.get("sampling") or {})}
+    # the web demo's defaults; the system's temperature, top_p and max_new_tokens override them
+    sampling = {"temperature": 0.2, "top_p": 0.8, "max_new_tokens": 2000,
+                **{k: s[k] for k in ("temperature", "top_p", "max_new_tokens") if s.get(k) is not None},
+                **(s.get("sampling") or {})}
     state = (tokenizer, model, whisper, features, decoder, sampling, device)
     return state, {"revision": revision(model_dir), "sampling": sampling}
 

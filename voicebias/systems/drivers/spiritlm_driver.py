@@ -6,7 +6,13 @@ generation_config=GenerationConfig(...)). With `text_stream: true` the output
 modality is ARBITRARY (interleaved speech and text; text parts are joined as the
 system's own text), else SPEECH. Output audio is 16 kHz. Weights are found by the
 repository itself (its checkpoints/ folder, or SPIRITLM_CHECKPOINTS_DIR set from
-`weights`).
+`weights`: spiritlm_model/<variant>/ and speech_tokenizer/ below it).
+
+The token budget is the continuation length times the speech tokenizer's unit rate:
+HuBERT units at 24.99 per second, plus for the expressive model (the repository's
+`Spiritlm.is_expressive_model`) pitch units at 12.5 and style units at 1 per second,
+interleaved in the same stream. HuBERT and pitch units are deduplicated, so the
+budget is an upper bound on the speech it buys.
 """
 
 import os
@@ -14,7 +20,12 @@ import os
 from _protocol import revision, serve, to_numpy, write_wav
 
 OUTPUT_RATE = 16000
-TOKENS_PER_S = 25  # speech units per second of the HuBERT tokenizer (plus style tokens for expressive)
+HUBERT_PER_S, PITCH_PER_S, STYLE_PER_S = 24.99, 12.5, 1.0  # speech-tokenizer unit rates (units per second)
+
+
+def tokens_per_second(expressive):
+    """Speech tokens per second of audio for the base or the expressive model."""
+    return HUBERT_PER_S + (PITCH_PER_S + STYLE_PER_S if expressive else 0.0)
 
 
 def load(config):
@@ -25,7 +36,8 @@ def load(config):
     s = config["settings"]
     variant = s.get("variant") or config.get("checkpoint") or "spirit-lm-base-7b"
     model = Spiritlm(variant)
-    sampling = {"temperature": 0.9, "top_p": 0.95, "do_sample": True, **(s.get("sampling") or {})}
+    sampling = {"temperature": 0.9, "top_p": 0.95, "do_sample": True,
+                **{k: s[k] for k in ("temperature", "top_p") if s.get(k) is not None}, **(s.get("sampling") or {})}
     return (model, sampling), {"revision": f"{variant}@{revision(config.get('weights'))}", "sampling": sampling}
 
 
@@ -35,8 +47,7 @@ def handle(state, req):
     from transformers import GenerationConfig
 
     model, sampling = state
-    per_s = TOKENS_PER_S * (2 if "expressive" in str(getattr(model, "name", "")) else 1)
-    max_new = int(float(req.get("continuation_s") or 6.0) * per_s)
+    max_new = int(round(float(req.get("continuation_s") or 6.0) * tokens_per_second(model.is_expressive_model)))
     modality = OutputModality.ARBITRARY if req.get("text_stream") else OutputModality.SPEECH
     outputs = model.generate(output_modality=modality,
                              interleaved_inputs=[GenerationInput(content=req["audio"],

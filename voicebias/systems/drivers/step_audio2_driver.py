@@ -4,6 +4,12 @@ Uses the repository's API: StepAudio2(model_path) called on chat messages (syste
 prompt, a human turn holding the audio, an assistant turn opened with <tts_start>)
 returns (tokens, text, audio_tokens); Token2wav(<weights>/token2wav) renders audio
 tokens below 6561 with the voice of a prompt wav (the card's fixed output voice).
+
+Sampling defaults are those of the repository's speech-to-speech example
+(stepaudio2.py): max_new_tokens 4096, temperature 0.7, top_p 0.9, repetition
+penalty 1.05, sampling on; a spoken answer needs far more tokens than a text one.
+The prompt wav is the system's `voice` (a path relative to the checkout), default
+assets/default_female.wav.
 """
 
 import os
@@ -20,9 +26,10 @@ def load(config):
     s = config["settings"]
     model = StepAudio2(config["weights"])
     t2w = Token2wav(os.path.join(config["weights"], "token2wav"))
-    prompt_wav = s.get("prompt_wav", "assets/default_female.wav")
-    sampling = {"max_new_tokens": 2048, "temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.05,
-                "do_sample": True, **(s.get("sampling") or {})}
+    prompt_wav = s.get("voice") or s.get("prompt_wav") or "assets/default_female.wav"
+    sampling = {"max_new_tokens": 4096, "temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.05,
+                "do_sample": True, **{k: s[k] for k in ("temperature", "top_p", "max_new_tokens") if s.get(k) is not None},
+                **(s.get("sampling") or {})}
     return (model, t2w, prompt_wav, sampling), {"revision": revision(config["weights"]), "prompt_wav": prompt_wav,
                                                 "sampling": sampling}
 
