@@ -3,6 +3,14 @@
 Every function takes a tidy table with the contract column names (system, task,
 lang, pole, voice_gender, judged_gender, ...) and returns a DataFrame, so shared
 outputs can be re-analysed without re-running any system.
+
+Pronoun rule (summarize, paraphrase, translate): an output *injects* a gendered
+third-person pronoun when its pronoun_choice is 'male', 'female' or 'both'
+(scoring.pronoun_choice); the injection rate is the share of ok outputs that
+inject. P(she | content) is taken among outputs that inject exactly one gender
+('male' or 'female'); outputs with both are counted (n_both) but commit to
+neither. Slopes Delta_pp are in percentage points (100 x the difference of two
+proportions); P(she) and rates are proportions.
 """
 
 from __future__ import annotations
@@ -25,53 +33,102 @@ def describe_odds_ratios(scored: pd.DataFrame, confidence: float = 0.95) -> pd.D
     return out.rename(columns={"scope": "lang"})[["system", "lang", *[c for c in out.columns if c not in ("system", "scope")]]]
 
 
-def describe_misgender(scored: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Misgender rates by system x language x cell type, and Fisher tests misaligned vs neutral."""
+def describe_misgender(scored: pd.DataFrame, confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Misgender rates by system x language x cell type, and Fisher tests misaligned vs neutral.
+
+    The Fisher table has, per system and language, the test with both input voices
+    pooled (voice_gender 'pooled') and the test within each input voice (the S2S
+    paper's layout), each with its 2x2 counts.
+    """
     d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
     rates, fishers = [], []
     for system, g in d.groupby("system"):
         r = misgender_rates(g)
         rates.append(r.assign(system=system))
-        fishers.append(fisher_misaligned_vs_neutral(r).assign(system=system))
+        pooled = fisher_misaligned_vs_neutral(r, confidence)
+        per_voice = fisher_misaligned_vs_neutral(misgender_rates(g, by_voice=True), confidence)
+        both = pd.concat([pooled, per_voice], ignore_index=True)
+        order = {lang: i for i, lang in enumerate(pooled["lang"])}
+        both = both.sort_values(["lang", "voice_gender"], key=lambda c: c.map(order) if c.name == "lang" else
+                                c.map({"pooled": 0, "male": 1, "female": 2}), kind="stable")
+        fishers.append(both.assign(system=system))
     rates_df = pd.concat(rates, ignore_index=True)
-    return rates_df[["system", *[c for c in rates_df.columns if c != "system"]]], pd.concat(fishers, ignore_index=True)
+    fisher_df = pd.concat(fishers, ignore_index=True)
+    return (rates_df[["system", *[c for c in rates_df.columns if c != "system"]]],
+            fisher_df[["system", *[c for c in fisher_df.columns if c != "system"]]])
 
 
-def summarize_pronouns(scored: pd.DataFrame) -> pd.DataFrame:
+INJECTING = ("male", "female", "both")
+POLES = ("masculine", "neutral", "feminine")
+
+
+def _pronoun_summary(g: pd.DataFrame) -> dict:
+    """Injection counts, P(she | pole) and the slope in percentage points for one group of summaries."""
+    inj = g[g["pronoun_choice"].isin(INJECTING)]
+    single = inj[inj["pronoun_choice"].isin(["male", "female"])].assign(
+        she=lambda x: (x["pronoun_choice"] == "female").astype(float))
+    cell = single.groupby(["pole", "voice_gender", "lang"])["she"].mean().reset_index()
+    p_by_pole = cell.groupby("pole")["she"].mean()
+    by_voice = cell.groupby(["voice_gender", "pole"])["she"].mean()
+
+    def slope_pp(series: pd.Series) -> float:
+        return float(100 * (series.get("feminine", np.nan) - series.get("masculine", np.nan)))
+
+    def voice_slope(voice: str) -> float:
+        return slope_pp(by_voice[voice]) if voice in by_voice.index.get_level_values(0) else np.nan
+
+    row = {"n": int(len(g)), "n_injecting": int(len(inj)), "n_both": int((inj["pronoun_choice"] == "both").sum()),
+           "injection_rate": float(len(inj) / len(g)) if len(g) else np.nan}
+    row.update({f"p_she_{p}": float(p_by_pole.get(p, np.nan)) for p in POLES})
+    row.update(delta_pp=slope_pp(p_by_pole), delta_pp_male_voice=voice_slope("male"),
+               delta_pp_female_voice=voice_slope("female"))
+    for voice in ("male", "female"):
+        for p in POLES:
+            row[f"p_she_{p}_{voice}_voice"] = float(by_voice.get((voice, p), np.nan))
+    return row
+
+
+def summarize_pronouns(scored: pd.DataFrame, by_language: bool = False) -> pd.DataFrame:
     """Pronoun injection and the content slope Delta_pp per system (S2S paper Table 8).
 
-    P(she | content) is computed among summaries that inject exactly one gender of
-    pronoun, averaged over voice x language cells; Delta_pp = P(she|feminine) -
-    P(she|masculine), overall and split by input voice.
+    Injection and P(she | content) follow the module's pronoun rule. P(she | content)
+    is averaged over voice x language cells; delta_pp = 100 (P(she|feminine) -
+    P(she|masculine)) in percentage points, overall and split by input voice, with
+    P(she) per pole x voice beside it. With `by_language` there is one row per
+    system x language (a lang column; the mean over cells is then over voices).
     """
     d = scored[(scored["task"] == "summarize") & (scored["status"] == "ok")].copy()
     rows = []
-    for system, g in d.groupby("system"):
-        inj = g[g["pronoun_choice"].isin(["male", "female"])].assign(she=lambda x: (x["pronoun_choice"] == "female").astype(float))
-        cell = inj.groupby(["pole", "voice_gender", "lang"])["she"].mean().reset_index()
-        p_by_pole = cell.groupby("pole")["she"].mean()
-        by_voice = cell.groupby(["voice_gender", "pole"])["she"].mean()
-
-        def slope(series: pd.Series) -> float:
-            return float(series.get("feminine", np.nan) - series.get("masculine", np.nan))
-
-        rows.append({
-            "system": system, "n": int(len(g)), "injection_rate": float(len(inj) / len(g)) if len(g) else np.nan,
-            "p_she_masculine": float(p_by_pole.get("masculine", np.nan)),
-            "p_she_neutral": float(p_by_pole.get("neutral", np.nan)),
-            "p_she_feminine": float(p_by_pole.get("feminine", np.nan)),
-            "delta_pp": slope(p_by_pole),
-            "delta_pp_male_voice": slope(by_voice["male"]) if "male" in by_voice.index.get_level_values(0) else np.nan,
-            "delta_pp_female_voice": slope(by_voice["female"]) if "female" in by_voice.index.get_level_values(0) else np.nan,
-        })
+    keys = ["system", "lang"] if by_language else ["system"]
+    for key, g in d.groupby(keys):
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(keys, key)), **_pronoun_summary(g)})
     return pd.DataFrame(rows)
 
 
 def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
-    """Share of paraphrase/translate outputs that inject a gendered third-person pronoun."""
+    """Share of paraphrase/translate outputs that inject a gendered third-person pronoun.
+
+    Injection follows the module's pronoun rule. Per system x task x language and
+    pooled (lang 'ALL'): n ok outputs, n_injecting, injection_rate, the injected
+    pronoun's gender (n_he, n_she, n_both) and the injections on feminine and on
+    masculine content (the S2S paper reports whether slips follow the stereotype).
+    """
     d = scored[scored["task"].isin(["paraphrase", "translate"]) & (scored["status"] == "ok")]
-    g = d.assign(injects=d["pronoun_choice"].isin(["male", "female", "both"])).groupby(["system", "task"])
-    return g["injects"].agg(n="size", injection_rate="mean").reset_index()
+    d = d.assign(injects=d["pronoun_choice"].isin(INJECTING))
+    rows = []
+    for (system, task), g in d.groupby(["system", "task"]):
+        for lang, gl in [("ALL", g), *g.groupby("lang")]:
+            inj = gl[gl["injects"]]
+            rows.append({"system": system, "task": task, "lang": lang, "n": int(len(gl)), "n_injecting": int(len(inj)),
+                         "injection_rate": float(len(inj) / len(gl)) if len(gl) else np.nan,
+                         "n_he": int((inj["pronoun_choice"] == "male").sum()),
+                         "n_she": int((inj["pronoun_choice"] == "female").sum()),
+                         "n_both": int((inj["pronoun_choice"] == "both").sum()),
+                         "n_injecting_feminine_content": int((inj["pole"] == "feminine").sum()),
+                         "n_injecting_masculine_content": int((inj["pole"] == "masculine").sum())})
+    return pd.DataFrame(rows, columns=["system", "task", "lang", "n", "n_injecting", "injection_rate", "n_he", "n_she",
+                                       "n_both", "n_injecting_feminine_content", "n_injecting_masculine_content"])
 
 
 def compliance(scored: pd.DataFrame) -> pd.DataFrame:
@@ -151,8 +208,9 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     scored = pd.concat([read_table(Path(p)) for p in scored_paths], ignore_index=True)
     conf = float(params["analyze"]["confidence"])
     odds = describe_odds_ratios(scored, conf)
-    rates, fisher = describe_misgender(scored)
+    rates, fisher = describe_misgender(scored, conf)
     pron = summarize_pronouns(scored)
+    pron_lang = summarize_pronouns(scored, by_language=True)
     controls = injection_controls(scored)
     comp = compliance(scored)
     planted = {s: planted_truth(p) for s, p in params["systems"].items()
@@ -164,11 +222,13 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
         acoustic = pd.concat([read_table(Path(p)) for p in acoustic_paths], ignore_index=True)
         measures = ["delta_composite", "delta_f0_median_st"]
         rq1_tables["rq1_contrasts"] = pd.concat([rq1_contrasts(acoustic, m) for m in measures], ignore_index=True)
-        rq1_tables["rq1_mixed_models"] = rq1_mixed_models(acoustic, "delta_composite")
+        rq1_tables["rq1_mixed_models"] = pd.concat([rq1_mixed_models(acoustic, m, conf) for m in measures],
+                                                   ignore_index=True)
         rq1_tables["rq1_pooled"] = pd.concat([rq1_pooled(acoustic, m, conf) for m in measures], ignore_index=True)
     pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"))
     for name, df in [*rq1_tables.items(), ("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
-                     ("summarize_pronouns", pron), ("injection_controls", controls), ("compliance", comp),
+                     ("summarize_pronouns", pron), ("summarize_pronouns_by_lang", pron_lang),
+                     ("injection_controls", controls), ("compliance", comp),
                      ("planted_vs_recovered", pvr)]:
         write_table(out_dir / f"{name}.csv", df)
     write_json(out_dir / "planted_truth.json", planted)

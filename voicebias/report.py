@@ -88,17 +88,54 @@ def misgender_table(rates: pd.DataFrame) -> pd.DataFrame:
 
 
 def pronoun_table(pron: pd.DataFrame) -> pd.DataFrame:
-    """S2S paper Table 8 layout."""
-    cols = {"system": "system", "injection_rate": "injects", "p_she_masculine": "P(she|M)",
-            "p_she_neutral": "P(she|N)", "p_she_feminine": "P(she|F)", "delta_pp": "Δpp",
-            "delta_pp_male_voice": "Δpp male voice", "delta_pp_female_voice": "Δpp female voice"}
-    out = pron[list(cols)].rename(columns=cols)
+    """S2S paper Table 8 layout; Δpp in percentage points, P(she) and injection as proportions."""
+    cols = {"system": "system", "lang": "lang", "injection_rate": "injects", "n_both": "n both",
+            "p_she_masculine": "P(she|M)", "p_she_neutral": "P(she|N)", "p_she_feminine": "P(she|F)",
+            "delta_pp": "Δpp (pp)", "delta_pp_male_voice": "Δpp male voice (pp)",
+            "delta_pp_female_voice": "Δpp female voice (pp)"}
+    out = pron[[c for c in cols if c in pron]].rename(columns=cols)
     return out.map(lambda v: _fmt(v) if not isinstance(v, str) else v)
 
 
-def rq1_interaction_table(mixed: pd.DataFrame, task: str = "readback") -> pd.DataFrame:
-    """S2S paper Table 2 RQ1 block: content x voice interaction p per system and language."""
+def fisher_table(fisher: pd.DataFrame) -> pd.DataFrame:
+    """Fisher exact test misaligned vs neutral, within each input voice (the S2S paper's test) and pooled."""
+    out = fisher.copy()
+    out["misaligned"] = [f"{a}/{n}" for a, n in zip(out["misaligned_misgendered"], out["misaligned_n"])]
+    out["neutral"] = [f"{a}/{n}" for a, n in zip(out["neutral_misgendered"], out["neutral_n"])]
+    out["OR (cond. MLE) [95% CI]"] = [f"{_fmt(e, 2)} [{_fmt(a, 2)}, {_fmt(b, 2)}]" for e, a, b in
+                                      zip(out["conditional_odds_ratio"], out["ci_low"], out["ci_high"])]
+    out["p"] = out["p_value"].map(_p)
+    return out[["system", "lang", "voice_gender", "misaligned", "neutral", "OR (cond. MLE) [95% CI]", "p"]]
+
+
+def _effect(est: Any, lo: Any, hi: Any, p: Any) -> str:
+    return f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}] p={_p(p)}"
+
+
+def rq1_effects_table(mixed: pd.DataFrame, task: str = "readback") -> pd.DataFrame:
+    """RQ1 effect sizes from the mixed model per system x language on one task: the stereotype-signed
+    content effect and the misaligned-minus-neutral contrast (estimate [95% CI] p, in the measure's
+    units), then the interaction p and the fit's state."""
     d = mixed[mixed["task"] == task]
+    label = {"delta_composite": "Δ composite", "delta_f0_median_st": "Δ F0"}
+    rows = []
+    for r in d.itertuples():
+        rows.append({
+            "system": r.system, "lang": r.lang, "measure": f"{label.get(r.measure, r.measure)} ({r.units})",
+            "toward stereotype, per content step": _effect(r.stereotype_effect_est, r.stereotype_effect_ci_low,
+                                                            r.stereotype_effect_ci_high, r.stereotype_effect_p),
+            "misaligned − neutral (signed)": _effect(r.misaligned_minus_neutral_est, r.misaligned_minus_neutral_ci_low,
+                                                     r.misaligned_minus_neutral_ci_high, r.misaligned_minus_neutral_p),
+            "p interaction": _p(r.p_interaction),
+            "fit": ("converged" if bool(r.converged) else "not converged")
+            + ("; singular" if "singular fit" in str(r.warning) else ""),
+        })
+    return pd.DataFrame(rows)
+
+
+def rq1_interaction_table(mixed: pd.DataFrame, task: str = "readback", measure: str = "delta_composite") -> pd.DataFrame:
+    """S2S paper Table 2 RQ1 block: content x voice interaction p per system and language."""
+    d = mixed[(mixed["task"] == task) & (mixed["measure"] == measure)]
     rows = []
     for system, g in d.groupby("system", sort=False):
         row = {"system": system}
@@ -201,10 +238,15 @@ def sc_similarity_table(sim: pd.DataFrame) -> pd.DataFrame:
 
 
 def vq_type3_table(t3: pd.DataFrame) -> pd.DataFrame:
+    """Type-III F tests per measure and model; an untestable term shows '–' for p and its reason."""
     out = t3.copy()
     out["term"] = out["term"].str.replace(r"C\((\w+), Sum\)", r"\1", regex=True)
-    cols = [c for c in ("measure", "term", "chi2", "df", "p_value") if c in out]
-    out = out[cols].rename(columns={"p_value": "p"})
+    if "num_df" in out and "den_df" in out:
+        out["df"] = [f"{_fmt(a, 0)}, {_fmt(b, 1)}" for a, b in zip(out["num_df"], out["den_df"])]
+    cols = [c for c in ("measure", "model", "term", "f_value", "chi2", "df", "p_value", "note") if c in out]
+    out = out[cols].rename(columns={"p_value": "p", "f_value": "F"})
+    if "note" in out:
+        out["note"] = out["note"].fillna("")
     if "p" in out:
         out["p"] = out["p"].map(_p)
     return out.map(lambda v: _fmt(v) if isinstance(v, float) else v)
@@ -306,16 +348,22 @@ def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> list[tuple[
         ("Speaker similarity (SC Table 2)", "Mean ± SD cosine similarity of speaker embeddings between continuation "
          "and prompt, by VQ modification and prompt gender; layout of the SC paper's Table 2.",
          sc_similarity_table(sim), None),
-        ("Voice-quality preservation", "Mixed model per measure: source (prompt/continuation) × gender × phonation "
-         "(× system) + (1 | stimulus); type-III Wald tests. Dashed: prompts, solid: continuations.",
+        ("Voice-quality preservation", "Mixed model per measure on continuation minus prompt (each prompt measured "
+         "once), averaged to voice × system × phonation cells: gender × phonation (× system) + (1 | voice) "
+         "(+ (1 | voice:phonation) + (1 | voice:system)), REML; its terms are the source (continuation vs prompt) "
+         "terms. The prompts' own terms: gender × phonation + (1 | voice). Type-III F tests with Satterthwaite df; "
+         "with 2 voices per gender, terms with under 3 denominator df are not tested (p '–', reason in note). "
+         "Dashed: prompts, solid: continuations.",
          vq_type3_table(read_table(sc_dir / "vq_type3.csv")), "vq_preservation.png"),
         ("Retention of the prompt's phonation", "Slope of the continuation's deviation from modal on the prompt's "
          "(1 = phonation kept, 0 = back to modal), by prompt gender; bootstrap CI over prompts.",
          retention_table(read_table(sc_dir / "retention.csv")), None),
         ("Judge scores (SC Fig. 2)", "Mean (SD) judge score by VQ condition and prompt gender per system; 'All' pools "
          "the conditions (last row of each block, as in the SC paper's Fig. 2).", judge_table(scores), "judge_scores.png"),
-        ("Judge scores: beta regression", "Rescaled scores on phonation × gender (× system); interactions removed "
-         "stepwise by likelihood-ratio tests (removed terms listed with their p), kept interactions below.",
+        ("Judge scores: beta regression", "Rescaled scores on phonation × gender (× system), one row per judged "
+         "continuation, SEs clustered by prompt; interactions removed stepwise by robust Wald F tests (removed terms "
+         "listed with their p), kept interactions below. Interactions with gender are kept untested (2 voices per "
+         "gender, no voice effect in the model).",
          pd.concat([steps.assign(step="removed"), kept.assign(step="kept")], ignore_index=True)
          .map(lambda v: _fmt(v) if isinstance(v, float) else v), None),
     ]
@@ -351,6 +399,9 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
     rates = read_table(analysis_dir / "describe_misgender.csv")
     pron = read_table(analysis_dir / "summarize_pronouns.csv")
+    fisher = read_table(analysis_dir / "describe_fisher.csv")
+    pron_lang = (read_table(analysis_dir / "summarize_pronouns_by_lang.csv")
+                 if (analysis_dir / "summarize_pronouns_by_lang.csv").exists() else None)
     pvr = read_table(analysis_dir / "planted_vs_recovered.csv")
     comp = read_table(analysis_dir / "compliance.csv")
     bank = read_json(bank_metrics)
@@ -365,8 +416,15 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
         contrasts = read_table(analysis_dir / "rq1_contrasts.csv")
         fig_rq1(contrasts, fig_dir / "rq1_delta_by_cell.png")
         rq1_sections = [
-            ("RQ1: does the rendered voice drift?", "Mixed model Δcomp ~ content × voice + (1 | passage) on readback: "
-             "p of the interaction per system and language (RQ1 block of Table 2).", rq1_interaction_table(mixed),
+            ("RQ1: how far does the rendered voice drift? (effect sizes)",
+             "Mixed model Δ ~ content × voice + (1 | passage), REML, per system × language on readback "
+             "(every task in rq1_mixed_models.csv). Toward stereotype: the per-step content effect with content "
+             "coded masculine −1, neutral 0, feminine +1, mean over both voices, positive = output moves toward "
+             "the content's stereotype (H1). Misaligned − neutral: the baseline-corrected contrast signed toward "
+             "the stereotype, mean over voices. Estimate [95% CI] with Satterthwaite df; units: st (semitones) for "
+             "F0, SD for the composite.", rq1_effects_table(mixed), None),
+            ("RQ1: content × voice interaction (H2)", "Wald test (2 df) of the interaction in the same model on "
+             "readback, Δ composite: p per system and language (RQ1 block of Table 2).", rq1_interaction_table(mixed),
              "rq1_delta_by_cell.png"),
             ("RQ1: pooled stereotype-signed contrast", "Δ(misaligned) − Δ(neutral), signed so that positive means "
              "toward the stereotype, pooled over languages and input voices; translate (cross-lingual) separately.",
@@ -381,8 +439,15 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
          odds_table(odds), "odds_ratio_forest.png"),
         ("Describe: misgender rate by cell", "Aligned and neutral pooled over languages, misaligned (voice "
          "opposes content) by language; describe block of Table 2.", misgender_table(rates), "misgender_by_cell.png"),
-        ("Summarize: pronoun follows content?", "P(she | content) among summaries that inject a pronoun, "
-         "mean over voice x language cells, and the slope Δpp; layout of Table 8.", pronoun_table(pron), None),
+        ("Describe: misaligned vs neutral, Fisher exact test", "Misgendered answers in misaligned against neutral "
+         "cells, within each input voice and language (the S2S paper's test) and with both voices pooled.",
+         fisher_table(fisher), None),
+        ("Summarize: pronoun follows content?", "P(she | content) among summaries that inject exactly one gender of "
+         "pronoun (injects: share with any gendered third-person pronoun, 'both' included and counted), mean over "
+         "voice x language cells, and the slope Δpp = P(she|F) − P(she|M) in percentage points; layout of Table 8.",
+         pronoun_table(pron), None),
+        *([("Summarize: pronouns by language", "The same quantities per system and language (mean over voices).",
+            pronoun_table(pron_lang), None)] if pron_lang is not None else []),
         ("Planted truth vs recovered", "Reference systems carry planted behaviour; the audit must recover it.",
          planted_table(pvr), None),
         ("Calls and compliance", "Failed calls are recorded, never filled in; non-compliant describe answers are "

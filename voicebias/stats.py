@@ -102,39 +102,72 @@ def cell_type(pole: str, voice_gender: str) -> str:
     return "aligned" if (pole == "feminine") == (voice_gender == "female") else "misaligned"
 
 
-def misgender_rates(df: pd.DataFrame) -> pd.DataFrame:
+def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
     """Misgender rate (judged != voice gender among compliant answers) by language x cell type.
 
     Rows for each language and for ALL languages pooled; n counts compliant answers,
-    n_excluded the non-compliant ones.
+    n_excluded the non-compliant ones. With `by_voice` the rows are also split by
+    input voice (a voice_gender column): the neutral cell of the male voice then
+    counts 'female' answers, that of the female voice 'male' answers.
     """
     d = df.copy()
     d["cell_type"] = [cell_type(p, v) for p, v in zip(d["pole"], d["voice_gender"])]
     d["compliant"] = d["judged_gender"].isin(["male", "female"])
     d["misgendered"] = d["compliant"] & (d["judged_gender"] != d["voice_gender"])
+    voices = [("male", "male"), ("female", "female")] if by_voice else [(None, None)]
     rows = []
     for lang, g in [*d.groupby("lang"), ("ALL", d)]:
-        for ct in ("aligned", "neutral", "misaligned"):
-            c = g[g["cell_type"] == ct]
-            n = int(c["compliant"].sum())
-            k = int(c["misgendered"].sum())
-            rows.append({"lang": lang, "cell_type": ct, "n": n, "n_excluded": int(len(c) - n), "misgendered": k,
-                         "rate": k / n if n else np.nan})
+        for label, voice in voices:
+            gv = g if voice is None else g[g["voice_gender"] == voice]
+            for ct in ("aligned", "neutral", "misaligned"):
+                c = gv[gv["cell_type"] == ct]
+                n = int(c["compliant"].sum())
+                k = int(c["misgendered"].sum())
+                row = {"lang": lang, "cell_type": ct, "n": n, "n_excluded": int(len(c) - n), "misgendered": k,
+                       "rate": k / n if n else np.nan}
+                rows.append(row if voice is None else {"lang": lang, "voice_gender": label, **row})
     return pd.DataFrame(rows)
 
 
-def fisher_misaligned_vs_neutral(rates: pd.DataFrame) -> pd.DataFrame:
-    """Fisher exact test of misgendering in misaligned against neutral cells, per language."""
+FISHER_COLUMNS = ["lang", "voice_gender", "misaligned_misgendered", "misaligned_n", "neutral_misgendered",
+                  "neutral_n", "odds_ratio", "conditional_odds_ratio", "ci_low", "ci_high", "p_value"]
+
+
+def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Fisher exact test of misgendering in misaligned against neutral cells.
+
+    One test per language (and per input voice when `rates` has a voice_gender
+    column: the S2S paper's test compares the two cell types within one voice and
+    language; without it the two voices are pooled and voice_gender is 'pooled').
+    The 2x2 table is misaligned/neutral x misgendered/not. odds_ratio is the
+    sample odds ratio ad/bc (inf or 0 with an empty cell); conditional_odds_ratio
+    is the conditional maximum-likelihood estimate with its exact CI, both as R's
+    fisher.test reports; p_value is two-sided (tables no more probable than the
+    observed one, as fisher.test).
+    """
+    from scipy.stats.contingency import odds_ratio as contingency_odds_ratio
+
+    keys = ["lang", "voice_gender"] if "voice_gender" in rates else ["lang"]
     rows = []
-    for lang, g in rates.groupby("lang", sort=False):
+    for key, g in rates.groupby(keys, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        lang, voice = key[0], (key[1] if len(key) > 1 else "pooled")
         m = g.set_index("cell_type")
-        a, b = int(m.loc["misaligned", "misgendered"]), int(m.loc["misaligned", "n"] - m.loc["misaligned", "misgendered"])
-        c, e = int(m.loc["neutral", "misgendered"]), int(m.loc["neutral", "n"] - m.loc["neutral", "misgendered"])
-        if min(a + b, c + e) == 0:
-            rows.append({"lang": lang, "odds_ratio": np.nan, "p_value": np.nan}); continue
-        res = stats.fisher_exact([[a, b], [c, e]])
-        rows.append({"lang": lang, "odds_ratio": float(res.statistic), "p_value": float(res.pvalue)})
-    return pd.DataFrame(rows)
+        a, n1 = int(m.loc["misaligned", "misgendered"]), int(m.loc["misaligned", "n"])
+        c, n0 = int(m.loc["neutral", "misgendered"]), int(m.loc["neutral", "n"])
+        row = {"lang": lang, "voice_gender": voice, "misaligned_misgendered": a, "misaligned_n": n1,
+               "neutral_misgendered": c, "neutral_n": n0, "odds_ratio": np.nan, "conditional_odds_ratio": np.nan,
+               "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan}
+        if min(n1, n0) > 0:
+            tab = [[a, n1 - a], [c, n0 - c]]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                res = stats.fisher_exact(tab)
+            cond = contingency_odds_ratio(tab, kind="conditional")
+            ci = cond.confidence_interval(confidence_level=confidence)
+            row.update(odds_ratio=float(res.statistic), conditional_odds_ratio=float(cond.statistic),
+                       ci_low=float(ci.low), ci_high=float(ci.high), p_value=float(res.pvalue))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=FISHER_COLUMNS)
 
 
 def _firth_loglik(beta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:

@@ -1,0 +1,81 @@
+"""Analysis tables against hand computations on small tables."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from voicebias.analysis import describe_misgender, injection_controls, summarize_pronouns
+
+
+def outputs(task: str, cells: dict) -> pd.DataFrame:
+    """cells: {(lang, pole, voice): [pronoun_choice, ...]} -> scored rows of one system."""
+    rows = []
+    for (lang, pole, voice), choices in cells.items():
+        for i, c in enumerate(choices):
+            rows.append({"system": "s", "task": task, "lang": lang, "pole": pole, "voice_gender": voice,
+                         "status": "ok", "pronoun_choice": c, "stimulus_id": f"{lang}-{pole}-{voice}-{i}"})
+    return pd.DataFrame(rows)
+
+
+SUMMARIES = {
+    ("en", "feminine", "male"): ["female", "female", "male", "both"],     # she 2/3 among single-gender
+    ("en", "masculine", "male"): ["male", "male", "none", "none"],        # she 0/2
+    ("en", "feminine", "female"): ["female", "female", "female", "both"],  # she 3/3
+    ("en", "masculine", "female"): ["female", "male", "male", "male"],    # she 1/4
+    ("en", "neutral", "male"): ["male", "none"],                          # she 0/1
+    ("en", "neutral", "female"): ["female", "both"],                      # she 1/1
+}
+
+
+def test_summarize_pronouns_by_hand():
+    df = pd.concat([outputs("summarize", SUMMARIES),
+                    outputs("summarize", {("en", "neutral", "male"): ["female"]}).assign(status="failed")])
+    r = summarize_pronouns(df).iloc[0]
+    # 20 ok summaries; 17 inject a gendered pronoun (both counts as injecting), 3 of them with both
+    assert (r["n"], r["n_injecting"], r["n_both"]) == (20, 17, 3)
+    assert r["injection_rate"] == pytest.approx(17 / 20)
+    # P(she | pole): mean over the two voice cells of the share among single-gender injectors
+    assert r["p_she_feminine"] == pytest.approx((2 / 3 + 3 / 3) / 2)
+    assert r["p_she_masculine"] == pytest.approx((0 / 2 + 1 / 4) / 2)
+    assert r["p_she_neutral"] == pytest.approx((0 + 1) / 2)
+    # slopes in percentage points
+    assert r["delta_pp"] == pytest.approx(100 * ((2 / 3 + 1) / 2 - (0 + 1 / 4) / 2))
+    assert r["delta_pp_male_voice"] == pytest.approx(100 * (2 / 3 - 0))
+    assert r["delta_pp_female_voice"] == pytest.approx(100 * (1 - 1 / 4))
+    assert r["p_she_masculine_female_voice"] == pytest.approx(1 / 4)
+
+
+def test_summarize_pronouns_by_language_and_injection_controls_use_one_rule():
+    df = pd.concat([outputs("summarize", SUMMARIES),
+                    outputs("summarize", {("zh", "feminine", "male"): ["male", "none"],
+                                          ("zh", "masculine", "male"): ["male", "male"]})])
+    by_lang = summarize_pronouns(df, by_language=True).set_index("lang")
+    assert by_lang.loc["zh", "n_injecting"] == 3 and by_lang.loc["zh", "injection_rate"] == pytest.approx(3 / 4)
+    assert by_lang.loc["zh", "delta_pp"] == pytest.approx(0.0)
+    assert by_lang.loc["en", "n_injecting"] == 17
+    # the same outputs as paraphrases: the same injection count, 'both' included
+    para = injection_controls(pd.concat([outputs("paraphrase", SUMMARIES), outputs("paraphrase", {
+        ("zh", "feminine", "male"): ["male", "none"]})])).set_index("lang")
+    assert para.loc["en", "n_injecting"] == 17 and para.loc["en", "injection_rate"] == pytest.approx(17 / 20)
+    assert (para.loc["en", "n_he"], para.loc["en", "n_she"], para.loc["en", "n_both"]) == (7, 7, 3)
+    assert para.loc["en", "n_injecting_feminine_content"] == 8 and para.loc["en", "n_injecting_masculine_content"] == 6
+    assert para.loc["ALL", "n"] == 22 and para.loc["ALL", "n_injecting"] == 18
+
+
+def test_describe_fisher_reports_each_voice_beside_the_pooled_test():
+    rows = []
+    for pole, voice, judged in [("feminine", "male", ["female"] * 5 + ["male"] * 5), ("neutral", "male", ["male"] * 10),
+                                ("masculine", "female", ["male"] * 2 + ["female"] * 8),
+                                ("neutral", "female", ["male"] * 1 + ["female"] * 9)]:
+        rows += [{"system": "s", "task": "describe", "status": "ok", "lang": "zh", "pole": pole, "voice_gender": voice,
+                  "judged_gender": j} for j in judged]
+    _, fisher = describe_misgender(pd.DataFrame(rows))
+    f = fisher[fisher["lang"] == "zh"].set_index("voice_gender")
+    assert list(f.index) == ["pooled", "male", "female"]
+    assert (f.loc["male", "misaligned_misgendered"], f.loc["male", "neutral_misgendered"]) == (5, 0)
+    assert (f.loc["female", "misaligned_misgendered"], f.loc["female", "neutral_misgendered"]) == (2, 1)
+    assert (f.loc["pooled", "misaligned_misgendered"], f.loc["pooled", "misaligned_n"]) == (7, 20)
+    # hypergeometric by hand: P(X = 5) for 5 misgendered among 20 with 10 drawn is C(10,5)/C(20,5); two-sided doubles it
+    from math import comb
+    assert f.loc["male", "p_value"] == pytest.approx(2 * comb(10, 5) / comb(20, 5))

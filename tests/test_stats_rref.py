@@ -1,0 +1,250 @@
+"""The S2S statistics (voicebias.stats, voicebias.rq1, voicebias.analysis) against R on the same tables.
+
+Every number is computed by R at test time (tests/rref.py); a missing R fails, it never skips.
+References: glm (logistic OR per step, Wald CI), brglm2 (Firth, method "brglmFit", type "AS_mean"),
+a profile of the penalised likelihood maximised in R by optim (Firth CI and LRT p), fisher.test,
+lmerTest + emmeans (RQ1 mixed model, REML, Satterthwaite df), t.test (Welch), prop.test (Wilson).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+
+from tests.rref import run_r
+from tests.test_rq1 import deltas
+from tests.test_stats import table
+from voicebias.analysis import _wilson
+from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
+from voicebias.stats import (describe_design, firth_coefficient, fisher_misaligned_vs_neutral, misgender_rates,
+                             odds_ratio_per_step)
+
+POLES = ("masculine", "neutral", "feminine")
+
+# penalised log-likelihood and its profile over coefficient 2 (content), maximised from two starts
+R_FIRTH_PROFILE = r"""
+suppressMessages(library(brglm2))
+X <- cbind(1, d$content_step, d$voice_female); y <- d$y
+pl <- function(b) { eta <- X %*% b; p <- 1 / (1 + exp(-eta)); w <- as.vector(p * (1 - p))
+  v <- sum(y * eta - log1p(exp(eta))) + 0.5 * determinant(crossprod(X * sqrt(w)), logarithm = TRUE)$modulus
+  if (is.finite(v)) v else -1e10 }
+fit <- glm(y ~ content_step + voice_female, family = binomial, data = d, method = "brglmFit", type = "AS_mean",
+           control = list(epsilon = 1e-12, maxit = 500))
+bhat <- coef(fit); lmax <- pl(bhat)
+prof <- function(v) max(sapply(list(c(0, 0), bhat[-2]), function(s)
+  -optim(s, function(a) -pl(c(a[1], v, a[2])), method = "BFGS", control = list(reltol = 1e-15, maxit = 10000))$value))
+f <- function(v) 2 * (lmax - prof(v)) - qchisq(0.95, 1)
+emit("coef", bhat[2])
+far <- function(dir) { s <- 0.5; while (f(bhat[2] + dir * s) <= 0) s <- 2 * s; bhat[2] + dir * s }
+emit("ci_low", uniroot(f, c(far(-1), bhat[2]), tol = 1e-11)$root)
+emit("ci_high", uniroot(f, c(bhat[2], far(1)), tol = 1e-11)$root)
+emit("p", pchisq(2 * (lmax - prof(0)), 1, lower.tail = FALSE))
+"""
+
+
+def describe_rows(seed: int, p_female: dict) -> pd.DataFrame:
+    """Describe answers, 30 per pole x voice cell in two languages, with P(female) per cell."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for lang in ("en", "zh"):
+        for (pole, voice), p in p_female.items():
+            for _ in range(30):
+                rows.append({"lang": lang, "pole": pole, "voice_gender": voice,
+                             "judged_gender": "female" if rng.random() < p else "male"})
+    return pd.DataFrame(rows)
+
+
+def test_odds_ratio_per_step_matches_glm():
+    p = {(pole, v): 1 / (1 + np.exp(-(-1.2 + 0.9 * i + (1.5 if v == "female" else 0.0))))
+         for i, pole in enumerate(POLES) for v in ("male", "female")}
+    df = describe_rows(3, p)
+    ours = odds_ratio_per_step(df).iloc[0]
+    ref = run_r("""
+fit <- glm(y ~ content_step + voice_female, family = binomial, data = d, control = list(epsilon = 1e-14, maxit = 100))
+s <- summary(fit)$coefficients; ci <- confint.default(fit)
+emit("coef", s[2, 1]); emit("se", s[2, 2]); emit("p", s[2, 4]); emit("lo", exp(ci[2, 1])); emit("hi", exp(ci[2, 2]))
+""", d=describe_design(df)[["content_step", "voice_female", "y"]])
+    assert ours["fit_status"] == "ok"
+    assert ours["coef"] == pytest.approx(ref["coef"], abs=1e-7)
+    assert ours["se"] == pytest.approx(ref["se"], abs=1e-7)
+    assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-5)
+    assert ours["ci_low"] == pytest.approx(ref["lo"], rel=1e-6) and ours["ci_high"] == pytest.approx(ref["hi"], rel=1e-6)
+
+
+@pytest.mark.parametrize("name,counts", [
+    # overlapping data: the Firth estimate is near the MLE
+    ("overlap", {("masculine", "male"): (3, 17), ("masculine", "female"): (9, 11), ("neutral", "male"): (6, 14),
+                 ("neutral", "female"): (12, 8), ("feminine", "male"): (11, 9), ("feminine", "female"): (16, 4)}),
+    # complete separation by content (masculine and neutral all 'male', feminine all 'female')
+    ("content separates", {**{("masculine", v): (0, 10) for v in ("male", "female")},
+                           **{("neutral", v): (0, 10) for v in ("male", "female")},
+                           **{("feminine", v): (10, 0) for v in ("male", "female")}}),
+    # complete separation by content and voice together: the constrained fit has a saddle point and two maxima
+    ("content and voice separate", {("masculine", "male"): (0, 10), ("masculine", "female"): (0, 10),
+                                    ("neutral", "male"): (0, 10), ("neutral", "female"): (10, 0),
+                                    ("feminine", "male"): (10, 0), ("feminine", "female"): (10, 0)}),
+])
+def test_firth_estimate_profile_ci_and_p_match_r(name, counts):
+    d = describe_design(table(counts))
+    X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
+    ours = firth_coefficient(X, d["y"].to_numpy(), 1)
+    ref = run_r(R_FIRTH_PROFILE, d=d[["content_step", "voice_female", "y"]])
+    assert ours["coef"] == pytest.approx(ref["coef"], abs=1e-6)
+    # the upper bound under separation used to stop 0.05 % short (11.3860 vs 11.3916)
+    assert ours["ci_low"] == pytest.approx(ref["ci_low"], abs=1e-6)
+    assert ours["ci_high"] == pytest.approx(ref["ci_high"], abs=1e-6)
+    assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-5)
+
+
+def test_fisher_within_voice_reproduces_the_papers_test_and_matches_fisher_test():
+    # S2S paper, GLM-4-Voice, Mandarin, male voice: judged female 5/10 on feminine content vs 0/10 on neutral;
+    # female voice: 2/10 judged male on masculine content vs 1/10 on neutral.
+    df = table({("feminine", "male"): (5, 5), ("neutral", "male"): (0, 10),
+                ("masculine", "female"): (8, 2), ("neutral", "female"): (9, 1)}).assign(lang="zh")
+    per_voice = fisher_misaligned_vs_neutral(misgender_rates(df, by_voice=True))
+    pooled = fisher_misaligned_vs_neutral(misgender_rates(df))
+    male = per_voice[(per_voice["lang"] == "zh") & (per_voice["voice_gender"] == "male")].iloc[0]
+    both = pooled[pooled["lang"] == "zh"].iloc[0]
+    assert (male["misaligned_misgendered"], male["misaligned_n"], male["neutral_misgendered"], male["neutral_n"]) == (5, 10, 0, 10)
+    assert both["voice_gender"] == "pooled" and (both["misaligned_misgendered"], both["neutral_misgendered"]) == (7, 1)
+    ref = run_r("""
+m <- fisher.test(matrix(c(5, 0, 5, 10), 2)); p <- fisher.test(matrix(c(7, 1, 13, 19), 2))
+emit("p_male", m$p.value); emit("hi_male", m$conf.int[2]); emit("p_pooled", p$p.value)
+# fisher.test's conditional MLE and CI come from uniroot at its default tolerance (1e-4 absolute, on 1/ncp for
+# large values); the same noncentral hypergeometric equations solved on log(ncp) to 1e-12 are the reference
+cond <- function(x11, m, n, k) {
+  s <- max(0, k - n):min(k, m); logdc <- dhyper(s, m, n, k, log = TRUE)
+  dn <- function(l) { d <- logdc + l * s; d <- exp(d - max(d)); d / sum(d) }
+  root <- function(f) uniroot(f, c(-30, 30), tol = 1e-12)$root
+  c(if (x11 == max(s)) Inf else exp(root(function(l) sum(s * dn(l)) - x11)),
+    if (x11 == min(s)) 0 else exp(root(function(l) sum(dn(l)[s >= x11]) - 0.025)),
+    if (x11 == max(s)) Inf else exp(root(function(l) sum(dn(l)[s <= x11]) - 0.025)))
+}
+r <- cond(7, 8, 32, 20); emit("or_pooled", r[1]); emit("lo_pooled", r[2]); emit("hi_pooled", r[3])
+emit("lo_male", cond(5, 5, 15, 10)[2])
+emit("fisher_test_or_pooled", p$estimate)
+""")
+    assert male["p_value"] == pytest.approx(ref["p_male"], rel=1e-9)
+    assert round(male["p_value"], 2) == 0.03  # the paper's "Fisher p = 0.03"
+    assert both["p_value"] == pytest.approx(ref["p_pooled"], rel=1e-9)
+    assert both["conditional_odds_ratio"] == pytest.approx(ref["or_pooled"], rel=1e-6)
+    assert both["conditional_odds_ratio"] == pytest.approx(ref["fisher_test_or_pooled"], rel=1e-3)
+    assert both["ci_low"] == pytest.approx(ref["lo_pooled"], rel=1e-6)
+    assert both["ci_high"] == pytest.approx(ref["hi_pooled"], rel=1e-6)
+    assert male["ci_low"] == pytest.approx(ref["lo_male"], rel=1e-6)
+    assert np.isinf(male["ci_high"]) and np.isinf(ref["hi_male"]) and np.isinf(male["odds_ratio"])
+    assert both["odds_ratio"] == pytest.approx(7 * 19 / (13 * 1))  # sample odds ratio ad/bc
+
+
+def mixed_table() -> pd.DataFrame:
+    """One system x language x task with a planted stereotype pull, an interaction, a passage effect, unbalanced."""
+    d = deltas(drift=0.3, interaction=0.2, seed=11, noise=0.3)
+    g = d[(d["lang"] == "es") & (d["task"] == "readback")].copy()
+    # passage effects large enough that the REML passage variance is interior
+    pid = {p: i for i, p in enumerate(sorted(g["passage_id"].unique()))}
+    g["delta_composite"] += np.array([0.25 * np.sin(3.0 * pid[p]) for p in g["passage_id"]])
+    return g.drop(g.index[[0, 5, 17]])
+
+
+R_MIXED = r"""
+suppressMessages({library(lmerTest); library(emmeans)})
+d$pole <- factor(d$pole, levels = c("neutral", "feminine", "masculine"))
+d$voice_gender <- factor(d$voice_gender, levels = c("female", "male"))
+m <- lmer(delta_composite ~ pole * voice_gender + (1 | passage_id), data = d, REML = TRUE,
+          control = lmerControl(optimizer = "bobyqa", optCtrl = list(rhobeg = 1e-3, rhoend = 1e-12)))
+emm <- emmeans(m, ~ pole * voice_gender, lmer.df = "satterthwaite")
+g <- as.data.frame(emm)[, c("pole", "voice_gender")]
+stereo <- ifelse(g$pole == "feminine", 0.25, ifelse(g$pole == "masculine", -0.25, 0))
+mis <- ifelse(g$voice_gender == "male", ifelse(g$pole == "feminine", 0.5, ifelse(g$pole == "neutral", -0.5, 0)),
+              ifelse(g$pole == "masculine", -0.5, ifelse(g$pole == "neutral", 0.5, 0)))
+ct <- summary(contrast(emm, list(stereo = stereo, mis = mis)), infer = TRUE)
+emit("est", ct$estimate); emit("se", ct$SE); emit("df", ct$df); emit("lo", ct$lower.CL); emit("hi", ct$upper.CL)
+emit("p", ct$p.value)
+b <- fixef(m); V <- as.matrix(vcov(m)); i <- grep(":", names(b))
+emit("chi2", as.numeric(t(b[i]) %*% solve(V[i, i]) %*% b[i]))
+emit("vc", as.data.frame(VarCorr(m))$vcov)
+"""
+
+
+def test_rq1_mixed_model_effects_match_lmertest_and_emmeans():
+    g = mixed_table()
+    ours = rq1_mixed_models(g).iloc[0]
+    ref = run_r(R_MIXED, d=g[["delta_composite", "pole", "voice_gender", "passage_id"]])
+    assert ours["units"] == "SD" and ours["converged"] and "singular" not in ours["warning"]
+    for i, eff in enumerate(("stereotype_effect", "misaligned_minus_neutral")):
+        # statsmodels and lme4 optimise the same REML criterion with different optimisers
+        assert ours[f"{eff}_est"] == pytest.approx(ref["est"][i], abs=1e-4)
+        assert ours[f"{eff}_se"] == pytest.approx(ref["se"][i], abs=1e-4)
+        assert ours[f"{eff}_df"] == pytest.approx(ref["df"][i], rel=1e-3)
+        assert ours[f"{eff}_ci_low"] == pytest.approx(ref["lo"][i], abs=1e-4)
+        assert ours[f"{eff}_ci_high"] == pytest.approx(ref["hi"][i], abs=1e-4)
+        assert ours[f"{eff}_p"] == pytest.approx(ref["p"][i], rel=1e-3)
+    assert ours["chi2_interaction"] == pytest.approx(ref["chi2"], rel=1e-4)
+
+
+def test_rq1_mixed_model_recovers_a_planted_pull_toward_the_stereotype():
+    # drift d toward the stereotype for both voices: per content step d, misaligned - neutral d
+    d = deltas(drift=0.4, seed=21, noise=0.2)
+    null = rq1_mixed_models(deltas(drift=0.0, seed=22, noise=0.2))
+    res = rq1_mixed_models(d)
+    for eff in ("stereotype_effect", "misaligned_minus_neutral"):
+        # five fits: each within 3.5 SE of the planted value (a miss has probability ~5e-4 per fit)
+        assert (np.abs(res[f"{eff}_est"] - 0.4) < 3.5 * res[f"{eff}_se"]).all()
+        assert (res[f"{eff}_p"] < 1e-4).all()
+        assert (np.abs(null[f"{eff}_est"]) < 3.5 * null[f"{eff}_se"]).all()
+        assert (res[f"{eff}_ci_low"] < res[f"{eff}_est"]).all() and (res[f"{eff}_est"] < res[f"{eff}_ci_high"]).all()
+    # the omnibus interaction cannot see a pull shared by both voices
+    assert (res["p_interaction"] > 0.001).all()
+
+
+def test_rq1_contrasts_match_welch_t_test_and_cohens_d():
+    d = deltas(drift=0.1, seed=5, noise=0.3)
+    ours = rq1_contrasts(d).set_index(["lang", "task", "voice_gender"]).loc[("es", "paraphrase", "female")]
+    g = d[(d["lang"] == "es") & (d["task"] == "paraphrase") & (d["voice_gender"] == "female")]
+    ref = run_r("""
+mis <- d$delta_composite[d$pole == "masculine"]; neu <- d$delta_composite[d$pole == "neutral"]
+t <- t.test(mis, neu, var.equal = FALSE)
+sp <- sqrt(((length(mis) - 1) * var(mis) + (length(neu) - 1) * var(neu)) / (length(mis) + length(neu) - 2))
+emit("t", t$statistic); emit("p", t$p.value); emit("d", (mean(mis) - mean(neu)) / sp)
+""", d=g[["pole", "delta_composite"]])
+    assert ours["t"] == pytest.approx(ref["t"], rel=1e-9)
+    assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-8)
+    assert ours["cohens_d"] == pytest.approx(ref["d"], rel=1e-9)
+
+
+def test_rq1_pooled_matches_r_welch_satterthwaite():
+    d = deltas(drift=0.2, seed=8, noise=0.3)
+    ours = rq1_pooled(d).set_index("task_group").loc["same-language"]
+    ref = run_r("""
+d <- d[d$task != "translate", ]
+pp <- aggregate(delta_composite ~ lang + voice_gender + pole + stimulus_id, data = d, FUN = mean)
+est <- c(); v <- c(); parts <- list()
+for (lang in unique(pp$lang)) for (voice in c("female", "male")) {
+  c <- pp[pp$lang == lang & pp$voice_gender == voice, ]
+  mis <- c$delta_composite[c$pole == ifelse(voice == "male", "feminine", "masculine")]
+  neu <- c$delta_composite[c$pole == "neutral"]
+  sgn <- ifelse(voice == "male", 1, -1)
+  est <- c(est, sgn * (mean(mis) - mean(neu)))
+  vm <- var(mis) / length(mis); vn <- var(neu) / length(neu); v <- c(v, vm + vn)
+  parts[[length(parts) + 1]] <- c(vm, length(mis) - 1); parts[[length(parts) + 1]] <- c(vn, length(neu) - 1)
+}
+k <- length(est); e <- mean(est); var <- sum(v) / k^2
+df <- var^2 / sum(sapply(parts, function(x) (x[1] / k^2)^2 / x[2]))
+emit("est", e); emit("se", sqrt(var)); emit("df", df)
+emit("lo", e - qt(0.975, df) * sqrt(var)); emit("hi", e + qt(0.975, df) * sqrt(var))
+emit("p", 2 * pt(-abs(e / sqrt(var)), df))
+""", d=d[["lang", "task", "voice_gender", "pole", "stimulus_id", "delta_composite"]])
+    assert ours["pooled_contrast"] == pytest.approx(ref["est"], rel=1e-10)
+    assert ours["se"] == pytest.approx(ref["se"], rel=1e-10)
+    assert ours["df"] == pytest.approx(ref["df"], rel=1e-10)
+    assert ours["ci_low"] == pytest.approx(ref["lo"], rel=1e-9) and ours["ci_high"] == pytest.approx(ref["hi"], rel=1e-9)
+    assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-8)
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (57, 60), (10, 10)])
+def test_wilson_interval_matches_prop_test(k, n):
+    ref = run_r(f"ci <- prop.test({k}, {n}, correct = FALSE)$conf.int; emit('lo', ci[1]); emit('hi', ci[2])")
+    lo, hi = _wilson(k, n)
+    assert lo == pytest.approx(ref["lo"], abs=1e-7) and hi == pytest.approx(ref["hi"], abs=1e-7)
