@@ -226,7 +226,7 @@ def setup(tmp_path) -> VQVCConfig:
     fake_checkout(root / "external" / "VQVC")
     models = root / "models" / "vqvc"
     models.mkdir(parents=True)
-    (models / "G_vqvc.pth").write_bytes(b"fake generator")
+    (models / "G_VQVC.pth").write_bytes(b"fake generator")
     torch.save({"cfg": {"name": "fake-wavlm-large"}, "model": {"w": torch.zeros(1)}}, models / "WavLM-Large.pt")
     (models / "pretrained_bak_5805000.pt").write_bytes(b"fake speaker encoder")
     return VQVCConfig.from_params({"phonation": {"vqvc": {"python": sys.executable, "device": "cpu"}}}, root=root)
@@ -239,13 +239,18 @@ def setup(tmp_path) -> VQVCConfig:
 def test_config_from_params_resolves_paths(setup):
     root = setup.root
     assert setup.repo == root / "external" / "VQVC"
-    assert setup.checkpoint == root / "models" / "vqvc" / "G_vqvc.pth"
+    assert setup.checkpoint == root / "models" / "vqvc" / "G_VQVC.pth"
     assert setup.config == root / "external" / "VQVC" / "configs" / "freevc.json"
     assert setup.presets["endcreak"] == PAPER_PRESETS["endcreak"]
     cfg = VQVCConfig.from_params({"vqvc": {"repo": "/abs/VQVC", "python": "envs/vqvc/bin/python",
                                            "baseline": {"pitch": -1.0}, "seed": 3}}, root=root)
     assert cfg.repo == Path("/abs/VQVC") and cfg.python == str(root / "envs/vqvc/bin/python")
     assert cfg.baseline == {"pitch": -1.0} and cfg.seed == 3
+    # the authors' notebook (Hfkml/VQVC VQVC.ipynb) drives every conversion with pitch -1.5;
+    # a baseline given for other features keeps that pitch
+    assert setup.baseline == {"pitch": -1.5}
+    assert VQVCConfig.from_params({"vqvc": {"baseline": {"creak": 0.5}}}, root=root).baseline == {
+        "pitch": -1.5, "creak": 0.5}
     with pytest.raises(ValueError, match="unknown key"):
         VQVCConfig.from_params({"vqvc": {"checkpiont": "x"}}, root=root)
     with pytest.raises(ValueError, match="baseline: unknown feature"):
@@ -257,7 +262,7 @@ def test_complete_setup_passes_and_reports(setup):
     lines = setup_report(setup)
     assert not any(line.startswith("missing") for line in lines)
     assert any("VQVC checkout at external/VQVC" in line for line in lines)
-    assert any("not tracked by DVC" in line and "dvc add models/vqvc/G_vqvc.pth" in line for line in lines)
+    assert any("not tracked by DVC" in line and "dvc add models/vqvc/G_VQVC.pth" in line for line in lines)
     assert any("hifigan" in line for line in lines)
 
 
@@ -280,7 +285,7 @@ def _freevc_checkout(cfg):
     (lambda cfg: (cfg.repo / "configs" / "freevc.json").write_text(json.dumps(
         {**FAKE_CONFIG, "model": {**FAKE_CONFIG["model"], "h1a3": False}})), "switches off the h1a3 encoder"),
     (lambda cfg: cfg.checkpoint.unlink(),
-     "VQVC generator checkpoint not found at models/vqvc/G_vqvc.pth. Download G_VQVC.pth from the release of "
+     "VQVC generator checkpoint not found at models/vqvc/G_VQVC.pth. Download G_VQVC.pth from the release of "
      "https://github.com/Hfkml/VQVC."),
     (lambda cfg: cfg.wavlm.unlink(), "WavLM-Large checkpoint not found at models/vqvc/WavLM-Large.pt"),
     (lambda cfg: cfg.speaker_encoder.unlink(),
@@ -298,10 +303,10 @@ def test_each_missing_piece_has_its_own_message(setup, breakage, message):
 
 def test_missing_checkpoint_says_how_to_track_or_pull_it(setup):
     setup.checkpoint.unlink()
-    with pytest.raises(SetupError, match=r"`dvc add models/vqvc/G_vqvc\.pth`"):
+    with pytest.raises(SetupError, match=r"`dvc add models/vqvc/G_VQVC\.pth`"):
         check_setup(setup)
-    Path(f"{setup.checkpoint}.dvc").write_text("outs:\n- path: G_vqvc.pth\n")
-    with pytest.raises(SetupError, match=r"tracked by DVC .* run `dvc pull models/vqvc/G_vqvc\.pth\.dvc`"):
+    Path(f"{setup.checkpoint}.dvc").write_text("outs:\n- path: G_VQVC.pth\n")
+    with pytest.raises(SetupError, match=r"tracked by DVC .* run `dvc pull models/vqvc/G_VQVC\.pth\.dvc`"):
         check_setup(setup)
 
 
@@ -367,7 +372,7 @@ def test_convert_batch_end_to_end(setup, tmp_path, monkeypatch):
     assert len(received) == len(good)                                # in job order, failures skipped
     for job, path in zip(good, received):
         dur = durations[job["id"][0]]
-        expected = build_conditioning(job["condition"], dur, PAPER_PRESETS)
+        expected = build_conditioning(job["condition"], dur, PAPER_PRESETS, baseline={"pitch": -1.5})
         got = np.load(path)
         assert got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)

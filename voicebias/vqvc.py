@@ -40,9 +40,11 @@ tracks are the only voice-quality input, and the converter re-renders the conten
 whatever values it is given. In training the tracks were the recordings' own per-frame
 measures, normalised to standard-deviation units (the normalisation code is not in the
 repository), so 0 means "this speaker's average" and the notebook drives the model with
-constant absolute values (all 0, pitch about -1 to -1.5, as a starting point). A preset
-value is therefore used as the absolute target in those units, on top of an optional
-per-feature ``baseline`` (``phonation.vqvc.baseline``, SD units, all 0 by default):
+constant absolute values (all 0 except pitch, which it sets to -1.5 in every
+conversion). A preset value is therefore used as the absolute target in those units,
+on top of a per-feature ``baseline`` (``phonation.vqvc.baseline``, SD units; by
+default pitch -1.5 as in the notebook and 0 for the others; a baseline given in the
+params replaces the default feature by feature):
 
     track[frame, feature] = baseline[feature] + preset offset[frame, feature]
 
@@ -92,10 +94,14 @@ MARKERS = ("h1a3s", "pitch_vars")
 #: The switches in the config's model section that turn the six encoders on.
 CONFIG_SWITCHES = ("creak", "cpps", "h1h2", "pitch", "h1a3", "pitch_var")
 
+#: The authors' notebook (VQVC.ipynb) sets the pitch track to -1.5 SD in every
+#: conversion and leaves the other tracks at 0.
+DEFAULT_BASELINE: dict[str, float] = {"pitch": -1.5}
+
 DEFAULTS: dict[str, Any] = {
     "repo": "external/VQVC",
     "python": None,
-    "checkpoint": "models/vqvc/G_vqvc.pth",
+    "checkpoint": "models/vqvc/G_VQVC.pth",
     "wavlm": "models/vqvc/WavLM-Large.pt",
     "speaker_encoder": "models/vqvc/pretrained_bak_5805000.pt",
     "config": "configs/freevc.json",
@@ -121,7 +127,8 @@ class VQVCConfig:
     speaker_encoder  the FreeVC speaker-encoder checkpoint (pretrained_bak_5805000.pt)
     config           the FreeVC-style JSON config (relative to the checkout unless absolute)
     device           'auto' (CUDA when the VQVC environment sees one), 'cpu', 'cuda', 'cuda:N'
-    baseline         absolute SD-unit values added to every preset, per feature (default 0)
+    baseline         absolute SD-unit values added to every preset, per feature (default
+                     DEFAULT_BASELINE: pitch -1.5, the rest 0)
     seed             torch seed per item unless a job gives its own
     load_timeout_s   seconds allowed for loading the models, plus
     item_timeout_s   seconds per item, make the batch's time limit
@@ -134,7 +141,7 @@ class VQVCConfig:
     speaker_encoder: Path
     config: Path
     device: str = "auto"
-    baseline: Mapping[str, float] = field(default_factory=dict)
+    baseline: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_BASELINE))
     seed: int = 0
     load_timeout_s: float = 900.0
     item_timeout_s: float = 120.0
@@ -158,7 +165,7 @@ class VQVCConfig:
             raise ValueError(f"phonation.vqvc: unknown key(s) {unknown}; expected some of "
                              f"{sorted([*DEFAULTS, 'baseline'])}")
         s = {**DEFAULTS, **{k: v for k, v in section.items() if v is not None}}
-        baseline = dict(section.get("baseline") or {})
+        baseline = {**DEFAULT_BASELINE, **dict(section.get("baseline") or {})}
         bad = sorted(set(baseline) - set(FEATURES))
         if bad:
             raise ValueError(f"phonation.vqvc.baseline: unknown feature(s) {bad}; expected some of {list(FEATURES)}")
