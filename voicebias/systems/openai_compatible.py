@@ -1,9 +1,14 @@
-"""Any system served behind an OpenAI-compatible audio chat endpoint (e.g. vLLM).
+"""Any system served behind an OpenAI-compatible audio chat endpoint that answers in speech.
 
 Same call as :mod:`voicebias.systems.openai_audio` (modalities text + audio, a
 fixed voice, input_audio as base64 WAV), sent to `base_url` from the system's
 params or card. This is how an audit scales past one GPU box: point it at the
 serving infrastructure that already hosts the model, and raise `max_concurrency`.
+
+The server must return audio in the reply. Plain vLLM takes audio input but its
+chat endpoint answers in text only; speech output needs a server built for it,
+such as vLLM-Omni (`vllm serve <model> --omni`, e.g. Qwen2.5-Omni). A text-only
+server's replies carry no audio and are recorded as failures.
 
 Differences from the OpenAI adapter: `base_url` is required; a key is optional
 (`api_key_env` names the variable; without one the conventional placeholder
