@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -79,3 +80,16 @@ def test_describe_fisher_reports_each_voice_beside_the_pooled_test():
     # hypergeometric by hand: P(X = 5) for 5 misgendered among 20 with 10 drawn is C(10,5)/C(20,5); two-sided doubles it
     from math import comb
     assert f.loc["male", "p_value"] == pytest.approx(2 * comb(10, 5) / comb(20, 5))
+
+
+def test_rq1_significance_counts_by_hand():
+    from voicebias.rq1 import rq1_significance_counts
+
+    contrasts = pd.DataFrame({"system": ["a"] * 4, "measure": ["delta_composite"] * 4,
+                              "p_value": [0.01, 0.2, 0.04, 0.049], "signed_contrast": [0.3, 0.1, -0.2, 0.05]})
+    mixed = pd.DataFrame({"system": ["a"] * 3, "measure": ["delta_composite"] * 3, "p_interaction": [0.03, 0.5, np.nan],
+                          "stereotype_effect_p": [0.001, 0.04, np.nan], "stereotype_effect_est": [0.5, -0.1, np.nan]})
+    r = rq1_significance_counts(contrasts, mixed).iloc[0]
+    assert (r["n_cells"], r["n_cells_significant"], r["n_cells_toward"], r["n_cells_away"]) == (4, 3, 2, 1)
+    assert (r["n_fits"], r["n_fits_interaction_significant"]) == (2, 1)
+    assert (r["n_fits_stereotype_toward"], r["n_fits_stereotype_away"]) == (1, 1)

@@ -82,3 +82,16 @@ def test_drift_shift_is_deterministic_and_moves_f0_by_the_planted_semitones():
     base = measure_signal(x, sr, ms)["f0_median_st"]
     for st in (-2.0, 2.0):
         assert measure_signal(shift_pitch(x, sr, st), sr, ms)["f0_median_st"] - base == pytest.approx(st, abs=0.15)
+
+
+def test_panel_pooled_contrast_is_the_mean_over_systems_cells():
+    a = deltas(drift=0.3, seed=30).assign(system="a")
+    b = deltas(drift=0.0, seed=31).assign(system="b")
+    each = rq1_pooled(pd.concat([a, b])).set_index(["system", "task_group"])
+    panel = rq1_pooled(pd.concat([a, b]), pool_systems=True).set_index(["system", "task_group"])
+    for group in ("same-language", "cross-lingual"):
+        ra, rb, rp = each.loc[("a", group)], each.loc[("b", group)], panel.loc[("ALL", group)]
+        # equal cell counts per system: the panel mean is the mean of the two, its variance the mean of the two / 2
+        assert rp["n_cells"] == ra["n_cells"] + rb["n_cells"]
+        assert rp["pooled_contrast"] == pytest.approx((ra["pooled_contrast"] + rb["pooled_contrast"]) / 2, rel=1e-12)
+        assert rp["se"] == pytest.approx(np.sqrt((ra["se"] ** 2 + rb["se"] ** 2) / 4), rel=1e-12)

@@ -215,16 +215,22 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     comp = compliance(scored)
     planted = {s: planted_truth(p) for s, p in params["systems"].items()
                if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"}
-    from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
+    from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
 
     rq1_tables: dict[str, pd.DataFrame] = {}
     if acoustic_paths:
         acoustic = pd.concat([read_table(Path(p)) for p in acoustic_paths], ignore_index=True)
         measures = ["delta_composite", "delta_f0_median_st"]
-        rq1_tables["rq1_contrasts"] = pd.concat([rq1_contrasts(acoustic, m) for m in measures], ignore_index=True)
+        # Welch contrasts for every delta measure (F0, formant index, each classifier margin, the composite)
+        every = [*measures, *sorted(c for c in acoustic.columns if c.startswith("delta_") and c not in measures)]
+        rq1_tables["rq1_contrasts"] = pd.concat([rq1_contrasts(acoustic, m) for m in every], ignore_index=True)
         rq1_tables["rq1_mixed_models"] = pd.concat([rq1_mixed_models(acoustic, m, conf) for m in measures],
                                                    ignore_index=True)
-        rq1_tables["rq1_pooled"] = pd.concat([rq1_pooled(acoustic, m, conf) for m in measures], ignore_index=True)
+        # per system, and the whole panel pooled (system 'ALL', as the S2S paper's pooled contrast)
+        rq1_tables["rq1_pooled"] = pd.concat([rq1_pooled(acoustic, m, conf, pool_systems=pool) for pool in (False, True)
+                                              for m in measures], ignore_index=True)
+        rq1_tables["rq1_significance_counts"] = rq1_significance_counts(
+            rq1_tables["rq1_contrasts"], rq1_tables["rq1_mixed_models"], 1 - conf)
     pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"))
     for name, df in [*rq1_tables.items(), ("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
                      ("summarize_pronouns", pron), ("summarize_pronouns_by_lang", pron_lang),
@@ -242,6 +248,8 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     for r in pron.itertuples():
         metrics.setdefault(r.system, {})["summarize"] = {"delta_pp": r.delta_pp, "injection_rate": r.injection_rate}
     for r in rq1_tables.get("rq1_pooled", pd.DataFrame()).itertuples():
+        if r.system == "ALL":
+            continue
         key = f"rq1_{r.task_group}_{r.measure}".replace("-", "_")
         metrics.setdefault(r.system, {})[key] = {"pooled_contrast": r.pooled_contrast, "ci_low": r.ci_low,
                                                  "ci_high": r.ci_high, "p_value": r.p_value}

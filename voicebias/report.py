@@ -427,8 +427,14 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
              "readback, Δ composite: p per system and language (RQ1 block of Table 2).", rq1_interaction_table(mixed),
              "rq1_delta_by_cell.png"),
             ("RQ1: pooled stereotype-signed contrast", "Δ(misaligned) − Δ(neutral), signed so that positive means "
-             "toward the stereotype, pooled over languages and input voices; translate (cross-lingual) separately.",
-             rq1_pooled_table(pooled), None),
+             "toward the stereotype, pooled over languages and input voices (system ALL: the whole panel pooled); "
+             "translate (cross-lingual) separately.", rq1_pooled_table(pooled), None),
+            *([("RQ1: how many tests reach p < .05", "Per system and measure: misaligned task-cells (Welch) "
+                "significant and their direction, mixed-model fits with a significant interaction, and with a "
+                "significant stereotype-signed effect toward or away from the stereotype. Without drift about 5 % "
+                "of the tests reach it, in both directions.",
+                read_table(analysis_dir / "rq1_significance_counts.csv"), None)]
+              if (analysis_dir / "rq1_significance_counts.csv").exists() else []),
         ]
     sections = [
         ("Carrier gate (H0)", "Classifier flips against the intended voice gender and content-effect p-values "

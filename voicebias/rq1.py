@@ -55,7 +55,7 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
         contrast = float(mis.mean() - neu.mean())
         rows.append({
             "system": system, "lang": lang, "task": task, "task_group": task_group(task), "voice_gender": voice,
-            "measure": measure, "n_misaligned": len(mis), "n_neutral": len(neu), "delta_misaligned": float(mis.mean()),
+            "measure": measure, "units": units_of(measure), "n_misaligned": len(mis), "n_neutral": len(neu), "delta_misaligned": float(mis.mean()),
             "delta_neutral": float(neu.mean()), "contrast": contrast,
             "signed_contrast": contrast * PREDICTED_SIGN[voice], "t": float(t.statistic) if np.isfinite(t.statistic) else np.nan,
             "p_value": float(t.pvalue) if np.isfinite(t.pvalue) else np.nan, "cohens_d": cohens_d(mis, neu),
@@ -65,7 +65,13 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
 
 MIXED_FORMULA = "y ~ C(pole, Treatment('neutral')) * C(voice_gender)"
 STEREOTYPE_STEP = {"masculine": -1.0, "neutral": 0.0, "feminine": 1.0}
-UNITS = {"delta_composite": "SD", "delta_f0_median_st": "st"}
+UNITS = {"delta_composite": "SD", "delta_f0_median_st": "st", "delta_formant_index": "oct"}
+
+
+def units_of(measure: str) -> str:
+    """Units of a delta measure: st (F0, semitones), SD (composite), oct (formant index, octaves),
+    logit (classifier margin, female minus male), '' when unknown."""
+    return UNITS.get(measure, "logit" if measure.startswith("delta_margin_") else "")
 EFFECTS = ("stereotype_effect", "misaligned_minus_neutral")
 EFFECT_FIELDS = ("est", "se", "df", "ci_low", "ci_high", "p")
 
@@ -162,7 +168,7 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
     zcrit_p = 0.5 + confidence / 2
     for (system, lang, task), g in d.groupby(["system", "lang", "task"]):
         row: dict = {"system": system, "lang": lang, "task": task, "task_group": task_group(task), "measure": measure,
-                     "units": UNITS.get(measure, ""), "n": len(g)}
+                     "units": units_of(measure), "n": len(g)}
         for eff in EFFECTS:
             row.update({f"{eff}_{f}": np.nan for f in EFFECT_FIELDS})
         row.update(chi2_interaction=np.nan, df=2, p_interaction=np.nan, converged=False, warning="")
@@ -222,7 +228,8 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
     return pd.DataFrame(rows)
 
 
-def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95) -> pd.DataFrame:
+def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95,
+               pool_systems: bool = False) -> pd.DataFrame:
     """The pooled stereotype-signed contrast per system and task group, with its CI.
 
     Outputs of the same voiced passage (one per task of the group) are averaged
@@ -232,14 +239,21 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
     the pooled contrast is the mean over cells, its variance the mean of the cell
     variances divided by the number of cells, with Welch-Satterthwaite degrees of
     freedom. Both the misaligned and the neutral passages' spread enter the CI.
+    With `pool_systems` the cells of every system are pooled into one row per task
+    group (system 'ALL'; the S2S paper's panel-wide pooled contrast), each system x
+    language x input voice a cell.
     """
     d = _ok(acoustic, measure).copy()
     d["task_group"] = d["task"].map(task_group)
     per_passage = d.groupby(["system", "task_group", "lang", "voice_gender", "pole", "stimulus_id"])[measure].mean().reset_index()
     rows = []
-    for (system, group), g in per_passage.groupby(["system", "task_group"]):
+    outer = (per_passage.assign(pooled="ALL").groupby(["pooled", "task_group"]) if pool_systems
+             else per_passage.groupby(["system", "task_group"]))
+    cell_keys = ["system", "lang", "voice_gender"] if pool_systems else ["lang", "voice_gender"]
+    for (system, group), g in outer:
         contrasts, variances, dfs_parts, n_units = [], [], [], 0
-        for (lang, voice), c in g.groupby(["lang", "voice_gender"]):
+        for key, c in g.groupby(cell_keys):
+            voice = key[-1]
             mis = c.loc[c["pole"] == MISALIGNED[voice], measure].to_numpy(float)
             neu = c.loc[c["pole"] == "neutral", measure].to_numpy(float)
             if len(mis) < 2 or len(neu) < 2:
@@ -262,4 +276,36 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
                      "n_voiced_passages": n_units, "pooled_contrast": est, "se": float(se), "df": df,
                      "ci_low": est - half, "ci_high": est + half,
                      "p_value": float(2 * stats.t.sf(abs(est / se), df)) if se > 0 else np.nan})
+    return pd.DataFrame(rows)
+
+
+def rq1_significance_counts(contrasts: pd.DataFrame, mixed: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """How many RQ1 tests reach alpha, per system and measure, and in which direction.
+
+    From `rq1_contrasts`: the misaligned task-cells (system x language x task x input
+    voice) tested, how many have Welch p < alpha, and of those how many move toward
+    the stereotype (signed contrast > 0) or away. From `rq1_mixed_models`: the fits,
+    how many have interaction p < alpha, and how many have a stereotype-signed effect
+    with p < alpha toward or away. The S2S paper reports its RQ1 null this way
+    ('4 of 44 closed-model misaligned task-cells, three toward the stereotype';
+    '4/40 fits reach p < .05'); under no drift about alpha of the tests reach it.
+    """
+    rows = []
+    keys = sorted(set(zip(contrasts.get("system", []), contrasts.get("measure", []))) |
+                  set(zip(mixed.get("system", []), mixed.get("measure", []))))
+    for system, measure in keys:
+        c = contrasts[(contrasts["system"] == system) & (contrasts["measure"] == measure)] if len(contrasts) else contrasts
+        m = mixed[(mixed["system"] == system) & (mixed["measure"] == measure)] if len(mixed) else mixed
+        sig = c[c["p_value"] < alpha] if len(c) else c
+        msig = m[m["stereotype_effect_p"] < alpha] if len(m) else m
+        rows.append({
+            "system": system, "measure": measure, "alpha": alpha,
+            "n_cells": int(len(c)), "n_cells_significant": int(len(sig)),
+            "n_cells_toward": int((sig["signed_contrast"] > 0).sum()) if len(sig) else 0,
+            "n_cells_away": int((sig["signed_contrast"] < 0).sum()) if len(sig) else 0,
+            "n_fits": int(m["p_interaction"].notna().sum()) if len(m) else 0,
+            "n_fits_interaction_significant": int((m["p_interaction"] < alpha).sum()) if len(m) else 0,
+            "n_fits_stereotype_toward": int((msig["stereotype_effect_est"] > 0).sum()) if len(msig) else 0,
+            "n_fits_stereotype_away": int((msig["stereotype_effect_est"] < 0).sum()) if len(msig) else 0,
+        })
     return pd.DataFrame(rows)
