@@ -4,12 +4,12 @@ import argparse
 
 from voicebias import config
 from voicebias.acoustic_scoring import run_stage
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    guarded(run_stage, config.load_params(), a.system, config.RESPONSES_DIR, config.INPUT_MEASURES,
+    guarded(run_stage, stage_params("acoustic_scoring"), a.system, config.RESPONSES_DIR, config.INPUT_MEASURES,
             config.MEASURES_DIR / "composite_reference.csv", config.SCORED_DIR / f"{a.system}_acoustics.csv",
             config.ROOT, config.CACHE_DIR / "measures", stage=f"acoustic_scoring {a.system}")

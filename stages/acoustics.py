@@ -2,8 +2,8 @@
 
 from voicebias import config
 from voicebias.acoustics import run_stage
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.STIMULI_MANIFEST, config.INPUT_MEASURES,
+    guarded(run_stage, stage_params("acoustics"), config.STIMULI_MANIFEST, config.INPUT_MEASURES,
             config.MEASURES_DIR / "composite_reference.csv", config.ROOT, stage="acoustics")

@@ -2,10 +2,10 @@
 
 from voicebias import config
 from voicebias.analysis import run_stage
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    params = config.load_params()
+    params = stage_params("analysis")
     systems = params["run"]["systems"]
     paths = [config.scored_table(s) for s in systems]
     acoustic = [config.SCORED_DIR / f"{s}_acoustics.csv" for s in systems]

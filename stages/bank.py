@@ -2,8 +2,8 @@
 
 from voicebias import config
 from voicebias.bank import run_stage
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.BANK_DIR, config.PASSAGES,
+    guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES,
             config.REPORTS / "bank" / "metrics.json", stage="bank")

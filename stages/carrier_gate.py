@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.carrier_gate import run_stage
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.INPUT_MEASURES, config.REPORTS / "carrier_gate", stage="carrier_gate")
+    guarded(run_stage, stage_params("carrier_gate"), config.INPUT_MEASURES, config.REPORTS / "carrier_gate", stage="carrier_gate")

@@ -1,9 +1,9 @@
 """Stage generate: extend the passage bank with a writer model and a judge panel (off by default)."""
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.generate import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.BANK_DIR, config.GENERATED_DIR,
+    guarded(run_stage, stage_params("generate"), config.BANK_DIR, config.GENERATED_DIR,
             config.REPORTS / "generate" / "metrics.json", stage="generate")

@@ -1,9 +1,9 @@
 """Stage phonation: breathy, creaky and end-creak versions of the selected SC stimuli."""
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.phonation import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.SC_STIMULI_DIR / "manifest.csv", config.PHONATION_DIR,
+    guarded(run_stage, stage_params("phonation"), config.SC_STIMULI_DIR / "manifest.csv", config.PHONATION_DIR,
             config.REPORTS / "phonation" / "metrics.json", config.ROOT, stage="phonation")

@@ -1,10 +1,10 @@
 """Stage phonation_check: the manipulation check of the phonation conversion (GE gate)."""
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.phonation_check import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.PHONATION_DIR / "manifest.csv",
+    guarded(run_stage, stage_params("phonation_check"), config.PHONATION_DIR / "manifest.csv",
             config.REPORTS / "phonation", config.REPORTS / "phonation" / "check_metrics.json", config.ROOT,
             stage="phonation_check")

@@ -3,7 +3,7 @@
 import argparse
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.respond import run_stage
 
 if __name__ == "__main__":
@@ -11,7 +11,7 @@ if __name__ == "__main__":
     ap.add_argument("--system", required=True)
     ap.add_argument("--task", required=True)
     a = ap.parse_args()
-    guarded(run_stage, config.load_params(), a.system, a.task, config.STIMULI_MANIFEST, config.PASSAGES,
+    guarded(run_stage, stage_params("respond"), a.system, a.task, config.STIMULI_MANIFEST, config.PASSAGES,
             config.REPORTS / "carrier_gate" / "metrics.json", config.responses_dir(a.system, a.task),
             config.REPORTS / "respond" / f"{a.system}-{a.task}.json", config.CACHE_DIR / "responses", config.ROOT,
             stage=f"respond {a.system}/{a.task}")

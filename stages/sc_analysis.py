@@ -1,11 +1,11 @@
 """Stage sc_analysis: the speech-continuation analyses over all continuation systems."""
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.sc_pipeline import analysis_stage
 
 if __name__ == "__main__":
-    params = config.load_params()
+    params = stage_params("sc_analysis")
     paths = [config.SC_SCORED_DIR / f"{s}.csv" for s in params["run"]["sc_systems"]]
     guarded(analysis_stage, params, paths, config.REPORTS / "phonation" / "measures.csv", config.REPORTS / "sc",
             config.REPORTS / "sc_metrics.json",

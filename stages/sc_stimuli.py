@@ -1,9 +1,9 @@
 """Stage sc_stimuli: voice the speech-continuation prompts (NOP_set, SS_set) with the SC voices."""
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.sc_stimuli import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.SC_STIMULI_DIR,
+    guarded(run_stage, stage_params("sc_stimuli"), config.SC_STIMULI_DIR,
             config.REPORTS / "sc_stimuli" / "metrics.json", config.ROOT, stage="sc_stimuli")

@@ -3,13 +3,13 @@
 import argparse
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.scoring import run_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    params = config.load_params()
+    params = stage_params("scoring")
     guarded(run_stage, a.system, params["tasks"]["names"], config.RESPONSES_DIR, config.scored_table(a.system),
             stage=f"scoring {a.system}")

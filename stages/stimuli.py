@@ -1,8 +1,8 @@
 """Stage stimuli: voice every passage with the configured TTS voices."""
 
 from voicebias import config
-from voicebias.errors import guarded
+from voicebias.errors import guarded, stage_params
 from voicebias.stimuli import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, config.load_params(), config.PASSAGES, config.STIMULI_DIR, config.ROOT, stage="stimuli")
+    guarded(run_stage, stage_params("stimuli"), config.PASSAGES, config.STIMULI_DIR, config.ROOT, stage="stimuli")

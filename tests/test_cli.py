@@ -6,12 +6,14 @@ import pytest
 import yaml
 
 from voicebias import cli, config
+from voicebias.params import validate_params
 from voicebias.profiles import resolve_profile, write_profile
 from voicebias.systems.reference import planted_p_female
 
 
 def test_embedded_profile_is_the_committed_params():
-    assert resolve_profile("embedded") == config.load_params(config.ROOT / "params.yaml")
+    assert (config.ROOT / "params.yaml").read_text() == (config.PROFILES_DIR / "embedded.yaml").read_text()
+    assert validate_params(resolve_profile("embedded")) == config.load_params(config.ROOT / "params.yaml")
 
 
 def test_paper_profile_round_trip(tmp_path):

@@ -339,7 +339,7 @@ def test_get_judge_dispatches_every_backend(tmp_path, monkeypatch):
         get_judge({"backend": "gemini", "api_key_env": GEMINI_KEY_ENV})
     with pytest.raises(ValueError, match="needs 'weights'"):
         get_judge({"backend": "local_transformers"})
-    with pytest.raises(NotImplementedError, match="gemini, local_transformers"):
+    with pytest.raises(ValueError, match="sc_judge.backend: 'claude' is not one of .*'gemini' or 'local_transformers'"):
         get_judge({"backend": "claude"})
 
 

@@ -196,5 +196,5 @@ def test_judge_verdicts_are_cached_and_failures_asked_again(tmp_path):
     second = judge_all(j, df, dims, {"backend": "counting", "max_concurrency": 3}, rubric, tmp_path)
     assert j.calls == 3  # only the failed one was asked again
     assert second == first
-    judge_all(j, df, dims, {"backend": "counting", "model": "another"}, rubric, tmp_path)
+    judge_all(j, df, dims, {"backend": "counting", "model": "another", "max_concurrency": 1}, rubric, tmp_path)
     assert j.calls == 5  # other judge settings: nothing reused

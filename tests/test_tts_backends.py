@@ -200,7 +200,7 @@ def test_kokoro_voice_names_give_language_and_gender(kokoro_folder):
 
 def test_kokoro_voice_in_the_wrong_gender_slot_stops_before_synthesis(kokoro_folder, tmp_path):
     bank = load_bank(config.BANK_DIR, ["es"]).head(1)
-    params = {"backend": "kokoro", "sample_rate": 16000, "target_rms_dbfs": -23.0,
+    params = {"backend": "kokoro", "sample_rate": 16000, "target_rms_dbfs": -23.0, "rate_wpm": 160,
               "options": {"weights": str(kokoro_folder)}, "voices": {"es": {"male": "ef_dora", "female": "em_alex"}}}
     with pytest.raises(ValueError, match="'ef_dora' is a female kokoro voice, configured as male"):
         synthesize_stimuli(bank, params, tmp_path / "audio", tmp_path)

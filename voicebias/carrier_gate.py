@@ -154,7 +154,7 @@ def run_stage(params: dict[str, Any], measures_path: Path, out_dir: Path) -> pd.
     names = [c] if isinstance(c, str) else list(c)
     secondary = [m for m in params["carrier_gate"]["measures"] if m != "composite"]
     table, flips = carrier_gate(inputs, names, float(params["carrier_gate"]["alpha"]), "composite", secondary,
-                                strict=bool(params["carrier_gate"].get("strict", False)))
+                                strict=bool(params["carrier_gate"]["strict"]))
     write_table(out_dir / "gate.csv", table)
     write_table(out_dir / "flips.csv", flips)
     excluded = inputs[inputs["status"] != "ok"]

@@ -32,10 +32,14 @@ def _print(df: pd.DataFrame) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
+    from voicebias.params import validate_params
     from voicebias.preflight import format_checks, preflight
     from voicebias.profiles import resolve_profile
 
-    params = resolve_profile(args.profile) if args.profile else config.load_params()
+    if args.profile:
+        params = validate_params(resolve_profile(args.profile), source=f"profile '{args.profile}'")
+    else:
+        params = config.load_params()
     checks = preflight(params)
     print(format_checks(checks))
     return 0 if all(c.ok for c in checks) else 1

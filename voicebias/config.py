@@ -9,7 +9,6 @@ from typing import Any
 import yaml
 
 
-
 def find_root() -> Path:
     """The project folder: $VOICEBIAS_ROOT, else the nearest folder at or above the
     working directory holding dvc.yaml and params.yaml, else this package's parent."""
@@ -46,6 +45,11 @@ CARDS_DIR = MODELS_DIR / "cards"
 REPORTS = ROOT / "reports"
 PROFILES_DIR = ROOT / "profiles"
 CACHE_DIR = Path(os.environ.get("VOICEBIAS_CACHE", ROOT / ".cache"))
+#: the MLflow store (sqlite database, artifacts, state marker); an output of the tracking stage
+MLFLOW_DIR = ROOT / "mlruns"
+TRACKING_MARKER = MLFLOW_DIR / "pipeline_state.json"
+#: wall-clock facts of each stage run (untracked; see voicebias.runlog)
+RUN_LOG = ROOT / "logs" / "runs.jsonl"
 PARAMS = ROOT / "params.yaml"
 
 
@@ -59,12 +63,16 @@ def scored_table(system: str) -> Path:
 
 
 def load_params(path: Path | str | None = None) -> dict[str, Any]:
-    """Read params.yaml (or another profile file) as a plain dict."""
+    """Read params.yaml (or another profile file), validated against the schema.
+
+    Returns a plain dict with every default filled in (voicebias.params); an unknown
+    key, a wrong type or a missing setting raises ParamsError naming the key path.
+    """
+    from voicebias.params import validate_params
+
     p = Path(path) if path else PARAMS
     if not p.exists():
         raise FileNotFoundError(f"parameter file not found: {p}")
     with open(p, encoding="utf-8") as fh:
-        params = yaml.safe_load(fh)
-    if not isinstance(params, dict):
-        raise ValueError(f"{p} does not hold a mapping of parameter sections")
-    return params
+        raw = yaml.safe_load(fh)
+    return validate_params(raw, source=p.name)

@@ -182,7 +182,7 @@ def speaker_similarity(pairs: pd.DataFrame, embedder: SpeakerEmbedder, reference
 def embedder_from_params(acoustics: dict[str, Any], root: Path | None = None) -> SpeakerEmbedder:
     """The speaker embedder named by `acoustics.speaker_embedding` (weights folder from
     `acoustics.speaker_embedding_weights`, relative to the project root)."""
-    name = acoustics.get("speaker_embedding", "resemblyzer")
+    name = acoustics["speaker_embedding"]
     weights = acoustics.get("speaker_embedding_weights")
     if name == "ecapa":
         w = Path(weights) if weights else None

@@ -19,3 +19,10 @@ def guarded(fn: Callable[..., Any], *args: Any, stage: str = "", **kwargs: Any) 
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"voicebias {stage}: {msg}".rstrip(), file=sys.stderr)
         sys.exit(1)
+
+
+def stage_params(stage: str) -> dict[str, Any]:
+    """params.yaml validated for a stage; a schema problem prints its key paths and exits 1."""
+    from voicebias.config import load_params
+
+    return guarded(load_params, stage=stage)

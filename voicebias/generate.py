@@ -249,7 +249,7 @@ BACKENDS: dict[str, type[ChatBackend]] = {
 
 def make_chat(spec: dict[str, Any]) -> ChatBackend:
     """A backend from a params entry: {backend: openai|gemini|transformers, model/path, ...}."""
-    spec = dict(spec)
+    spec = {k: v for k, v in spec.items() if v is not None}  # unset: the backend's own default
     kind = spec.pop("backend", None)
     spec.pop("name", None)
     spec.pop("temperature", None)
@@ -400,12 +400,12 @@ def _candidate_id(lang: str, theme: str, sample: int) -> str:
 def generate_candidates(seeds: pd.DataFrame, writer: CachedChat, cfg: dict[str, Any], windows: dict[str, list[int]],
                         base_seed: int) -> pd.DataFrame:
     rows = []
-    n = int(cfg.get("candidates_per_seed", 3))
-    temp = float(cfg.get("writer", {}).get("temperature", 0.9))
+    n = int(cfg["candidates_per_seed"])
+    temp = float(cfg["writer"]["temperature"] if cfg["writer"]["temperature"] is not None else 0.9)
     jobs = [(s, k) for s in seeds.to_dict("records") for k in range(n)]
     for s, k in tqdm(jobs, desc="writing candidates"):
         lang = s["lang"]
-        reply = writer.complete(writer_messages(s, lang, windows[lang]), temp, int(cfg.get("max_tokens", 800)),
+        reply = writer.complete(writer_messages(s, lang, windows[lang]), temp, int(cfg["max_tokens"]),
                                 seed=base_seed + k)
         obj = parse_json_reply(reply) or {}
         text = str(obj.get("text") or "").strip()
@@ -432,7 +432,7 @@ def rate_candidates(cands: pd.DataFrame, judges: list[tuple[str, CachedChat]], c
     todo = cands[cands["status"] == "lint_passed"]
     jobs = [(c, name, j) for c in todo.itertuples(index=False) for name, j in judges]
     for c, name, judge in tqdm(jobs, desc="panel ratings"):
-        reply = judge.complete(judge_messages(c.text, c.lang), 0.0, int(cfg.get("judge_max_tokens", 300)), seed=0)
+        reply = judge.complete(judge_messages(c.text, c.lang), 0.0, int(cfg["judge_max_tokens"]), seed=0)
         r = parse_rating(reply)
         rows.append({"candidate_id": c.candidate_id, "judge": name, "model": judge.backend.describe(), **r})
     return pd.DataFrame(rows, columns=RATING_COLUMNS)
@@ -452,13 +452,13 @@ def select_passages(cands: pd.DataFrame, ratings: pd.DataFrame, cfg: dict[str, A
     ).reset_index()
     df = cands.merge(agg, on="candidate_id")
     df["intensity"] = [round(intensity(p, c), 4) for p, c in zip(df["pole"], df["mean_coding"])]
-    min_judges = int(cfg.get("min_judges", math.ceil(n_judges / 2)))
+    min_judges = int(cfg["min_judges"] or math.ceil(n_judges / 2))
     keep = (df["n_judges"] >= min_judges) & (df["pole_agreement"] > 0.5) & ~df["any_cue"] \
-        & (df["mean_naturalness"] >= float(cfg.get("min_naturalness", 3.5)))
+        & (df["mean_naturalness"] >= float(cfg["min_naturalness"]))
     df = df[keep].sort_values(["lang", "pole", "intensity", "mean_naturalness", "candidate_id"],
                               ascending=[True, True, False, False, True])
     df = df.drop_duplicates(["lang", "theme"])  # best candidate per theme
-    top = df.groupby(["lang", "pole"], sort=False).head(int(cfg.get("per_cell", 10))).copy()
+    top = df.groupby(["lang", "pole"], sort=False).head(int(cfg["per_cell"])).copy()
     top["passage_id"] = [f"{l}-{p}-g{i:02d}" for (l, p), grp in top.groupby(["lang", "pole"], sort=False)
                          for i in range(1, len(grp) + 1)]
     return top[SELECTION_COLUMNS].reset_index(drop=True)
@@ -485,7 +485,9 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
     from voicebias.config import CACHE_DIR
     from voicebias.io import write_json, write_table
 
-    cfg = params.get("generate") or {}
+    from voicebias.params import Generate, validate_section
+
+    cfg = validate_section(Generate, params.get("generate"), "generate")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("candidates.csv", "ratings.csv", "selection.csv"):
@@ -520,7 +522,7 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
         old.unlink()
     for lang, text in selection_yaml(selection, cands, panel).items():
         (sel_dir / f"{lang}.yaml").write_text(text, encoding="utf-8")
-    per_cell = int(cfg.get("per_cell", 10))
+    per_cell = int(cfg["per_cell"])
     counts = selection.groupby(["lang", "pole"]).size()
     short = {f"{l}_{p}": int(counts.get((l, p), 0)) for l in languages for p in POLES if counts.get((l, p), 0) < per_cell}
     status = {
@@ -543,9 +545,9 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
 def main(argv: list[str] | None = None) -> int:
     """`python -m voicebias.generate`: run the stage with the active params.yaml."""
     from voicebias import config
-    from voicebias.errors import guarded
+    from voicebias.errors import guarded, stage_params
 
-    guarded(run_stage, config.load_params(), config.BANK_DIR, config.DATA / "generated",
+    guarded(run_stage, stage_params("generate"), config.BANK_DIR, config.DATA / "generated",
             config.REPORTS / "generate" / "metrics.json", stage="generate")
     return 0
 

@@ -405,27 +405,26 @@ BACKENDS = ("lexical_heuristic", "openai_compatible", "gemini", "local_transform
 
 
 def get_judge(params: dict[str, Any]):
-    """The judge named by `params['backend']` (default lexical_heuristic), configured from `params`."""
-    backend = params.get("backend", "lexical_heuristic")
+    """The judge named by `params['backend']`, configured from the `sc_judge` section (voicebias.params)."""
+    from voicebias.params import SCJudge, validate_section
+
+    params = validate_section(SCJudge, params, "sc_judge")
+    backend = params["backend"]
     if backend == "lexical_heuristic":
         return LexicalHeuristicJudge()
     if backend == "openai_compatible":
-        return OpenAICompatibleJudge(params["base_url"], params["model"], params.get("api_key_env", "OPENAI_API_KEY"),
-                                     int(params.get("max_attempts", 3)))
+        return OpenAICompatibleJudge(_required(params, "base_url", backend, "the endpoint's URL"),
+                                     _required(params, "model", backend, "the served model name"),
+                                     params["api_key_env"] or "OPENAI_API_KEY", params["max_attempts"])
     if backend == "gemini":
         return GeminiJudge(
             _required(params, "model", backend, "a pinned Gemini model name, e.g. gemini-2.5-flash"),
-            base_url=params.get("base_url") or "https://generativelanguage.googleapis.com",
-            api_key_env=params.get("api_key_env") or "GEMINI_API_KEY",
-            max_attempts=int(params.get("max_attempts", 3)),
-            max_output_tokens=int(params.get("max_output_tokens", 2048)),
-            timeout_s=float(params.get("timeout_s", 60.0)),
-            max_retries=int(params.get("max_retries", 4)),
-            retry_wait_s=float(params.get("retry_wait_s", 2.0)))
+            base_url=params["base_url"] or "https://generativelanguage.googleapis.com",
+            api_key_env=params["api_key_env"] or "GEMINI_API_KEY",
+            max_attempts=params["max_attempts"], max_output_tokens=params["max_output_tokens"],
+            timeout_s=params["timeout_s"], max_retries=params["max_retries"], retry_wait_s=params["retry_wait_s"])
     if backend == "local_transformers":
         return LocalTransformersJudge(
             _required(params, "weights", backend, "the local instruct model's folder"),
-            device=str(params.get("device", "cpu")),
-            max_new_tokens=int(params.get("max_new_tokens", 512)),
-            max_attempts=int(params.get("max_attempts", 3)))
+            device=params["device"], max_new_tokens=params["max_new_tokens"], max_attempts=params["max_attempts"])
     raise NotImplementedError(f"judge backend '{backend}' is not available; use one of {', '.join(BACKENDS)}")

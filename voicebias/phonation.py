@@ -286,12 +286,12 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
     from voicebias.io import read_table, write_json, write_table
 
     ph = params["phonation"]
-    conditions = list(ph.get("conditions", CONDITIONS))
+    conditions = list(ph["conditions"])
     bad = [c for c in conditions if c not in CONDITIONS]
     if bad or "modal" not in conditions:
         raise ValueError(f"phonation.conditions must include 'modal' and only {list(CONDITIONS)}; got {conditions}")
     presets = presets_from_params(ph)
-    backend = ph.get("backend", "parametric")
+    backend = ph["backend"]
     if backend not in ("parametric", "vqvc"):
         raise ValueError(f"phonation.backend must be 'parametric' or 'vqvc', not '{backend}'")
     sc = read_table(sc_manifest_path)

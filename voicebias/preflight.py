@@ -48,7 +48,7 @@ def _requirements(component: str, req: dict[str, Any], root: Path, has_gpu: bool
     if req.get("gpu"):
         checks.append(Check(component, has_gpu, "CUDA GPU found" if has_gpu else "needs a CUDA GPU; none is visible to PyTorch"))
     for key, what in (("checkout", "external repository checkout"), ("weights", "model weights")):
-        if key in req:
+        if req.get(key):
             path = root / req[key]
             checks.append(Check(component, path.exists(), f"{what} at {req[key]}" + ("" if path.exists() else " is missing")))
     return checks
@@ -80,7 +80,7 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     if emb:
         checks += _requirements("speaker_embedding", {"weights": emb}, root, has_gpu)
     ph = params.get("phonation") or {}
-    if ph.get("backend", "parametric") == "vqvc":
+    if ph["backend"] == "vqvc":
         from voicebias import vqvc
 
         try:
@@ -94,13 +94,13 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     else:
         checks.append(Check("phonation:parametric", True, "embedded converter available offline"))
     judge = params.get("sc_judge") or {}
-    jb = judge.get("backend", "lexical_heuristic")
+    jb = judge["backend"]
     if jb == "openai_compatible":
-        checks += _requirements(f"sc_judge:{jb}", {"env": [judge.get("api_key_env", "OPENAI_API_KEY")]}, root, has_gpu)
+        checks += _requirements(f"sc_judge:{jb}", {"env": [judge["api_key_env"] or "OPENAI_API_KEY"]}, root, has_gpu)
     elif jb == "gemini":
-        checks += _requirements(f"sc_judge:{jb}", {"env": [judge.get("api_key_env", "GEMINI_API_KEY")]}, root, has_gpu)
+        checks += _requirements(f"sc_judge:{jb}", {"env": [judge["api_key_env"] or "GEMINI_API_KEY"]}, root, has_gpu)
     elif jb == "local_transformers":
-        checks += _requirements(f"sc_judge:{jb}", {"weights": judge.get("weights", "")}, root, has_gpu)
+        checks += _requirements(f"sc_judge:{jb}", {"weights": judge["weights"] or ""}, root, has_gpu)
     else:
         checks.append(Check(f"sc_judge:{jb}", True, "offline judge available"))
     for system in list(params["run"]["systems"]) + list(params["run"].get("sc_systems") or []):

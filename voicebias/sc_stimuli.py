@@ -259,22 +259,24 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
     under out_dir, and the stage metrics."""
     from voicebias.io import write_json, write_table
 
-    sc = params["sc_stimuli"]
+    from voicebias.params import SCStimuli, validate_section
+
+    sc = validate_section(SCStimuli, params["sc_stimuli"], "sc_stimuli")
     nop = load_nop_set(Path(root) / sc["nop_set"])
-    validate_nop_set(nop, int(sc.get("nop_categories", 15)), int(sc.get("nop_per_category", 10)))
+    validate_nop_set(nop, int(sc["nop_categories"]), int(sc["nop_per_category"]))
     prompts = [nop]
     ss_cfg = sc.get("ss_set") or {}
     clips = None
     if ss_cfg.get("enabled"):
         ss_root = Path(ss_cfg["root"])
-        clips = load_ss_set(ss_root if ss_root.is_absolute() else Path(root) / ss_root, ss_cfg.get("subset", "gender"),
-                            float(ss_cfg.get("min_duration_s", 3.0)))
+        clips = load_ss_set(ss_root if ss_root.is_absolute() else Path(root) / ss_root, ss_cfg["subset"],
+                            float(ss_cfg["min_duration_s"]))
         if clips.empty:
             raise ValueError(f"no Spoken StereoSet clip is longer than {ss_cfg.get('min_duration_s', 3.0)} s")
         prompts.append(ss_prompts(clips))
     table = pd.concat(prompts, ignore_index=True)
     audio_dir = Path(out_dir) / "audio"
-    voicing = ss_cfg.get("voicing", "sc_voices")
+    voicing = ss_cfg["voicing"]
     if voicing not in ("sc_voices", "original"):
         raise ValueError(f"sc_stimuli.ss_set.voicing must be 'sc_voices' or 'original', not '{voicing}'")
     to_voice = table if voicing == "sc_voices" else table[table["prompt_set"] == "nop"]

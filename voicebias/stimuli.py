@@ -42,7 +42,7 @@ def make_backend(tts_params: dict[str, Any], root: Path) -> TTSBackend:
     for key in _PATH_OPTIONS:
         if key in options and not Path(options[key]).is_absolute():
             options[key] = str(Path(root) / options[key])
-    return get_backend(tts_params["backend"], rate_wpm=tts_params.get("rate_wpm", 160), **options)
+    return get_backend(tts_params["backend"], rate_wpm=tts_params["rate_wpm"], **options)
 
 
 def check_voice_gender(backend: TTSBackend, voice: str, gender: str, where: str) -> None:

@@ -93,7 +93,10 @@ def build_system(name: str, params: dict[str, Any], cards_dir: Path = CARDS_DIR,
     `context` (stimulus table, passages, repository root, ...) is handed to the
     adapter's constructor where it declares the argument; adapters ignore the rest.
     """
+    from voicebias.params import validate_system
+
     card = load_card(name, cards_dir)
+    params = validate_system(name, card["adapter"], params)
     try:
         cls = adapter_class(card["adapter"])
     except NotImplementedError as exc:

@@ -72,7 +72,7 @@ class GeminiLiveSystem(S2SSystem):
         self.model = str(params.get("model") or card.get("checkpoint") or "")
         if not self.model:
             raise ValueError(f"system '{name}': no model name (params 'model' or the card's 'checkpoint')")
-        self.timeout_s = float(params.get("timeout_s", 120.0))
+        self.timeout_s = float(params.get("timeout_s") or 120.0)
         base_url = params.get("base_url") or card.get("base_url")
         http_options = types.HttpOptions(base_url=base_url) if base_url else None
         self.client = genai.Client(api_key=key, http_options=http_options)

@@ -90,13 +90,13 @@ class OpenAIAudioSystem(S2SSystem):
         self.model = str(params.get("model") or card.get("checkpoint") or "")
         if not self.model:
             raise ValueError(f"system '{name}': no model name (params 'model' or the card's 'checkpoint')")
-        self.audio_format = str(params.get("audio_format", "wav"))
+        self.audio_format = str(params["audio_format"])
         if self.audio_format not in ("wav", "pcm16"):
             raise ValueError(f"system '{name}': audio_format must be 'wav' or 'pcm16', got {self.audio_format!r}")
-        self.prompt_role = str(params.get("prompt_role", "system"))
+        self.prompt_role = str(params["prompt_role"])
         if self.prompt_role not in ("system", "user"):
             raise ValueError(f"system '{name}': prompt_role must be 'system' or 'user', got {self.prompt_role!r}")
-        self.timeout_s = float(params.get("timeout_s", 120.0))
+        self.timeout_s = float(params.get("timeout_s") or 120.0)
         self.base_url = self._base_url()
         key = self._api_key(root)
         self._secrets = [key]

@@ -104,7 +104,7 @@ class QwenOmniSystem(S2SSystem):
             raise ValueError(f"system '{name}': no weights folder (params 'weights' or card requires.weights)")
         self.weights = resolve_path(weights, root)
         self.config = check_weights(self.weights, name)
-        self.device = str(params.get("device", "cuda"))
+        self.device = str(params["device"])
         if self.device.startswith("cuda"):
             import torch
 
@@ -146,7 +146,7 @@ class QwenOmniSystem(S2SSystem):
     def generate_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of model.generate besides the inputs (from the params)."""
         gen: dict[str, Any] = {"speaker": self.speaker, "generation_mode": "audio", "use_audio_in_video": False,
-                               "thinker_max_new_tokens": int(self.params.get("thinker_max_new_tokens", 512))}
+                               "thinker_max_new_tokens": int(self.params["thinker_max_new_tokens"])}
         if self.params.get("temperature") is not None:
             temperature = float(self.params["temperature"])
             gen["thinker_do_sample"] = temperature > 0

@@ -50,9 +50,9 @@ RULES = ("voice", "content", "mixed")
 
 def planted_p_female(params: dict[str, Any], pole: str, voice_gender: str) -> float:
     """The planted probability that the system calls this speaker female."""
-    e = float(params.get("error_rate", 0.0))
+    e = float(params["error_rate"])
     p_voice = 1 - e if voice_gender == "female" else e
-    p_content = {"masculine": e, "neutral": float(params.get("neutral_p_female", 0.5)), "feminine": 1 - e}[pole]
+    p_content = {"masculine": e, "neutral": float(params["neutral_p_female"]), "feminine": 1 - e}[pole]
     rule = params["rule"]
     if rule == "voice":
         return p_voice
@@ -93,12 +93,12 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
         ("aligned" if (r.pole == "feminine") == (r.voice_gender == "female") else "misaligned")
         for r in misg.itertuples()
     ]
-    nc = float(params.get("noncompliance_rate", 0.0))
+    nc = float(params["noncompliance_rate"])
     truth["misgender_rate"] = misg.groupby("cell_type")["p_wrong"].mean().to_dict()
     truth["noncompliance_rate"] = nc
-    truth["error_rate"] = float(params.get("error_rate", 0.0))
+    truth["error_rate"] = float(params["error_rate"])
     truth["content_weight"] = float(params["content_weight"]) if params["rule"] == "mixed" else None
-    truth["drift_st"] = float(params.get("drift_st", 0.0))
+    truth["drift_st"] = float(params["drift_st"])
     return truth
 
 
@@ -126,7 +126,7 @@ class ReferenceSystem(S2SSystem):
     def _judge(self, stim: pd.Series, request: S2SRequest) -> str | None:
         """'male'/'female', or None for a non-compliant answer."""
         rng = _rng(request.seed, self.name, request.stimulus_id, request.task)
-        if rng.random() < float(self.params.get("noncompliance_rate", 0.0)):
+        if rng.random() < float(self.params["noncompliance_rate"]):
             return None
         p = planted_p_female(self.params, stim["pole"], stim["voice_gender"])
         return "female" if rng.random() < p else "male"
@@ -163,7 +163,7 @@ class ReferenceSystem(S2SSystem):
 
 def planted_drift_st(params: dict[str, Any], pole: str) -> float:
     """Planted output-voice shift in semitones: +drift for feminine, -drift for masculine content."""
-    drift = float(params.get("drift_st", 0.0))
+    drift = float(params["drift_st"])
     return {"feminine": drift, "masculine": -drift, "neutral": 0.0}[pole] if drift else 0.0
 
 

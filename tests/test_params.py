@@ -1,0 +1,111 @@
+"""params.yaml is validated once, with the key path in every message, and defaults live in the schema."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from voicebias import config
+from voicebias.params import ParamsError, validate_params
+from voicebias.profiles import resolve_profile
+
+EMBEDDED = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
+
+
+def problems(raw) -> str:
+    with pytest.raises(ParamsError) as info:
+        validate_params(raw)
+    return str(info.value)
+
+
+def test_committed_profiles_validate():
+    assert (config.ROOT / "params.yaml").read_bytes() == (config.PROFILES_DIR / "embedded.yaml").read_bytes()
+    embedded = validate_params(EMBEDDED)
+    paper = validate_params(resolve_profile("paper"))
+    assert embedded["systems"]["mixed"]["content_weight"] == 0.5
+    assert paper["sc_judge"]["backend"] == "gemini" and paper["phonation"]["backend"] == "vqvc"
+
+
+def test_a_misspelt_key_is_refused_with_its_path_and_the_likely_key():
+    raw = copy.deepcopy(EMBEDDED)
+    raw["systems"]["mixed"]["content_wieght"] = 0.9
+    msg = problems(raw)
+    assert "systems.mixed.content_wieght: unknown key; did you mean content_weight?" in msg
+
+
+def test_a_wrong_type_is_refused_with_its_path():
+    raw = copy.deepcopy(EMBEDDED)
+    raw["systems"]["voice_faithful"]["error_rate"] = "high"
+    raw["acoustics"]["time_step"] = "fast"
+    msg = problems(raw)
+    assert "systems.voice_faithful.error_rate: expected a number, got 'high'" in msg
+    assert "acoustics.time_step: expected a number, got 'fast'" in msg
+
+
+def test_out_of_range_values_and_unknown_choices_are_refused():
+    raw = copy.deepcopy(EMBEDDED)
+    raw["systems"]["content_driven"]["error_rate"] = 1.5
+    raw["phonation"]["backend"] = "vqvs"
+    raw["base"]["languages"] = ["en", "fr"]
+    msg = problems(raw)
+    assert "systems.content_driven.error_rate:" in msg and "less than or equal to 1" in msg
+    assert "phonation.backend: 'vqvs' is not one of" in msg
+    assert "base.languages.1: 'fr' is not one of" in msg
+
+
+def test_every_problem_is_listed_at_once_and_sections_are_required():
+    raw = copy.deepcopy(EMBEDDED)
+    del raw["carrier_gate"]["measures"]
+    raw["tts"]["sample_rat"] = 16000
+    raw["run"]["systems"].append("ghost")
+    msg = problems(raw)
+    assert "carrier_gate.measures: required setting is missing" in msg
+    assert "tts.sample_rat: unknown key; did you mean sample_rate?" in msg
+    assert "run.systems: 'ghost' has no section systems.ghost" in msg
+    assert msg.startswith("params.yaml: 3 problem(s)")
+
+
+def test_a_mixed_system_without_its_weight_is_refused():
+    raw = copy.deepcopy(EMBEDDED)
+    del raw["systems"]["mixed"]["content_weight"]
+    assert "rule 'mixed' needs content_weight" in problems(raw)
+
+
+def test_defaults_come_from_the_schema():
+    raw = copy.deepcopy(EMBEDDED)
+    del raw["sc_judge"]
+    del raw["systems"]["voice_faithful"]["noncompliance_rate"]
+    params = validate_params(raw)
+    assert params["sc_judge"]["backend"] == "lexical_heuristic" and params["sc_judge"]["max_concurrency"] == 1
+    assert params["systems"]["voice_faithful"]["noncompliance_rate"] == 0.0
+    # optional settings left unset stay absent, so they never enter a system's cache key
+    assert "content_weight" not in params["systems"]["voice_faithful"]
+
+
+def test_a_system_is_checked_against_its_adapter(tmp_path):
+    raw = copy.deepcopy(EMBEDDED)
+    raw["systems"]["drifting"]["speaker"] = "Chelsie"  # a Qwen-Omni setting, not a reference system's
+    assert "systems.drifting.speaker: unknown key" in problems(raw)
+
+
+@pytest.mark.parametrize("mutation, expected", [
+    ({"content_wieght": 0.9}, "systems.mixed.content_wieght: unknown key; did you mean content_weight?"),
+    ({"error_rate": "high"}, "systems.mixed.error_rate: expected a number, got 'high'"),
+])
+def test_preflight_stops_on_a_bad_key(tmp_path, mutation, expected):
+    raw = copy.deepcopy(EMBEDDED)
+    raw["systems"]["mixed"].update(mutation)
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    (root / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
+    (root / "models").symlink_to(config.ROOT / "models")
+    env = {"PATH": f"{config.ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "VOICEBIAS_ROOT": str(root)}
+    res = subprocess.run([sys.executable, "-m", "voicebias.cli", "preflight"], cwd=root, env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 1
+    assert expected in res.stderr and "Traceback" not in res.stderr

@@ -1,0 +1,520 @@
+"""The schema of params.yaml: one class per section, unknown keys refused, defaults stated once.
+
+`validate_params(raw)` checks a parameter mapping (params.yaml or a resolved profile)
+and returns it as a plain dict with every default filled in. An unknown key or a
+wrong type stops with the full key path, e.g.::
+
+    systems.mixed.content_wieght: unknown key; did you mean content_weight?
+    systems.voice_faithful.error_rate: expected a number, got 'high'
+
+Every stage and CLI command reads parameters through `voicebias.config.load_params`,
+which calls this, so a typo never silently falls back to a default.
+
+System sections are checked against the adapter their card names
+(`models/cards/<system>.yaml`), since each adapter takes its own settings.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Lang = Literal["en", "es", "zh"]
+Pole = Literal["masculine", "neutral", "feminine"]
+Gender = Literal["male", "female"]
+Condition = Literal["modal", "breathy", "creaky", "endcreak"]
+Prob = Annotated[float, Field(ge=0.0, le=1.0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class Section(BaseModel):
+    """A params.yaml mapping: unknown keys are errors, values are checked by type."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# ---------------------------------------------------------------- shared pieces
+
+class Requirements(Section):
+    """What a backend needs on this machine (read by `voicebias preflight`)."""
+
+    env: list[str] = []
+    weights: str | None = None
+    checkout: str | None = None
+    gpu: bool = False
+
+
+class Retry(Section):
+    """Exponential backoff for transient failures (s)."""
+
+    max_attempts: PositiveInt = 4
+    base_delay_s: Annotated[float, Field(ge=0.0)] = 1.0
+    max_delay_s: Annotated[float, Field(ge=0.0)] = 30.0
+
+
+class ASR(Section):
+    """A local Whisper folder transcribing outputs that come without text."""
+
+    model: str
+    device: str = "cpu"
+    max_new_tokens: PositiveInt = 200
+    beams: PositiveInt = 1
+
+
+class LLMEndpoint(Section):
+    """A writer or judge model of the bank extension (voicebias.generate.BACKENDS); unset keys
+    take the backend's own defaults."""
+
+    name: str | None = None
+    backend: Literal["openai", "gemini", "transformers"] = "openai"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    path: str | None = None
+    device: str | None = None
+    temperature: float | None = None
+    timeout_s: Annotated[float, Field(gt=0.0)] | None = None
+    max_retries: Annotated[int, Field(ge=0)] | None = None
+    retry_wait_s: Annotated[float, Field(ge=0.0)] | None = None
+    json_mode: bool | None = None
+
+
+# ---------------------------------------------------------------- sections
+
+class Base(Section):
+    profile: str
+    seed: int
+    languages: list[Lang]
+    poles: list[Pole]
+
+
+class Bank(Section):
+    dir: str = "data/bank"
+    length_window: dict[Lang, tuple[int, int]]
+
+
+class GenderVoices(Section):
+    male: str
+    female: str
+
+
+class TTS(Section):
+    backend: Literal["espeak", "kokoro", "azure"] = "espeak"
+    sample_rate: PositiveInt = 16000
+    target_rms_dbfs: float = -23.0
+    voices: dict[Lang, GenderVoices]
+    rate_wpm: PositiveInt = 160
+    options: dict[str, Any] = {}
+    requires: Requirements = Requirements()
+
+
+class SSSet(Section):
+    enabled: bool = False
+    root: str = "data/external/spoken_stereoset"
+    subset: str = "gender"
+    min_duration_s: Annotated[float, Field(ge=0.0)] = 3.0
+    voicing: Literal["sc_voices", "original"] = "sc_voices"
+
+
+class SCVoices(Section):
+    male: list[str]
+    female: list[str]
+
+
+class SCStimuli(Section):
+    nop_set: str = "data/nop_set/nop_set.yaml"
+    nop_categories: PositiveInt = 15
+    nop_per_category: PositiveInt = 10
+    backend: Literal["espeak", "kokoro", "azure"] = "espeak"
+    rate_wpm: PositiveInt = 130
+    sample_rate: PositiveInt = 16000
+    target_rms_dbfs: float = -23.0
+    voices: SCVoices
+    ss_set: SSSet = SSSet()
+    options: dict[str, Any] = {}
+    requires: Requirements = Requirements()
+
+
+class Preset(Section):
+    """A phonation preset in SD units per 20 ms frame (VoiceQualityVC features)."""
+
+    shape: Literal["constant", "ramp"] = "constant"
+    start: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    targets: dict[Literal["creak", "cpps", "h1_h2", "pitch", "h1_a3", "pitch_var"], float] = {}
+
+
+class Parametric(Section):
+    """Physical size of one SD unit in the parametric phonation converter."""
+
+    creak_semitones_per_sd: float = 0.8
+    jitter_per_sd: float = 0.01
+    jitter_per_cpps_sd: float = 0.005
+    max_jitter: float = 0.03
+    alternation_per_sd: float = 0.1
+    tilt_db_per_octave_per_sd: float = 1.0
+    tilt_reference_hz: float = 50.0
+    tilt_max_hz: float = 600.0
+    shelf_db_per_sd: float = 1.0
+    shelf_hz: float = 2000.0
+    aspiration_per_sd: float = 0.05
+
+
+class VQVC(Section):
+    """The user's VoiceQualityVC checkout and checkpoints (run in its own environment)."""
+
+    repo: str = "external/VQVC"
+    python: str | None = None
+    checkpoint: str = "models/vqvc/G_VQVC.pth"
+    wavlm: str = "models/vqvc/WavLM-Large.pt"
+    speaker_encoder: str = "models/vqvc/pretrained_bak_5805000.pt"
+    config: str = "configs/freevc.json"
+    device: str = "auto"
+    baseline: dict[str, float] = {}
+    seed: int = 0
+    load_timeout_s: Annotated[float, Field(gt=0.0)] = 900.0
+    item_timeout_s: Annotated[float, Field(gt=0.0)] = 120.0
+
+
+class Phonation(Section):
+    backend: Literal["parametric", "vqvc"] = "parametric"
+    conditions: list[Condition] = ["modal", "breathy", "creaky", "endcreak"]
+    prompts_per_category: PositiveInt | None = None
+    max_prompts: PositiveInt | None = None
+    presets: dict[Condition, Preset]
+    parametric: Parametric = Parametric()
+    vqvc: VQVC | None = None
+
+
+class Generate(Section):
+    enabled: bool = False
+    languages: list[Lang] = ["en", "es", "zh"]
+    candidates_per_seed: PositiveInt = 3
+    per_cell: PositiveInt = 10
+    min_judges: PositiveInt | None = None
+    min_naturalness: float = 3.5
+    #: a YAML file of extra seeds (bank format) besides the bank's own themes
+    seeds: str | None = None
+    cache_dir: str | None = None
+    max_tokens: PositiveInt = 800
+    judge_max_tokens: PositiveInt = 300
+    writer: LLMEndpoint
+    judges: list[LLMEndpoint]
+
+
+class Acoustics(Section):
+    pitch_range: dict[Gender, tuple[float, float]]
+    time_step: Annotated[float, Field(gt=0.0)] = 0.01
+    formant_method: Literal["dap", "burg"] = "dap"
+    max_formant: dict[Gender, float]
+    neutral_pitch_range: tuple[float, float] = (60.0, 500.0)
+    neutral_max_formant: Annotated[float, Field(gt=0.0)] = 5500.0
+    octave_check_st: Annotated[float, Field(ge=0.0, lt=6.0)] = 2.0
+    classifier: str | list[str] = "acoustic_norms"
+    classifier_weights: dict[str, str] = {}
+    classifier_batch_size: PositiveInt | None = None
+    bandwidths: Literal["hawks_miller", "measured"] = "hawks_miller"
+    cpps_time_step: Annotated[float, Field(gt=0.0)] = 0.002
+    max_duration_s: Annotated[float, Field(gt=0.0)] = 600.0
+    max_clipped_fraction: Prob = 0.001
+    silence_dbfs: float = -60.0
+    speaker_embedding: Literal["resemblyzer", "ecapa"] = "resemblyzer"
+    speaker_embedding_weights: str | None = None
+
+
+class CarrierGate(Section):
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
+    strict: bool = False
+    measures: list[str]
+
+
+class Run(Section):
+    systems: list[str]
+    sc_systems: list[str] = []
+
+
+class SCJudge(Section):
+    backend: Literal["lexical_heuristic", "openai_compatible", "gemini", "local_transformers"] = "lexical_heuristic"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    weights: str | None = None
+    device: str = "cpu"
+    max_concurrency: PositiveInt = 1
+    max_attempts: PositiveInt = 3
+    max_output_tokens: PositiveInt = 2048
+    max_new_tokens: PositiveInt = 512
+    timeout_s: Annotated[float, Field(gt=0.0)] = 60.0
+    max_retries: Annotated[int, Field(ge=0)] = 4
+    retry_wait_s: Annotated[float, Field(ge=0.0)] = 2.0
+
+
+class Tasks(Section):
+    names: list[Literal["readback", "paraphrase", "summarize", "translate", "describe"]]
+
+
+class Analyze(Section):
+    confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95
+
+
+class Tracking(Section):
+    tracking_uri: str = "sqlite:///mlruns/mlflow.db"
+    experiment: str = "voicebias"
+
+
+# ---------------------------------------------------------------- systems, by adapter
+
+class SystemParams(Section):
+    """Settings every adapter takes: how the runner calls it (left out of the cache key)."""
+
+    max_concurrency: PositiveInt | None = None
+    batch_size: PositiveInt | None = None
+    timeout_s: Annotated[float, Field(gt=0.0)] | None = None
+    retry: Retry | None = None
+    asr: ASR | str | None = None
+
+
+class ReferenceParams(SystemParams):
+    """Planted-truth speech-to-speech system (voicebias.systems.reference)."""
+
+    rule: Literal["voice", "content", "mixed"]
+    error_rate: Prob = 0.0
+    noncompliance_rate: Prob = 0.0
+    neutral_p_female: Prob = 0.5
+    content_weight: Prob | None = None
+    drift_st: float = 0.0
+
+    @model_validator(mode="after")
+    def _mixed_needs_weight(self) -> "ReferenceParams":
+        if self.rule == "mixed" and self.content_weight is None:
+            raise ValueError("rule 'mixed' needs content_weight (probability of following the content)")
+        return self
+
+
+class ReferenceContinuationParams(SystemParams):
+    """Planted-truth continuation system (voicebias.systems.reference_continuation)."""
+
+    regularisation: dict[Gender, Prob]
+    passive_rate: dict[Gender, Prob]
+    continuation_s: Annotated[float, Field(gt=0.0)] = 6.0
+
+
+class APIParams(SystemParams):
+    """OpenAI audio, OpenAI-compatible endpoints and Gemini Live."""
+
+    model: str | None = None
+    voice: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: PositiveInt | None = None
+    max_completion_tokens: PositiveInt | None = None
+    audio_format: str = "wav"
+    prompt_role: Literal["system", "user", "developer"] = "system"
+    send_seed: bool = False
+    seed_in_config: bool = False
+    extra_body: dict[str, Any] | None = None
+
+
+class QwenOmniParams(SystemParams):
+    """Qwen2.5-Omni through transformers (local weights)."""
+
+    weights: str | None = None
+    device: str = "cuda"
+    speaker: str | None = None
+    voice: str | None = None
+    temperature: float | None = None
+    thinker_max_new_tokens: PositiveInt = 512
+    talker_max_new_tokens: PositiveInt | None = None
+    talker_do_sample: bool | None = None
+
+
+class RepositoryParams(SystemParams):
+    """A model run from the user's checkout of its repository, in its own environment."""
+
+    python: str | None = None
+    checkout: str | None = None
+    weights: str | None = None
+    device: str = "cuda"
+    command: str | list[str] | None = None
+    startup_timeout_s: Annotated[float, Field(gt=0.0)] = 1800.0
+    text_stream: bool | None = None
+    variant: str | None = None
+    voice: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: PositiveInt | None = None
+    continuation_s: Annotated[float, Field(gt=0.0)] = 6.0
+
+
+ADAPTER_PARAMS: dict[str, type[SystemParams]] = {
+    "reference": ReferenceParams,
+    "reference_continuation": ReferenceContinuationParams,
+    "openai_audio": APIParams,
+    "openai_compatible": APIParams,
+    "gemini_live": APIParams,
+    "qwen_omni": QwenOmniParams,
+    "kimi_audio": RepositoryParams,
+    "glm4_voice": RepositoryParams,
+    "step_audio2": RepositoryParams,
+    "spiritlm": RepositoryParams,
+    "speechgpt": RepositoryParams,
+    "vae_gslm": RepositoryParams,
+}
+
+
+class Params(Section):
+    """The whole of params.yaml."""
+
+    base: Base
+    bank: Bank
+    tts: TTS
+    sc_stimuli: SCStimuli
+    phonation: Phonation
+    generate: Generate
+    acoustics: Acoustics
+    carrier_gate: CarrierGate
+    run: Run
+    systems: dict[str, dict[str, Any]]
+    sc_judge: SCJudge = SCJudge()
+    tasks: Tasks
+    analyze: Analyze = Analyze()
+    tracking: Tracking = Tracking()
+
+
+# ---------------------------------------------------------------- validation
+
+class ParamsError(ValueError):
+    """params.yaml holds an unknown key, a wrong type or a missing required setting."""
+
+
+_TYPE_WORDS = {
+    "float_parsing": "a number", "float_type": "a number", "int_parsing": "an integer", "int_type": "an integer",
+    "int_from_float": "an integer", "bool_parsing": "true or false", "bool_type": "true or false",
+    "string_type": "a string", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+    "tuple_type": "a [low, high] pair", "model_attributes_type": "a mapping",
+}
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The section class that holds the last key of `loc` (for 'did you mean')."""
+    cur: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(cur, type) and issubclass(cur, BaseModel)) or part not in cur.model_fields:
+            return None
+        ann = cur.model_fields[part].annotation
+        candidates = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        cur = candidates[0] if candidates else None
+    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
+
+
+def _messages(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...]) -> list[str]:
+    out = []
+    seen = set()
+    for err in exc.errors():
+        # union members repeat one failure per alternative; report the key once
+        loc = tuple(str(p) for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in {
+            "str", "list[str]", "int", "float", "bool", "constrained-int", "constrained-float"})))
+        path = ".".join(prefix + loc)
+        if path in seen:
+            continue
+        seen.add(path)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            holder = _model_at(model, loc)
+            hint = ""
+            if holder is not None:
+                close = difflib.get_close_matches(loc[-1], list(holder.model_fields), n=1, cutoff=0.6)
+                if close:
+                    hint = f"; did you mean {close[0]}?"
+                else:
+                    hint = f"; known keys: {', '.join(holder.model_fields)}"
+            out.append(f"{path}: unknown key{hint}")
+        elif kind == "missing":
+            out.append(f"{path}: required setting is missing")
+        elif kind in _TYPE_WORDS:
+            out.append(f"{path}: expected {_TYPE_WORDS[kind]}, got {err.get('input')!r}")
+        elif kind == "literal_error":
+            out.append(f"{path}: {err.get('input')!r} is not one of {err['ctx']['expected']}")
+        else:
+            out.append(f"{path}: {err['msg']} (got {err.get('input')!r})")
+    return out
+
+
+def validate_section(model: type[Section], data: Any, path: str, exclude_none: bool = False) -> dict[str, Any]:
+    """One section (e.g. `sc_judge`, or a system's settings) checked and with its defaults filled in."""
+    try:
+        return model.model_validate(data if data is not None else {}).model_dump(exclude_none=exclude_none)
+    except ValidationError as exc:
+        lines = _messages(exc, model, tuple(path.split(".")))
+        raise ParamsError("; ".join(lines)) from None
+
+
+def validate_system(name: str, adapter: str, data: Any) -> dict[str, Any]:
+    """A system's settings checked against its adapter's schema (unset optional keys stay absent)."""
+    if adapter not in ADAPTER_PARAMS:
+        raise ParamsError(f"systems.{name}: no settings schema for adapter {adapter!r}")
+    return validate_section(ADAPTER_PARAMS[adapter], data, f"systems.{name}", exclude_none=True)
+
+
+def _card_adapter(system: str, cards_dir: Path) -> str:
+    path = Path(cards_dir) / f"{system}.yaml"
+    if not path.exists():
+        raise ParamsError(f"systems.{system}: no system card {path}")
+    with open(path, encoding="utf-8") as fh:
+        card = yaml.safe_load(fh) or {}
+    adapter = card.get("adapter") if isinstance(card, dict) else None
+    if adapter not in ADAPTER_PARAMS:
+        raise ParamsError(f"systems.{system}: card {path} names adapter {adapter!r}; known: {', '.join(ADAPTER_PARAMS)}")
+    return adapter
+
+
+def validate_params(raw: Any, cards_dir: Path | None = None, source: str = "params.yaml") -> dict[str, Any]:
+    """Check a params mapping against the schema; return it with every default filled in.
+
+    Raises :class:`ParamsError` listing every problem, one line each, with its key path.
+    """
+    if cards_dir is None:
+        from voicebias.config import CARDS_DIR
+
+        cards_dir = CARDS_DIR
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source} does not hold a mapping of parameter sections")
+    problems: list[str] = []
+    try:
+        params = Params.model_validate(raw).model_dump()
+    except ValidationError as exc:
+        problems += _messages(exc, Params, ())
+        params = None
+    systems_out: dict[str, Any] = {}
+    for name, spec in (raw.get("systems") or {}).items():
+        if not isinstance(spec, dict):
+            problems.append(f"systems.{name}: expected a mapping, got {spec!r}")
+            continue
+        if not (Path(cards_dir) / f"{name}.yaml").exists():
+            # no card, no adapter to check against: kept as written; building the system
+            # (voicebias.systems.build_system) stops on the missing card and validates then
+            systems_out[name] = spec
+            continue
+        try:
+            model = ADAPTER_PARAMS[_card_adapter(name, cards_dir)]
+        except ParamsError as exc:
+            problems.append(str(exc))
+            continue
+        try:
+            systems_out[name] = model.model_validate(spec).model_dump(exclude_none=True)
+        except ValidationError as exc:
+            problems += _messages(exc, model, ("systems", name))
+    run = raw.get("run") if isinstance(raw.get("run"), dict) else {}
+    for key in ("systems", "sc_systems"):
+        for name in run.get(key) or []:
+            if isinstance(name, str) and name not in (raw.get("systems") or {}):
+                problems.append(f"run.{key}: '{name}' has no section systems.{name}")
+    if problems:
+        raise ParamsError(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    params["systems"] = systems_out
+    return params
