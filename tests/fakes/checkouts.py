@@ -135,6 +135,7 @@ def kimi_checkout(folder: Path, speech_tokenizer: bool = True, submodule: bool =
 def kimi_weights(folder: Path) -> Path:
     """Kimi-Audio-7B-Instruct's layout: the model folder holds whisper-large-v3/."""
     (folder / "whisper-large-v3").mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text('{"model_type": "kimi_audio"}')
     return folder
 
 
