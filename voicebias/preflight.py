@@ -118,6 +118,10 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
         if system not in params.get("systems", {}):
             checks.append(Check(comp, False, f"params.yaml has no systems.{system} section"))
         checks += _requirements(comp, card.get("requires", {}), root, has_gpu)
+        from voicebias.systems.layout import layout_checks
+
+        checks += [Check(comp, ok, detail)
+                   for ok, detail in layout_checks(system, card, (params.get("systems") or {}).get(system), root)]
     return checks
 
 
