@@ -14,3 +14,12 @@ def workspace(tmp_path_factory):
     from tests.workspace import make_workspace
 
     return make_workspace(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def fresh_clone(workspace):
+    """(clone, repro result, seconds): a fresh clone of the workspace's reproduced commit after `dvc repro`."""
+    from tests.workspace import make_fresh_clone
+
+    base, repo, _ = workspace
+    return make_fresh_clone(base, repo)

@@ -224,9 +224,11 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
     shutil.copy(config.CARDS_DIR / "gpt_audio.yaml", root / "models" / "cards")
     (root / "dvc.yaml").write_text("stages: {}\n")
     with FakeOpenAIAudioServer(key, latency_s=0.08) as server:
-        params = {"base": {"seed": 3}, "tts": {"rate_wpm": 160},
-                  "systems": {"gpt_audio": {"model": "gpt-4o-audio-preview", "base_url": server.base_url,
-                                            "max_concurrency": 2, "timeout_s": 10}}}
+        params = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
+        params["base"]["seed"] = 3
+        params["run"] = {"systems": ["gpt_audio"], "sc_systems": []}
+        params["systems"] = {"gpt_audio": {"model": "gpt-4o-audio-preview", "base_url": server.base_url,
+                                           "max_concurrency": 2, "timeout_s": 10}}
         (root / "params.yaml").write_text(yaml.safe_dump(params))
         env = {**os.environ, "VOICEBIAS_ROOT": str(root), "VOICEBIAS_CACHE": str(root / ".cache"),
                "OPENAI_API_KEY": key, "PYTHONPATH": str(repo)}
@@ -247,6 +249,11 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         second_run = [e.fingerprint for e in server.log[n_log:]]
     stats = json.loads((root / "reports" / "respond" / "gpt_audio-describe.json").read_text())
+    # this run's call counts are in the run log, not in the tracked stage metrics
+    assert set(stats) == {"requests", "shared", "failed"} and stats["requests"] == 30 and stats["failed"] == 0
+    from voicebias.runlog import latest
+
+    stats = latest(root / "logs" / "runs.jsonl")["respond@gpt_audio-describe"]
     table = pd.read_csv(root / "data" / "responses" / "gpt_audio" / "describe" / "responses.csv")
     cached_fps = {fingerprint_file(root / p) for p, k in zip(stim["path"], table.set_index("stimulus_id")
                                                                 .loc[stim["stimulus_id"], "cache_key"]) if k in cached}

@@ -67,9 +67,9 @@ def server(tmp_path):
 def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
     _, repo, _ = workspace
     port = free_port()
-    server([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{repo / 'mlflow.db'}",
+    server([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{repo / 'mlruns' / 'mlflow.db'}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], f"http://127.0.0.1:{port}/health", repo)
-    run = json.loads((repo / "reports" / "tracking" / "mlflow_run.json").read_text())
+    run = json.loads((repo / "mlruns" / "last_run.json").read_text())
     found = post_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", {
         "experiment_ids": [run["experiment_id"]], "max_results": 1000,
         "filter": f"tags.mlflow.parentRunId = '{run['parent_run_id']}'"})

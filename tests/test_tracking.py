@@ -1,4 +1,4 @@
-"""MLflow: one parent run per pipeline run and one child per system x language x task."""
+"""MLflow: one parent run per pipeline state and one child per system x language x task."""
 
 import numpy as np
 import pandas as pd
@@ -74,4 +74,44 @@ def test_secrets_in_the_environment_never_reach_mlflow(pipeline_outputs, monkeyp
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp)
     assert secret.encode() not in (tmp / "mlflow.db").read_bytes()
+    assert secret not in (tmp / "last_run.json").read_text()
     assert secret not in (tmp / "run.json").read_text()
+
+
+def test_same_pipeline_state_is_logged_once_and_the_marker_is_a_function_of_the_inputs(pipeline_outputs, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    params, tmp, manifest = pipeline_outputs
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "state.json", root=tmp)
+    marker = (tmp / "state.json").read_bytes()
+    again = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "state.json", root=tmp)
+    assert again["parent_run_id"] == first["parent_run_id"] and again["reused"] and not first["reused"]
+    assert (tmp / "state.json").read_bytes() == marker  # no run ids, no timestamps
+    client = MlflowClient(params["tracking"]["tracking_uri"])
+    parents = client.search_runs([first["experiment_id"]], "tags.`voicebias.level` = 'pipeline'")
+    assert len(parents) == 1
+    # changed evidence is a new state and a new parent; the old one stays
+    gate = tmp / "gate" / "metrics.json"
+    write_json(gate, {"passed": True, "flips": 1})
+    changed = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "state.json", root=tmp)
+    assert changed["parent_run_id"] != first["parent_run_id"]
+    assert (tmp / "state.json").read_bytes() != marker
+    assert len(client.search_runs([first["experiment_id"]], "tags.`voicebias.level` = 'pipeline'")) == 2
+
+
+def test_a_partly_logged_state_is_replaced_not_kept_beside_the_full_one(pipeline_outputs, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    params, tmp, manifest = pipeline_outputs
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "state.json", root=tmp)
+    client = MlflowClient(params["tracking"]["tracking_uri"])
+    victim = client.search_runs([first["experiment_id"]], f"tags.mlflow.parentRunId = '{first['parent_run_id']}'")[0]
+    client.delete_run(victim.info.run_id)  # as if the logging had been killed before this child
+    again = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "state.json", root=tmp)
+    assert not again["reused"] and again["parent_run_id"] != first["parent_run_id"]
+    parents = client.search_runs([first["experiment_id"]], "tags.`voicebias.level` = 'pipeline'")
+    assert [p.info.run_id for p in parents] == [again["parent_run_id"]]
+    kids = client.search_runs([first["experiment_id"]], f"tags.mlflow.parentRunId = '{again['parent_run_id']}'")
+    assert len(kids) == len(first["children"])

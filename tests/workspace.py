@@ -69,7 +69,20 @@ def make_workspace(tmp_path_factory):
     (repo / "params.yaml").write_text(params, encoding="utf-8")
     sh("git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init", repo)
     res = sh("dvc repro", repo)
-    sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm repro", repo)
+    sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm repro && git tag repro", repo)
     return base, repo, res
+
+
+def make_fresh_clone(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, float]:
+    """A newcomer's path: `git clone` of the reproduced commit, then README command 1's
+    `dvc repro` with empty caches (no DVC cache, no response cache, no MLflow store)."""
+    import time
+
+    fresh = base / "fresh"
+    sh(f"git clone -q --branch repro {repo} {fresh}", base)
+    assert not (fresh / ".dvc" / "cache").exists() and not (fresh / ".cache").exists()
+    t0 = time.perf_counter()
+    res = sh("dvc repro", fresh)
+    return fresh, res, time.perf_counter() - t0
 
 

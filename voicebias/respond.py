@@ -10,8 +10,12 @@ invented output, and is tried again on the next run.
 
 API systems are called from a thread pool of `max_concurrency` workers; local GPU
 systems get `batch_size` requests per call (the adapter's batching hook). Every
-response carries its provenance: the prompt sent, the model revision, latency,
-attempts and UTC timestamps.
+response carries its provenance in the responses table: the prompt sent, the model
+revision, the adapter's own provenance (settings, seed, served version) and the
+attempts of the call that produced it, read from the cache entry so a cached answer
+reads the same as a fresh one. Latency and UTC timestamps stay in the cache entry;
+this run's call counts and wall time go to the run log (voicebias.runlog), never into
+a tracked output.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from voicebias.validation import ValidationReport, expectations, require_valid, 
 RESPONSE_COLUMNS = [
     "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
     "prompt", "transcript", "status", "error", "output_audio", "output_sha256", "output_duration_s",
-    "model_revision", "latency_s", "attempts", "started_at", "finished_at", "cache_key",
+    "model_revision", "attempts", "cache_key",
     "adapter", "transcript_source", "provenance",
 ]
 #: stimulus columns carried into the responses table when the stimulus table has them
@@ -332,8 +336,7 @@ def run_task(
             "target_lang": req.target_lang, "prompt": req.prompt, "cache_key": key,
             "adapter": str(system.card.get("adapter", "")),
             "provenance": json.dumps(record.get("provenance") or {}, sort_keys=True, ensure_ascii=False, default=str),
-            **{k: record.get(k) for k in ("transcript", "status", "error", "model_revision", "latency_s",
-                                          "attempts", "started_at", "finished_at")},
+            **{k: record.get(k) for k in ("transcript", "status", "error", "model_revision", "attempts")},
             "transcript_source": record.get("transcript_source")
             or ("system" if record.get("transcript") is not None else "none"),
         }
@@ -400,7 +403,7 @@ def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationRepo
         E.ExpectColumnValuesToNotBeNull(column="error", row_condition=where("status", "failed")),
         E.ExpectColumnValuesToNotBeNull(column="prompt"),
         E.ExpectColumnValuesToNotBeNull(column="cache_key"),
-        E.ExpectColumnValuesToNotBeNull(column="started_at", row_condition=where("status", "ok")),
+        E.ExpectColumnValuesToNotBeNull(column="attempts", row_condition=where("status", "ok")),
     ]
     if kind == "s2s":
         checks.append(E.ExpectColumnValuesToNotBeNull(column="transcript", row_condition=where("status", "ok")))
@@ -426,6 +429,8 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
               gate_metrics: Path, out_dir: Path, stats_path: Path, cache_dir: Path, root: Path) -> pd.DataFrame:
     """Stage 'respond': one system x one task over all stimuli of the task's languages."""
     from voicebias.io import read_json, read_table, write_json, write_table
+    from voicebias.runlog import record as record_run
+    from voicebias.runlog import split_counts
     from voicebias.systems import build_system
     from voicebias.tasks import load_tasks
 
@@ -440,7 +445,7 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
     if task_name not in tasks:
         raise KeyError(f"unknown task '{task_name}'; data/tasks/prompts.yaml defines {', '.join(sorted(tasks))}")
     system = build_system(system_name, sys_params, stimuli=manifest, passages=passages,
-                          rate_wpm=params["tts"].get("rate_wpm", 160), root=root)
+                          rate_wpm=params["tts"]["rate_wpm"], root=root)
     try:
         policy = RetryPolicy.from_params(sys_params)
         asr = build_asr(sys_params, root)
@@ -448,12 +453,14 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
             shutil.rmtree(out_dir)  # the stage's output is rebuilt from the cache, never half-stale
         table, counts = run_task(system, tasks[task_name], manifest, out_dir, ResponseCache(cache_dir),
                                  int(params["base"]["seed"]), root, policy=policy, asr=asr,
-                                 continuation_s=float(sys_params.get("continuation_s", 6.0)))
+                                 continuation_s=float(system.params["continuation_s"]) if system.kind == "continuation" else 0.0)
     finally:
         system.close()
     validate_responses(table, system.kind)
     write_table(out_dir / "responses.csv", table)
-    write_json(stats_path, counts)
+    tracked, run_facts = split_counts(counts)
+    write_json(stats_path, tracked)
+    record_run(f"respond@{system_name}-{task_name}", run_facts)
     print(f"respond {system_name}/{task_name}: {counts['requests']} requests, {counts['calls']} calls, "
           f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
     return table

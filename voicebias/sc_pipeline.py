@@ -51,6 +51,8 @@ def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path
 
     from voicebias.io import read_json, read_table, write_json, write_table
     from voicebias.respond import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
+    from voicebias.runlog import record as record_run
+    from voicebias.runlog import split_counts
     from voicebias.systems import build_system
     from voicebias.tasks import Task
 
@@ -61,8 +63,8 @@ def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path
     if sys_params is None:
         raise KeyError(f"params.yaml has no 'systems.{system_name}' section")
     system = build_system(system_name, sys_params, stimuli=manifest, root=root,
-                          rate_wpm=params["sc_stimuli"].get("rate_wpm", 130),
-                          pitch_range=params["acoustics"]["pitch_range"], presets=params["phonation"].get("presets"),
+                          rate_wpm=params["sc_stimuli"]["rate_wpm"],
+                          pitch_range=params["acoustics"]["pitch_range"], presets=params["phonation"]["presets"],
                           parametric=params["phonation"].get("parametric"))
     if system.kind != "continuation":
         raise ValueError(f"system '{system_name}' is a {system.kind} system; the SC study needs a continuation system")
@@ -72,7 +74,7 @@ def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path
             shutil.rmtree(out_dir)
         table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir), int(params["base"]["seed"]),
                                  root, policy=RetryPolicy.from_params(sys_params), asr=build_asr(sys_params, root),
-                                 continuation_s=float(sys_params.get("continuation_s", 6.0)))
+                                 continuation_s=float(system.params["continuation_s"]))
     finally:
         system.close()
     validate_responses(table, "continuation")
@@ -81,7 +83,9 @@ def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path
         from voicebias.systems.reference_continuation import planted_truth
 
         counts["planted_truth"] = planted_truth(sys_params)
-    write_json(stats_path, counts)
+    tracked, run_facts = split_counts(counts)
+    write_json(stats_path, tracked)
+    record_run(f"sc_continue@{system_name}", run_facts)
     print(f"continue {system_name}: {counts['requests']} requests, {counts['calls']} calls, "
           f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
     return table
@@ -128,7 +132,7 @@ def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[
         return {**row, **out}
 
     rows = list(df.itertuples(index=False))
-    workers = max(1, int(judge_params.get("max_concurrency", 1)))
+    workers = int(judge_params["max_concurrency"])
     if workers == 1:
         return [one(r) for r in tqdm(rows, desc="judge")]
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -1,4 +1,10 @@
-"""MLflow tracking: one parent run per pipeline run, one child run per system x language x task.
+"""MLflow tracking: one parent run per pipeline state, one child run per system x language x task.
+
+The store (`mlruns/mlflow.db`, artifacts in `mlruns/artifacts/`) is an output of the
+tracking stage: DVC sees it through the state marker `mlruns/pipeline_state.json`, so a
+fresh clone, which has no store, runs the tracking stage and ends with the runs in it.
+A pipeline state (the tracking inputs' bytes and params) is logged once: tracking the
+same state again reuses the finished parent and deletes partial leftovers.
 
 Children are created with an explicit parent id (the active-run stack is
 thread-local), and carry the same family tags as the parent so the MLflow UI can
@@ -117,7 +123,7 @@ def sc_child_records(params: dict[str, Any], sc_dir: Path, phonation_dir: Path) 
     records: list[dict[str, Any]] = []
     check = phonation_dir / "check_metrics.json"
     if check.exists():
-        backend = str((params.get("phonation") or {}).get("backend", "parametric"))
+        backend = str(params["phonation"]["backend"])
         records.append({"system": f"phonation:{backend}", "lang": "en", "task": "phonation_check",
                         "metrics": _metrics(_flat(read_json(check))), "tags": {"voicebias.study": "sc"},
                         "artifacts": [phonation_dir / "manipulation_check.csv"]})
@@ -143,59 +149,148 @@ def sc_child_records(params: dict[str, Any], sc_dir: Path, phonation_dir: Path) 
     return records
 
 
+def pipeline_state(params: dict[str, Any], inputs: list[Path], root: Path = ROOT) -> str:
+    """sha256 naming what the tracking stage logs: its params and the bytes of every input.
+
+    Two runs of the pipeline that produced the same evidence have the same state, so
+    tracking them again finds the parent already logged instead of adding a duplicate.
+    """
+    h = hashlib.sha256()
+    h.update(repr((params["base"]["profile"], params["tracking"]["experiment"])).encode())
+    for top in inputs:
+        top = Path(top)
+        files = sorted(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else [top]
+        for f in files:
+            if f.exists():
+                h.update(str(f.relative_to(root) if f.is_relative_to(root) else f.name).encode())
+                h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def store_dir(uri: str) -> Path | None:
+    """The folder of a local sqlite store (its artifacts go beside it), else None."""
+    prefix = "sqlite:///"
+    return Path(uri[len(prefix):]).parent if uri.startswith(prefix) else None
+
+
+def _experiment(client: Any, name: str, uri: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        folder = store_dir(uri)
+        location = (folder / "artifacts").resolve().as_uri() if folder is not None else None
+        exp_id = client.create_experiment(name, artifact_location=location)
+    else:
+        exp_id = exp.experiment_id
+    # a model-training experiment: the UI opens on its runs table, not the GenAI overview
+    client.set_experiment_tag(exp_id, "mlflow.experimentKind", "custom_model_development")
+    return exp_id
+
+
+def _logged_parent(client: Any, exp_id: str, state: str, n_children: int) -> str | None:
+    """The finished parent already logged for `state` with all its children; partial ones are deleted."""
+    from mlflow.entities import ViewType
+
+    found = None
+    for run in client.search_runs([exp_id], f"tags.`voicebias.pipeline_state` = '{state}' and "
+                                            "tags.`voicebias.level` = 'pipeline'", run_view_type=ViewType.ACTIVE_ONLY):
+        kids = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'",
+                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=10000)
+        complete = run.info.status == "FINISHED" and len(kids) == n_children and all(
+            k.info.status == "FINISHED" for k in kids)
+        if complete and found is None:
+            found = run.info.run_id
+            continue
+        for k in kids:  # a killed or duplicate logging of the same state
+            client.delete_run(k.info.run_id)
+        client.delete_run(run.info.run_id)
+    return found
+
+
+def _run_log_metrics(entries: dict[str, dict[str, Any]]) -> list[Any]:
+    from mlflow.entities import Metric
+
+    out = []
+    for stage, entry in sorted(entries.items()):
+        for key in ("wall_s", "calls", "cache_hits", "attempts", "asr_calls"):
+            if isinstance(entry.get(key), (int, float)):
+                out.append(Metric(f"run/{stage.replace('@', '/')}/{key}", float(entry[key]), 0, 0))
+    return out
+
+
 def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path,
                      out_path: Path, root: Path = ROOT, sc_dir: Path | None = None,
-                     phonation_dir: Path | None = None) -> dict[str, Any]:
-    """Log the parent run and its children; writes the run ids to out_path."""
+                     phonation_dir: Path | None = None, run_log: Path | None = None) -> dict[str, Any]:
+    """Log the parent run and its children, once per pipeline state.
+
+    Writes `out_path` (the store's state marker, a declared DVC output): the pipeline
+    state, the experiment and the names of the parent and child runs, all functions of
+    the inputs. Run ids, the git commit and this run's wall-clock facts (the run log)
+    go to MLflow only, and the ids also to `last_run.json` beside the marker.
+    """
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     from voicebias.io import read_json, read_table, write_json
+    from voicebias.runlog import latest
 
     uri = tracking_uri(params, root)
+    folder = store_dir(uri)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(uri)  # no global mlflow.set_tracking_uri: it would leak into the environment
     name = params["tracking"]["experiment"]
-    exp = client.get_experiment_by_name(name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(name)
-    family = {
-        "voicebias.profile": str(params["base"]["profile"]),
-        "voicebias.git_commit": git_commit(root),
-        "voicebias.stimulus_set": stimulus_set_hash(read_table(manifest_path)),
-        "voicebias.dvc_lock": file_hash(root / "dvc.lock"),
-    }
-    parent = client.create_run(exp_id, run_name=f"pipeline-{family['voicebias.stimulus_set'][:8]}",
-                               tags={**family, "voicebias.level": "pipeline"})
-    pid = parent.info.run_id
-    gate = read_json(gate_dir / "metrics.json")
-    client.log_batch(pid, metrics=[Metric("carrier_gate_passed", float(gate["passed"]), 0, 0),
-                                   Metric("carrier_gate_flips", float(gate["flips"]), 0, 0)],
-                     params=[Param("systems", ",".join(params["run"]["systems"])),
-                             Param("seed", str(params["base"]["seed"])),
-                             Param("tts_backend", str(params["tts"]["backend"])),
-                             Param("classifier", str(params["acoustics"]["classifier"]))])
-    client.log_artifact(pid, str(gate_dir / "gate.csv"), "carrier_gate")
-    children = []
+    exp_id = _experiment(client, name, uri)
     records = child_records(analysis_dir)
+    inputs = [analysis_dir, gate_dir / "metrics.json", gate_dir / "gate.csv", manifest_path]
     if sc_dir is not None and phonation_dir is not None:
         records += sc_child_records(params, sc_dir, phonation_dir)
-    for rec in records:
-        tags = {**family, "mlflow.parentRunId": pid, "voicebias.level": "system_lang_task",
-                "system": rec["system"], "lang": rec["lang"], "task": rec["task"], **rec["tags"]}
-        run = client.create_run(exp_id, run_name=f"{rec['system']}/{rec['lang']}/{rec['task']}", tags=tags)
-        sys_params = params["systems"].get(rec["system"], {})
-        client.log_batch(run.info.run_id,
-                         metrics=[Metric(k, v, 0, 0) for k, v in sorted(rec["metrics"].items())],
-                         params=[Param(f"system.{k}", str(v)) for k, v in sorted(sys_params.items())])
-        for art in rec.get("artifacts", []):
-            client.log_artifact(run.info.run_id, str(art), "tables")
-        client.set_terminated(run.info.run_id)
-        children.append({"run_id": run.info.run_id, "system": rec["system"], "lang": rec["lang"], "task": rec["task"]})
-    client.set_terminated(pid)
-    summary = {"tracking_uri": uri.split("///")[0] + "///" + os.path.relpath(uri.split("///", 1)[1], root)
-               if uri.startswith("sqlite:///") else uri,
-               "experiment_id": exp_id, "parent_run_id": pid, "children": children, **family}
-    write_json(out_path, summary)
-    return summary
+        inputs += [sc_dir, phonation_dir / "check_metrics.json", phonation_dir / "manipulation_check.csv"]
+    state = pipeline_state(params, inputs, root)
+    stimulus_set = stimulus_set_hash(read_table(manifest_path))
+    parent_name = f"pipeline-{stimulus_set[:8]}-{state[:8]}"
+    child_names = [f"{r['system']}/{r['lang']}/{r['task']}" for r in records]
+    marker = {"tracking_uri": uri.split("///")[0] + "///" + os.path.relpath(uri.split("///", 1)[1], root)
+              if uri.startswith("sqlite:///") else uri,
+              "experiment": name, "pipeline_state": state, "stimulus_set": stimulus_set, "parent_run": parent_name,
+              "children": sorted(child_names)}
+
+    pid = _logged_parent(client, exp_id, state, len(records))
+    reused = pid is not None
+    if not reused:
+        family = {"voicebias.profile": str(params["base"]["profile"]), "voicebias.stimulus_set": stimulus_set,
+                  "voicebias.pipeline_state": state}
+        parent = client.create_run(exp_id, run_name=parent_name, tags={
+            **family, "voicebias.level": "pipeline", "voicebias.git_commit": git_commit(root),
+            "voicebias.dvc_lock": file_hash(root / "dvc.lock")})
+        pid = parent.info.run_id
+        gate = read_json(gate_dir / "metrics.json")
+        client.log_batch(pid, metrics=[Metric("carrier_gate_passed", float(gate["passed"]), 0, 0),
+                                       Metric("carrier_gate_flips", float(gate["flips"]), 0, 0),
+                                       *_run_log_metrics(latest(run_log))],
+                         params=[Param("systems", ",".join(params["run"]["systems"])),
+                                 Param("seed", str(params["base"]["seed"])),
+                                 Param("tts_backend", str(params["tts"]["backend"])),
+                                 Param("classifier", str(params["acoustics"]["classifier"]))])
+        client.log_artifact(pid, str(gate_dir / "gate.csv"), "carrier_gate")
+        for rec, run_name in zip(records, child_names):
+            tags = {**family, "mlflow.parentRunId": pid, "voicebias.level": "system_lang_task",
+                    "system": rec["system"], "lang": rec["lang"], "task": rec["task"], **rec["tags"]}
+            run = client.create_run(exp_id, run_name=run_name, tags=tags)
+            sys_params = params["systems"].get(rec["system"], {})
+            client.log_batch(run.info.run_id,
+                             metrics=[Metric(k, v, 0, 0) for k, v in sorted(rec["metrics"].items())],
+                             params=[Param(f"system.{k}", str(v)) for k, v in sorted(_flat(sys_params).items())])
+            for art in rec.get("artifacts", []):
+                client.log_artifact(run.info.run_id, str(art), "tables")
+            client.set_terminated(run.info.run_id)
+        client.set_terminated(pid)
+    kids = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{pid}'", max_results=10000)
+    last = {"experiment_id": exp_id, "parent_run_id": pid, "reused": reused,
+            "children": sorted(({"run_id": k.info.run_id, "name": k.info.run_name} for k in kids),
+                               key=lambda c: c["name"])}
+    write_json(Path(out_path).with_name("last_run.json"), last)
+    write_json(Path(out_path), marker)  # last: a killed run leaves no marker, so DVC runs tracking again
+    return {**marker, **last}
 
 
 def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path, out_path: Path,
