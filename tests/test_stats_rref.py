@@ -65,12 +65,16 @@ def test_odds_ratio_per_step_matches_glm():
 fit <- glm(y ~ content_step + voice_female, family = binomial, data = d, control = list(epsilon = 1e-14, maxit = 100))
 s <- summary(fit)$coefficients; ci <- confint.default(fit)
 emit("coef", s[2, 1]); emit("se", s[2, 2]); emit("p", s[2, 4]); emit("lo", exp(ci[2, 1])); emit("hi", exp(ci[2, 2]))
+suppressMessages(library(brglm2))
+firth <- update(fit, method = "brglmFit", type = "AS_mean", control = list(epsilon = 1e-12, maxit = 500))
+emit("firth_or", exp(coef(firth)[2]))
 """, d=describe_design(df)[["content_step", "voice_female", "y"]])
     assert ours["fit_status"] == "ok"
     assert ours["coef"] == pytest.approx(ref["coef"], abs=1e-7)
     assert ours["se"] == pytest.approx(ref["se"], abs=1e-7)
     assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-5)
     assert ours["ci_low"] == pytest.approx(ref["lo"], rel=1e-6) and ours["ci_high"] == pytest.approx(ref["hi"], rel=1e-6)
+    assert ours["firth_odds_ratio"] == pytest.approx(ref["firth_or"], rel=1e-6)
 
 
 @pytest.mark.parametrize("name,counts", [
@@ -248,3 +252,48 @@ def test_wilson_interval_matches_prop_test(k, n):
     ref = run_r(f"ci <- prop.test({k}, {n}, correct = FALSE)$conf.int; emit('lo', ci[1]); emit('hi', ci[2])")
     lo, hi = _wilson(k, n)
     assert lo == pytest.approx(ref["lo"], abs=1e-7) and hi == pytest.approx(ref["hi"], abs=1e-7)
+
+
+@pytest.mark.parametrize("name,counts", [
+    ("none", {(p, v): (3, 7) if v == "male" else (6, 4) for p in POLES for v in ("male", "female")}),
+    ("complete", {(p, v): ((10, 0) if v == "female" else (0, 10)) for p in POLES for v in ("male", "female")}),
+    ("quasi-complete", {**{("masculine", v): (0, 10) for v in ("male", "female")},
+                        **{("neutral", v): (5, 5) for v in ("male", "female")},
+                        **{("feminine", v): (10, 0) for v in ("male", "female")}}),
+])
+def test_separation_class_matches_the_divergence_of_rs_glm(name, counts):
+    # Albert & Anderson (1984): under separation the ML iterations diverge; with complete separation every
+    # fitted probability goes to 0 or 1, with quasi-complete separation only some do.
+    from voicebias.stats import detect_separation
+
+    d = describe_design(table(counts))
+    X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
+    ref = run_r("""
+fit <- suppressWarnings(glm(y ~ content_step + voice_female, family = binomial, data = d,
+                            control = list(epsilon = 1e-14, maxit = 200)))
+p <- fitted(fit); at_bound <- p < 1e-8 | p > 1 - 1e-8
+emit("max_abs_coef", max(abs(coef(fit)))); emit("share_at_bound", mean(at_bound))
+""", d=d[["content_step", "voice_female", "y"]])
+    r_class = ("none" if ref["max_abs_coef"] < 10 else
+               "complete" if ref["share_at_bound"] == 1 else "quasi-complete")
+    assert detect_separation(X, d["y"].to_numpy()) == r_class == name
+
+
+def test_misgender_rates_match_r_counts():
+    p = {(pole, v): 0.2 + 0.3 * i if v == "male" else 0.9 - 0.25 * i for i, pole in enumerate(POLES)
+         for v in ("male", "female")}
+    df = describe_rows(9, p)
+    df.loc[df.index[::7], "judged_gender"] = "none"
+    ours = misgender_rates(df, by_voice=True).set_index(["lang", "voice_gender", "cell_type"])
+    ref = run_r("""
+d$cell <- ifelse(d$pole == "neutral", "neutral", ifelse((d$pole == "feminine") == (d$voice_gender == "female"),
+                 "aligned", "misaligned"))
+d <- d[d$judged_gender %in% c("male", "female"), ]
+d$wrong <- d$judged_gender != d$voice_gender
+a <- aggregate(wrong ~ lang + voice_gender + cell, data = d, FUN = function(w) c(sum(w), length(w)))
+a <- a[order(a$lang, a$voice_gender, a$cell), ]
+emit("k", a$wrong[, 1]); emit("n", a$wrong[, 2])
+""", d=df)
+    keys = sorted((lang, v, c) for lang in ("en", "zh") for v in ("male", "female") for c in ("aligned", "misaligned", "neutral"))
+    assert [int(ours.loc[k, "misgendered"]) for k in keys] == [int(x) for x in ref["k"]]
+    assert [int(ours.loc[k, "n"]) for k in keys] == [int(x) for x in ref["n"]]
