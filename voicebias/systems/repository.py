@@ -9,14 +9,15 @@ directory and on PYTHONPATH.
 
 Two routes:
 
-- **worker** (Kimi-Audio, GLM-4-Voice, Step-Audio-2, SpiritLM): a small driver
-  script shipped in :mod:`voicebias.systems.drivers` loads the model once and then
-  answers one JSON line per request on stdin/stdout (audio in as a 16 kHz WAV path,
+- **worker** (every shipped system): a small driver script shipped in
+  :mod:`voicebias.systems.drivers` (``<system>_driver.py``, never named like the
+  package it imports, since a script's folder comes first on sys.path) loads the
+  model once and then answers one JSON line per request on stdin/stdout (audio in as a 16 kHz WAV path,
   audio out as a file path plus the model's text). Model loading happens at the
   first call that is not a cache hit, so a fully cached re-run never loads it.
-- **command** (SpeechGPT, VAE-GSLM, or any system with `command` in its params): one
-  process per request from a command template, for repositories whose inference
-  entry point is a script rather than an API. Placeholders: {audio} (input WAV),
+- **command** (any system with `command` in its params, which replaces its driver):
+  one process per request from a command template, for a wrapper of the user's own
+  (docs/repository-systems.md). Placeholders: {audio} (input WAV),
   {out} (output WAV to write), {text_out} (optional text file), {prompt}, {seed},
   {continuation_s}, {weights}, {checkout}.
 
