@@ -172,20 +172,33 @@ emit("vc", as.data.frame(VarCorr(m))$vcov)
 """
 
 
-def test_rq1_mixed_model_effects_match_lmertest_and_emmeans():
-    g = mixed_table()
+def singular_table() -> pd.DataFrame:
+    """Passage means removed: the REML passage variance is 0 (a singular fit in lme4 too)."""
+    d = deltas(drift=0.2, seed=40, noise=0.3)
+    g = d[(d["lang"] == "en") & (d["task"] == "readback")].copy()
+    y = g["delta_composite"]
+    g["delta_composite"] = (y - y.groupby(g["passage_id"]).transform("mean")
+                            + y.groupby([g["pole"], g["voice_gender"]]).transform("mean"))
+    return g
+
+
+@pytest.mark.parametrize("case", ["interior passage variance", "singular fit"])
+def test_rq1_mixed_model_effects_match_lmertest_and_emmeans(case):
+    g = mixed_table() if case == "interior passage variance" else singular_table()
     ours = rq1_mixed_models(g).iloc[0]
-    ref = run_r(R_MIXED, d=g[["delta_composite", "pole", "voice_gender", "passage_id"]])
-    assert ours["units"] == "SD" and ours["converged"] and "singular" not in ours["warning"]
+    ref = run_r(R_MIXED + 'emit("singular", isSingular(m))', d=g[["delta_composite", "pole", "voice_gender", "passage_id"]])
+    assert ours["units"] == "SD" and ours["converged"]
+    assert ("singular fit" in ours["warning"]) == (case == "singular fit") == bool(ref["singular"])
+    assert ours["n"] == len(g)
     for i, eff in enumerate(("stereotype_effect", "misaligned_minus_neutral")):
-        # statsmodels and lme4 optimise the same REML criterion with different optimisers
-        assert ours[f"{eff}_est"] == pytest.approx(ref["est"][i], abs=1e-4)
-        assert ours[f"{eff}_se"] == pytest.approx(ref["se"][i], abs=1e-4)
-        assert ours[f"{eff}_df"] == pytest.approx(ref["df"][i], rel=1e-3)
-        assert ours[f"{eff}_ci_low"] == pytest.approx(ref["lo"][i], abs=1e-4)
-        assert ours[f"{eff}_ci_high"] == pytest.approx(ref["hi"][i], abs=1e-4)
-        assert ours[f"{eff}_p"] == pytest.approx(ref["p"][i], rel=1e-3)
-    assert ours["chi2_interaction"] == pytest.approx(ref["chi2"], rel=1e-4)
+        assert ours[f"{eff}_est"] == pytest.approx(ref["est"][i], abs=1e-6)
+        assert ours[f"{eff}_se"] == pytest.approx(ref["se"][i], abs=1e-6)
+        # lmerTest differentiates numerically too; at a singular fit its df is n - 6
+        assert ours[f"{eff}_df"] == pytest.approx(ref["df"][i], rel=1e-5)
+        assert ours[f"{eff}_ci_low"] == pytest.approx(ref["lo"][i], abs=1e-6)
+        assert ours[f"{eff}_ci_high"] == pytest.approx(ref["hi"][i], abs=1e-6)
+        assert ours[f"{eff}_p"] == pytest.approx(ref["p"][i], rel=1e-5)
+    assert ours["chi2_interaction"] == pytest.approx(ref["chi2"], rel=1e-6)
 
 
 def test_rq1_mixed_model_recovers_a_planted_pull_toward_the_stereotype():

@@ -12,8 +12,6 @@ reported separately (`task_group`).
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
@@ -98,12 +96,47 @@ def effect_weights(cells: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 class _RandomInterceptREML:
-    """REML quantities of y = X b + Z u + e, u ~ N(0, s2u I), e ~ N(0, s2e I), for given variances."""
+    """REML fit of y = X b + Z u + e, u ~ N(0, s2u I) per group, e ~ N(0, s2e I).
+
+    `fit` maximises the REML likelihood profiled over the variance ratio
+    g = s2u / s2e >= 0 (given g, b and s2e have closed forms; this is lme4's
+    profiled REML deviance with theta = sqrt(g)), so a boundary optimum g = 0 (a
+    singular fit) is found exactly. The other methods give the REML quantities at
+    given variances theta = (s2u, s2e).
+    """
 
     def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray):
         self.X, self.y = np.asarray(X, float), np.asarray(y, float)
         _, idx = np.unique(groups, return_inverse=True)
         self.ZZt = (idx[:, None] == idx[None, :]).astype(float)
+
+    def _profiled(self, ratio: float) -> tuple[float, float]:
+        """(profiled REML log-likelihood, s2e) at variance ratio s2u / s2e = ratio."""
+        n, p = self.X.shape
+        H = ratio * self.ZZt + np.eye(n)
+        hi = np.linalg.inv(H)
+        xhx = self.X.T @ hi @ self.X
+        r = self.y - self.X @ np.linalg.solve(xhx, self.X.T @ hi @ self.y)
+        s2e = float(r @ hi @ r) / (n - p)
+        return float(-0.5 * ((n - p) * np.log(s2e) + np.linalg.slogdet(H)[1] + np.linalg.slogdet(xhx)[1])), s2e
+
+    def fit(self) -> tuple[np.ndarray, bool]:
+        """REML variances (s2u, s2e) and whether the optimum was located (interior or at s2u = 0)."""
+        from scipy.optimize import minimize_scalar
+
+        grid = np.concatenate([[0.0], np.logspace(-6, 4, 51)])
+        values = [self._profiled(g)[0] for g in grid]
+        i = int(np.argmax(values))
+        if i == 0:
+            ratio, converged = 0.0, values[1] <= values[0]
+        else:
+            lo, hi = grid[i - 1], grid[min(i + 1, len(grid) - 1)]
+            res = minimize_scalar(lambda g: -self._profiled(g)[0], bounds=(lo, hi), method="bounded",
+                                  options={"xatol": 1e-12 * max(1.0, hi)})
+            ratio, converged = float(res.x), bool(res.success) and i < len(grid) - 1
+            if self._profiled(0.0)[0] >= -res.fun:
+                ratio = 0.0
+        return np.array([ratio * self._profiled(ratio)[1], self._profiled(ratio)[1]]), converged
 
     def _vinv(self, theta: np.ndarray) -> np.ndarray:
         return np.linalg.inv(theta[0] * self.ZZt + theta[1] * np.eye(len(self.y)))
@@ -157,11 +190,12 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
 
     and the content x voice interaction (H2) as a Wald chi-square with 2 df and
     its p, the fit's convergence and any fitting warning, so a singular or
-    non-converged fit is visible as such. The variances are the statsmodels REML
-    estimates; the fixed-effect covariance is (X'V^-1 X)^-1 at those variances,
-    as in lme4. When the passage variance is at its boundary (0, a singular fit)
-    the Satterthwaite df is undefined and the residual df of the equivalent
-    fixed-effects model (n - 6) is used, with the warning 'singular fit'.
+    non-converged fit is visible as such. The variances are REML estimates
+    (`_RandomInterceptREML.fit`, the criterion lme4 optimises); the fixed-effect
+    covariance is (X'V^-1 X)^-1 at those variances, as in lme4. When the passage
+    variance is at its boundary (0, a singular fit) the df is the residual df of
+    the fixed-effects model (n - 6), which is what lmerTest's Satterthwaite df is
+    there, and the warning says 'singular fit'.
     """
     rows = []
     d = _ok(acoustic, measure).rename(columns={measure: "y"})
@@ -176,20 +210,23 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row["warning"] = "no variance or too few passages"
             rows.append(row)
             continue
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                fit = smf.mixedlm(MIXED_FORMULA, g, groups=g["passage_id"]).fit(reml=True)
-            except (np.linalg.LinAlgError, ValueError) as exc:
-                row["warning"] = f"fit failed: {exc}"
-                rows.append(row)
-                continue
-        msgs = sorted({str(w.message).split("\n")[0] for w in caught})
-        names = list(fit.model.exog_names)
-        reml = _RandomInterceptREML(fit.model.exog, g["y"].to_numpy(float), g["passage_id"].to_numpy())
-        theta = np.array([max(float(fit.cov_re.iloc[0, 0]), 0.0), float(fit.scale)])
+        # statsmodels builds the treatment-coded design; the REML fit is _RandomInterceptREML's
+        model = smf.mixedlm(MIXED_FORMULA, g, groups=g["passage_id"])
+        exog, names = np.asarray(model.exog, float), list(model.exog_names)
+        if np.linalg.matrix_rank(exog) < exog.shape[1]:
+            row["warning"] = "design not full rank (an empty pole x voice cell)"
+            rows.append(row)
+            continue
+        reml = _RandomInterceptREML(exog, g["y"].to_numpy(float), g["passage_id"].to_numpy())
+        try:
+            theta, converged = reml.fit()
+        except np.linalg.LinAlgError as exc:
+            row["warning"] = f"fit failed: {exc}"
+            rows.append(row)
+            continue
+        msgs: list[str] = [] if converged else ["REML optimum not located (variance ratio at the search bound)"]
         beta, cov = reml.fe(theta), reml.fe_cov(theta)
-        singular = theta[0] <= 1e-8 * theta[1]
+        singular = theta[0] == 0.0
         if singular:
             msgs = ["singular fit (passage variance 0)", *msgs]
         cells = pd.DataFrame([(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")],
@@ -197,7 +234,6 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
         present = set(zip(g["pole"], g["voice_gender"]))
         if all((p, v) in present for p, v in zip(cells["pole"], cells["voice_gender"])):
             # every row of a cell has the same fixed-effects design row: the cell mean is that row times b
-            exog = np.asarray(fit.model.exog, float)
             first = {key: i for i, key in reversed(list(enumerate(zip(g["pole"], g["voice_gender"]))))}
             cell_X = np.array([exog[first[(p, v)]] for p, v in zip(cells["pole"], cells["voice_gender"])])
             for eff, w in effect_weights(cells).items():
@@ -222,7 +258,7 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row.update(chi2_interaction=chi2, df=len(inter), p_interaction=float(stats.chi2.sf(chi2, len(inter))))
         except np.linalg.LinAlgError:
             msgs = ["singular covariance of the interaction terms", *msgs]
-        row["converged"] = bool(fit.converged)
+        row["converged"] = converged
         row["warning"] = "; ".join(msgs)
         rows.append(row)
     return pd.DataFrame(rows)
