@@ -93,3 +93,23 @@ def test_rq1_significance_counts_by_hand():
     assert (r["n_cells"], r["n_cells_significant"], r["n_cells_toward"], r["n_cells_away"]) == (4, 3, 2, 1)
     assert (r["n_fits"], r["n_fits_interaction_significant"]) == (2, 1)
     assert (r["n_fits_stereotype_toward"], r["n_fits_stereotype_away"]) == (1, 1)
+
+
+def test_planted_vs_recovered_reports_the_mixed_model_f0_effect_per_language():
+    from tests.test_rq1 import deltas
+    from voicebias.analysis import describe_odds_ratios, planted_vs_recovered
+    from voicebias.rq1 import rq1_mixed_models
+
+    ac = deltas(drift=2.0, seed=3, noise=0.3).assign(system="drifting")
+    ac["delta_f0_median_st"] = ac["delta_composite"]
+    rows = [{"system": "drifting", "task": "describe", "status": "ok", "lang": "en", "pole": p, "voice_gender": v,
+             "judged_gender": j} for p in ("masculine", "neutral", "feminine") for v in ("male", "female")
+            for j in ("male", "female", "female")]
+    scored = pd.DataFrame(rows)
+    rates, _ = describe_misgender(scored)
+    truth = {"drifting": {"odds_ratio_per_step": 1.0, "misgender_rate": {}, "drift_st": 2.0}}
+    pvr = planted_vs_recovered(describe_odds_ratios(scored), rates, truth,
+                               mixed=rq1_mixed_models(ac, "delta_f0_median_st")).set_index("quantity")
+    for lang in ("en", "es"):
+        r = pvr.loc[f"rq1_f0_stereotype_effect_st_readback_{lang}"]
+        assert r["planted"] == 2.0 and r["planted_in_ci"] and abs(r["recovered"] - 2.0) < 0.2

@@ -142,14 +142,17 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[str, dict],
-                         pooled: pd.DataFrame | None = None) -> pd.DataFrame:
+                         pooled: pd.DataFrame | None = None, mixed: pd.DataFrame | None = None) -> pd.DataFrame:
     """Set every reference system's planted truth beside what the audit recovered.
 
     Describe: the odds ratio per content step, the misgender rate per cell type and,
     for a mixed system, the content weight implied by its misaligned misgender rate
     (rate = w (1 - e) + (1 - w) e, so w = (rate - e) / (1 - 2e), CI mapped from
     the rate's Wilson interval). RQ1: the pooled stereotype-signed F0 contrast in
-    semitones (planted: `drift_st`; 0 for fixed-voice systems).
+    semitones (planted: `drift_st`; 0 for fixed-voice systems) and, from the mixed
+    models, the stereotype-signed F0 effect per content step on readback per
+    language (planted the same `drift_st`: the shift is +drift for feminine and
+    -drift for masculine content in both voices).
     """
     rows = []
     for system, truth in planted.items():
@@ -183,6 +186,19 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
                 rows.append({"system": system, "quantity": "rq1_f0_shift_st", "planted": d,
                              "recovered": q["pooled_contrast"], "ci_low": q["ci_low"], "ci_high": q["ci_high"],
                              "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]), "fit_status": "ok"})
+        if mixed is not None and len(mixed):
+            f0 = mixed[(mixed["system"] == system) & (mixed["task"] == "readback")
+                       & (mixed["measure"] == "delta_f0_median_st")]
+            d = truth.get("drift_st", 0.0)
+            for q in f0.itertuples():
+                lo, hi = q.stereotype_effect_ci_low, q.stereotype_effect_ci_high
+                found = bool(np.isfinite(q.stereotype_effect_est))
+                status = "ok" if q.converged and found else ("not converged" if found else str(q.warning))
+                if "singular fit" in str(q.warning):
+                    status += " (singular fit)"
+                rows.append({"system": system, "quantity": f"rq1_f0_stereotype_effect_st_readback_{q.lang}",
+                             "planted": d, "recovered": q.stereotype_effect_est, "ci_low": lo, "ci_high": hi,
+                             "planted_in_ci": bool(lo <= d <= hi) if found else None, "fit_status": status})
     return pd.DataFrame(rows)
 
 
@@ -231,7 +247,7 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
                                               for m in measures], ignore_index=True)
         rq1_tables["rq1_significance_counts"] = rq1_significance_counts(
             rq1_tables["rq1_contrasts"], rq1_tables["rq1_mixed_models"], 1 - conf)
-    pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"))
+    pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"))
     for name, df in [*rq1_tables.items(), ("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
                      ("summarize_pronouns", pron), ("summarize_pronouns_by_lang", pron_lang),
                      ("injection_controls", controls), ("compliance", comp),
