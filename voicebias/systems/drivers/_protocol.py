@@ -57,6 +57,7 @@ def serve(load: Callable[[dict], tuple[Any, dict]], handle: Callable[[Any, dict]
     sys.stdout = sys.stderr
     config = json.loads(sys.argv[1])
     state, info = load(config)
+    seed_everything(0)  # imports torch now, so the first request's time limit does not pay for it
     proto.write(json.dumps({"ready": True, "info": info}) + "\n")
     for line in sys.stdin:
         if not line.strip():
