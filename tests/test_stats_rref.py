@@ -310,3 +310,38 @@ emit("k", a$wrong[, 1]); emit("n", a$wrong[, 2])
     keys = sorted((lang, v, c) for lang in ("en", "zh") for v in ("male", "female") for c in ("aligned", "misaligned", "neutral"))
     assert [int(ours.loc[k, "misgendered"]) for k in keys] == [int(x) for x in ref["k"]]
     assert [int(ours.loc[k, "n"]) for k in keys] == [int(x) for x in ref["n"]]
+
+
+def test_summarize_pronouns_match_r():
+    from voicebias.analysis import summarize_pronouns
+
+    rng = np.random.default_rng(12)
+    rows = []
+    for lang in ("en", "es", "zh"):
+        for pole in POLES:
+            for voice in ("male", "female"):
+                p = {"masculine": 0.2, "neutral": 0.5, "feminine": 0.8}[pole]
+                for i in range(12):
+                    u = rng.random()
+                    choice = "none" if u < 0.1 else "both" if u < 0.15 else ("female" if rng.random() < p else "male")
+                    rows.append({"system": "s", "task": "summarize", "status": "ok", "lang": lang, "pole": pole,
+                                 "voice_gender": voice, "pronoun_choice": choice, "stimulus_id": f"{lang}{pole}{voice}{i}"})
+    df = pd.DataFrame(rows)
+    ours = summarize_pronouns(df).iloc[0]
+    ref = run_r("""
+inj <- d$pronoun_choice %in% c("male", "female", "both")
+one <- d[d$pronoun_choice %in% c("male", "female"), ]
+cell <- aggregate(she ~ pole + voice_gender + lang, data = transform(one, she = pronoun_choice == "female"), FUN = mean)
+byp <- tapply(cell$she, cell$pole, mean)
+byv <- with(cell, tapply(she, list(voice_gender, pole), mean))
+emit("rate", mean(inj)); emit("p_f", byp["feminine"]); emit("p_m", byp["masculine"])
+emit("dpp", 100 * (byp["feminine"] - byp["masculine"]))
+emit("dpp_male", 100 * (byv["male", "feminine"] - byv["male", "masculine"]))
+emit("dpp_female", 100 * (byv["female", "feminine"] - byv["female", "masculine"]))
+""", d=df[["lang", "pole", "voice_gender", "pronoun_choice"]])
+    assert ours["injection_rate"] == pytest.approx(ref["rate"], rel=1e-12)
+    assert ours["p_she_feminine"] == pytest.approx(ref["p_f"], rel=1e-12)
+    assert ours["p_she_masculine"] == pytest.approx(ref["p_m"], rel=1e-12)
+    assert ours["delta_pp"] == pytest.approx(ref["dpp"], rel=1e-12)
+    assert ours["delta_pp_male_voice"] == pytest.approx(ref["dpp_male"], rel=1e-12)
+    assert ours["delta_pp_female_voice"] == pytest.approx(ref["dpp_female"], rel=1e-12)
