@@ -72,3 +72,13 @@ def test_every_repository_card_names_what_it_was_verified_against():
         v = load_card(name)["verified_against"]
         assert set(v) == {"repository", "commit", "date", "checked"}, name
         assert len(str(v["commit"]).split()[0]) == 40 and load_card(name)["layout"], name
+
+
+def test_api_and_transformers_cards_name_the_library_version_they_were_checked_against():
+    from importlib.metadata import version
+
+    from voicebias.systems import load_card
+
+    for name, lib in (("gpt_audio", "openai"), ("gemini_live", "google-genai"), ("qwen_omni", "transformers")):
+        v = load_card(name)["verified_against"]
+        assert v["library"] == lib and str(v["version"]).split()[0] == version(lib), name
