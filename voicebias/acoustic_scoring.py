@@ -1,9 +1,13 @@
 """Acoustic scoring of system outputs: the same measures as the inputs, and deltas.
 
-Every output file is measured with the analysis settings of the system's output
-voice gender (card field `output_voice_gender`; wide settings when unknown), scored
-with the same classifiers, and placed on the composite scale of its source
-language's input stimuli. The delta of every measure is output minus input
+Every output file of a system with one fixed output voice is measured with the
+analysis settings of that voice's gender (card field `output_voice_gender`: male or
+female). Any other output (the field missing, or a voice that may follow the input,
+as voice-preserving systems do) is measured with gender-neutral settings
+(MeasureSettings.neutral: a wide pitch range with the octave check and one formant
+ceiling), so the measure never assumes the gender it is meant to detect. Outputs
+are scored with the same classifiers and placed on the composite scale of their
+source language's input stimuli. The delta of every measure is output minus input
 (S2S paper, sec. 4: each trial is its own control). Measurements are cached by the
 file's sha256 and the analysis settings, so identical outputs of different
 systems are measured once.
@@ -24,17 +28,14 @@ from dataclasses import replace
 from voicebias.acoustics import MeasureSettings, add_margins, classifier_names, measure_files
 from voicebias.composite import composite_measures, femininity_composite
 
-WIDE = {"pitch_range": [60, 500], "max_formant": 5250}
-
-
 def output_settings(params: dict[str, Any], gender: str | None) -> MeasureSettings:
-    """Settings of the output voice's gender (wide when unknown); voice-quality measures off:
-    RQ1 needs F0, formants and margins only."""
+    """Settings of a fixed output voice's gender ('male' or 'female'), gender-neutral
+    settings otherwise; voice-quality measures off: RQ1 needs F0, formants and margins
+    only."""
     if gender in ("male", "female"):
         settings = MeasureSettings.for_gender(params, gender)
     else:
-        wide = {**params, "pitch_range": {"any": WIDE["pitch_range"]}, "max_formant": {"any": WIDE["max_formant"]}}
-        settings = MeasureSettings.for_gender(wide, "any")
+        settings = MeasureSettings.neutral(params)
     return replace(settings, voice_quality=False)
 
 

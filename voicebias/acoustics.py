@@ -6,8 +6,10 @@ it. Units:
 
 - duration_s (s); voiced_fraction (share of pitch frames that are voiced);
 - f0_median_hz (Hz) and f0_median_st (semitones re 100 Hz);
-- f1_hz, f2_hz, f3_hz (Hz; Burg analysis, five formants below a ceiling set per
-  voice gender);
+- f1_hz, f2_hz, f3_hz (Hz; by default a discrete all-pole model of the harmonics
+  below the formant ceiling, El-Jaroudi & Makhoul, 1991, fitted per voiced frame:
+  it holds F1 at high F0, where Praat's Burg analysis is pulled toward a harmonic;
+  `formant_method: burg` restores Burg. Accuracy on synthetic vowels: docs/formants.md);
 - formant_index (octaves relative to adult-male vowel norms: Peterson & Barney,
   1952, mean F1/F2/F3 over ten American English vowels = 502/1420/2386 Hz), taken
   per voiced frame and summarised by its median;
@@ -15,7 +17,10 @@ it. Units:
   hnr_db (dB): see voicebias.voice_quality for the method.
 
 Settings per voice gender come from the `acoustics` section of params.yaml:
-`pitch_range` (floor, ceiling Hz), `max_formant` (Hz), `time_step` (s); optional
+`pitch_range` (floor, ceiling Hz), `max_formant` (Hz), `time_step` (s),
+`formant_method` ('dap' or 'burg'); gender-neutral settings for voices that may follow
+their input (MeasureSettings.neutral) from `neutral_pitch_range` (Hz),
+`neutral_max_formant` (Hz) and `octave_check_st` (semitones); optional
 `bandwidths` for the Iseli correction ('hawks_miller', default, or 'measured'),
 `cpps_time_step` (s, default 0.002 as in Praat; 0.005 reads within 0.03 dB at a
 third of the cost, 0.01 within about 0.1 dB at an eighth), and audio checks: `max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
@@ -29,7 +34,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +74,10 @@ class MeasureSettings:
     # H1-H2, H1-A3, CPPS and HNR cost most of the analysis; scoring that needs only
     # F0, formants and classifier margins (RQ1 output deltas) can switch them off.
     voice_quality: bool = True
+    # 'dap' (discrete all-pole on the harmonics) or 'burg' (Praat's Burg, five formants).
+    formant_method: str = "dap"
+    # > 0: fold pitch frames an octave off the track's median back (tolerance, semitones).
+    octave_check_st: float = 0.0
 
     @classmethod
     def for_gender(cls, params: dict[str, Any], gender: str) -> "MeasureSettings":
@@ -82,12 +91,189 @@ class MeasureSettings:
                    float(params.get("silence_dbfs", cls.silence_dbfs)),
                    str(params.get("bandwidths", cls.bandwidths)),
                    float(params.get("cpps_time_step", cls.cpps_time_step)),
-                   bool(params.get("voice_quality", cls.voice_quality)))
+                   bool(params.get("voice_quality", cls.voice_quality)),
+                   str(params.get("formant_method", cls.formant_method)))
+
+    @classmethod
+    def neutral(cls, params: dict[str, Any]) -> "MeasureSettings":
+        """Settings that do not depend on a voice gender, for voices that may follow
+        their input: `neutral_pitch_range` (Hz, default 60-500) with the octave check
+        `octave_check_st` (semitones, default 2) and `neutral_max_formant` (Hz, default
+        5500)."""
+        floor, ceiling = params.get("neutral_pitch_range", (60.0, 500.0))
+        both = {"pitch_range": {"any": (floor, ceiling)},
+                "max_formant": {"any": params.get("neutral_max_formant", 5500.0)}}
+        return replace(cls.for_gender({**params, **both}, "any"),
+                       octave_check_st=float(params.get("octave_check_st", 2.0)))
 
     def checks(self) -> AudioChecks:
         # The signal must carry content up to the formant ceiling: Nyquist >= max_formant.
         return AudioChecks(min_sample_rate=int(np.ceil(2 * self.max_formant)), max_duration_s=self.max_duration_s,
                            max_clipped_fraction=self.max_clipped_fraction, silence_dbfs=self.silence_dbfs)
+
+
+# Discrete all-pole analysis: model order (five formants plus one pole pair for the
+# glottal source), and the poles kept as formants: above the source region and no
+# wider than a vowel formant.
+DAP_ORDER = 12
+DAP_MIN_FORMANT_HZ = 150.0
+DAP_MAX_BANDWIDTH_HZ = 700.0
+DAP_ITERATIONS = 20
+DAP_FRAMES_PER_CHUNK = 256
+
+
+def harmonic_window_s(f0: np.ndarray, n_periods: float = 4.0, min_window_s: float = 0.025,
+                      max_window_s: float = 0.05) -> float:
+    """Analysis window (s) for the harmonic spectra of a file: `n_periods` periods of its
+    median f0 (Hz), clipped to `min_window_s`..`max_window_s`."""
+    return float(np.clip(n_periods / np.median(f0), min_window_s, max_window_s))
+
+
+def harmonic_power(x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, ceiling: float,
+                   window_s: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Frequency (Hz) and power (linear, arbitrary common reference) of every harmonic
+    k f0 below `ceiling` Hz, per frame.
+
+    times (s) and f0 (Hz) are the voiced frames. A Hann window of `window_s` s
+    (default: harmonic_window_s of these frames), zero-padded to four times its length;
+    each harmonic is the spectral peak within k f0 +- 0.2 f0, refined by parabolic
+    interpolation of the log power. Returns freqs, power and a mask, each of shape
+    (frames, harmonics); the mask is False past the ceiling.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    f0 = np.asarray(f0, dtype=float)
+    n = int(round((window_s or harmonic_window_s(f0)) * sr)) | 1
+    padded = np.concatenate([np.zeros(n // 2), x, np.zeros(n // 2)])
+    starts = np.round(np.asarray(times, dtype=float) * sr).astype(int)
+    frames = padded[np.clip(starts[:, None] + np.arange(n)[None, :], 0, len(padded) - 1)] * np.hanning(n)
+    nfft = 1 << int(np.ceil(np.log2(4 * n)))
+    spec = np.abs(np.fft.rfft(frames, nfft, axis=1)) ** 2
+    df = sr / nfft
+    harmonics = f0[:, None] * np.arange(1, int(ceiling // f0.min()) + 1)[None, :]
+    mask = harmonics < ceiling
+    reach = np.maximum(1, np.floor(0.2 * f0 / df)).astype(int)
+    offsets = np.arange(-reach.max(), reach.max() + 1)
+    bins = np.clip(np.round(harmonics / df).astype(int)[:, :, None] + offsets, 1, spec.shape[1] - 2)
+    rows = np.arange(len(f0))[:, None]
+    candidates = np.where(np.abs(offsets) <= reach[:, None, None], spec[rows[:, :, None], bins], -np.inf)
+    peak = np.take_along_axis(bins, np.argmax(candidates, axis=2)[:, :, None], 2)[:, :, 0]
+    a, b, c = (np.log(spec[rows, peak + d] + 1e-300) for d in (-1, 0, 1))
+    denom = a - 2 * b + c
+    # at the edge of the search range the peak need not be a local maximum: clip
+    shift = np.clip(np.where(denom < 0, 0.5 * (a - c) / np.where(denom < 0, denom, -1.0), 0.0), -0.5, 0.5)
+    return (peak + shift) * df, np.exp(b - 0.25 * (a - c) * shift), mask
+
+
+def discrete_all_pole(freqs: np.ndarray, power: np.ndarray, mask: np.ndarray, ceiling: float, sr: int,
+                      order: int = DAP_ORDER, iterations: int = DAP_ITERATIONS,
+                      pre_emphasis_hz: float = 50.0) -> np.ndarray:
+    """All-pole model fitted to a line spectrum, per frame (El-Jaroudi & Makhoul, 1991).
+
+    freqs (Hz), power and mask as returned by `harmonic_power`. The band 0..`ceiling`
+    Hz is the model's full band (as Praat does by resampling to twice the ceiling),
+    with Praat's pre-emphasis from `pre_emphasis_hz`. The model minimises the
+    Itakura-Saito distance to the harmonic powers alone, so the spectrum between
+    harmonics, which a voiced sound does not define, plays no part; linear prediction
+    on the autocorrelation of a high-pitched voice instead fits the aliased
+    autocorrelation of the harmonics and pulls formants toward them. Starts from
+    linear prediction on the harmonics and iterates the paper's fixed-point equations
+    (damped by one half). Returns the predictor polynomials, shape (frames, order + 1),
+    first coefficient 1.
+    """
+    alpha = np.exp(-2 * np.pi * pre_emphasis_hz / sr)
+    p = np.where(mask, power * np.abs(1 - alpha * np.exp(-2j * np.pi * freqs / sr)) ** 2, 0.0)
+    count = mask.sum(axis=1, keepdims=True)
+    weights = mask / count
+    p = p / np.sum(p * weights, axis=1, keepdims=True)
+    w = np.pi * np.where(mask, freqs, 0.0) / ceiling
+    lags = np.arange(order + 1)
+    r = np.einsum("tik,tk->ti", np.cos(lags[None, :, None] * w[:, None, :]), p * weights)
+    r[:, 0] *= 1 + 1e-9
+    toeplitz = r[:, np.abs(lags[:order, None] - lags[None, :order])]
+    ones = np.ones((len(r), 1))
+    a = np.concatenate([ones, np.linalg.solve(toeplitz, -r[:, 1:, None])[:, :, 0]], axis=1)
+    basis = np.exp(-1j * w[:, :, None] * lags[None, None, :])
+    lagged = np.ascontiguousarray(basis[:, :, 1:].transpose(0, 2, 1))
+    for _ in range(iterations):
+        response = np.where(mask, (basis @ a[:, :, None].astype(complex))[:, :, 0], 1.0)
+        gain = np.sum(p * np.abs(response) ** 2 * weights, axis=1)
+        model = np.real((lagged @ (weights / response)[:, :, None])[:, :, 0])
+        rhs = gain[:, None] * model - r[:, 1:]
+        step = np.concatenate([ones, np.linalg.solve(toeplitz, rhs[:, :, None])[:, :, 0]], axis=1)
+        converged = np.max(np.abs(step - a)) < 1e-7
+        a = 0.5 * (a + step)
+        if converged:
+            break
+    return a
+
+
+def poles_to_formants(a: np.ndarray, ceiling: float, n: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """The lowest `n` formant frequencies and bandwidths (Hz) of predictor polynomials
+    (frames, order + 1) on the band 0..`ceiling` Hz.
+
+    Poles above DAP_MIN_FORMANT_HZ and narrower than DAP_MAX_BANDWIDTH_HZ come first;
+    where fewer than `n` qualify (a spectrum without formant peaks), the other poles
+    of the band fill in, lowest first, as Praat's Burg analysis reports them. NaN
+    where the band holds fewer than `n` poles."""
+    order = a.shape[1] - 1
+    companion = np.zeros((len(a), order, order))
+    companion[:, 0, :] = -a[:, 1:]
+    companion[:, 1:, :-1] = np.eye(order - 1)
+    roots = np.linalg.eigvals(companion)
+    freq = np.angle(roots) / np.pi * ceiling
+    bw = -np.log(np.maximum(np.abs(roots), 1e-300)) / np.pi * 2 * ceiling
+    in_band = (roots.imag > 0) & (freq > 50.0) & (freq < ceiling - 50.0)
+    formant_like = in_band & (freq > DAP_MIN_FORMANT_HZ) & (bw < DAP_MAX_BANDWIDTH_HZ)
+    rank = np.where(formant_like, freq, np.where(in_band, freq + 2 * ceiling, np.inf))
+    chosen = np.argsort(rank, axis=1)[:, :n]
+    freq = np.where(np.isfinite(np.take_along_axis(rank, chosen, 1)), np.take_along_axis(freq, chosen, 1), np.nan)
+    bw = np.where(np.isfinite(freq), np.take_along_axis(bw, chosen, 1), np.nan)
+    by_freq = np.argsort(np.where(np.isfinite(freq), freq, np.inf), axis=1)
+    return np.take_along_axis(freq, by_freq, 1), np.take_along_axis(bw, by_freq, 1)
+
+
+def dap_formants(x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray,
+                 ceiling: float) -> tuple[np.ndarray, np.ndarray]:
+    """F1-F3 and B1-B3 (Hz) at voiced frames (times in s, f0 in Hz) by discrete all-pole
+    modelling of the harmonics below `ceiling` Hz. Returns two (frames, 3) arrays, NaN
+    where a frame yields fewer than three formants."""
+    f0 = np.asarray(f0, dtype=float)
+    times = np.asarray(times, dtype=float)
+    window_s = harmonic_window_s(f0)
+    tracks, bandwidths = np.full((len(f0), 3), np.nan), np.full((len(f0), 3), np.nan)
+    for i in range(0, len(f0), DAP_FRAMES_PER_CHUNK):
+        part = slice(i, i + DAP_FRAMES_PER_CHUNK)
+        freqs, power, mask = harmonic_power(x, sr, times[part], f0[part], ceiling, window_s)
+        # A floor 120 dB under each frame's strongest harmonic keeps the fit finite where
+        # a frame holds digital silence between harmonics.
+        loudest = np.max(np.where(mask, power, 0.0), axis=1)
+        power = np.maximum(power, 1e-12 * loudest[:, None])
+        usable = (mask.sum(axis=1) > DAP_ORDER // 2) & (loudest > 0)
+        if not usable.any():
+            continue
+        with np.errstate(all="ignore"):
+            a = discrete_all_pole(freqs[usable], power[usable], mask[usable], ceiling, sr)
+        fitted = np.isfinite(a).all(axis=1)
+        rows = np.flatnonzero(usable)[fitted] + i
+        if rows.size:
+            tracks[rows], bandwidths[rows] = poles_to_formants(a[fitted], ceiling)
+    return tracks, bandwidths
+
+
+def correct_octave_jumps(f0: np.ndarray, tolerance_st: float) -> tuple[np.ndarray, int]:
+    """Fold pitch frames that sit one octave above or below the track's median (within
+    `tolerance_st` semitones of +-12 st) back to the median's octave.
+
+    f0 (Hz) of voiced frames. Returns the corrected f0 (Hz) and the number of frames
+    moved. Halving and doubling are the errors a wide pitch range invites; a real
+    octave jump of the voice is rare outside creak, which such a range is not used for.
+    """
+    f0 = np.asarray(f0, dtype=float).copy()
+    st = 12.0 * np.log2(f0 / np.median(f0))
+    up, down = np.abs(st - 12.0) < tolerance_st, np.abs(st + 12.0) < tolerance_st
+    f0[up] /= 2.0
+    f0[down] *= 2.0
+    return f0, int(up.sum() + down.sum())
 
 
 def hz_to_semitones(f_hz: float | np.ndarray, ref_hz: float = 100.0):
@@ -113,19 +299,27 @@ def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[st
     if voiced.sum() < 3:
         raise AudioError("no voiced frames found: silent, noise-only or non-speech audio", code="no_voicing")
     times = pitch.xs()[voiced]
-    formant = snd.to_formant_burg(settings.time_step, 5, settings.max_formant, 0.025, 50.0)
-    # Formant tracks at the voiced pitch frames (nearest formant frame).
-    idx = np.clip(np.round((times - formant.x1) / formant.dx).astype(int), 0, formant.nx - 1)
-    tracks = np.stack([call(formant, "To Matrix", i).values[0][idx] for i in (1, 2, 3)], axis=1)
-    tracks[tracks <= 0] = np.nan
-    if settings.bandwidths == "measured":
-        ftimes = formant.x1 + idx * formant.dx
-        bandwidths = np.array([[formant.get_bandwidth_at_time(i, t) for i in (1, 2, 3)] for t in ftimes], dtype=float)
-        bandwidths[~(bandwidths > 0)] = np.nan
-    elif settings.bandwidths == "hawks_miller":
-        bandwidths = None
-    else:
+    f0_voiced = f0[voiced]
+    if settings.octave_check_st > 0:
+        f0_voiced, _ = correct_octave_jumps(f0_voiced, settings.octave_check_st)
+    if settings.bandwidths not in ("hawks_miller", "measured"):
         raise ValueError(f"acoustics.bandwidths must be 'hawks_miller' or 'measured', not '{settings.bandwidths}'")
+    if settings.formant_method == "dap":
+        tracks, measured_bw = dap_formants(x, sr, times, f0_voiced, settings.max_formant)
+    elif settings.formant_method == "burg":
+        formant = snd.to_formant_burg(settings.time_step, 5, settings.max_formant, 0.025, 50.0)
+        # Formant tracks at the voiced pitch frames (nearest formant frame).
+        idx = np.clip(np.round((times - formant.x1) / formant.dx).astype(int), 0, formant.nx - 1)
+        tracks = np.stack([call(formant, "To Matrix", i).values[0][idx] for i in (1, 2, 3)], axis=1)
+        tracks[tracks <= 0] = np.nan
+        if settings.bandwidths == "measured":
+            ftimes = formant.x1 + idx * formant.dx
+            measured_bw = np.array([[formant.get_bandwidth_at_time(i, t) for i in (1, 2, 3)] for t in ftimes],
+                                   dtype=float)
+            measured_bw[~(measured_bw > 0)] = np.nan
+    else:
+        raise ValueError(f"acoustics.formant_method must be 'dap' or 'burg', not '{settings.formant_method}'")
+    bandwidths = measured_bw if settings.bandwidths == "measured" else None
     frames = tracks[np.isfinite(tracks).all(axis=1)]
     if len(frames) < 3:
         raise AudioError("no voiced frames with three measurable formants", code="no_voicing")
@@ -134,7 +328,7 @@ def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[st
     # frame distribution is bimodal (front vs back vowels), so an index built from
     # per-formant medians jumps with the vowel mix of the text.
     index = float(np.median(np.mean(np.log2(frames / np.array(MALE_FORMANT_NORMS)), axis=1)))
-    f0_med = float(np.median(f0[voiced]))
+    f0_med = float(np.median(f0_voiced))
     basic = {
         "duration_s": float(len(x) / sr),
         "voiced_fraction": float(voiced.mean()),
@@ -147,7 +341,7 @@ def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[st
     }
     if not settings.voice_quality:
         return {**basic, **{c: float("nan") for c in VOICE_QUALITY_COLUMNS}}
-    harmonics = harmonic_levels(x, sr, times, f0[voiced], tracks, bandwidths)
+    harmonics = harmonic_levels(x, sr, times, f0_voiced, tracks, bandwidths)
 
     def med(col: str) -> float:
         v = harmonics[col].to_numpy(float)
