@@ -11,6 +11,9 @@ interpreter, in the checkout, over a JSON list of jobs, so the models load once 
 
 How VQVC is driven (learnt from its notebook and model code; described, not copied)
 ------------------------------------------------------------------------------------
+Read against Hfkml/VQVC at commit 900d41da58de04039b8bb3221b6b335df8ee7ce7 (README:
+the release checkpoint is G_VQVC.pth; VQVC.ipynb: pitch -1.5 in every conversion).
+
 - ``utils.get_hparams_from_file(config)`` reads the FreeVC-style JSON config; its
   ``model`` section switches each voice-quality encoder on (all six must be on).
 - The generator is ``models.SynthesizerTrn(filter_length // 2 + 1,
