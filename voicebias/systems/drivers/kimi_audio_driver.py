@@ -39,9 +39,10 @@ def load(config):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     checkout = config.get("checkout") or os.getcwd()
     if not speech_tokenizer_found(checkout):
-        raise RuntimeError(f"Kimi-Audio loads the speech tokenizer {SPEECH_TOKENIZER} by its hub id, and no local copy "
-                           f"was found: download it to {os.path.join(checkout, SPEECH_TOKENIZER)} (e.g. `huggingface-cli "
-                           f"download {SPEECH_TOKENIZER} --local-dir {os.path.join(checkout, SPEECH_TOKENIZER)}`)")
+        local = os.path.join(checkout, SPEECH_TOKENIZER)
+        raise RuntimeError(f"Kimi-Audio loads the speech tokenizer {SPEECH_TOKENIZER} by its hub id, and no local "
+                           f"copy was found: download it to {local} (e.g. `huggingface-cli download "
+                           f"{SPEECH_TOKENIZER} --local-dir {local}`)")
     from kimia_infer.api.kimia import KimiAudio
 
     model = KimiAudio(model_path=config["weights"], load_detokenizer=True)
