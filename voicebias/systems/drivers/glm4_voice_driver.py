@@ -39,6 +39,7 @@ def add_import_paths(checkout):
 
 
 def load(config):
+    add_import_paths(config.get("checkout") or os.getcwd())  # before flow_inference, as web_demo.py does
     import torch
     from flow_inference import AudioDecoder
     from speech_tokenizer.modeling_whisper import WhisperVQEncoder
@@ -46,7 +47,6 @@ def load(config):
 
     root, s = config["weights"], config["settings"]
     device = config.get("device", "cuda")
-    add_import_paths(config.get("checkout") or os.getcwd())
     model_dir = os.path.join(root, "glm-4-voice-9b")
     tok_dir = os.path.join(root, "glm-4-voice-tokenizer")
     dec_dir = os.path.join(root, "glm-4-voice-decoder")
