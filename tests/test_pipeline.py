@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 import yaml
 
 from tests.workspace import PASSAGES_PER_CELL, SC_PROMPTS, sh, tree_hashes  # noqa: E402
@@ -95,7 +96,8 @@ def test_one_system_parameter_reruns_only_that_system(workspace):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     status = json.loads(sh("dvc status --json", repo).stdout)
     changed = set(status)
-    assert changed == {f"respond@voice_faithful-{t}" for t in params["tasks"]["names"]} | {"analysis"}
+    # the params check re-runs on any change; its record is unchanged, so only the readers of the change follow
+    assert changed == {f"respond@voice_faithful-{t}" for t in params["tasks"]["names"]} | {"analysis", "params"}
     res = sh("dvc repro", repo)
     ran = {line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")}
     assert not any(name in s for s in ran for name in ("content_driven", "mixed", "drifting"))
@@ -131,6 +133,28 @@ def test_fresh_clone_pulls_identical_outputs(workspace):
     ran = {line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")}
     assert ran == {"tracking"}
     assert "Data and pipelines are up to date" in sh("dvc status", clone).stdout
+
+
+@pytest.mark.parametrize("section, key, value, expected", [
+    ("mixed", "content_wieght", 0.9, "systems.mixed.content_wieght: unknown key; did you mean content_weight?"),
+    ("voice_faithful", "error_rate", "high", "systems.voice_faithful.error_rate: expected a number, got 'high'"),
+])
+def test_a_bad_param_stops_dvc_repro_before_any_stage_runs(workspace, section, key, value, expected):
+    _, repo, _ = workspace
+    path = repo / "params.yaml"
+    original = path.read_text(encoding="utf-8")
+    params = yaml.safe_load(original)
+    params["systems"][section][key] = value
+    path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    try:
+        res = sh("dvc repro", repo, check=False)
+        assert res.returncode != 0
+        assert expected in res.stderr and "Traceback" not in res.stderr
+        ran = [line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")]
+        assert ran == ["params"], ran
+        assert sh("git status --porcelain -- data reports dvc.lock", repo).stdout == ""
+    finally:
+        path.write_text(original, encoding="utf-8")
 
 
 def test_broken_bank_stops_the_pipeline_with_a_readable_message(workspace):
