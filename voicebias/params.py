@@ -348,6 +348,8 @@ class RepositoryParams(SystemParams):
     temperature: float | None = None
     top_p: float | None = None
     max_new_tokens: PositiveInt | None = None
+    #: repository-specific sampling settings handed to the driver as they are
+    sampling: dict[str, Any] | None = None
     continuation_s: Annotated[float, Field(gt=0.0)] = 6.0
 
 
