@@ -193,6 +193,33 @@ def pitch_shift_effect(methods: dict[str, Analysis], sd: float, shift_st: float 
     return pd.DataFrame(rows)
 
 
+def noise_check(methods: dict[str, Analysis], snrs_db: tuple[float, ...] = (40.0, 25.0),
+                seed: int = 1) -> pd.DataFrame:
+    """The grid with white noise added at each SNR (dB re the vowel's RMS): per method and
+    SNR, the cells within all three targets and the RMS % error of F1-F3."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for snr in snrs_db:
+        noisy = {}
+        for tract in TRACTS:
+            for f0 in F0S:
+                for v in VOWELS:
+                    x = synthetic_vowel(f0, vowel_formants(v, tract)).astype(np.float64)
+                    noisy[(v, tract, f0)] = x + rng.normal(0.0, np.std(x) * 10 ** (-snr / 20), len(x))
+        for name, run in methods.items():
+            errs, ok = [], 0
+            for (v, tract, f0), x in noisy.items():
+                true = np.array(vowel_formants(v, tract)[:3])
+                e = 100 * (run(x, tract)[0] / true - 1)
+                errs.append(e)
+                f1_ok = f0 >= F1_RESOLVABLE * true[0] or abs(e[0]) <= 100 * F1_TOLERANCE
+                ok += bool(f1_ok and abs(e[1]) <= 100 * F23_TOLERANCE and abs(e[2]) <= 100 * F23_TOLERANCE)
+            rms = np.sqrt(np.mean(np.square(errs), axis=0))
+            rows.append({"method": name, "snr_db": snr, "all three ok": f"{ok}/{len(noisy)}",
+                         **{f"F{i + 1} rms err %": round(float(rms[i]), 1) for i in range(3)}})
+    return pd.DataFrame(rows)
+
+
 def summary(grid: pd.DataFrame, per_vowel: pd.DataFrame, per_passage: pd.DataFrame,
             seconds: dict[str, float]) -> pd.DataFrame:
     """Per method: share of cells within each target, worst errors, index ranges, time."""
@@ -279,6 +306,9 @@ def main() -> None:
     shift["start"] = shift["tract"] + " tract, from " + shift["from_f0_hz"].map("{:g} Hz".format)
     print(shift.pivot_table(index="start", columns="method", values="index_change_sd", sort=False)[list(methods)]
           .round(3).to_markdown())
+    print("\n## With white noise: cells within all three targets, RMS % error\n")
+    compared = {k: methods[k] for k in ("burg_by_gender", "robust_by_gender", "dap_neutral")}
+    print(noise_check(compared).to_markdown(index=False))
     for name in (methods if args.cells else ("burg_by_gender", "dap_neutral")):
         print(f"\n## {name}: true vs measured per cell\n")
         print(cell_table(grid, name).to_markdown(index=False))
