@@ -9,7 +9,7 @@ analysis reads F1-F3 (Hz, median over voiced frames) and the formant index
 Analyses compared:
 
 - burg_by_gender: Praat Burg, five formants below a ceiling chosen by the intended
-  voice gender (5000 Hz male, 5500 Hz female), as the product measured until now;
+  voice gender (5000 Hz male, 5500 Hz female);
 - robust_by_gender: Praat "To Formant (robust)..." with the same ceilings;
 - burg_adapted: Praat Burg with the ceiling chosen per file from 4500-6500 Hz (steps
   of 250 Hz) as the one that minimises the variance of the F1 and F2 tracks (log Hz),
