@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -91,17 +93,18 @@ def test_reference_continuation_keeps_the_planted_share_of_the_phonation(tmp_pat
         assert m["breathy"]["cpps_db"] < m["modal"]["cpps_db"]
 
 
-def _planted_tables(keep: dict[str, float], prompts: int = 12, seed: int = 7) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Prompt measures and a scored continuation table with known retention per gender."""
+def _planted_tables(keep: dict[str, float], prompts: int = 6, seed: int = 7) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Prompt measures and a scored continuation table with known retention per gender
+    (the real design: prompts x 2 voices per gender x 4 conditions)."""
     rng = np.random.default_rng(seed)
     shift = {"modal": (0, 0, 0), "breathy": (3.0, 9.0, -3.0), "creaky": (-2.0, -5.0, -6.0), "endcreak": (-0.5, -1, -2)}
     pm, sc = [], []
     for g, k in keep.items():
-        for p in range(prompts):
+        for p, v in itertools.product(range(prompts), (1, 2)):
             base = rng.normal([0.0, 10.0, 14.0], 1.0)
             for c, d in shift.items():
-                sid = f"p{p}-{g}-{c}"
-                common = {"stimulus_id": sid, "prompt_id": f"p{p}", "voice_gender": g, "voice_id": f"v-{g}",
+                sid = f"p{p}-{g}{v}-{c}"
+                common = {"stimulus_id": sid, "prompt_id": f"p{p}", "voice_gender": g, "voice_id": f"v-{g}{v}",
                           "phonation": c}
                 vals = base + np.array(d)
                 pm.append({**common, "measure_status": "ok", "h1_h2_db_whole": vals[0], "h1_a3_db_whole": vals[1],

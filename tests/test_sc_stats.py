@@ -6,6 +6,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats
 
+from tests.sc_design import planted_contrast, simulate_vq
 from voicebias.sc_stats import (all_systems_succeeded, beta_regression_stepwise, emm_pairwise, rescale_scores,
                                 type3_wald, voice_quality_models)
 
@@ -46,28 +47,30 @@ def test_tukey_contrasts_match_scipy_tukey_hsd_in_a_one_way_design():
 
 
 def test_mixed_model_finds_planted_source_by_phonation_regularisation():
-    # planted: continuations pull H1-H2 back toward modal, more for female prompts
-    rng = np.random.default_rng(2)
-    rows = []
-    for sid in range(120):
-        gender = "female" if sid % 2 else "male"
-        phon = ["modal", "breathy"][sid // 2 % 2]
-        u = rng.normal(0, 0.5)
-        prompt = (4.0 if phon == "breathy" else 0.0) + u
-        pull = (3.0 if gender == "female" else 1.0) if phon == "breathy" else 0.0
-        rows.append({"stimulus_id": f"s{sid}", "voice_gender": gender, "phonation": phon, "source": "prompt",
-                     "h1h2_db": prompt + rng.normal(0, 0.5)})
-        rows.append({"stimulus_id": f"s{sid}", "voice_gender": gender, "phonation": phon, "source": "continuation",
-                     "h1h2_db": prompt - pull + rng.normal(0, 0.5)})
-    res = voice_quality_models(pd.DataFrame(rows), measures=["h1h2_db"], factors=["source", "voice_gender", "phonation"])
-    t3 = res["type3"].set_index("term")
-    assert t3.loc["C(source, Sum):C(voice_gender, Sum):C(phonation, Sum)", "p_value"] < 1e-6
+    # planted: continuations keep 30 % (female) / 70 % (male) of each condition's shift
+    keep = {"female": 0.3, "male": 0.7}
+    vq = simulate_vq(1, prompts=30, seed=2, retention=keep)
+    assert vq.groupby("source")["stimulus_id"].nunique().to_dict() == {"continuation": 480, "prompt": 480}
+    assert (vq["source"] == "prompt").sum() == 480  # each prompt once
+    res = voice_quality_models(vq, measures=["h1h2_db"])
+    t3 = res["type3"].set_index(["model", "term"])
+    assert t3.loc[("continuation - prompt", "source:voice_gender:phonation"), "p_value"] < 1e-4
     c = res["contrasts"].set_index(["voice_gender", "phonation"])
-    # continuation minus prompt: about -3 dB for breathy female, -1 dB for breathy male, 0 for modal
-    est = lambda g, p: c.loc[(g, p), "estimate"] * (1 if c.loc[(g, p), "level_a"] == "continuation" else -1)
-    assert est("female", "breathy") == pytest.approx(-3.0, abs=0.35)
-    assert est("male", "breathy") == pytest.approx(-1.0, abs=0.35)
-    assert abs(est("female", "modal")) < 0.35
+    assert set(c["level_a"]) == {"sys1"} and set(c["level_b"]) == {"prompt"}
+    for g, ph in [("female", "breathy"), ("male", "breathy"), ("female", "creaky"), ("male", "modal")]:
+        assert c.loc[(g, ph), "estimate"] == pytest.approx(planted_contrast(g, ph, keep), abs=0.3)
+        assert c.loc[(g, ph), "ci_low"] < c.loc[(g, ph), "estimate"] < c.loc[(g, ph), "ci_high"]
+
+
+def test_degrees_of_freedom_are_those_of_four_voices():
+    """960 continuations, but the gender comparisons rest on 2 voices per gender: the
+    denominator df of every term are voice-level (at most 4 x 4 cells - 8 = 24), and the
+    between-voice source x gender term is not tested."""
+    vq = simulate_vq(2, prompts=30, seed=8, voice_shift_sd=0.4)
+    t3 = voice_quality_models(vq, measures=["h1h2_db"])["type3"].set_index(["model", "term"])
+    assert (t3["den_df"] <= 24.5).all()
+    row = t3.loc[("continuation - prompt", "source:voice_gender")]
+    assert not row["testable"] and np.isnan(row["p_value"]) and row["note"].startswith("not testable")
 
 
 def simulate_beta(n=3000, inter=0.0, seed=5):

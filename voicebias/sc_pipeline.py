@@ -9,11 +9,13 @@
   (`sc_judge`). Writes data/sc_scored/<system>.csv with the contract column names.
 * ``analysis_stage``: all continuation systems together (voicebias.sc_stats):
   success rates and the all-systems-succeeded set, speaker similarity by system x
-  phonation x gender (SC paper Table 2), voice-quality preservation (mixed model per
-  measure on source x gender x phonation x system, type-III Wald tests, Tukey
-  contrasts of prompt vs continuation), retention of the prompt's phonation change,
-  judge scores by system x phonation x gender (SC paper Fig. 2) with stepwise beta
-  regression, and planted vs recovered values for reference systems.
+  phonation x gender (SC paper Table 2), voice-quality preservation (REML mixed
+  model per measure on continuation - prompt, voice-level random effects,
+  type-III F tests with Satterthwaite df, Tukey contrasts of prompt vs each
+  continuation; terms the 2 voices per gender cannot test are marked), retention of
+  the prompt's phonation change, judge scores by system x phonation x gender (SC
+  paper Fig. 2) with stepwise beta regression (prompt-clustered robust SEs), and
+  planted vs recovered values for reference systems.
 
 Every analysis reads tables only, so `voicebias analyze sc ...` re-runs it on shared
 outputs without calling any system.
@@ -188,23 +190,37 @@ def score_stage(params: dict[str, Any], system_name: str, responses_path: Path, 
 # ------------------------------------------------------------------ analysis
 
 
-def prompt_vq_rows(prompt_measures: pd.DataFrame, systems: Iterable[str]) -> pd.DataFrame:
-    """Prompt voice-quality rows (from the manipulation check's measures), one copy per system."""
+def prompt_vq_rows(prompt_measures: pd.DataFrame) -> pd.DataFrame:
+    """Prompt voice-quality rows from the manipulation check's measures: one per stimulus
+    (source 'prompt', system empty: a prompt is measured once, whatever continues it)."""
     ok = prompt_measures[prompt_measures["measure_status"] == "ok"]
-    base = pd.DataFrame({"stimulus_id": ok["stimulus_id"], "prompt_id": ok["prompt_id"],
+    return pd.DataFrame({"stimulus_id": ok["stimulus_id"], "prompt_id": ok["prompt_id"],
                          "voice_gender": ok["voice_gender"], "voice_id": ok["voice_id"], "phonation": ok["phonation"],
-                         **{v: ok[f"{k}_whole"] for k, v in VQ_MEASURES.items()}, "source": "prompt"})
-    return pd.concat([base.assign(system=s) for s in systems], ignore_index=True)
+                         **{v: ok[f"{k}_whole"] for k, v in VQ_MEASURES.items()}, "source": "prompt",
+                         "system": np.nan}).drop_duplicates("stimulus_id")
 
 
 def vq_long(scored: pd.DataFrame, prompt_measures: pd.DataFrame) -> pd.DataFrame:
-    """Prompt and continuation voice quality in one table (columns source, system, ...)."""
+    """Prompt and continuation voice quality in one table (columns source, system, ...):
+    each prompt once (system NaN) for the stimuli some system continued, each
+    continuation once with its system."""
     cont = scored[(scored["status"] == "ok") & (scored["measure_status"] == "ok")]
     cont = cont[["stimulus_id", "prompt_id", "voice_gender", "voice_id", "phonation", "system",
                  *VQ_MEASURES.values()]].assign(source="continuation")
-    prompts = prompt_vq_rows(prompt_measures, sorted(scored["system"].unique()))
+    prompts = prompt_vq_rows(prompt_measures)
     prompts = prompts[prompts["stimulus_id"].isin(cont["stimulus_id"])]
     return pd.concat([prompts, cont], ignore_index=True)
+
+
+def per_system_view(vq: pd.DataFrame) -> pd.DataFrame:
+    """For descriptive tables and figures only: each system's continuations beside the
+    prompts of the stimuli it continued (prompt rows repeated per system, system set)."""
+    prompts = vq[vq["source"] == "prompt"]
+    cont = vq[vq["source"] == "continuation"]
+    parts = [cont]
+    for s, c in cont.groupby("system"):
+        parts.append(prompts[prompts["stimulus_id"].isin(c["stimulus_id"])].assign(system=s))
+    return pd.concat(parts, ignore_index=True)
 
 
 def retention(vq: pd.DataFrame, measures: Iterable[str] = tuple(VQ_MEASURES.values()), n_boot: int = 500,
@@ -214,7 +230,10 @@ def retention(vq: pd.DataFrame, measures: Iterable[str] = tuple(VQ_MEASURES.valu
     For each non-modal condition c, d_src(c) = mean(source, c) - mean(source, modal);
     retention is the least-squares slope through the origin of d_continuation on
     d_prompt over the conditions: sum d_p d_c / sum d_p^2 (1 = kept, 0 = back to
-    modal). CI: percentile bootstrap over prompts (prompt_id clusters).
+    modal). CI: percentile bootstrap over prompts (prompt_id clusters). The CI is
+    conditional on the voices (2 per gender, too few to resample): it says how well
+    these voices' retention is measured, not how it varies over voices. Prompt rows
+    without a system (`vq_long`) are paired with each system's continuations.
     """
     rng = np.random.default_rng(seed)
 
@@ -231,6 +250,8 @@ def retention(vq: pd.DataFrame, measures: Iterable[str] = tuple(VQ_MEASURES.valu
         return num / den if den > 0 else float("nan")
 
     rows = []
+    if vq["system"].isna().any():
+        vq = per_system_view(vq)
     for (system, gender), d in vq.groupby(["system", "voice_gender"], sort=True):
         prompts = d["prompt_id"].unique()
         groups = {p: g for p, g in d.groupby("prompt_id")}
@@ -264,7 +285,12 @@ def judge_score_table(scored: pd.DataFrame, dims: list[str]) -> pd.DataFrame:
 
 
 def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> dict[str, pd.DataFrame]:
-    """Stepwise beta regression of each rescaled judge dimension on phonation x gender x system."""
+    """Stepwise beta regression of each rescaled judge dimension on phonation x gender x system.
+
+    One row per judged continuation; the prompt (same text under every voice,
+    condition and system) is the cluster of the robust SEs, and terms with
+    voice_gender are estimated but not tested (2 voices per gender; see
+    `sc_stats.beta_regression_stepwise`)."""
     from voicebias.sc_stats import beta_regression_stepwise, rescale_scores
 
     ok = scored[scored["judge_status"] == "ok"].copy()
@@ -277,7 +303,8 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
             fits.append({"dimension": d, "n": len(sub), "status": "constant scores: no model"})
             continue
         try:
-            res = beta_regression_stepwise(sub, "y", factors, alpha)
+            res = beta_regression_stepwise(sub, "y", factors, alpha, cluster="prompt_id" if "prompt_id" in sub else None,
+                                           between_unit_factors=("voice_gender",))
         except Exception as exc:  # recorded, the other dimensions still run
             fits.append({"dimension": d, "n": len(sub), "status": f"failed: {type(exc).__name__}: {exc}"})
             continue
@@ -286,9 +313,9 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
         kept.append(res["kept_interactions"].assign(dimension=d))
         fits.append({"dimension": d, "n": len(sub), "status": "ok", "llf": float(res["llf"]["llf"].iloc[0])})
     cat = lambda xs, cols: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame(columns=cols)  # noqa: E731
-    return {"steps": cat(steps, ["removed", "lr", "df", "p_value", "dimension"]),
-            "coefficients": cat(coefs, ["term", "estimate", "se", "p_value", "dimension"]),
-            "kept_interactions": cat(kept, ["term", "dimension"]), "fits": pd.DataFrame(fits)}
+    return {"steps": cat(steps, ["removed", "stat", "df", "den_df", "p_value", "dimension"]),
+            "coefficients": cat(coefs, ["term", "estimate", "se", "p_value", "testable", "note", "dimension"]),
+            "kept_interactions": cat(kept, ["term", "testable", "dimension"]), "fits": pd.DataFrame(fits)}
 
 
 def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, scored: pd.DataFrame,
@@ -352,8 +379,8 @@ def analyse(scored: pd.DataFrame, prompt_measures: pd.DataFrame, truths: dict[st
     sim = sim.sort_values(["system", "phonation", "voice_gender"], key=lambda s: s.map(order) if s.name == "phonation"
                           else s).reset_index(drop=True)
     vq = vq_long(common, prompt_measures)
-    models = voice_quality_models(vq, measures=tuple(VQ_MEASURES.values()), group="stimulus_id")
-    vq_means = vq.melt(id_vars=["system", "source", "phonation", "voice_gender"], value_vars=list(VQ_MEASURES.values()),
+    models = voice_quality_models(vq, measures=tuple(VQ_MEASURES.values()))
+    vq_means = per_system_view(vq).melt(id_vars=["system", "source", "phonation", "voice_gender"], value_vars=list(VQ_MEASURES.values()),
                        var_name="measure", value_name="value").groupby(
         ["system", "measure", "source", "phonation", "voice_gender"])["value"].agg(
         mean="mean", sd="std", n="size").reset_index()
