@@ -38,6 +38,55 @@ def test_retention_is_exact_without_noise():
     assert got["male"] == pytest.approx(0.7, abs=1e-12) and got["female"] == pytest.approx(0.3, abs=1e-12)
 
 
+def test_retention_pairs_each_prompt_once_with_every_system():
+    """On the vq_long layout (prompt rows once, no system) retention per system is the
+    closed form sum d_p d_c / sum d_p^2 over the conditions, d = condition mean - modal mean."""
+    from voicebias.sc_pipeline import per_system_view
+
+    one = vq_table({"male": 0.7, "female": 0.3}, noise=0.5, prompts=15, seed=5)
+    prompts = one[one["source"] == "prompt"].assign(system=np.nan)
+    prompts["stimulus_id"] = prompts["voice_gender"] + prompts["prompt_id"] + prompts["phonation"]
+    conts = []
+    for s, shift in (("a", 0.0), ("b", 0.8)):
+        c = one[one["source"] == "continuation"].copy()
+        c["stimulus_id"] = c["voice_gender"] + c["prompt_id"] + c["phonation"]
+        c["h1h2_db"] = c["h1h2_db"] * (1.0 if s == "a" else 0.5) + shift
+        conts.append(c.assign(system=s))
+    vq = pd.concat([prompts, *conts], ignore_index=True)
+    assert len(per_system_view(vq)) == 2 * len(prompts) + sum(len(c) for c in conts)
+    got = retention(vq, measures=("h1h2_db",), n_boot=20).set_index(["system", "voice_gender"])["retention"]
+    for s, c in zip(("a", "b"), conts):
+        for g in ("male", "female"):
+            mp = prompts[prompts["voice_gender"] == g].groupby("phonation")["h1h2_db"].mean()
+            mc = c[c["voice_gender"] == g].groupby("phonation")["h1h2_db"].mean()
+            dp, dc = (mp - mp["modal"]).drop("modal"), (mc - mc["modal"]).drop("modal")
+            assert got[(s, g)] == pytest.approx(float((dp * dc).sum() / (dp * dp).sum()), abs=1e-12)
+
+
+def test_vq_long_keeps_one_row_per_prompt():
+    from voicebias.sc_pipeline import vq_long
+
+    pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=2)
+    both = pd.concat([sc, sc.assign(system="other")], ignore_index=True)
+    vq = vq_long(both, pm)
+    prompts = vq[vq["source"] == "prompt"]
+    assert len(prompts) == len(pm) and prompts["stimulus_id"].is_unique and prompts["system"].isna().all()
+    assert (vq["source"] == "continuation").sum() == 2 * len(sc)
+
+
+def test_report_type3_table_shows_untestable_terms_without_p():
+    from voicebias.report import vq_type3_table
+
+    t3 = pd.DataFrame({"measure": "h1h2_db", "model": ["prompt", "continuation - prompt"],
+                       "term": ["voice_gender", "source:voice_gender:phonation"], "f_value": [3.0, 12.5],
+                       "num_df": [1.0, 3.0], "den_df": [2.0, 6.0], "p_value": [np.nan, 0.0054],
+                       "testable": [False, True], "note": ["not testable: 2.0 denominator df", ""]})
+    out = vq_type3_table(t3)
+    assert list(out.columns) == ["measure", "model", "term", "F", "df", "p", "note"]
+    assert list(out["p"]) == ["–", "0.005**"] and list(out["df"]) == ["1, 2.0", "3, 6.0"]
+    assert out.loc[0, "note"].startswith("not testable")
+
+
 def test_retention_ci_covers_the_planted_share_with_noise():
     r = retention(vq_table({"male": 0.7, "female": 0.3}, noise=1.0, prompts=40, seed=3), measures=("h1h2_db",),
                   n_boot=300, seed=1).set_index("voice_gender")

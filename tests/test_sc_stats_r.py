@@ -119,6 +119,23 @@ emit("pair_p", ptukey(abs(pr$t.ratio) * sqrt(2), 3, pr$df, lower.tail = FALSE))
     assert pairs["p_tukey"].to_numpy() == pytest.approx(np.array(r["pair_p"]), rel=1e-3, abs=1e-7)
 
 
+def test_prompt_model_matches_lmertest():
+    """The prompts' own terms: cell means over prompts, y ~ voice_gender * phonation + (1 | voice)."""
+    vq = simulate_vq(1, prompts=10, seed=6)
+    res = voice_quality_models(vq, measures=["h1h2_db"], min_df=0)
+    t3 = res["type3"][res["type3"]["model"] == "prompt"]
+    cells = vq[vq["source"] == "prompt"].groupby(["voice_id", "voice_gender", "phonation"], as_index=False)["h1h2_db"].mean()
+    r = run_r(r"""
+suppressMessages(library(lmerTest))
+options(contrasts = c("contr.sum", "contr.poly"))
+m <- lmer(h1h2_db ~ voice_gender * phonation + (1 | voice_id), data = p, REML = TRUE)
+stopifnot(as.data.frame(VarCorr(m))$vcov[1] > 0)
+a <- anova(m, type = 3, ddf = "Satterthwaite"); emit("F", a[["F value"]]); emit("ddf", a$DenDF)
+""", p=cells)
+    assert t3["f_value"].to_numpy() == pytest.approx(np.array(r["F"]), rel=1e-4)
+    assert t3["den_df"].to_numpy() == pytest.approx(np.array(r["ddf"]), rel=1e-3)
+
+
 def test_untestable_terms_carry_no_p_value():
     res = voice_quality_models(simulate_vq(1, prompts=10, seed=4, voice_shift_sd=0.5), measures=["h1h2_db"])
     t3 = res["type3"].set_index(["model", "term"])

@@ -429,8 +429,13 @@ def type3_f_tests(fit: RemlFit, min_df: float = 3.0, rename: dict[str, str] | No
         res = f_test(fit, L)
         label = rename.get(term, _plain_term(term))
         ok = bool(np.isfinite(res["den_df"]) and res["den_df"] >= min_df)
-        note = "" if ok else (f"not testable: {res['den_df']:.1f} denominator df (< {min_df:g}); the error stratum "
-                              "has too few independent units (2 voices per gender)")
+        if ok:
+            note = ""
+        elif np.isfinite(res["den_df"]):
+            note = (f"not testable: {res['den_df']:.1f} denominator df (< {min_df:g}); the error stratum has too few "
+                    "independent units (2 voices per gender)")
+        else:
+            note = "not testable: its error variance is estimated as 0 (degenerate fit), so no df"
         rows.append({"term": label, **res, "p_value": res["p_value"] if ok else np.nan, "testable": ok, "note": note})
     return pd.DataFrame(rows, columns=["term", "f_value", "num_df", "den_df", "p_value", "testable", "note"])
 
