@@ -293,7 +293,7 @@ class RemlFit:
         w = self.Vi @ self.X @ self.C @ c
         g = np.array([float(w @ M @ w) for _, M in self._active()])
         denom = float(g @ self._vc_cov @ g)
-        return float(2 * v * v / denom) if denom > 0 else float("inf")
+        return float(2 * v * v / denom) if denom > 0 else float("nan")  # NaN: no df (degenerate information)
 
 
 def _reml_objective(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray]) -> float:
@@ -374,14 +374,17 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
 
 def _fai_cornelius_df(nus: np.ndarray) -> float:
     """Denominator df of a q-df F from its q orthogonal 1-df Satterthwaite dfs (lmerTest's rule)."""
-    if len(nus) == 1:
-        return float(nus[0])
-    if np.all(np.abs(np.diff(nus)) < 1e-8):
+    if len(nus) == 1 or np.any(np.isnan(nus)):
+        return float(nus[0]) if len(nus) == 1 else float("nan")
+    if np.all(np.isinf(nus)):
+        return float("inf")
+    if np.all(np.isfinite(nus)) and np.all(np.abs(np.diff(nus)) < 1e-8):
         return float(np.mean(nus))
     if np.any(nus <= 2):
         return 2.0
-    e = float(np.sum(nus / (nus - 2)))
-    return 2 * e / (e - len(nus))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = float(np.sum(np.where(np.isinf(nus), 1.0, nus / (nus - 2))))
+    return 2 * e / (e - len(nus)) if e > len(nus) else float("inf")
 
 
 def f_test(fit: RemlFit, L: np.ndarray) -> dict[str, float]:
@@ -559,12 +562,13 @@ def _source_contrasts(fit: RemlFit, cells: pd.DataFrame, factors: list[str], sys
             se = float(np.sqrt(c @ fit.C @ c))
             df = fit.satterthwaite_df(c)
             t = est / se if se > 0 else np.nan
-            ok = bool(np.isfinite(df) and df >= min_df) or not np.isfinite(df)
+            ok = bool(df >= min_df)  # False for NaN (no df: degenerate fit)
             half = float(stats.t.isf(0.025, df)) * se if np.isfinite(df) else float(stats.norm.isf(0.025)) * se
             rows.append({"voice_gender": g, "phonation": p, "factor": "source", "level_a": a, "level_b": b,
                          "estimate": est, "se": se, "df": df, "t": t, "ci_low": est - half, "ci_high": est + half,
                          "p_tukey": tukey_p_value(t, k, df) if ok else np.nan, "testable": ok,
-                         "note": "" if ok else f"not testable: {df:.1f} df (< {min_df:g}); 2 voices per gender"})
+                         "note": "" if ok else (f"not testable: {df:.1f} df (< {min_df:g}); 2 voices per gender"
+                                                if np.isfinite(df) else "not testable: no df (degenerate fit)")})
     return pd.DataFrame(rows)
 
 
