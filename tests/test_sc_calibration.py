@@ -60,9 +60,10 @@ def coverage(n_systems: int, n_datasets: int, seed0: int = 0) -> tuple[float, in
 @pytest.mark.parametrize("n_systems", [1, 2])
 def test_null_false_positive_rate_reduced(n_systems):
     rates, family_rate, _ = null_rates(n_systems, 30 if n_systems == 1 else 15)
-    assert len(rates) >= 2
-    assert rates.max() <= 0.2, rates  # 15-30 datasets: .05 + 3 Monte-Carlo SE
+    assert len(rates) >= 3
+    # 15-30 datasets are too few for each term alone: pooled over terms, and a gross bound per term
     assert rates.mean() <= 0.08, rates
+    assert rates.max() <= 0.3, rates
     assert family_rate <= 0.08
 
 
