@@ -1,0 +1,97 @@
+"""score_outputs against hand computations: delta = output - input, its sign and its units.
+
+Outputs are synthetic vowels at known F0 (source-filter, tests/fakes/stimuli.py), so the
+measured output F0 is known in advance; the inputs' measures are set by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
+from voicebias import config
+from voicebias.acoustic_scoring import score_outputs
+from voicebias.acoustics import hz_to_semitones
+from voicebias.audio import write_audio
+from voicebias.composite import composite_measures, femininity_composite, reference_stats
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def params() -> dict:
+    return config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+
+
+def scored(params: dict, tmp_path, out_f0: dict[str, float | None], in_f0: dict[str, float]) -> pd.DataFrame:
+    """score_outputs on one system's readback responses: out_f0[stimulus] is the output vowel's
+    F0 in Hz (None: the call failed, no audio); in_f0[stimulus] the input's F0 in Hz."""
+    names = composite_measures(params["acoustics"]["classifier"])
+    rows, inputs = [], []
+    for i, (sid, f0) in enumerate(out_f0.items()):
+        voice = "male" if i % 2 == 0 else "female"
+        base = {"system": "s", "task": "readback", "stimulus_id": sid, "passage_id": sid[:-2], "lang": "en",
+                "pole": "neutral", "voice_gender": voice}
+        if f0 is None:
+            rows.append({**base, "status": "failed", "output_audio": "", "output_sha256": ""})
+        else:
+            rel = f"out/{sid}.wav"
+            (tmp_path / "out").mkdir(exist_ok=True)
+            write_audio(tmp_path / rel, synthetic_vowel(f0, MALE_VOWEL_FORMANTS["a"], seconds=1.0, sr=SR), SR)
+            rows.append({**base, "status": "ok", "output_audio": rel, "output_sha256": f"sha-{sid}-{f0}"})
+        inputs.append({"stimulus_id": sid, "lang": "en", "status": "ok",
+                       "f0_median_st": float(hz_to_semitones(in_f0[sid])), "formant_index": 0.01 * i,
+                       "margin_acoustic_norms": 0.5 * i - 1.0, "duration_s": 1.0, "voiced_fraction": 0.9})
+    inputs = pd.DataFrame(inputs)
+    assert set(names) <= set(inputs.columns)
+    reference = reference_stats(inputs, names)
+    inputs["composite"] = femininity_composite(inputs, reference, names)
+    return score_outputs(pd.DataFrame(rows), inputs, reference, params, {"output_voice_gender": None}, tmp_path,
+                         tmp_path / "cache").set_index("stimulus_id")
+
+
+def test_delta_is_output_minus_input_in_semitones(params, tmp_path):
+    out_f0 = {"p1-m": 220.0, "p1-f": 110.0, "p2-m": 150.0, "p2-f": None}
+    in_f0 = {"p1-m": 110.0, "p1-f": 220.0, "p2-m": 150.0, "p2-f": 200.0}
+    t = scored(params, tmp_path, out_f0, in_f0)
+    # an octave up is +12 st, an octave down -12 st, the same pitch 0 (measurement within 0.2 st)
+    assert t.loc["p1-m", "delta_f0_median_st"] == pytest.approx(12.0, abs=0.2)
+    assert t.loc["p1-f", "delta_f0_median_st"] == pytest.approx(-12.0, abs=0.2)
+    assert t.loc["p2-m", "delta_f0_median_st"] == pytest.approx(0.0, abs=0.2)
+    assert t.loc["p1-m", "out_f0_median_st"] == pytest.approx(12 * np.log2(2.2), abs=0.2)  # re 100 Hz
+    assert t.loc["p1-m", "in_f0_median_st"] == pytest.approx(12 * np.log2(1.1), abs=1e-12)
+    ok = t[t["status"] == "ok"]
+    assert len(ok) == 3
+    for m in ("f0_median_st", "formant_index", "margin_acoustic_norms", "composite"):
+        assert np.allclose(ok[f"delta_{m}"], ok[f"out_{m}"] - ok[f"in_{m}"], rtol=0, atol=1e-12), m
+        assert ok[f"delta_{m}"].notna().all()
+    # the composite is the mean of the z-scored measures (input reference): its delta is the
+    # mean of the measures' deltas over their reference SDs
+    names = ["f0_median_st", "formant_index", "margin_acoustic_norms"]
+    ins = pd.DataFrame({"f0_median_st": hz_to_semitones(np.array(list(in_f0.values()))),
+                        "formant_index": 0.01 * np.arange(4), "margin_acoustic_norms": 0.5 * np.arange(4) - 1.0})
+    sd = ins.std(ddof=1)
+    expected = sum(ok[f"delta_{m}"] / sd[m] for m in names) / 3
+    assert np.allclose(ok["delta_composite"], expected, atol=1e-9)
+    # the failed call is a counted row with no measures, not dropped
+    f = t.loc["p2-f"]
+    assert f["status"] == "failed" and f["exclusion"] == "call failed" and pd.isna(f.get("delta_f0_median_st"))
+
+
+def test_unmeasurable_output_is_excluded_with_its_reason(params, tmp_path):
+    out_f0 = {"p1-m": 220.0, "p1-f": 180.0}
+    t = scored(params, tmp_path, out_f0, {"p1-m": 110.0, "p1-f": 200.0})
+    assert (t["status"] == "ok").all()
+    write_audio(tmp_path / "out" / "p1-f.wav", np.zeros(SR, dtype=np.float32), SR)  # silence in place of speech
+    rows = pd.DataFrame([{"system": "s", "task": "readback", "stimulus_id": "p1-f", "passage_id": "p1", "lang": "en",
+                          "pole": "neutral", "voice_gender": "female", "status": "ok",
+                          "output_audio": "out/p1-f.wav", "output_sha256": "sha-silent"}])
+    inputs = pd.DataFrame([{"stimulus_id": "p1-f", "lang": "en", "status": "ok", "f0_median_st": 12.0,
+                            "formant_index": 0.0, "margin_acoustic_norms": 0.0, "duration_s": 1.0,
+                            "voiced_fraction": 0.9, "composite": 0.0}])
+    ref = pd.DataFrame([{"lang": "en", "measure": m, "mean": 0.0, "sd": 1.0, "n": 2}
+                        for m in ("f0_median_st", "formant_index", "margin_acoustic_norms")])
+    s = score_outputs(rows, inputs, ref, params, {"output_voice_gender": None}, tmp_path, tmp_path / "cache2").iloc[0]
+    assert s["status"] == "excluded" and s["exclusion"] != "" and pd.isna(s["delta_f0_median_st"])
