@@ -113,3 +113,54 @@ def test_planted_vs_recovered_reports_the_mixed_model_f0_effect_per_language():
     for lang in ("en", "es"):
         r = pvr.loc[f"rq1_f0_stereotype_effect_st_readback_{lang}"]
         assert r["planted"] == 2.0 and r["planted_in_ci"] and abs(r["recovered"] - 2.0) < 0.2
+
+
+def test_compliance_table_by_hand():
+    from voicebias.analysis import compliance
+
+    rows = []
+    for lang, task, status, judged in [
+        ("en", "describe", "ok", "male"), ("en", "describe", "ok", "none"), ("en", "describe", "ok", "none"),
+        ("en", "describe", "failed", None), ("en", "describe", "ok", "female"),
+        ("zh", "describe", "ok", "female"), ("zh", "describe", "failed", "none"),
+        ("en", "paraphrase", "ok", None), ("en", "paraphrase", "failed", None), ("en", "paraphrase", "ok", "none"),
+    ]:
+        rows.append({"system": "s", "lang": lang, "task": task, "status": status, "judged_gender": judged,
+                     "stimulus_id": f"{lang}-{len(rows)}"})
+    c = compliance(pd.DataFrame(rows)).set_index(["lang", "task"])
+    assert list(c.columns) == ["system", "n", "failed", "non_compliant"]
+    # every call is counted; 'none' answers of ok describe calls are non-compliant, a failed call is not
+    assert tuple(c.loc[("en", "describe"), ["n", "failed", "non_compliant"]]) == (5, 1, 2)
+    assert tuple(c.loc[("zh", "describe"), ["n", "failed", "non_compliant"]]) == (2, 1, 0)
+    # non-compliance is a describe notion: other tasks report 0 whatever their judged column holds
+    assert tuple(c.loc[("en", "paraphrase"), ["n", "failed", "non_compliant"]]) == (3, 1, 0)
+
+
+def test_injection_controls_count_ok_outputs_per_task_and_language_by_hand():
+    df = pd.concat([
+        outputs("paraphrase", {("en", "feminine", "male"): ["female", "none"], ("es", "masculine", "female"): ["male"]}),
+        outputs("translate", {("es", "feminine", "female"): ["both", "none", "none", "none"]}),
+        outputs("paraphrase", {("en", "feminine", "male"): ["female", "female"]}).assign(status="failed"),
+        outputs("summarize", {("en", "feminine", "male"): ["female"]}),
+    ])
+    t = injection_controls(df).set_index(["task", "lang"])
+    assert set(t.index) == {("paraphrase", "ALL"), ("paraphrase", "en"), ("paraphrase", "es"),
+                            ("translate", "ALL"), ("translate", "es")}
+    # failed calls and summaries are not controls
+    assert tuple(t.loc[("paraphrase", "ALL"), ["n", "n_injecting", "n_he", "n_she", "n_both"]]) == (3, 2, 1, 1, 0)
+    assert t.loc[("paraphrase", "en"), "injection_rate"] == pytest.approx(1 / 2)
+    assert t.loc[("paraphrase", "ALL"), "n_injecting_feminine_content"] == 1
+    assert t.loc[("paraphrase", "ALL"), "n_injecting_masculine_content"] == 1
+    assert tuple(t.loc[("translate", "es"), ["n", "n_injecting", "n_both"]]) == (4, 1, 1)
+    assert t.loc[("translate", "es"), "injection_rate"] == pytest.approx(1 / 4)
+
+
+def test_summarize_pronouns_without_single_gender_injections_has_no_slope():
+    df = outputs("summarize", {("en", "feminine", "male"): ["both", "none"], ("en", "masculine", "male"): ["none"],
+                               ("en", "neutral", "male"): ["male"]})
+    r = summarize_pronouns(df).iloc[0]
+    assert (r["n"], r["n_injecting"], r["n_both"]) == (4, 2, 1)
+    assert r["injection_rate"] == pytest.approx(2 / 4)
+    # no output commits to one gender on feminine or masculine content: no P(she) there, no slope
+    assert np.isnan(r["p_she_feminine"]) and np.isnan(r["p_she_masculine"]) and np.isnan(r["delta_pp"])
+    assert r["p_she_neutral"] == 0.0
