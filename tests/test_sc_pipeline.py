@@ -250,3 +250,72 @@ def test_judge_verdicts_are_cached_and_failures_asked_again(tmp_path):
     assert second == first
     judge_all(j, df, dims, {"backend": "counting", "model": "another", "max_concurrency": 1}, rubric, tmp_path)
     assert j.calls == 5  # other judge settings: nothing reused
+
+
+class _ConstantEmbedder:
+    def embed(self, x, sr):
+        return np.array([1.0, float(np.std(x)), 0.5])
+
+
+class _FixedJudge:
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def judge(self, prompt_text, continuation_text):
+        from voicebias.judge import JudgeResult, load_rubric
+
+        self.seen.append(continuation_text)
+        return JudgeResult("ok", {d: 3 for d in load_rubric()["dimensions"]}, 1, "", "fixed", "v1")
+
+
+def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp_path):
+    """Two stimuli, the second continuation failed: its scored row is kept with status
+    'failed', no measures, no similarity and no judge scores, and it counts against
+    the system's success rate and drops the stimulus from the all-systems comparison set."""
+    from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
+    from voicebias import config
+    from voicebias.audio import write_audio
+    from voicebias.judge import load_rubric
+    from voicebias.sc_pipeline import SCORED_COLUMNS, score_continuations
+    from voicebias.sc_stats import all_systems_succeeded, success_table
+
+    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    for name in ("prompt-a", "prompt-b", "cont-a"):
+        write_audio(tmp_path / f"{name}.wav", synthetic_vowel(120.0, MALE_VOWEL_FORMANTS["a"], seconds=1.5), 16000)
+    manifest = pd.DataFrame({"stimulus_id": ["a", "b"], "prompt_id": ["p1", "p2"], "prompt_set": "s",
+                             "voice_gender": "male", "voice_id": "m1", "phonation": "modal",
+                             "text": ["one prompt", "another prompt"], "path": ["prompt-a.wav", "prompt-b.wav"]})
+    responses = pd.DataFrame({"system": "sys", "stimulus_id": ["a", "b"], "lang": "en", "status": ["ok", "failed"],
+                              "error": ["", "timeout after 3 attempts"], "transcript": ["and then she left", None],
+                              "output_audio": ["cont-a.wav", None]})
+    judge = _FixedJudge()
+    scored = score_continuations(responses, manifest, params, tmp_path, judge=judge, embedder=_ConstantEmbedder())
+    assert list(scored.columns[:len(SCORED_COLUMNS)]) == SCORED_COLUMNS and len(scored) == 2
+    s = scored.set_index("stimulus_id")
+    assert s.loc["a", "status"] == "ok" and np.isfinite(float(s.loc["a", "h1h2_db"]))
+    assert s.loc["a", "speaker_similarity"] == pytest.approx(1.0, abs=1e-9)  # the continuation is the prompt's own audio
+    failed = s.loc["b"]
+    assert failed["status"] == "failed" and failed["error"] == "timeout after 3 attempts"
+    assert failed["judge_status"] == "not_judged" and failed["judge_error"] == "continuation failed"
+    for col in ("h1h2_db", "h1a3_db", "cpps_db", "speaker_similarity", *load_rubric()["dimensions"]):
+        assert pd.isna(failed[col]), col
+    assert judge.seen == ["and then she left"]  # the judge never saw an invented continuation
+    assert success_table(scored).iloc[0][["n", "succeeded", "success_rate"]].tolist() == [2, 1, 0.5]
+    other = scored.assign(system="sys2", status="ok")
+    assert set(all_systems_succeeded(pd.concat([scored, other]))["stimulus_id"]) == {"a"}
+
+
+def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_path):
+    from voicebias import config
+    from voicebias.io import write_json
+    from voicebias.sc_pipeline import continue_stage
+
+    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    out = tmp_path / "continuations" / "continuation_reference"
+    for metrics in ({"passed": False, "n": 48}, {}):
+        write_json(tmp_path / "check.json", metrics)
+        with pytest.raises(RuntimeError, match="manipulation check has not passed; no system may hear"):
+            continue_stage(params, "continuation_reference", tmp_path / "no-manifest.csv", tmp_path / "check.json",
+                           out, tmp_path / "stats.json", tmp_path / "cache", tmp_path)
+        # refused before reading the manifest or writing anything
+        assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
