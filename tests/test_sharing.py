@@ -94,12 +94,13 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
     assert checked >= 8
 
 
-def test_s3_remote_round_trip_is_byte_identical(workspace, server, tmp_path):
+def test_s3_remote_round_trip_is_byte_identical(workspace, server, tmp_path, monkeypatch):
     base, repo, _ = workspace
     port = free_port()
     server([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], f"http://127.0.0.1:{port}/", repo)
     creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    os.environ.update(creds)
+    for k, v in creds.items():  # restored (or removed) after the test, whatever was set before
+        monkeypatch.setenv(k, v)
     try:
         import boto3
 
@@ -116,8 +117,6 @@ def test_s3_remote_round_trip_is_byte_identical(workspace, server, tmp_path):
             assert tree_hashes(clone, sub) == tree_hashes(repo, sub) and tree_hashes(repo, sub)
     finally:
         sh("dvc remote remove s3share", repo, check=False)
-        for k in creds:
-            os.environ.pop(k, None)
 
 
 def test_report_renders_in_headless_chromium(workspace, tmp_path):
