@@ -73,10 +73,14 @@ def test_planted_contrasts_are_covered_reduced():
     assert 0.92 <= cov <= 0.98
 
 
+SLOW_NULL_DATASETS = {1: 200, 2: 200, 3: 100, 4: 100}
+SLOW_COVERAGE_DATASETS = 40
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n_systems", [1, 2, 3, 4])
 def test_null_false_positive_rate(n_systems):
-    rates, family_rate, _ = null_rates(n_systems, 300, seed0=1)
+    rates, family_rate, _ = null_rates(n_systems, SLOW_NULL_DATASETS[n_systems], seed0=1)
     assert (rates <= 0.08).all(), rates
     assert family_rate <= 0.08
 
@@ -84,5 +88,5 @@ def test_null_false_positive_rate(n_systems):
 @pytest.mark.slow
 @pytest.mark.parametrize("n_systems", [1, 2, 3, 4])
 def test_planted_contrasts_are_covered(n_systems):
-    cov, _ = coverage(n_systems, 100, seed0=1)
+    cov, _ = coverage(n_systems, SLOW_COVERAGE_DATASETS, seed0=1)
     assert 0.92 <= cov <= 0.98

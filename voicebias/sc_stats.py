@@ -318,8 +318,9 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     """REML fit of a linear mixed model with independent random intercepts per grouping.
 
     The residual variance is profiled out and the variance ratios gamma_j = s2_j / s2_e
-    are optimised (L-BFGS-B from three starts) without the bound gamma_j >= 0: only V
-    must stay positive definite (SAS PROC MIXED's NOBOUND). Where every component is
+    are optimised, first with gamma_j >= 0 (L-BFGS-B from three starts, the lme4 fit),
+    then without that bound (Nelder-Mead over the region where V is positive
+    definite, SAS PROC MIXED's NOBOUND). Where every component is
     positive this is the lme4 / lmerTest fit; where one is estimated below 0 (less
     variation between units than within, as often under the null), the bounded fit
     would pool two error strata on that data-dependent event and its within-unit
@@ -350,15 +351,19 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     if X.shape[0] - X.shape[1] < 1:
         raise ValueError("no residual degrees of freedom: more fixed effects than observations")
     best = None
-    # H = I + sum gamma_j G_j stays positive definite if sum over negative gamma_j of |gamma_j| lambda_max(G_j) < 1
-    lower = [-(1 - 1e-6) / (len(Gs) * float(np.bincount(c).max())) for c in codes.values()]
+    # first the bounded fit (gamma >= 0, as lme4), then released from the bound: Nelder-Mead over the whole
+    # region where H = I + sum gamma_j G_j is positive definite (the objective refuses the rest)
     for start in (0.1, 1.0, 5.0):
         res = optimize.minimize(_reml_objective, np.full(len(Gs), start), args=(y, X, Gs), method="L-BFGS-B",
-                                bounds=[(lo, None) for lo in lower],
-                                options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10})
+                                bounds=[(0.0, None)] * len(Gs), options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10})
         if best is None or res.fun < best.fun:
             best = res
     assert best is not None
+    free = optimize.minimize(_reml_objective, best.x, args=(y, X, Gs), method="Nelder-Mead",
+                             options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 4000 * max(len(Gs), 1),
+                                      "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))])})
+    if free.fun < best.fun - 1e-12:
+        best = optimize.OptimizeResult(x=free.x, fun=free.fun, success=bool(free.success))
     n, p = X.shape
     llf = -0.5 * (best.fun + (n - p) * (1 + np.log(2 * np.pi / (n - p))))
     design = X_m.design_info
