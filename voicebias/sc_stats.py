@@ -363,7 +363,9 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
                              options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 4000 * max(len(Gs), 1),
                                       "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))])})
     if free.fun < best.fun - 1e-12:
-        best = optimize.OptimizeResult(x=free.x, fun=free.fun, success=bool(free.success))
+        H = np.eye(len(y)) + sum(g * G for g, G in zip(free.x, Gs))
+        if np.linalg.cond(H) < 1e10:  # a released fit at the edge of the region (V singular) is not used
+            best = optimize.OptimizeResult(x=free.x, fun=free.fun, success=bool(free.success))
     n, p = X.shape
     llf = -0.5 * (best.fun + (n - p) * (1 + np.log(2 * np.pi / (n - p))))
     design = X_m.design_info
@@ -516,7 +518,7 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = ("h1h2_db",
             groups["voice:system"] = cells["voice_id"] + ":" + cells["system"]
         try:
             fit = fit_reml(_factorial_formula("d", factors), cells, groups)
-        except ValueError as exc:
+        except (ValueError, np.linalg.LinAlgError) as exc:
             fits.append({"measure": m, "model": "continuation - prompt", "n_cells": len(cells),
                          "n_obs": int(cells["n"].sum()), "converged": False,
                          "variance_components": f"not estimable with {cells['voice_id'].nunique()} voices: {exc}"})
@@ -532,7 +534,12 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = ("h1h2_db",
         pcells = pr.groupby(["voice_id", "voice_gender", "phonation"], as_index=False).agg(y=(m, "mean"), n=(m, "size"))
         pf = [f for f in ("voice_gender", "phonation") if pcells[f].nunique() > 1]
         if len(pcells) > (pcells[pf].drop_duplicates().shape[0] if pf else 1) + 1:
-            pfit = fit_reml(_factorial_formula("y", pf), pcells, {"voice": pcells["voice_id"]})
+            try:
+                pfit = fit_reml(_factorial_formula("y", pf), pcells, {"voice": pcells["voice_id"]})
+            except (ValueError, np.linalg.LinAlgError) as exc:
+                fits.append({"measure": m, "model": "prompt", "n_cells": len(pcells), "n_obs": int(pcells["n"].sum()),
+                             "converged": False, "variance_components": f"not estimable: {exc}"})
+                continue
             pt = type3_f_tests(pfit, min_df)
             t3.append(pt[pt["term"] != "Intercept"].assign(measure=m, model="prompt"))
             fits.append({"measure": m, "model": "prompt", "n_cells": len(pcells), "n_obs": int(pcells["n"].sum()),
