@@ -89,9 +89,12 @@ def test_panel_pooled_contrast_is_the_mean_over_systems_cells():
     b = deltas(drift=0.0, seed=31).assign(system="b")
     each = rq1_pooled(pd.concat([a, b])).set_index(["system", "task_group"])
     panel = rq1_pooled(pd.concat([a, b]), pool_systems=True).set_index(["system", "task_group"])
+    # both systems answer the same stimuli: the panel is one system whose delta is the mean of the two
+    mean = a.assign(delta_composite=(a["delta_composite"].to_numpy() + b["delta_composite"].to_numpy()) / 2)
+    averaged = rq1_pooled(mean).set_index("task_group")
     for group in ("same-language", "cross-lingual"):
         ra, rb, rp = each.loc[("a", group)], each.loc[("b", group)], panel.loc[("ALL", group)]
-        # equal cell counts per system: the panel mean is the mean of the two, its variance the mean of the two / 2
-        assert rp["n_cells"] == ra["n_cells"] + rb["n_cells"]
+        assert rp["n_cells"] == ra["n_cells"] == rb["n_cells"] and rp["n_systems"] == 2
         assert rp["pooled_contrast"] == pytest.approx((ra["pooled_contrast"] + rb["pooled_contrast"]) / 2, rel=1e-12)
-        assert rp["se"] == pytest.approx(np.sqrt((ra["se"] ** 2 + rb["se"] ** 2) / 4), rel=1e-12)
+        for col in ("se", "df", "ci_low", "ci_high", "p_value"):
+            assert rp[col] == pytest.approx(averaged.loc[group, col], rel=1e-10)

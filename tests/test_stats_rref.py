@@ -232,27 +232,33 @@ emit("t", t$statistic); emit("p", t$p.value); emit("d", (mean(mis) - mean(neu)) 
 
 
 def test_rq1_pooled_matches_r_welch_satterthwaite():
+    """Per language the two voices' signed contrasts average to (F_m - M_f + N_f - N_m) / 2: the male
+    voice on feminine passages, the female voice on masculine ones, and the within-passage voice
+    difference on neutral passages (the passage, voiced by both, is the independent unit)."""
     d = deltas(drift=0.2, seed=8, noise=0.3)
     ours = rq1_pooled(d).set_index("task_group").loc["same-language"]
     ref = run_r("""
 d <- d[d$task != "translate", ]
-pp <- aggregate(delta_composite ~ lang + voice_gender + pole + stimulus_id, data = d, FUN = mean)
+pp <- aggregate(delta_composite ~ lang + voice_gender + pole + passage_id, data = d, FUN = mean)
 est <- c(); v <- c(); parts <- list()
-for (lang in unique(pp$lang)) for (voice in c("female", "male")) {
-  c <- pp[pp$lang == lang & pp$voice_gender == voice, ]
-  mis <- c$delta_composite[c$pole == ifelse(voice == "male", "feminine", "masculine")]
-  neu <- c$delta_composite[c$pole == "neutral"]
-  sgn <- ifelse(voice == "male", 1, -1)
-  est <- c(est, sgn * (mean(mis) - mean(neu)))
-  vm <- var(mis) / length(mis); vn <- var(neu) / length(neu); v <- c(v, vm + vn)
-  parts[[length(parts) + 1]] <- c(vm, length(mis) - 1); parts[[length(parts) + 1]] <- c(vn, length(neu) - 1)
+for (lang in unique(pp$lang)) {
+  c <- pp[pp$lang == lang, ]
+  fm <- c$delta_composite[c$pole == "feminine" & c$voice_gender == "male"]
+  mf <- c$delta_composite[c$pole == "masculine" & c$voice_gender == "female"]
+  n <- reshape(c[c$pole == "neutral", c("passage_id", "voice_gender", "delta_composite")], direction = "wide",
+               idvar = "passage_id", timevar = "voice_gender")
+  dn <- n$delta_composite.female - n$delta_composite.male
+  est <- c(est, (mean(fm) - mean(mf) + mean(dn)) / 2)
+  comp <- c(var(fm) / length(fm), var(mf) / length(mf), var(dn) / length(dn)) / 4
+  v <- c(v, sum(comp))
+  for (j in 1:3) parts[[length(parts) + 1]] <- c(comp[j], c(length(fm), length(mf), length(dn))[j] - 1)
 }
 k <- length(est); e <- mean(est); var <- sum(v) / k^2
 df <- var^2 / sum(sapply(parts, function(x) (x[1] / k^2)^2 / x[2]))
 emit("est", e); emit("se", sqrt(var)); emit("df", df)
 emit("lo", e - qt(0.975, df) * sqrt(var)); emit("hi", e + qt(0.975, df) * sqrt(var))
 emit("p", 2 * pt(-abs(e / sqrt(var)), df))
-""", d=d[["lang", "task", "voice_gender", "pole", "stimulus_id", "delta_composite"]])
+""", d=d[["lang", "task", "voice_gender", "pole", "passage_id", "delta_composite"]])
     assert ours["pooled_contrast"] == pytest.approx(ref["est"], rel=1e-10)
     assert ours["se"] == pytest.approx(ref["se"], rel=1e-10)
     assert ours["df"] == pytest.approx(ref["df"], rel=1e-10)

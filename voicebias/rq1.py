@@ -173,6 +173,20 @@ class _RandomInterceptREML:
         A = np.linalg.inv(-H)
         return float(2 * var**2 / (g @ A @ g))
 
+    def satterthwaite_f_df(self, L: np.ndarray, theta: np.ndarray) -> float:
+        """Denominator df of the Wald F test of L b = 0 (q rows), as lmerTest's contestMD:
+        the Satterthwaite df nu_m of each of the q independent 1-df contrasts along the
+        eigenvectors of L C L', combined by E = sum nu_m / (nu_m - 2), df = 2 E / (E - q)
+        (2 when some nu_m <= 2; their common value when all are equal)."""
+        _, vecs = np.linalg.eigh(L @ self.fe_cov(theta) @ L.T)
+        nu = np.array([self.satterthwaite_df(vecs[:, m] @ L, theta) for m in range(L.shape[0])])
+        if len(nu) == 1 or np.all(np.abs(nu - nu.mean()) < 1e-8):
+            return float(nu.mean())
+        if np.any(nu <= 2):
+            return 2.0
+        e = float(np.sum(nu / (nu - 2)))
+        return 2 * e / (e - len(nu))
+
 
 def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95) -> pd.DataFrame:
     """Per system x language x task: measure ~ content * voice + (1 | passage), REML.
@@ -188,8 +202,11 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
     - misaligned_minus_neutral: the signed baseline-corrected contrast, averaged
       over the two voices;
 
-    and the content x voice interaction (H2) as a Wald chi-square with 2 df and
-    its p, the fit's convergence and any fitting warning, so a singular or
+    and the content x voice interaction (H2): its Wald chi-square (2 df) and the F
+    test lmerTest reports for it, F = chi2 / 2 on 2 and Satterthwaite denominator df
+    (`den_df_interaction`, n - 6 at a singular fit), whose p is p_interaction (the
+    chi-square's asymptotic p rejects a true null 7-9 % of the time at alpha .05
+    with 30 passages); the fit's convergence and any fitting warning, so a singular or
     non-converged fit is visible as such. The variances are REML estimates
     (`_RandomInterceptREML.fit`, the criterion lme4 optimises); the fixed-effect
     covariance is (X'V^-1 X)^-1 at those variances, as in lme4. When the passage
@@ -205,7 +222,8 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
                      "units": units_of(measure), "n": len(g)}
         for eff in EFFECTS:
             row.update({f"{eff}_{f}": np.nan for f in EFFECT_FIELDS})
-        row.update(chi2_interaction=np.nan, df=2, p_interaction=np.nan, converged=False, warning="")
+        row.update(chi2_interaction=np.nan, df=2, f_interaction=np.nan, den_df_interaction=np.nan, p_interaction=np.nan,
+                   converged=False, warning="")
         if g["y"].std() == 0 or g["passage_id"].nunique() < 3:
             row["warning"] = "no variance or too few passages"
             rows.append(row)
@@ -255,7 +273,10 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
         b = R @ beta
         try:
             chi2 = float(b @ np.linalg.solve(R @ cov @ R.T, b))
-            row.update(chi2_interaction=chi2, df=len(inter), p_interaction=float(stats.chi2.sf(chi2, len(inter))))
+            den_df = float(len(g) - len(names)) if singular else reml.satterthwaite_f_df(R, theta)
+            f_stat = chi2 / len(inter)
+            row.update(chi2_interaction=chi2, df=len(inter), f_interaction=f_stat, den_df_interaction=den_df,
+                       p_interaction=float(stats.f.sf(f_stat, len(inter), den_df)))
         except np.linalg.LinAlgError:
             msgs = ["singular covariance of the interaction terms", *msgs]
         row["converged"] = converged
@@ -269,47 +290,77 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
     """The pooled stereotype-signed contrast per system and task group, with its CI.
 
     Outputs of the same voiced passage (one per task of the group) are averaged
-    first, since they share one input. Each language x input-voice cell then gives
-    a contrast (mean of its misaligned voiced passages minus mean of its neutral
-    ones, times the predicted sign) with the Welch variance of that difference;
-    the pooled contrast is the mean over cells, its variance the mean of the cell
-    variances divided by the number of cells, with Welch-Satterthwaite degrees of
-    freedom. Both the misaligned and the neutral passages' spread enter the CI.
-    With `pool_systems` the cells of every system are pooled into one row per task
-    group (system 'ALL'; the S2S paper's panel-wide pooled contrast), each system x
-    language x input voice a cell.
+    first, since they share one input; with `pool_systems` the cells of every
+    system are pooled into one row per task group (system 'ALL'; the S2S paper's
+    panel-wide pooled contrast) and each voiced passage's outputs are averaged over
+    the systems too, since every system answers the same input recordings (a
+    delta's input part is common to all of them; the systems are not independent
+    replicates). Each language x input-voice cell gives a contrast, the mean of its
+    misaligned voiced passages minus the mean of its neutral ones, times the
+    predicted sign; the pooled contrast is the mean over the cells (n_cells; two per
+    language).
+
+    The independent unit is the passage: a neutral passage is voiced by both voices
+    and enters the male-voice contrast with sign - and the female-voice one with
+    sign +, so its passage effect cancels. Per language the estimate is therefore
+    a sum over passages of weighted values (weights +-1 / (2 n_cell)), and its
+    variance is the sum over poles of n x the sample variance of those per-passage
+    sums (feminine passages: male voice; masculine passages: female voice; neutral
+    passages: the female minus male difference); the languages are averaged, their
+    variances summed over the squared number of languages, with Welch-Satterthwaite
+    degrees of freedom from the pole components. A language enters when each of its
+    four cells (two misaligned, two neutral) has at least two voiced passages;
+    n_voiced_passages counts the voiced passages used (system means when pooled) and
+    n_systems the systems pooled.
     """
     d = _ok(acoustic, measure).copy()
     d["task_group"] = d["task"].map(task_group)
-    per_passage = d.groupby(["system", "task_group", "lang", "voice_gender", "pole", "stimulus_id"])[measure].mean().reset_index()
+    keys = ["task_group", "lang", "voice_gender", "pole", "passage_id", "stimulus_id"]
+    per_task = d.groupby(["system", *keys])[measure].mean().reset_index()
+    if pool_systems:
+        per_passage = per_task.groupby(keys)[measure].agg(["mean", "size"]).reset_index()
+        per_passage = per_passage.rename(columns={"mean": measure, "size": "n_systems"}).assign(system="ALL")
+        n_sys = per_task.groupby("task_group")["system"].nunique()
+    else:
+        per_passage = per_task
+        n_sys = None
     rows = []
-    outer = (per_passage.assign(pooled="ALL").groupby(["pooled", "task_group"]) if pool_systems
-             else per_passage.groupby(["system", "task_group"]))
-    cell_keys = ["system", "lang", "voice_gender"] if pool_systems else ["lang", "voice_gender"]
-    for (system, group), g in outer:
-        contrasts, variances, dfs_parts, n_units = [], [], [], 0
-        for key, c in g.groupby(cell_keys):
-            voice = key[-1]
-            mis = c.loc[c["pole"] == MISALIGNED[voice], measure].to_numpy(float)
-            neu = c.loc[c["pole"] == "neutral", measure].to_numpy(float)
-            if len(mis) < 2 or len(neu) < 2:
+    for (system, group), g in per_passage.groupby(["system", "task_group"]):
+        ests, variances, parts, n_units, n_cells = [], [], [], 0, 0
+        for _, c in g.groupby("lang"):
+            weight = np.zeros(len(c))
+            sizes = {}
+            for voice, pole in (("male", MISALIGNED["male"]), ("male", "neutral"), ("female", MISALIGNED["female"]),
+                                ("female", "neutral")):
+                sel = ((c["voice_gender"] == voice) & (c["pole"] == pole)).to_numpy()
+                sizes[(voice, pole)] = int(sel.sum())
+                sign = PREDICTED_SIGN[voice] * (1.0 if pole == MISALIGNED[voice] else -1.0)
+                weight[sel] = sign / (2 * max(int(sel.sum()), 1))
+            if min(sizes.values()) < 2:
                 continue
-            vm, vn = np.var(mis, ddof=1) / len(mis), np.var(neu, ddof=1) / len(neu)
-            contrasts.append((mis.mean() - neu.mean()) * PREDICTED_SIGN[voice])
-            variances.append(vm + vn)
-            dfs_parts += [(vm, len(mis) - 1), (vn, len(neu) - 1)]
-            n_units += len(mis) + len(neu)
-        if not contrasts:
+            per_p = c.assign(w=weight * c[measure].to_numpy(float)).groupby(["pole", "passage_id"])["w"].sum()
+            est, var = float(per_p.sum()), 0.0
+            for _, v in per_p.groupby(level="pole"):
+                if (v != 0).any():
+                    part = len(v) * float(np.var(v.to_numpy(), ddof=1)) if len(v) > 1 else np.nan
+                    var += part
+                    parts.append((part, len(v) - 1))
+            ests.append(est)
+            variances.append(var)
+            n_units += sum(sizes.values())
+            n_cells += 2
+        if not ests:
             continue
-        k = len(contrasts)
-        est = float(np.mean(contrasts))
+        k = len(ests)
+        est = float(np.mean(ests))
         var = float(np.sum(variances) / k**2)
-        se = np.sqrt(var)
-        denom = sum((v / k**2) ** 2 / df for v, df in dfs_parts if df > 0)
-        df = float((var**2) / denom) if denom > 0 else np.nan
+        se = float(np.sqrt(var))
+        denom = sum((v / k**2) ** 2 / df for v, df in parts if df > 0)
+        df = float(var**2 / denom) if denom > 0 else np.nan
         half = float(stats.t.ppf(0.5 + confidence / 2, df) * se) if se > 0 else 0.0
-        rows.append({"system": system, "task_group": group, "measure": measure, "n_cells": k,
-                     "n_voiced_passages": n_units, "pooled_contrast": est, "se": float(se), "df": df,
+        rows.append({"system": system, "task_group": group, "measure": measure, "n_cells": n_cells,
+                     "n_systems": int(n_sys[group]) if n_sys is not None else 1,
+                     "n_voiced_passages": n_units, "pooled_contrast": est, "se": se, "df": df,
                      "ci_low": est - half, "ci_high": est + half,
                      "p_value": float(2 * stats.t.sf(abs(est / se), df)) if se > 0 else np.nan})
     return pd.DataFrame(rows)
