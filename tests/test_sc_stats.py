@@ -73,6 +73,35 @@ def test_degrees_of_freedom_are_those_of_four_voices():
     assert not row["testable"] and np.isnan(row["p_value"]) and row["note"].startswith("not testable")
 
 
+def test_voice_stratum_f_equals_the_split_plot_anova_even_with_negative_components():
+    """Balanced voice x system x condition cells: the system F of the REML model equals
+    the classical split-plot F, MS(system) / MS(voice x system within gender), df (2, 4),
+    also when a variance component is estimated below 0 (lme4's bounded fit would pool)."""
+    import itertools
+
+    from voicebias.sc_stats import fit_reml, type3_f_tests
+
+    voices = {"f1": "female", "f2": "female", "m1": "male", "m2": "male"}
+    rows = [{"voice_id": v, "voice_gender": g, "phonation": p, "system": s}
+            for (v, g), p, s in itertools.product(voices.items(), ["a", "b", "c", "d"], ["s1", "s2", "s3"])]
+    d = pd.DataFrame(rows).assign(d=np.random.default_rng(11).normal(size=48))
+    fit = fit_reml("d ~ C(system, Sum) * C(voice_gender, Sum) * C(phonation, Sum)", d,
+                   {"voice": d["voice_id"], "voice:phonation": d["voice_id"] + ":" + d["phonation"],
+                    "voice:system": d["voice_id"] + ":" + d["system"]})
+    assert (fit.vcomp < 0).any()
+    y = d.groupby(["voice_id", "system"])["d"].mean().unstack()
+    gender = np.array([voices[v] for v in y.index])
+    ss_err = 0.0
+    for g in ("female", "male"):
+        m = y[gender == g].to_numpy()
+        ss_err += 4 * ((m - m.mean(axis=1, keepdims=True) - m.mean(axis=0, keepdims=True) + m.mean()) ** 2).sum()
+    ss_sys = 16 * ((y.mean(axis=0) - y.to_numpy().mean()) ** 2).sum()
+    row = type3_f_tests(fit, min_df=0).set_index("term").loc["system"]
+    assert row["f_value"] == pytest.approx((ss_sys / 2) / (ss_err / 4), rel=1e-6)
+    assert row["den_df"] == pytest.approx(4.0, rel=1e-4)
+    assert row["p_value"] == pytest.approx(stats.f.sf((ss_sys / 2) / (ss_err / 4), 2, 4), rel=1e-5)
+
+
 def simulate_beta(n=3000, inter=0.0, seed=5):
     rng = np.random.default_rng(seed)
     a = rng.choice(["f", "m"], n)
