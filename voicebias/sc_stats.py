@@ -488,8 +488,10 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = ("h1h2_db",
     is 'source:voice_gender', and so on. The prompts' own terms come from their cell
     means, ``y ~ voice_gender * phonation + (1 | voice)``. Voices are the replicated
     unit of every gender comparison, so the df are those of 4 voices, not of the
-    hundreds of stimuli: Satterthwaite df (lmerTest's method, `f_test`), and terms
-    with fewer than `min_df` denominator df are reported as not testable, p empty.
+    hundreds of stimuli: REML (`fit_reml`: without the >= 0 bound on the components,
+    so that balanced data give each stratum's exact F test), Satterthwaite df
+    (lmerTest's method, `f_test`), and terms with fewer than `min_df` denominator df
+    are reported as not testable, p empty.
     Prompt-to-prompt variation in the continuation shift is averaged within cells;
     with the same prompts in every cell it cancels from every term except the
     overall 'source' shift, whose test therefore generalises over voices, not prompts.
