@@ -3,7 +3,8 @@
 Null: continuations keep their prompt's voice quality plus noise, no system
 differences (1 to 4 systems; 30 prompts x 4 voices x 4 conditions). Every testable
 type-III source term must reject at alpha .05 at most 8 % of the time, and each
-gender x condition family of Tukey contrasts at most 8 % of the time (family-wise).
+gender x condition family of Tukey contrasts at most 8 % of the time (family-wise),
+over 200-300 datasets per number of systems (SLOW_NULL_DATASETS).
 Planted: retention 0.3 (female) / 0.7 (male) of the condition shift and system
 offsets; the 95 % intervals of the contrasts must cover the planted differences
 92-98 % of the time. The full study is marked slow (``pytest -m slow``); the default
@@ -59,12 +60,14 @@ def coverage(n_systems: int, n_datasets: int, seed0: int = 0) -> tuple[float, in
 
 @pytest.mark.parametrize("n_systems", [1, 2])
 def test_null_false_positive_rate_reduced(n_systems):
-    rates, family_rate, _ = null_rates(n_systems, 30 if n_systems == 1 else 15)
+    n = 40 if n_systems == 1 else 30
+    rates, family_rate, _ = null_rates(n_systems, n)
     assert len(rates) >= 3
-    # 15-30 datasets are too few for each term alone: pooled over terms, and a gross bound per term
-    assert rates.mean() <= 0.08, rates
+    # 30-40 datasets: Monte-Carlo SE of a rate near .05 is about .035, so the reduced run bounds the mean over
+    # terms and the Tukey family rate at .10 (the pseudo-replicated model rejected 17-30 %), each term at .30
+    assert rates.mean() <= 0.10, rates
     assert rates.max() <= 0.3, rates
-    assert family_rate <= 0.08
+    assert family_rate <= 0.10
 
 
 def test_planted_contrasts_are_covered_reduced():
@@ -73,7 +76,7 @@ def test_planted_contrasts_are_covered_reduced():
     assert 0.92 <= cov <= 0.98
 
 
-SLOW_NULL_DATASETS = {1: 200, 2: 200, 3: 100, 4: 100}
+SLOW_NULL_DATASETS = {1: 200, 2: 200, 3: 300, 4: 300}
 SLOW_COVERAGE_DATASETS = 40
 
 
