@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -61,3 +62,48 @@ def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
                       tmp_path / "gate.json", out, tmp_path / "stats.json", tmp_path / "cache", tmp_path)
         # refused before reading the manifest or writing anything
         assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
+
+
+def test_holm_adjustment_matches_r_p_adjust():
+    from tests.rref import run_r
+    from voicebias.carrier_gate import holm
+
+    p = [0.045, 0.179, 0.128, 0.004, float("nan"), 0.03]
+    ref = run_r('emit("adj", p.adjust(c(0.045, 0.179, 0.128, 0.004, 0.03), method = "holm"))')["adj"]
+    got = holm(p)
+    assert got[4] != got[4]  # NaN stays NaN and does not count in the family
+    assert [got[i] for i in (0, 1, 2, 3, 5)] == pytest.approx(ref, abs=1e-12)
+
+
+def _zh_inputs(seed: int, effect: float) -> pd.DataFrame:
+    """Clean-TTS-like inputs: a tiny directional content step on the formant index and a
+    neutral-cell offset (omnibus significant), nothing on the other channels."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for step, pole in enumerate(("masculine", "neutral", "feminine")):
+        for i in range(10):
+            for voice, base in (("male", -1.0), ("female", 1.0)):
+                rows.append({"lang": "zh", "pole": pole, "voice_gender": voice, "stimulus_id": f"{pole}-{i}-{voice}",
+                             "status": "ok", "composite": base + rng.normal(0, 0.05),
+                             "formant_index": base * 0.1 + effect * (step - 1) + (0.01 if pole == "neutral" else 0)
+                             + rng.normal(0, 0.012),
+                             "f0_median_st": base * 6 + rng.normal(0, 0.2),
+                             "margin_acoustic_norms": base * 20 + rng.normal(0, 1.0)})
+    return pd.DataFrame(rows)
+
+
+def test_secondary_channels_are_one_family_but_a_real_leak_still_fails():
+    secondary = ["f0_median_st", "formant_index"]
+    table, _ = carrier_gate(_zh_inputs(10, 0.0045), ["acoustic_norms"], 0.05, "composite", secondary)
+    fi = table[table["measure"] == "formant_index"].iloc[0]
+    f0 = table[table["measure"] == "f0_median_st"].iloc[0]
+    # raw directional p below .05, but not once the two secondary channels are taken as one family
+    assert fi["p_content"] < 0.05 and 0.025 < fi["p_directional"] < 0.05 < fi["p_directional_holm"]
+    assert fi["p_directional_holm"] == pytest.approx(2 * fi["p_directional"], rel=1e-12)
+    assert f0["p_directional_holm"] == pytest.approx(max(f0["p_directional"], fi["p_directional_holm"]), rel=1e-12)
+    assert fi["verdict"] == "benign" and table["verdict"].isin(["pass", "benign"]).all()
+    # a leak of a tenth of the voice separation on feminine content fails after adjustment too
+    leak = _zh_inputs(10, 0.0045)
+    leak.loc[leak["pole"] == "feminine", "formant_index"] += 0.02
+    table, _ = carrier_gate(leak, ["acoustic_norms"], 0.05, "composite", secondary)
+    assert table.loc[table["measure"] == "formant_index", "verdict"].iloc[0] == "fail"

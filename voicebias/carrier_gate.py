@@ -9,7 +9,11 @@ Per language (S2S paper, App. G):
 
 Verdicts: the gate fails on any flip, and on any measure whose content effect is
 directional toward the stereotype: omnibus F-test and feminine-minus-masculine
-contrast both significant, feminine content more feminine. An omnibus effect
+contrast both significant, feminine content more feminine. The headline's
+directional test is taken at alpha; the secondary channels of one language (and
+condition) form a family whose directional p-values are Holm-adjusted
+(`p_directional_holm`) before they can fail the gate, so checking more channels
+does not raise the chance of stopping a clean carrier. An omnibus effect
 without that direction is reported as 'benign' with its numbers, as the paper does
 for its Spanish classifier margin (App. G): on deterministic TTS the within-voice
 variance is tiny, so the text's phonetic make-up alone can reach significance.
@@ -36,8 +40,21 @@ from voicebias.validation import ValidationReport, expectations, require_valid
 
 GATE_COLUMNS = [
     "lang", "phonation", "measure", "n", "flips", "F", "df_num", "df_den", "p_content", "fem_minus_masc",
-    "p_directional", "cell_spread", "voice_separation", "verdict", "at_fault",
+    "p_directional", "p_directional_holm", "cell_spread", "voice_separation", "verdict", "at_fault",
 ]
+
+
+def holm(p: list[float]) -> list[float]:
+    """Holm-adjusted p-values (step-down, monotone, capped at 1); NaN stays NaN."""
+    p_arr = np.asarray(p, dtype=float)
+    out = np.full(p_arr.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p_arr))
+    order = idx[np.argsort(p_arr[idx], kind="stable")]
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p_arr[i]))
+        out[i] = running
+    return out.tolist()
 
 
 def most_shifted(g: pd.DataFrame, measure: str, k: int = 5) -> str:
@@ -100,10 +117,15 @@ def carrier_gate(
     rows = []
     for (lang, phonation), g in ok.groupby(["lang", "phonation"], sort=True):
         n_flips = int(((flips["lang"] == lang) & (flips["phonation"] == phonation)).sum())
+        results = {m: content_within_voice_test(g, m) for m in [headline, *secondary]}
+        # the headline is tested at alpha; the secondary channels are one family per language
+        # (and condition), so their directional tests are Holm-adjusted before they can fail the gate
+        adjusted = dict(zip(secondary, holm([results[m]["p_directional"] for m in secondary])))
+        adjusted[headline] = results[headline]["p_directional"]
         for m in [headline, *secondary]:
-            res = content_within_voice_test(g, m)
+            res = {**results[m], "p_directional_holm": adjusted[m]}
             significant = res["p_content"] < alpha
-            toward_stereotype = res["p_directional"] < alpha and res["fem_minus_masc"] > 0
+            toward_stereotype = res["p_directional_holm"] < alpha and res["fem_minus_masc"] > 0
             if significant and (toward_stereotype or (strict and m == headline)):
                 verdict = "fail"
             else:
