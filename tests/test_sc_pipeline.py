@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from voicebias.acoustics import MeasureSettings, measure_signal
-from voicebias.sc_pipeline import judge_score_table, retention
+from voicebias.sc_analysis import judge_score_table, retention
 from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest
 from voicebias.systems.reference_continuation import planted_retention, planted_truth, topic_word
@@ -41,7 +41,7 @@ def test_retention_is_exact_without_noise():
 def test_retention_pairs_each_prompt_once_with_every_system():
     """On the vq_long layout (prompt rows once, no system) retention per system is the
     closed form sum d_p d_c / sum d_p^2 over the conditions, d = condition mean - modal mean."""
-    from voicebias.sc_pipeline import per_system_view
+    from voicebias.sc_analysis import per_system_view
 
     one = vq_table({"male": 0.7, "female": 0.3}, noise=0.5, prompts=15, seed=5)
     prompts = one[one["source"] == "prompt"].assign(system=np.nan)
@@ -64,7 +64,7 @@ def test_retention_pairs_each_prompt_once_with_every_system():
 
 
 def test_vq_long_keeps_one_row_per_prompt():
-    from voicebias.sc_pipeline import vq_long
+    from voicebias.sc_analysis import vq_long
 
     pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=2)
     both = pd.concat([sc, sc.assign(system="other")], ignore_index=True)
@@ -222,7 +222,7 @@ def test_judge_verdicts_are_cached_and_failures_asked_again(tmp_path):
     import threading
 
     from voicebias.judge import JudgeResult, load_rubric
-    from voicebias.sc_pipeline import judge_all
+    from voicebias.sc_analysis import judge_all
 
     class CountingJudge:
         def __init__(self):
@@ -276,7 +276,7 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     from voicebias import config
     from voicebias.audio import write_audio
     from voicebias.judge import load_rubric
-    from voicebias.sc_pipeline import SCORED_COLUMNS, score_continuations
+    from voicebias.sc_analysis import SCORED_COLUMNS, score_continuations
     from voicebias.sc_stats import all_systems_succeeded, success_table
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -308,7 +308,7 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
 def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_path):
     from voicebias import config
     from voicebias.io import write_json
-    from voicebias.sc_pipeline import continue_stage
+    from voicebias.sc_analysis import continue_stage
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "continuations" / "continuation_reference"

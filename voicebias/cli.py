@@ -124,7 +124,7 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
                                                                     1 - args.confidence)
         return tables
     if args.what == "sc":
-        from voicebias.sc_pipeline import analyse
+        from voicebias.sc_analysis import analyse
 
         if not args.prompt_measures:
             raise ValueError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
