@@ -222,7 +222,7 @@ def test_judge_verdicts_are_cached_and_failures_asked_again(tmp_path):
     import threading
 
     from voicebias.judge import JudgeResult, load_rubric
-    from voicebias.sc_analysis import judge_all
+    from voicebias.sc_scoring import judge_all
 
     class CountingJudge:
         def __init__(self):
@@ -276,7 +276,7 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     from voicebias import config
     from voicebias.audio import write_audio
     from voicebias.judge import load_rubric
-    from voicebias.sc_analysis import SCORED_COLUMNS, score_continuations
+    from voicebias.sc_scoring import SCORED_COLUMNS, score_continuations
     from voicebias.sc_stats import all_systems_succeeded, success_table
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -308,7 +308,7 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
 def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_path):
     from voicebias import config
     from voicebias.io import write_json
-    from voicebias.sc_analysis import continue_stage
+    from voicebias.sc_continue import continue_stage
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "continuations" / "continuation_reference"

@@ -1,193 +1,32 @@
-"""The speech-continuation (SC) study as pipeline stages: continue, score, analyse.
+"""Stage 'sc_analysis' of the speech-continuation (SC) study.
 
-* ``continue_stage``: one continuation system over every phonation stimulus
-  (data/phonation/manifest.csv), through the cached, resumable runner
-  (voicebias.respond), once the manipulation check has passed.
-* ``score_stage``: per continuation: success, speaker similarity to the prompt
-  (`acoustics.speaker_embedding`), H1-H2, H1-A3 and CPPS (analysis settings of the
-  prompt's voice gender), and the judge's five rubric scores on the transcript
-  (`sc_judge`). Writes data/sc_scored/<system>.csv with the contract column names.
-* ``analysis_stage``: all continuation systems together (voicebias.sc_stats):
-  success rates and the all-systems-succeeded set, speaker similarity by system x
-  phonation x gender (SC paper Table 2), voice-quality preservation (REML mixed
-  model per measure on continuation - prompt, voice-level random effects,
-  type-III F tests with Satterthwaite df, Tukey contrasts of prompt vs each
-  continuation; terms the 2 voices per gender cannot test are marked), retention of
-  the prompt's phonation change, judge scores by system x phonation x gender (SC
-  paper Fig. 2) with stepwise beta regression (prompt-clustered robust SEs), and
-  planted vs recovered values for reference systems.
+All continuation systems together (voicebias.sc_stats): success rates and the
+all-systems-succeeded set, speaker similarity by system x phonation x gender (SC
+paper Table 2), voice-quality preservation (REML mixed model per measure on
+continuation - prompt, voice-level random effects, type-III F tests with
+Satterthwaite df, Tukey contrasts of prompt vs each continuation; terms the 2 voices
+per gender cannot test are marked), retention of the prompt's phonation change, judge
+scores by system x phonation x gender (SC paper Fig. 2) with stepwise beta regression
+(prompt-clustered robust SEs), and planted vs recovered values for reference systems.
 
-Every analysis reads tables only, so `voicebias analyze sc ...` re-runs it on shared
-outputs without calling any system.
+The other SC stages: voicebias.sc_continue (the continuations), voicebias.sc_scoring
+(the scored table this module reads). Every analysis reads tables only, so
+`voicebias analyze sc ...` re-runs it on shared outputs without calling any system.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from voicebias.phonation_presets import CONDITIONS
+from voicebias.sc_scoring import VQ_MEASURES
 
 #: |recovered - planted| within which a planted retention counts as recovered (see planted_vs_recovered)
 RETENTION_TOLERANCE = 0.05
-VQ_MEASURES = {"h1_h2_db": "h1h2_db", "h1_a3_db": "h1a3_db", "cpps_db": "cpps_db"}
-SCORED_COLUMNS = [
-    "system", "stimulus_id", "prompt_id", "prompt_set", "lang", "voice_gender", "voice_id", "phonation", "status",
-    "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", "h1h2_db", "h1a3_db", "cpps_db",
-    "f0_median_st", "measure_status", "judge_status", "judge_error", "judge_name", "judge_version",
-]
-
-
-# ------------------------------------------------------------------ continue
-
-
-def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path, check_metrics: Path, out_dir: Path,
-                   stats_path: Path, cache_dir: Path, root: Path) -> pd.DataFrame:
-    """Stage 'continue': one continuation system over the phonation stimuli (cached, resumable)."""
-    import shutil
-
-    from voicebias.io import read_json, read_table, write_json, write_table
-    from voicebias.respond import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
-    from voicebias.runlog import record as record_run
-    from voicebias.runlog import split_counts
-    from voicebias.systems import build_system
-    from voicebias.tasks import Task
-
-    if not read_json(check_metrics).get("passed"):
-        raise RuntimeError("the phonation manipulation check has not passed; no system may hear these stimuli")
-    manifest = read_table(manifest_path)
-    sys_params = params["systems"].get(system_name)
-    if sys_params is None:
-        raise KeyError(f"params.yaml has no 'systems.{system_name}' section")
-    system = build_system(system_name, sys_params, stimuli=manifest, root=root,
-                          rate_wpm=params["sc_stimuli"]["rate_wpm"],
-                          pitch_range=params["acoustics"]["pitch_range"], presets=params["phonation"]["presets"],
-                          parametric=params["phonation"].get("parametric"))
-    if system.kind != "continuation":
-        raise ValueError(f"system '{system_name}' is a {system.kind} system; the SC study needs a continuation system")
-    task = Task("continue", "continuation", "same", {lang: "" for lang in sorted(manifest["lang"].unique())})
-    try:
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir), int(params["base"]["seed"]),
-                                 root, policy=RetryPolicy.from_params(sys_params), asr=build_asr(sys_params, root),
-                                 continuation_s=float(system.params["continuation_s"]))
-    finally:
-        system.close()
-    validate_responses(table, "continuation")
-    write_table(out_dir / "responses.csv", table)
-    if system.card.get("adapter") == "reference_continuation":
-        from voicebias.systems.reference_continuation import planted_truth
-
-        counts["planted_truth"] = planted_truth(sys_params)
-    tracked, run_facts = split_counts(counts)
-    write_json(stats_path, tracked)
-    record_run(f"sc_continue@{system_name}", run_facts)
-    print(f"continue {system_name}: {counts['requests']} requests, {counts['calls']} calls, "
-          f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
-    return table
-
-
-# ------------------------------------------------------------------ score
-
-
-def _judge_key(judge_params: dict[str, Any], rubric: dict[str, Any], prompt: str, text: str) -> str:
-    import hashlib
-    import json
-
-    payload = {"judge": judge_params, "template": rubric.get("template"), "dimensions": rubric.get("dimensions"),
-               "prompt": prompt, "continuation": text}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
-
-
-def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[str, Any], rubric: dict[str, Any],
-              cache_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Judge every continuation with a transcript: `sc_judge.max_concurrency` calls at a
-    time (default 1), successful verdicts cached by content under cache_dir (judge
-    settings, rubric, both transcripts), so re-scoring never pays for a judgement twice.
-    Failed judgements are recorded, never cached, and asked again on the next run."""
-    import json
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(r: Any) -> dict[str, Any]:
-        row: dict[str, Any] = {"stimulus_id": r.stimulus_id}
-        text = r.transcript if isinstance(r.transcript, str) else ""
-        if r.status != "ok" or not text.strip():
-            return {**row, "judge_status": "not_judged",
-                    "judge_error": "no continuation transcript" if r.status == "ok" else "continuation failed"}
-        path = Path(cache_dir) / f"{_judge_key(judge_params, rubric, str(r.prompt_text), text)}.json" if cache_dir else None
-        if path is not None and path.exists():
-            return {**row, **json.loads(path.read_text(encoding="utf-8"))}
-        res = judge.judge(str(r.prompt_text), text)
-        out = {"judge_status": res.status, "judge_error": res.error, "judge_name": res.judge,
-               "judge_version": getattr(res, "version", "") or "", **{d: res.scores.get(d) for d in dims}}
-        if path is not None and res.status == "ok":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
-            tmp.replace(path)
-        return {**row, **out}
-
-    rows = list(df.itertuples(index=False))
-    workers = int(judge_params["max_concurrency"])
-    if workers == 1:
-        return [one(r) for r in tqdm(rows, desc="judge")]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(tqdm(pool.map(one, rows), total=len(rows), desc="judge"))
-
-
-def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params: dict[str, Any], root: Path,
-                        judge: Any | None = None, embedder: Any | None = None,
-                        cache_dir: Path | None = None) -> pd.DataFrame:
-    """One row per continuation: contract columns, voice quality, similarity, judge scores."""
-    from voicebias.acoustics import measure_table
-    from voicebias.embeddings import embedder_from_params, speaker_similarity
-    from voicebias.judge import get_judge, load_rubric
-
-    meta = manifest[["stimulus_id", "prompt_id", "prompt_set", "voice_gender", "voice_id", "phonation", "text", "path"]]
-    df = responses.drop(columns=[c for c in ("voice_gender", "voice_id", "phonation") if c in responses]).merge(
-        meta.rename(columns={"text": "prompt_text", "path": "prompt_audio"}), on="stimulus_id", how="left")
-    ok = df[df["status"] == "ok"].copy()
-    measured = measure_table(ok, "output_audio", "stimulus_id", "voice_gender", params["acoustics"], Path(root),
-                             16000, desc="continuation voice quality")
-    measured = measured.rename(columns={k: v for k, v in VQ_MEASURES.items()}).rename(columns={"status_y": "measure_status"})
-    if "measure_status" not in measured:
-        measured = measured.rename(columns={"status": "measure_status"})
-    cols = ["stimulus_id", *VQ_MEASURES.values(), "f0_median_st", "measure_status"]
-    df = df.merge(measured[[c for c in cols if c in measured]], on="stimulus_id", how="left")
-    embedder = embedder or embedder_from_params(params["acoustics"], root)
-    sims = speaker_similarity(ok[["stimulus_id", "prompt_audio", "output_audio"]], embedder,
-                              reference_col="prompt_audio", output_col="output_audio", root=Path(root))
-    df = df.merge(sims[["stimulus_id", "speaker_similarity"]], on="stimulus_id", how="left")
-    judge_params = params.get("sc_judge") or {}
-    judge = judge or get_judge(judge_params)
-    rubric = load_rubric()
-    dims = rubric["dimensions"]
-    jrows = judge_all(judge, df, dims, judge_params, rubric, cache_dir)
-    df = df.merge(pd.DataFrame(jrows), on="stimulus_id", how="left")
-    for c in SCORED_COLUMNS + dims:
-        if c not in df:
-            df[c] = None
-    return df[SCORED_COLUMNS + dims]
-
-
-def score_stage(params: dict[str, Any], system_name: str, responses_path: Path, manifest_path: Path, out_path: Path,
-                root: Path, cache_dir: Path | None = None) -> pd.DataFrame:
-    """Stage 'sc_scoring': score one continuation system's outputs (no system is called)."""
-    from voicebias.io import read_table, write_table
-
-    table = score_continuations(read_table(responses_path), read_table(manifest_path), params, root,
-                                cache_dir=cache_dir)
-    write_table(out_path, table)
-    return table
-
-
-# ------------------------------------------------------------------ analysis
 
 
 def prompt_vq_rows(prompt_measures: pd.DataFrame) -> pd.DataFrame:
