@@ -1,15 +1,19 @@
 """The audit report (markdown and HTML), generated from the analysis tables alone.
 
 No number is typed by hand: every table is rendered from reports/analysis and
-reports/carrier_gate, every figure is drawn from the same tables.
+reports/carrier_gate, every figure is drawn from the same tables. The words and the
+layout are package data in voicebias/templates: sections.yaml holds the title and the
+sections' titles and captions in report order, intro.txt.j2 the opening paragraph,
+report.md.j2 and report.html.j2 the two pages (tables via DataFrame.to_markdown and
+DataFrame.to_html). This module only computes the tables and figures.
 """
 
 from __future__ import annotations
 
-import html
 import math
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 
@@ -17,10 +21,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import jinja2  # noqa: E402
+import markupsafe  # noqa: E402
+import yaml  # noqa: E402
 
 from voicebias.io import read_json, read_table  # noqa: E402
 
 LANG_ORDER = ["en", "es", "zh", "ALL"]
+
+
+class Section(NamedTuple):
+    """One report section's content: its table and, optionally, a figure file under figures/.
+
+    Titles and captions are not here: they live in templates/sections.yaml, keyed like the sections.
+    """
+
+    table: pd.DataFrame
+    figure: str | None = None
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -112,14 +129,43 @@ def _effect(est: Any, lo: Any, hi: Any, p: Any) -> str:
     return f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}] p={_p(p)}"
 
 
+# Columns of rq1_mixed_models.csv and rq1_pooled.csv that their report tables either show (combined into
+# formatted cells) or leave out on purpose; any other column of those tables is shown as it is, after these.
+RQ1_MIXED_COLUMNS = frozenset({
+    "system", "lang", "task", "task_group", "measure", "units", "n",
+    *(f"{q}_{s}" for q in ("stereotype_effect", "misaligned_minus_neutral") for s in ("est", "se", "df", "ci_low",
+                                                                                       "ci_high", "p")),
+    "chi2_interaction", "df", "f_interaction", "den_df_interaction", "p_interaction", "converged", "warning"})
+RQ1_POOLED_COLUMNS = frozenset({"system", "task_group", "measure", "n_cells", "n_systems", "n_voiced_passages",
+                                "pooled_contrast", "se", "df", "ci_low", "ci_high", "p_value"})
+
+
+def _is_p_column(name: str) -> bool:
+    return name == "p" or name.startswith("p_") or name.endswith("_p") or "_p_" in name
+
+
+def _cell(name: str, v: Any) -> Any:
+    """A value of a column passed through to a report table: p-values starred, floats rounded."""
+    if isinstance(v, float) and _is_p_column(name):
+        return _p(v)
+    return _fmt(v) if isinstance(v, float) else v
+
+
+def _extra_columns(df: pd.DataFrame, known: frozenset[str]) -> list[str]:
+    """Columns of `df` that a report table does not know: shown as they are, so new analysis columns appear."""
+    return [c for c in df.columns if c not in known]
+
+
 def rq1_effects_table(mixed: pd.DataFrame, task: str = "readback") -> pd.DataFrame:
     """RQ1 effect sizes from the mixed model per system x language on one task: the stereotype-signed
     content effect and the misaligned-minus-neutral contrast (estimate [95% CI] p, in the measure's
-    units), then the interaction p and the fit's state."""
+    units), then the interaction p and the fit's state; then any column of `mixed` not in
+    RQ1_MIXED_COLUMNS, as it is."""
     d = mixed[mixed["task"] == task]
     label = {"delta_composite": "Δ composite", "delta_f0_median_st": "Δ F0"}
+    extra = _extra_columns(d, RQ1_MIXED_COLUMNS)
     rows = []
-    for r in d.itertuples():
+    for r, raw in zip(d.itertuples(), d[extra].to_dict("records")):
         rows.append({
             "system": r.system, "lang": r.lang, "measure": f"{label.get(r.measure, r.measure)} ({r.units})",
             "toward stereotype, per content step": _effect(r.stereotype_effect_est, r.stereotype_effect_ci_low,
@@ -129,6 +175,7 @@ def rq1_effects_table(mixed: pd.DataFrame, task: str = "readback") -> pd.DataFra
             "p interaction": _p(r.p_interaction),
             "fit": ("converged" if bool(r.converged) else "not converged")
             + ("; singular" if "singular fit" in str(r.warning) else ""),
+            **{c: _cell(c, v) for c, v in raw.items()},
         })
     return pd.DataFrame(rows)
 
@@ -151,12 +198,16 @@ def rq1_interaction_table(mixed: pd.DataFrame, task: str = "readback", measure: 
 
 
 def rq1_pooled_table(pooled: pd.DataFrame) -> pd.DataFrame:
+    """Pooled stereotype-signed contrast per system x task group x measure (estimate [95% CI], p); then any
+    column of `pooled` not in RQ1_POOLED_COLUMNS, as it is."""
     out = pooled.copy()
     out["contrast [95% CI]"] = [f"{_fmt(e)} [{_fmt(a)}, {_fmt(b)}]" for e, a, b in
                                 zip(out["pooled_contrast"], out["ci_low"], out["ci_high"])]
     out["p"] = out["p_value"].map(_p)
     out["measure"] = out["measure"].map({"delta_composite": "Δ composite (SD)", "delta_f0_median_st": "Δ F0 (semitones)"})
-    return out[["system", "task_group", "measure", "n_voiced_passages", "contrast [95% CI]", "p"]]
+    extra = _extra_columns(pooled, RQ1_POOLED_COLUMNS)
+    out[extra] = pooled[extra].apply(lambda col: col.map(lambda v: _cell(str(col.name), v)))
+    return out[["system", "task_group", "measure", "n_voiced_passages", "contrast [95% CI]", "p", *extra]]
 
 
 def fig_rq1(contrasts: pd.DataFrame, path: Path) -> None:
@@ -315,24 +366,18 @@ def fig_judge(scores: pd.DataFrame, path: Path) -> None:
     plt.savefig(path, dpi=110, bbox_inches="tight"); plt.close()
 
 
-def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> list[tuple[str, str, pd.DataFrame, str | None]]:
+def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> dict[str, Section]:
     """Report sections of the speech-continuation study (empty when its tables are absent)."""
-    sections: list[tuple[str, str, pd.DataFrame, str | None]] = []
+    sections: dict[str, Section] = {}
     check_path = phonation_dir / "manipulation_check.csv"
     if check_path.exists():
-        sections.append(("Phonation manipulation check", "Mean change of each converted condition against its modal "
-                         "original per voice (dB; F0 in semitones; end-creak on the second halves), speaker similarity "
-                         "to the modal original and its margin over the other voice of the same gender.",
-                         manipulation_table(read_table(check_path)), None))
+        sections["phonation_check"] = Section(manipulation_table(read_table(check_path)))
     flips_path = phonation_dir / "classifier_flips.csv"
     if flips_path.exists():
         flips = _ordered(read_table(flips_path))
         flips["flips"] = [f"{f}/{n}" for f, n in zip(flips["flips"], flips["n"])]
-        sections.append(("Carrier check per phonation condition", "Gender classifiers on every speech-continuation "
-                         "stimulus: flips against the intended gender and the mean margin (positive = female), per "
-                         "gender and condition; any flip stops the pipeline.",
-                         flips[["voice_gender", "phonation", "classifier", "flips", "mean_margin"]]
-                         .map(lambda v: _fmt(v, 2) if isinstance(v, float) else v), None))
+        flips = flips[["voice_gender", "phonation", "classifier", "flips", "mean_margin"]]
+        sections["phonation_carrier"] = Section(flips.map(lambda v: _fmt(v, 2) if isinstance(v, float) else v))
     if not (sc_dir / "speaker_similarity.csv").exists():
         return sections
     sim = read_table(sc_dir / "speaker_similarity.csv")
@@ -342,52 +387,60 @@ def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> list[tuple[
     fig_judge(scores, fig_dir / "judge_scores.png")
     kept = read_table(sc_dir / "judge_beta_kept.csv")
     steps = read_table(sc_dir / "judge_beta_steps.csv")
-    sections += [
-        ("Continuation success", "Share of prompts each continuation system answered with usable audio; the "
-         "comparisons below use the prompts on which every system succeeded.", read_table(sc_dir / "success.csv"), None),
-        ("Speaker similarity (SC Table 2)", "Mean ± SD cosine similarity of speaker embeddings between continuation "
-         "and prompt, by VQ modification and prompt gender; layout of the SC paper's Table 2.",
-         sc_similarity_table(sim), None),
-        ("Voice-quality preservation", "Mixed model per measure on continuation minus prompt (each prompt measured "
-         "once), averaged to voice × system × phonation cells: gender × phonation (× system) + (1 | voice) "
-         "(+ (1 | voice:phonation) + (1 | voice:system)), REML; its terms are the source (continuation vs prompt) "
-         "terms. The prompts' own terms: gender × phonation + (1 | voice). Type-III F tests with Satterthwaite df; "
-         "with 2 voices per gender, terms with under 3 denominator df are not tested (p '–', reason in note). "
-         "Dashed: prompts, solid: continuations.",
-         vq_type3_table(read_table(sc_dir / "vq_type3.csv")), "vq_preservation.png"),
-        ("Retention of the prompt's phonation", "Slope of the continuation's deviation from modal on the prompt's "
-         "(1 = phonation kept, 0 = back to modal), by prompt gender; bootstrap CI over prompts.",
-         retention_table(read_table(sc_dir / "retention.csv")), None),
-        ("Judge scores (SC Fig. 2)", "Mean (SD) judge score by VQ condition and prompt gender per system; 'All' pools "
-         "the conditions (last row of each block, as in the SC paper's Fig. 2).", judge_table(scores), "judge_scores.png"),
-        ("Judge scores: beta regression", "Rescaled scores on phonation × gender (× system), one row per judged "
-         "continuation, SEs clustered by prompt; interactions removed stepwise by robust Wald F tests (removed terms "
-         "listed with their p), kept interactions below. Interactions with gender are kept untested (2 voices per "
-         "gender, no voice effect in the model).",
-         pd.concat([steps.assign(step="removed"), kept.assign(step="kept")], ignore_index=True)
-         .map(lambda v: _fmt(v) if isinstance(v, float) else v), None),
-    ]
+    sections.update(
+        sc_success=Section(read_table(sc_dir / "success.csv")),
+        sc_similarity=Section(sc_similarity_table(sim)),
+        sc_vq_preservation=Section(vq_type3_table(read_table(sc_dir / "vq_type3.csv")), "vq_preservation.png"),
+        sc_retention=Section(retention_table(read_table(sc_dir / "retention.csv"))),
+        sc_judge=Section(judge_table(scores), "judge_scores.png"),
+        sc_judge_beta=Section(pd.concat([steps.assign(step="removed"), kept.assign(step="kept")], ignore_index=True)
+                              .map(lambda v: _fmt(v) if isinstance(v, float) else v)),
+    )
     if (sc_dir / "planted_vs_recovered.csv").exists():
         pvr = read_table(sc_dir / "planted_vs_recovered.csv")
-        sections.append(("Continuation system: planted truth vs recovered", "Planted share of the prompt's phonation "
-                         "kept (H1-H2) and planted passive-framing rate, by gender, beside the audit's estimates; the "
-                         "three-way source × gender × phonation test on H1-H2.",
-                         pvr.map(lambda v: _fmt(v) if isinstance(v, float) else v), None))
+        sections["sc_planted"] = Section(pvr.map(lambda v: _fmt(v) if isinstance(v, float) else v))
     return sections
 
 
-def _md(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
+def _template_env() -> jinja2.Environment:
+    """The report templates (package data voicebias/templates), with the two table filters."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("voicebias", "templates"),
+                             autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
+                                                                 default_for_string=False),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    # cells are already formatted; str() keeps them as they are (no float reformatting, no number parsing)
+    env.filters["md_table"] = lambda df: df.map(str).to_markdown(index=False, disable_numparse=True)
+    env.filters["html_table"] = lambda df: markupsafe.Markup(df.map(str).to_html(index=False, border=0,
+                                                                                 classes="report-table"))
+    return env
 
 
-def _html_table(df: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-                   for row in df.itertuples(index=False))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def section_texts() -> dict[str, Any]:
+    """Report title and each section's title and caption, in report order (templates/sections.yaml)."""
+    text = (resources.files("voicebias") / "templates" / "sections.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def render_report(sections: dict[str, Section], intro_context: dict[str, Any]) -> dict[str, str]:
+    """Markdown and HTML of the report from its tables: {"md": ..., "html": ...}.
+
+    `sections` maps section keys of templates/sections.yaml to their table (and figure file
+    under figures/); sections render in the YAML's order with its titles and captions, and a
+    key without a table is left out. `intro_context` fills templates/intro.txt.j2 (params,
+    bank, sc_systems, phonation, sc_judge).
+    """
+    texts = section_texts()
+    unknown = sorted(set(sections) - set(texts["sections"]))
+    if unknown:
+        raise KeyError(f"report sections without a title and caption in templates/sections.yaml: {unknown}")
+    ordered = [{"key": key, **meta, "table": sections[key].table, "figure": sections[key].figure}
+               for key, meta in texts["sections"].items() if key in sections]
+    env = _template_env()
+    intro = env.get_template("intro.txt.j2").render(**intro_context).strip()
+    ctx = {"title": texts["title"], "intro": intro, "sections": ordered}
+    return {"md": env.get_template("report.md.j2").render(**ctx),
+            "html": env.get_template("report.html.j2").render(**ctx)}
 
 
 def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
@@ -400,92 +453,37 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     rates = read_table(analysis_dir / "describe_misgender.csv")
     pron = read_table(analysis_dir / "summarize_pronouns.csv")
     fisher = read_table(analysis_dir / "describe_fisher.csv")
-    pron_lang = (read_table(analysis_dir / "summarize_pronouns_by_lang.csv")
-                 if (analysis_dir / "summarize_pronouns_by_lang.csv").exists() else None)
     pvr = read_table(analysis_dir / "planted_vs_recovered.csv")
     comp = read_table(analysis_dir / "compliance.csv")
     bank = read_json(bank_metrics)
-    has_rq1 = (analysis_dir / "rq1_pooled.csv").exists()
     fig_misgender(rates, fig_dir / "misgender_by_cell.png")
     fig_forest(odds, fig_dir / "odds_ratio_forest.png")
-    comp_tab = comp.groupby("system")[["n", "failed", "non_compliant"]].sum().reset_index()
-    rq1_sections = []
-    if has_rq1:
+    sections: dict[str, Section] = {"carrier_gate": Section(gate_table(gate))}
+    if (analysis_dir / "rq1_pooled.csv").exists():
         mixed = read_table(analysis_dir / "rq1_mixed_models.csv")
-        pooled = read_table(analysis_dir / "rq1_pooled.csv")
         contrasts = read_table(analysis_dir / "rq1_contrasts.csv")
         fig_rq1(contrasts, fig_dir / "rq1_delta_by_cell.png")
-        rq1_sections = [
-            ("RQ1: how far does the rendered voice drift? (effect sizes)",
-             "Mixed model Δ ~ content × voice + (1 | passage), REML, per system × language on readback "
-             "(every task in rq1_mixed_models.csv). Toward stereotype: the per-step content effect with content "
-             "coded masculine −1, neutral 0, feminine +1, mean over both voices, positive = output moves toward "
-             "the content's stereotype (H1). Misaligned − neutral: the baseline-corrected contrast signed toward "
-             "the stereotype, mean over voices. Estimate [95% CI] with Satterthwaite df; units: st (semitones) for "
-             "F0, SD for the composite.", rq1_effects_table(mixed), None),
-            ("RQ1: content × voice interaction (H2)", "Wald test (2 df) of the interaction in the same model on "
-             "readback, Δ composite: p per system and language (RQ1 block of Table 2).", rq1_interaction_table(mixed),
-             "rq1_delta_by_cell.png"),
-            ("RQ1: pooled stereotype-signed contrast", "Δ(misaligned) − Δ(neutral), signed so that positive means "
-             "toward the stereotype, pooled over languages and input voices (system ALL: the whole panel pooled); "
-             "translate (cross-lingual) separately.", rq1_pooled_table(pooled), None),
-            *([("RQ1: how many tests reach p < .05", "Per system and measure: misaligned task-cells (Welch) "
-                "significant and their direction, mixed-model fits with a significant interaction, and with a "
-                "significant stereotype-signed effect toward or away from the stereotype. Without drift about 5 % "
-                "of the tests reach it, in both directions.",
-                read_table(analysis_dir / "rq1_significance_counts.csv"), None)]
-              if (analysis_dir / "rq1_significance_counts.csv").exists() else []),
-        ]
-    sections = [
-        ("Carrier gate (H0)", "Classifier flips against the intended voice gender and content-effect p-values "
-         "(F-test of content within voice) per input measure; layout of the S2S paper's Table 6.", gate_table(gate), None),
-        *rq1_sections,
-        ("Describe: odds ratio per content step", "Logistic P(judged female) ~ content step + true voice; "
-         "'sep.' marks perfect separation (no finite estimate), 'sing.' a singular fit; layout of Table 7.",
-         odds_table(odds), "odds_ratio_forest.png"),
-        ("Describe: misgender rate by cell", "Aligned and neutral pooled over languages, misaligned (voice "
-         "opposes content) by language; describe block of Table 2.", misgender_table(rates), "misgender_by_cell.png"),
-        ("Describe: misaligned vs neutral, Fisher exact test", "Misgendered answers in misaligned against neutral "
-         "cells, within each input voice and language (the S2S paper's test) and with both voices pooled.",
-         fisher_table(fisher), None),
-        ("Summarize: pronoun follows content?", "P(she | content) among summaries that inject exactly one gender of "
-         "pronoun (injects: share with any gendered third-person pronoun, 'both' included and counted), mean over "
-         "voice x language cells, and the slope Δpp = P(she|F) − P(she|M) in percentage points; layout of Table 8.",
-         pronoun_table(pron), None),
-        *([("Summarize: pronouns by language", "The same quantities per system and language (mean over voices).",
-            pronoun_table(pron_lang), None)] if pron_lang is not None else []),
-        ("Planted truth vs recovered", "Reference systems carry planted behaviour; the audit must recover it.",
-         planted_table(pvr), None),
-        ("Calls and compliance", "Failed calls are recorded, never filled in; non-compliant describe answers are "
-         "excluded and counted.", comp_tab, None),
-    ]
+        sections["rq1_effects"] = Section(rq1_effects_table(mixed))
+        sections["rq1_interaction"] = Section(rq1_interaction_table(mixed), "rq1_delta_by_cell.png")
+        sections["rq1_pooled"] = Section(rq1_pooled_table(read_table(analysis_dir / "rq1_pooled.csv")))
+        if (analysis_dir / "rq1_significance_counts.csv").exists():
+            sections["rq1_significance"] = Section(read_table(analysis_dir / "rq1_significance_counts.csv"))
+    sections["describe_odds"] = Section(odds_table(odds), "odds_ratio_forest.png")
+    sections["describe_misgender"] = Section(misgender_table(rates), "misgender_by_cell.png")
+    sections["describe_fisher"] = Section(fisher_table(fisher))
+    sections["summarize_pronouns"] = Section(pronoun_table(pron))
+    if (analysis_dir / "summarize_pronouns_by_lang.csv").exists():
+        sections["summarize_pronouns_by_lang"] = Section(
+            pronoun_table(read_table(analysis_dir / "summarize_pronouns_by_lang.csv")))
+    sections["planted"] = Section(planted_table(pvr))
+    sections["compliance"] = Section(comp.groupby("system")[["n", "failed", "non_compliant"]].sum().reset_index())
     if sc_dir is not None and phonation_dir is not None:
-        sections += sc_sections(sc_dir, phonation_dir, fig_dir)
-    title = "voicebias audit report"
-    intro = (f"Profile: {params['base']['profile']}. Systems: {', '.join(params['run']['systems'])}. "
-             f"Passages: {bank['passages']} ({', '.join(params['base']['languages'])} x masculine/neutral/feminine), "
-             f"each voiced by one male and one female voice ({params['tts']['backend']}).")
-    sc_systems = params["run"].get("sc_systems") or []
-    if sc_systems:
-        intro += (f" Speech continuation: {', '.join(sc_systems)} on the SC prompts in "
-                  f"{len((params.get('phonation') or {}).get('conditions', []))} phonation conditions "
-                  f"({(params.get('phonation') or {}).get('backend', 'parametric')} converter), "
-                  f"judge {(params.get('sc_judge') or {}).get('backend', 'lexical_heuristic')}.")
-    md = [f"# {title}", "", intro, ""]
-    body = [f"<h1>{title}</h1>", f"<p>{html.escape(intro)}</p>"]
-    for head, text, table, fig in sections:
-        md += [f"## {head}", "", text, "", _md(table), ""]
-        body += [f"<h2>{html.escape(head)}</h2>", f"<p>{html.escape(text)}</p>", _html_table(table)]
-        if fig:
-            md += [f"![{head}](figures/{fig})", ""]
-            body.append(f'<img src="figures/{fig}" alt="{html.escape(head)}">')
-    (out_dir / "report.md").write_text("\n".join(md), encoding="utf-8")
-    style = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:90%}"
-             "th{background:#f0f0f0}img{max-width:100%}")
-    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
-    (out_dir / "report.html").write_text(page, encoding="utf-8")
+        sections.update(sc_sections(sc_dir, phonation_dir, fig_dir))
+    intro_context = {"params": params, "bank": bank, "sc_systems": params["run"].get("sc_systems") or [],
+                     "phonation": params.get("phonation") or {}, "sc_judge": params.get("sc_judge") or {}}
+    rendered = render_report(sections, intro_context)
+    (out_dir / "report.md").write_text(rendered["md"], encoding="utf-8")
+    (out_dir / "report.html").write_text(rendered["html"], encoding="utf-8")
     return {"md": out_dir / "report.md", "html": out_dir / "report.html"}
 
 
