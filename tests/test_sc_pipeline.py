@@ -319,3 +319,58 @@ def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_pat
                            out, tmp_path / "stats.json", tmp_path / "cache", tmp_path)
         # refused before reading the manifest or writing anything
         assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
+
+
+def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
+    """The continuation stage is the respond stage's runner: every stimulus (whatever its
+    language) is one continuation request, finished calls are cached and not repeated,
+    the stage record carries the reference system's planted truth, and an S2S system is
+    refused before anything is written."""
+    import json
+
+    import voicebias.runlog
+    import voicebias.systems
+    from voicebias import config
+    from voicebias.io import write_json, write_table
+    from voicebias.sc_continue import continue_stage
+
+    monkeypatch.setattr(voicebias.runlog, "RUN_LOG", tmp_path / "runs.jsonl")
+    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    manifest = pd.DataFrame([
+        {"stimulus_id": f"p1-{g}-{c}", "prompt_id": "p1", "prompt_set": "nop", "lang": lang, "voice_gender": g,
+         "voice_id": "en-us+m3" if g == "male" else "en-us+f3", "phonation": c, "path": f"p1-{g}-{c}.flac",
+         "sha256": f"{i:064x}", "text": "The most underrated part of any day is"}
+        for i, (g, c, lang) in enumerate([("male", "modal", "en"), ("female", "breathy", "es")])])
+    write_table(tmp_path / "manifest.csv", manifest)
+    write_json(tmp_path / "check.json", {"passed": True})
+    args = (tmp_path / "manifest.csv", tmp_path / "check.json", tmp_path / "out", tmp_path / "stats.json",
+            tmp_path / "cache", tmp_path)
+
+    class S2S:
+        kind, closed = "s2s", False
+
+        def close(self):
+            self.closed = True
+
+    s2s = S2S()
+    with monkeypatch.context() as m:
+        m.setattr(voicebias.systems, "build_system", lambda *a, **k: s2s)
+        with pytest.raises(ValueError, match="'voice_faithful' is a s2s system; this stage needs a continuation system"):
+            continue_stage(params, "voice_faithful", *args)
+    assert s2s.closed and not (tmp_path / "out").exists() and not (tmp_path / "stats.json").exists()
+
+    table = continue_stage(params, "continuation_reference", *args)
+    assert sorted(table["stimulus_id"]) == sorted(manifest["stimulus_id"])
+    assert (table["task"] == "continue").all() and (table["status"] == "ok").all()
+    assert list(table.sort_values("stimulus_id")["phonation"]) == ["breathy", "modal"]  # carried from the manifest
+    assert (tmp_path / "out" / "responses.csv").exists()
+    assert all((tmp_path / p).exists() for p in table["output_audio"])
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    truth = params["systems"]["continuation_reference"]
+    assert stats["requests"] == 2 and stats["failed"] == 0
+    assert stats["planted_truth"]["retention"]["male"] == pytest.approx(1 - truth["regularisation"]["male"])
+    again = continue_stage(params, "continuation_reference", *args)
+    assert list(again["cache_key"]) == list(table["cache_key"])
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in runs] == ["sc_continue@continuation_reference"] * 2
+    assert (runs[0]["calls"], runs[1]["calls"], runs[1]["cache_hits"]) == (2, 0, 2)
