@@ -26,14 +26,64 @@ from scipy import stats
 
 
 def success_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Share of continuation calls that succeeded, per system."""
+    """Share of continuation calls that succeeded, per system.
+
+    Parameters
+    ----------
+    df : DataFrame
+        One row per continuation call: system, status ('ok' when it succeeded).
+
+    Returns
+    -------
+    DataFrame
+        system, n (calls), succeeded, success_rate.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> calls = pd.DataFrame({"system": ["a"] * 3 + ["b"] * 3, "stimulus_id": ["s1", "s2", "s3"] * 2,
+    ...                       "status": ["ok", "ok", "ok", "ok", "error", "ok"],
+    ...                       "phonation": ["modal"] * 6, "voice_gender": ["male", "female", "male"] * 2,
+    ...                       "speaker_similarity": [0.9, 0.8, 0.7, 0.6, None, 0.5]})
+    >>> print(success_table(calls).round(3).to_string(index=False))
+    system  n  succeeded  success_rate
+         a  3          3         1.000
+         b  3          2         0.667
+    """
     g = df.groupby("system")["status"]
     return pd.DataFrame({"n": g.size(), "succeeded": g.apply(lambda s: int((s == "ok").sum()))}).assign(
         success_rate=lambda x: x["succeeded"] / x["n"]).reset_index()
 
 
 def all_systems_succeeded(df: pd.DataFrame, key: str = "stimulus_id") -> pd.DataFrame:
-    """Rows of the inputs on which every system succeeded (the SC paper's comparison set)."""
+    """Rows of the inputs on which every system succeeded (the SC paper's comparison set).
+
+    Parameters
+    ----------
+    df : DataFrame
+        One row per call: system, status and the `key` column.
+    key : str
+        Column naming the input (one stimulus per value).
+
+    Returns
+    -------
+    DataFrame
+        The successful rows of `df` whose `key` every system answered successfully.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> calls = pd.DataFrame({"system": ["a"] * 3 + ["b"] * 3, "stimulus_id": ["s1", "s2", "s3"] * 2,
+    ...                       "status": ["ok", "ok", "ok", "ok", "error", "ok"],
+    ...                       "phonation": ["modal"] * 6, "voice_gender": ["male", "female", "male"] * 2,
+    ...                       "speaker_similarity": [0.9, 0.8, 0.7, 0.6, None, 0.5]})
+    >>> print(all_systems_succeeded(calls)[["system", "stimulus_id"]].to_string(index=False))
+    system stimulus_id
+         a          s1
+         a          s3
+         b          s1
+         b          s3
+    """
     systems = df["system"].nunique()
     ok = df[df["status"] == "ok"].groupby(key)["system"].nunique()
     keep = set(ok[ok == systems].index)
@@ -41,7 +91,32 @@ def all_systems_succeeded(df: pd.DataFrame, key: str = "stimulus_id") -> pd.Data
 
 
 def similarity_table(df: pd.DataFrame, value: str = "speaker_similarity") -> pd.DataFrame:
-    """Mean (SD, n) speaker similarity by system x phonation x voice gender."""
+    """Mean (SD, n) speaker similarity by system x phonation x voice gender.
+
+    Parameters
+    ----------
+    df : DataFrame
+        One row per continuation: system, phonation, voice_gender and `value`.
+    value : str
+        Column to summarise.
+
+    Returns
+    -------
+    DataFrame
+        system, phonation, voice_gender, mean, sd (NaN for a single row), n.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> calls = pd.DataFrame({"system": ["a"] * 3 + ["b"] * 3, "stimulus_id": ["s1", "s2", "s3"] * 2,
+    ...                       "status": ["ok", "ok", "ok", "ok", "error", "ok"],
+    ...                       "phonation": ["modal"] * 6, "voice_gender": ["male", "female", "male"] * 2,
+    ...                       "speaker_similarity": [0.9, 0.8, 0.7, 0.6, None, 0.5]})
+    >>> print(similarity_table(all_systems_succeeded(calls)).round(3).to_string(index=False))
+    system phonation voice_gender  mean    sd  n
+         a     modal         male  0.80 0.141  2
+         b     modal         male  0.55 0.071  2
+    """
     g = df.groupby(["system", "phonation", "voice_gender"])[value]
     return g.agg(mean="mean", sd="std", n="size").reset_index()
 
@@ -55,6 +130,32 @@ def type3_wald(fit, term_names: Iterable[str] | None = None) -> pd.DataFrame:
 
     Each term's coefficients are tested jointly against zero with the fitted
     covariance; with sum-to-zero coding this is the type-III hypothesis.
+
+    Parameters
+    ----------
+    fit : statsmodels results
+        A fitted model with params (or fe_params) and cov_params(), its factors
+        coded ``C(f, Sum)``.
+    term_names : iterable of str, optional
+        Terms to test (all but the intercept by default).
+
+    Returns
+    -------
+    DataFrame
+        term, chi2, df, p_value.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import statsmodels.formula.api as smf
+    >>> d = pd.DataFrame({"a": ["x", "x", "y", "y"] * 3, "b": ["u", "v"] * 6,
+    ...                   "y": [1.0, 1.6, 2.1, 3.4, 1.9, 1.2, 1.5, 2.6, 0.8, 2.3, 2.9, 2.0]})
+    >>> fit = smf.ols("y ~ C(a, Sum) * C(b, Sum)", d).fit()
+    >>> print(type3_wald(fit).round(3).to_string(index=False))
+                   term  chi2  df  p_value
+              C(a, Sum) 6.604   1    0.010
+              C(b, Sum) 1.709   1    0.191
+    C(a, Sum):C(b, Sum) 0.002   1    0.964
     """
     params = fit.fe_params if hasattr(fit, "fe_params") else fit.params
     names = list(params.index)
@@ -83,6 +184,38 @@ def emm_pairwise(fit, data: pd.DataFrame, factor: str, by: list[str] | None = No
     EMMs average the model's predictions over an equally weighted grid of all other
     factors in the model. p-values use the studentized range with df_resid
     (residual df for OLS; None = asymptotic, as for mixed models).
+
+    Parameters
+    ----------
+    fit : statsmodels results
+        A formula-fitted model (its design rebuilds the grid).
+    data : DataFrame
+        The data the model was fitted on.
+    factor : str
+        Factor whose levels are compared.
+    by : list of str, optional
+        Factors within whose cells the comparisons are made.
+    df_resid : float, optional
+        Error df of the studentized range (None: asymptotic).
+
+    Returns
+    -------
+    DataFrame
+        The `by` columns, then factor, level_a, level_b, estimate (EMM of a minus
+        EMM of b), se, t, p_tukey (Tukey over the levels of `factor` in the cell).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import statsmodels.formula.api as smf
+    >>> d = pd.DataFrame({"g": ["p", "q", "r"] * 4,
+    ...                   "y": [1.0, 2.0, 4.0, 1.5, 2.5, 3.5, 0.5, 1.5, 4.5, 1.0, 2.0, 4.0]})
+    >>> fit = smf.ols("y ~ C(g, Sum)", d).fit()
+    >>> print(emm_pairwise(fit, d, "g", df_resid=fit.df_resid).round(4).to_string(index=False))
+    factor level_a level_b  estimate     se        t  p_tukey
+         g       p       q      -1.0 0.2887  -3.4641   0.0176
+         g       p       r      -3.0 0.2887 -10.3923   0.0000
+         g       q       r      -2.0 0.2887  -6.9282   0.0002
     """
     by = by or []
     design = fit.model.data.model_spec
@@ -167,6 +300,28 @@ def log_studentized_range_sf(q: float, k: int, df: float) -> float:
     Q = R / s with s = sqrt(chi2_df / df): the normal-range tail at q * s is averaged
     over the density of s on a log-s interval centred where the integrand peaks
     (s* ~ sqrt((df - 1) / (df + q^2 / 2))); df = inf: s = 1.
+
+    Parameters
+    ----------
+    q : float
+        Studentized range statistic (> 0).
+    k : int
+        Number of means in the family.
+    df : float
+        Error degrees of freedom (``np.inf`` for the asymptotic range).
+
+    Returns
+    -------
+    float
+        The natural log of the upper tail probability (<= 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> round(log_studentized_range_sf(3.5, 3, 10), 4), round(float(np.log(studentized_range_sf(3.5, 3, 10))), 4)
+    (-2.5626, -2.5626)
+    >>> round(log_studentized_range_sf(40.0, 3, 10), 3)
+    -22.357
     """
     from scipy.special import gammaln, logsumexp
 
@@ -198,6 +353,25 @@ def studentized_range_sf(q: float, k: int, df: float) -> float:
         Number of means in the family (>= 2).
     df : float
         Error degrees of freedom (> 0; ``np.inf`` for the asymptotic range).
+
+    Returns
+    -------
+    float
+        P(Q > q): 1 for q <= 0, 0 for q = inf.
+
+    Raises
+    ------
+    ValueError
+        If k < 2 or df is not positive.
+
+    Examples
+    --------
+    >>> round(studentized_range_sf(3.5, 3, 10), 4)
+    0.0771
+    >>> f"{studentized_range_sf(40.0, 3, 10):.3e}"
+    '1.951e-10'
+    >>> studentized_range_sf(0.0, 3, 10)
+    1.0
     """
     if k < 2:
         raise ValueError(f"the studentized range needs k >= 2 means, got {k}")
@@ -220,6 +394,27 @@ def tukey_p_value(t: float, k: int, df: float) -> float:
     p = P(Q_{k, df} > |t| sqrt(2)) (`studentized_range_sf`); for k = 2 the studentized
     range of two means is |t|, so p is the two-sided t (normal when df = inf) p-value.
     NaN when t or df is not finite and positive.
+
+    Parameters
+    ----------
+    t : float
+        t statistic of the contrast.
+    k : int
+        Number of means in the family.
+    df : float
+        Error degrees of freedom (``np.inf``: normal).
+
+    Returns
+    -------
+    float
+        The adjusted p-value.
+
+    Examples
+    --------
+    >>> round(tukey_p_value(2.0, 2, 10), 4), round(tukey_p_value(2.0, 3, 10), 4)
+    (0.0734, 0.1626)
+    >>> tukey_p_value(float("nan"), 3, 10)
+    nan
     """
     if not np.isfinite(t) or not (df > 0):
         return float("nan")
@@ -338,6 +533,34 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     groups : dict
         Name -> labels (one per row of data) of each random intercept; crossed or
         nested groupings are both allowed (lme4's ``(1 | g)`` for each).
+
+    Returns
+    -------
+    RemlFit
+        The fit: params (fixed effects), cov_params(), vcomp (variance components,
+        'residual' last), converged, llf, term_columns and satterthwaite_df().
+
+    Examples
+    --------
+    Four voices (two per gender) in two phonation conditions, one mean per cell:
+
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> cells = pd.DataFrame({"voice_id": ["m1", "m1", "m2", "m2", "f1", "f1", "f2", "f2"],
+    ...                       "voice_gender": ["male"] * 4 + ["female"] * 4,
+    ...                       "phonation": ["modal", "breathy"] * 4,
+    ...                       "y": [1.0, 3.1, 1.4, 3.3, 2.0, 4.6, 2.6, 4.8]})
+    >>> fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
+    >>> fit.converged
+    True
+    >>> print(fit.params.round(3).to_string())
+    Intercept                                                      2.85
+    C(voice_gender, Sum)[S.female]                                 0.65
+    C(phonation, Sum)[S.breathy]                                   1.10
+    C(voice_gender, Sum)[S.female]:C(phonation, Sum)[S.breathy]    0.10
+    >>> print(fit.vcomp.round(4).to_string())
+    voice       0.050
+    residual    0.025
     """
     from patsy import dmatrices
     from scipy import optimize
@@ -405,6 +628,30 @@ def f_test(fit: RemlFit, L: np.ndarray) -> dict[str, float]:
     F = b' L' (L C L')^-1 L b / q. L C L' is split into q orthogonal 1-df contrasts
     (eigenvectors), each gets its Satterthwaite df, and these are combined as in
     Fai & Cornelius (1996): E = sum nu_m / (nu_m - 2), ddf = 2E / (E - q).
+
+    Parameters
+    ----------
+    fit : RemlFit
+        A `fit_reml` model.
+    L : array of shape (q, p) or (p,)
+        Rows of the hypothesis L beta = 0 over the p fixed effects.
+
+    Returns
+    -------
+    dict
+        f_value, num_df (q), den_df, p_value.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> cells = pd.DataFrame({"voice_id": ["m1", "m1", "m2", "m2", "f1", "f1", "f2", "f2"],
+    ...                       "voice_gender": ["male"] * 4 + ["female"] * 4,
+    ...                       "phonation": ["modal", "breathy"] * 4,
+    ...                       "y": [1.0, 3.1, 1.4, 3.3, 2.0, 4.6, 2.6, 4.8]})
+    >>> fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
+    >>> {k: round(v, 3) for k, v in f_test(fit, np.array([[0, 0, 1, 0]])).items()}
+    {'f_value': 387.2, 'num_df': 1.0, 'den_df': 2.0, 'p_value': 0.003}
     """
     L = np.atleast_2d(np.asarray(L, float))
     b = fit.params.to_numpy()
@@ -430,10 +677,38 @@ def type3_f_tests(fit: RemlFit, min_df: float = 3.0, rename: dict[str, str] | No
     per gender, a between-voice comparison has 2 df), so a p-value would pretend to a
     precision the design does not have.
 
+    Parameters
+    ----------
+    fit : RemlFit
+        A `fit_reml` model with ``C(f, Sum)`` factors.
+    min_df : float
+        Fewest denominator df for which a p-value is reported.
+    rename : dict, optional
+        Term name -> label (default: the factor names without ``C(..., Sum)``).
+
     Returns
     -------
     DataFrame
         term, f_value, num_df, den_df, p_value, testable, note.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> cells = pd.DataFrame({"voice_id": ["m1", "m1", "m2", "m2", "f1", "f1", "f2", "f2"],
+    ...                       "voice_gender": ["male"] * 4 + ["female"] * 4,
+    ...                       "phonation": ["modal", "breathy"] * 4,
+    ...                       "y": [1.0, 3.1, 1.4, 3.3, 2.0, 4.6, 2.6, 4.8]})
+    >>> fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
+    >>> cols = ["term", "f_value", "num_df", "den_df", "p_value", "testable"]
+    >>> print(type3_f_tests(fit, min_df=1.5)[cols].round(3).to_string(index=False))
+                      term  f_value  num_df  den_df  p_value  testable
+                 Intercept   519.84     1.0     2.0    0.002      True
+              voice_gender    27.04     1.0     2.0    0.035      True
+                 phonation   387.20     1.0     2.0    0.003      True
+    voice_gender:phonation     3.20     1.0     2.0    0.216      True
+    >>> print(type3_f_tests(fit)["note"].iloc[1])
+    not testable: 2.0 denominator df (< 3); the error stratum has too few independent units (2 voices per gender)
     """
     rows = []
     rename = rename or {}
@@ -467,6 +742,51 @@ def continuation_differences(vq: pd.DataFrame, measure: str, key: str = "stimulu
     and the prompt it continues is its within-stimulus reference. Stimulus,
     recording and prompt effects cancel in the difference; the cell mean over
     prompts is the unit of the voice-level model (`voice_quality_models`).
+
+    Parameters
+    ----------
+    vq : DataFrame
+        One row per measured recording: `key`, source (prompt or continuation),
+        system, voice_id, voice_gender, phonation and the `measure` column.
+    measure : str
+        Column to difference.
+    key : str
+        Column pairing a continuation with its prompt.
+
+    Returns
+    -------
+    DataFrame
+        system, voice_id, voice_gender, phonation, d (mean continuation - prompt)
+        and n (pairs in the cell).
+
+    Examples
+    --------
+    Four voices, two phonation conditions, two prompts each; the continuation keeps
+    half of the breathy shift:
+
+    >>> import pandas as pd
+    >>> voices = {"m1": ("male", 1.0), "m2": ("male", 1.6), "f1": ("female", 2.0), "f2": ("female", 2.9)}
+    >>> cells = [(v, ph, s) for v in voices for ph in ("modal", "breathy") for s in ("p1", "p2")]
+    >>> rows = []
+    >>> for i, (v, ph, s) in enumerate(cells):
+    ...     g, level = voices[v]
+    ...     shift = 2.0 if ph == "breathy" else 0.0
+    ...     common = {"stimulus_id": f"{v}-{ph}-{s}", "voice_id": v, "voice_gender": g, "phonation": ph}
+    ...     rows += [{**common, "source": "prompt", "system": "",
+    ...               "h1h2_db": level + shift + (i * 53 % 7 - 3) / 10 + i / 50},
+    ...              {**common, "source": "continuation", "system": "sys",
+    ...               "h1h2_db": level + shift / 2 + (i * 37 % 11 - 5) / 10}]
+    >>> vq = pd.DataFrame(rows)
+    >>> print(continuation_differences(vq, "h1h2_db").round(3).to_string(index=False))
+    system voice_id voice_gender phonation     d  n
+       sys       f1       female   breathy -1.41  2
+       sys       f1       female     modal  0.03  2
+       sys       f2       female   breathy -1.39  2
+       sys       f2       female     modal -0.30  2
+       sys       m1         male   breathy -1.10  2
+       sys       m1         male     modal -0.21  2
+       sys       m2         male   breathy -1.08  2
+       sys       m2         male     modal  0.01  2
     """
     prompts = vq[vq["source"] == "prompt"].dropna(subset=[measure]).drop_duplicates(key)
     cont = vq[vq["source"] == "continuation"].dropna(subset=[measure])
@@ -501,6 +821,16 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = ("h1h2_db",
     with the same prompts in every cell it cancels from every term except the
     overall 'source' shift, whose test therefore generalises over voices, not prompts.
 
+    Parameters
+    ----------
+    vq : DataFrame
+        One row per measured recording (see `continuation_differences`) with a
+        column per measure.
+    measures : iterable of str
+        Measures to model (one set of models each; absent measures are skipped).
+    min_df : float
+        Fewest denominator df for which a p-value is reported (`type3_f_tests`).
+
     Returns
     -------
     dict of DataFrame
@@ -511,6 +841,42 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = ("h1h2_db",
         t, ci_low, ci_high (95 %, per contrast, t with the Satterthwaite df), p_tukey,
         testable, note; 'fits': measure, model, n_cells, n_obs,
         converged, variance components.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> voices = {"m1": ("male", 1.0), "m2": ("male", 1.6), "f1": ("female", 2.0), "f2": ("female", 2.9)}
+    >>> cells = [(v, ph, s) for v in voices for ph in ("modal", "breathy") for s in ("p1", "p2")]
+    >>> rows = []
+    >>> for i, (v, ph, s) in enumerate(cells):
+    ...     g, level = voices[v]
+    ...     shift = 2.0 if ph == "breathy" else 0.0
+    ...     common = {"stimulus_id": f"{v}-{ph}-{s}", "voice_id": v, "voice_gender": g, "phonation": ph}
+    ...     rows += [{**common, "source": "prompt", "system": "",
+    ...               "h1h2_db": level + shift + (i * 53 % 7 - 3) / 10 + i / 50},
+    ...              {**common, "source": "continuation", "system": "sys",
+    ...               "h1h2_db": level + shift / 2 + (i * 37 % 11 - 5) / 10}]
+    >>> vq = pd.DataFrame(rows)
+    >>> out = voice_quality_models(vq, measures=["h1h2_db"], min_df=1.5)
+    >>> t3 = out["type3"]
+    >>> cols = ["term", "f_value", "num_df", "den_df", "p_value"]
+    >>> print(t3[t3["model"] == "continuation - prompt"][cols].round(3).to_string(index=False))
+                             term  f_value  num_df  den_df  p_value
+                           source  193.250     1.0     2.0    0.005
+              source:voice_gender    3.098     1.0     2.0    0.220
+                 source:phonation  125.170     1.0     2.0    0.008
+    source:voice_gender:phonation    1.862     1.0     2.0    0.306
+    >>> cols = ["voice_gender", "phonation", "level_a", "level_b", "estimate", "df", "p_tukey"]
+    >>> print(out["contrasts"][cols].round(3).to_string(index=False))
+    voice_gender phonation level_a level_b  estimate    df  p_tukey
+          female   breathy     sys  prompt    -1.400 3.997    0.000
+          female     modal     sys  prompt    -0.135 3.997    0.246
+            male   breathy     sys  prompt    -1.090 3.997    0.000
+            male     modal     sys  prompt    -0.100 3.997    0.371
+    >>> print(out["fits"][["model", "n_cells", "n_obs", "converged"]].to_string(index=False))
+                    model  n_cells  n_obs  converged
+    continuation - prompt        8     16       True
+                   prompt        8     16       True
     """
     t3, contrasts, fits = [], [], []
     for m in measures:
@@ -593,7 +959,26 @@ def _source_contrasts(fit: RemlFit, cells: pd.DataFrame, factors: list[str], sys
 
 def rescale_scores(scores: pd.Series, low: float = 1.0, high: float = 5.0) -> pd.Series:
     """Map bounded scores into (0, 1) for beta regression (Smithson & Verkuilen, 2006):
-    y' = ((y - low) / (high - low) * (n - 1) + 0.5) / n."""
+    y' = ((y - low) / (high - low) * (n - 1) + 0.5) / n.
+
+    Parameters
+    ----------
+    scores : Series
+        Scores on [low, high]; n counts the non-missing ones.
+    low, high : float
+        Bounds of the score scale.
+
+    Returns
+    -------
+    Series
+        The rescaled scores, strictly inside (0, 1).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> rescale_scores(pd.Series([1.0, 3.0, 5.0, 5.0])).tolist()
+    [0.125, 0.5, 0.875, 0.875]
+    """
     n = scores.notna().sum()
     return ((scores - low) / (high - low) * (n - 1) + 0.5) / n
 
@@ -636,11 +1021,60 @@ def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], a
     factor (voice_gender: 2 voices per gender, no voice random effect here) are not
     tested: they stay in the model, their p is empty and `note` says why.
 
+    Parameters
+    ----------
+    df : DataFrame
+        One row per judged continuation: y, the `factors` and `cluster`.
+    y : str
+        Outcome column, in (0, 1) (`rescale_scores`).
+    factors : iterable of str
+        Factors of the full factorial.
+    alpha : float
+        Interactions with p above it are removed.
+    cluster : str, optional
+        Column whose values group dependent observations.
+    between_unit_factors : iterable of str
+        Factors whose terms are kept untested.
+
     Returns
     -------
     dict of DataFrame
         'steps' (removed, stat, df, den_df, p_value), 'coefficients' (term, estimate,
         se, p_value, testable, note), 'kept_interactions' (term, testable), 'llf'.
+
+    Examples
+    --------
+    Eight prompts, each continued in every gender x phonation cell, with additive
+    gender and phonation effects (a small interaction on half the prompts): the interaction is
+    removed, the main effects kept.
+
+    >>> import pandas as pd
+    >>> prompt_effect = [0.3, -0.2, 0.1, -0.4, 0.2, 0.0, -0.1, 0.4]
+    >>> rows = [{"prompt": f"p{i}", "voice_gender": g, "phonation": ph,
+    ...          "score": 3 + (0.8 if g == "male" else -0.4) + (-0.5 if ph == "creaky" else 0.3) + prompt_effect[i]
+    ...          + (0.2 if (g, ph) == ("male", "creaky") else 0.0) * (i % 2)}
+    ...         for i in range(8) for g in ("male", "female") for ph in ("modal", "creaky")]
+    >>> d = pd.DataFrame(rows).assign(y=lambda x: rescale_scores(x["score"]))
+    >>> res = beta_regression_stepwise(d, "y", ["phonation", "voice_gender"], cluster="prompt")
+    >>> print(res["steps"].round(3).to_string(index=False))
+                   removed  stat  df  den_df  p_value
+    phonation:voice_gender 0.033   1     7.0    0.861
+    >>> print(res["coefficients"][["term", "estimate", "se", "p_value"]].round(3).to_string(index=False))
+                              term  estimate    se  p_value
+                         Intercept     0.181 0.108    0.136
+       C(phonation, Sum)[S.creaky]    -0.412 0.011    0.000
+    C(voice_gender, Sum)[S.female]    -0.657 0.010    0.000
+                         precision     4.068 0.404    0.000
+    >>> len(res["kept_interactions"])
+    0
+
+    With voice_gender between units, its terms stay in the model untested:
+
+    >>> res = beta_regression_stepwise(d, "y", ["phonation", "voice_gender"], cluster="prompt",
+    ...                                between_unit_factors=["voice_gender"])
+    >>> print(res["kept_interactions"].to_string(index=False))
+                      term  testable
+    phonation:voice_gender     False
     """
     factors = list(factors)
     between = set(between_unit_factors)

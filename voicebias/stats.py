@@ -30,6 +30,30 @@ def detect_separation(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> str:
     Solves max sum_i s_i x_i.b subject to s_i x_i.b >= 0 and |b_j| <= 1 with
     s_i = 2 y_i - 1. A positive optimum means some direction b classifies every
     observation without error and at least one strictly, so the MLE is infinite.
+
+    Parameters
+    ----------
+    X : array of shape (n, k)
+        Design matrix (with its constant column).
+    y : array of shape (n,)
+        Binary outcome (0/1).
+    tol : float
+        Optimum (relative to n) below which the data count as not separated.
+
+    Returns
+    -------
+    str
+        'none', 'quasi-complete' (some observations on the separating hyperplane)
+        or 'complete'.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[1, 0], [1, 1], [1, 2], [1, 3]], float)
+    >>> detect_separation(X, [0, 0, 1, 1]), detect_separation(X, [0, 1, 0, 1])
+    ('complete', 'none')
+    >>> detect_separation(np.array([[1, 0], [1, 1], [1, 1], [1, 2]], float), [0, 0, 1, 1])
+    'quasi-complete'
     """
     X = np.asarray(X, float)
     s = 2 * np.asarray(y, float) - 1
@@ -46,7 +70,36 @@ def detect_separation(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> str:
 
 
 def describe_design(df: pd.DataFrame) -> pd.DataFrame:
-    """Compliant describe rows with content_step, voice_female and y (judged female)."""
+    """Compliant describe rows with content_step, voice_female and y (judged female).
+
+    Parameters
+    ----------
+    df : DataFrame
+        Describe rows with pole, voice_gender and judged_gender (male, female or
+        none); rows judged 'none' are dropped.
+
+    Returns
+    -------
+    DataFrame
+        The compliant rows of `df` with three float columns added: content_step
+        (masculine 0, neutral 1, feminine 2), voice_female (1 for a female input
+        voice) and y (1 when judged female).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"pole": ["masculine", "neutral", "feminine"] * 2,
+    ...                      "voice_gender": ["male"] * 3 + ["female"] * 3,
+    ...                      "judged_gender": ["male", "none", "female", "female", "female", "female"]})
+    >>> d = describe_design(rows)
+    >>> print(d[["pole", "voice_gender", "content_step", "voice_female", "y"]].to_string(index=False))
+         pole voice_gender  content_step  voice_female   y
+    masculine         male           0.0           0.0 0.0
+     feminine         male           2.0           0.0 1.0
+    masculine       female           0.0           1.0 1.0
+      neutral       female           1.0           1.0 1.0
+     feminine       female           2.0           1.0 1.0
+    """
     d = df[df["judged_gender"].isin(["male", "female"])].copy()
     d["content_step"] = d["pole"].map(POLE_ORDINAL).astype(float)
     d["voice_female"] = (d["voice_gender"] == "female").astype(float)
@@ -64,6 +117,44 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     reported when the fit is 'ok'. The Firth-penalised OR (profile-likelihood CI,
     penalised likelihood-ratio p) is offered alongside and stays finite under
     separation.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Describe rows: pole, voice_gender, judged_gender.
+    scope : str
+        Label of the rows (a language, or 'ALL').
+    confidence : float
+        Level of both confidence intervals.
+
+    Returns
+    -------
+    DataFrame
+        One row with the columns of OR_COLUMNS: scope, n (compliant rows),
+        n_excluded, odds_ratio, ci_low, ci_high, p_value (Wald), coef and se
+        (log-odds), fit_status, firth_odds_ratio, firth_ci_low, firth_ci_high,
+        firth_p_value.
+
+    Examples
+    --------
+    Six answers per voice x pole cell, more of them 'female' the more feminine the
+    content, one non-compliant answer:
+
+    >>> import pandas as pd
+    >>> rows = []
+    >>> for voice, extra in (("male", 0), ("female", 1)):
+    ...     for pole, k in (("masculine", 1), ("neutral", 2), ("feminine", 4)):
+    ...         rows += [{"pole": pole, "voice_gender": voice,
+    ...                   "judged_gender": "female" if j < k + extra else "male"} for j in range(6)]
+    >>> rows.append({"pole": "neutral", "voice_gender": "male", "judged_gender": "none"})
+    >>> res = odds_ratio_per_step(pd.DataFrame(rows))
+    >>> cols = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "fit_status"]
+    >>> print(res[cols].round(3).to_string(index=False))
+    scope  n  n_excluded  odds_ratio  ci_low  ci_high  p_value fit_status
+      ALL 36           1       3.143   1.212    8.153    0.019         ok
+    >>> print(res[["firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value"]].round(3).to_string(index=False))
+     firth_odds_ratio  firth_ci_low  firth_ci_high  firth_p_value
+                2.791         1.208          7.413          0.015
     """
     d = describe_design(df)
     n_excl = int(len(df) - len(d))
@@ -96,7 +187,25 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
 
 
 def cell_type(pole: str, voice_gender: str) -> str:
-    """'aligned', 'neutral' or 'misaligned' (voice opposes the content stereotype)."""
+    """'aligned', 'neutral' or 'misaligned' (voice opposes the content stereotype).
+
+    Parameters
+    ----------
+    pole : str
+        Content pole of the passage: masculine, neutral or feminine.
+    voice_gender : str
+        Gender of the input voice: male or female.
+
+    Returns
+    -------
+    str
+        The cell type of the pair.
+
+    Examples
+    --------
+    >>> cell_type("feminine", "male"), cell_type("feminine", "female"), cell_type("neutral", "male")
+    ('misaligned', 'aligned', 'neutral')
+    """
     if pole == "neutral":
         return "neutral"
     return "aligned" if (pole == "feminine") == (voice_gender == "female") else "misaligned"
@@ -109,6 +218,49 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
     n_excluded the non-compliant ones. With `by_voice` the rows are also split by
     input voice (a voice_gender column): the neutral cell of the male voice then
     counts 'female' answers, that of the female voice 'male' answers.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Describe rows: lang, pole, voice_gender, judged_gender.
+    by_voice : bool
+        Split every row by input voice as well.
+
+    Returns
+    -------
+    DataFrame
+        lang, (voice_gender, with `by_voice`), cell_type (aligned, neutral,
+        misaligned), n, n_excluded, misgendered and rate (misgendered / n; NaN
+        when n is 0).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> desc = pd.DataFrame({"lang": ["en"] * 6 + ["es"] * 6,
+    ...                      "pole": ["masculine", "neutral", "feminine"] * 4,
+    ...                      "voice_gender": (["male"] * 3 + ["female"] * 3) * 2,
+    ...                      "judged_gender": ["male", "male", "female", "female", "none", "female",
+    ...                                        "male", "female", "female", "male", "female", "female"]})
+    >>> print(misgender_rates(desc).round(3).to_string(index=False))
+    lang  cell_type  n  n_excluded  misgendered  rate
+      en    aligned  2           0            0 0.000
+      en    neutral  1           1            0 0.000
+      en misaligned  2           0            1 0.500
+      es    aligned  2           0            0 0.000
+      es    neutral  2           0            1 0.500
+      es misaligned  2           0            2 1.000
+     ALL    aligned  4           0            0 0.000
+     ALL    neutral  3           1            1 0.333
+     ALL misaligned  4           0            3 0.750
+    >>> by_voice = misgender_rates(desc, by_voice=True)
+    >>> print(by_voice[by_voice["lang"] == "ALL"].to_string(index=False))
+    lang voice_gender  cell_type  n  n_excluded  misgendered  rate
+     ALL         male    aligned  2           0            0   0.0
+     ALL         male    neutral  2           0            1   0.5
+     ALL         male misaligned  2           0            2   1.0
+     ALL       female    aligned  2           0            0   0.0
+     ALL       female    neutral  1           1            0   0.0
+     ALL       female misaligned  2           0            1   0.5
     """
     d = df.copy()
     d["cell_type"] = [cell_type(p, v) for p, v in zip(d["pole"], d["voice_gender"])]
@@ -144,6 +296,32 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
     is the conditional maximum-likelihood estimate with its exact CI, both as R's
     fisher.test reports; p_value is two-sided (tables no more probable than the
     observed one, as fisher.test).
+
+    Parameters
+    ----------
+    rates : DataFrame
+        Output of `misgender_rates` (lang, cell_type, n, misgendered; optionally
+        voice_gender).
+    confidence : float
+        Level of the exact CI of the conditional odds ratio.
+
+    Returns
+    -------
+    DataFrame
+        The columns of FISHER_COLUMNS: lang, voice_gender, misaligned_misgendered,
+        misaligned_n, neutral_misgendered, neutral_n, odds_ratio,
+        conditional_odds_ratio, ci_low, ci_high, p_value (NaN when a cell type has
+        no answers).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> counts = pd.DataFrame({"lang": ["en"] * 3, "cell_type": ["aligned", "neutral", "misaligned"],
+    ...                        "n": [20, 20, 20], "misgendered": [1, 2, 9]})
+    >>> res = fisher_misaligned_vs_neutral(counts)
+    >>> print(res.drop(columns=["misaligned_n", "neutral_n"]).round(3).to_string(index=False))
+    lang voice_gender  misaligned_misgendered  neutral_misgendered  odds_ratio  conditional_odds_ratio  ci_low  ci_high  p_value
+      en       pooled                       9                    2       7.364                   6.994   1.148   78.283    0.031
     """
     from scipy.stats.contingency import odds_ratio as contingency_odds_ratio
 
@@ -206,14 +384,46 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
     symmetric design can leave a saddle point (zero score, a direction of ascent)
     where a step-size criterion would stop, so from a saddle the search continues
     along the ascent direction of the numerical Hessian. `start` gives starting
-    values (zeros by default; fixed entries are overwritten). Returns
-    (coefficients, penalised log-likelihood) of the local maximum reached. The
-    estimate is finite under separation.
+    values (zeros by default; fixed entries are overwritten). The estimate is
+    finite under separation.
+
+    Parameters
+    ----------
+    X : array of shape (n, k)
+        Design matrix (with its constant column).
+    y : array of shape (n,)
+        Binary outcome.
+    fixed : dict, optional
+        Column index -> value of coefficients held fixed.
+    max_iter : int
+        Most Newton steps.
+    tol : float
+        Largest free score component accepted at the maximum.
+    start : array of shape (k,), optional
+        Starting values.
+
+    Returns
+    -------
+    tuple
+        (coefficients, penalised log-likelihood) of the local maximum reached.
 
     Raises
     ------
     RuntimeError
         If no maximum is reached in `max_iter` steps.
+
+    Examples
+    --------
+    Completely separated data (no maximum-likelihood estimate): the Firth estimate of
+    the slope is log 25, the odds ratio of the table with 0.5 added to every cell.
+
+    >>> import numpy as np
+    >>> X = np.array([[1, 0], [1, 0], [1, 1], [1, 1]], float)
+    >>> beta, loglik = firth_fit(X, np.array([0, 0, 1, 1], float))
+    >>> print(np.round(beta, 3), round(loglik, 3))
+    [-1.609  3.219] -2.01
+    >>> round(float(np.exp(beta[1])), 3)
+    25.0
     """
     X = np.asarray(X, float)
     y = np.asarray(y, float)
@@ -287,10 +497,29 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
     than one local maximum. The CI is {v : 2 (l*(b) - l*_v) <= chi2_1(confidence)};
     a bound is infinite if the profile never crosses that level.
 
+    Parameters
+    ----------
+    X : array of shape (n, k)
+        Design matrix (with its constant column).
+    y : array of shape (n,)
+        Binary outcome.
+    j : int
+        Column of the coefficient.
+    confidence : float
+        Level of the profile-likelihood CI.
+
     Returns
     -------
     dict
         coef, ci_low, ci_high (log-odds scale) and p_value (penalised LRT of b_j = 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[1, 0], [1, 0], [1, 1], [1, 1]], float)
+    >>> res = firth_coefficient(X, np.array([0, 0, 1, 1], float), 1)
+    >>> {k: round(v, 3) for k, v in res.items()}
+    {'coef': 3.219, 'ci_low': -0.431, 'ci_high': 9.124, 'p_value': 0.088}
     """
     from scipy.optimize import brentq
 
