@@ -33,7 +33,7 @@ def scored(params: dict, tmp_path, out_f0: dict[str, float | None], in_f0: dict[
     for i, (sid, f0) in enumerate(out_f0.items()):
         voice = "male" if i % 2 == 0 else "female"
         base = {"system": "s", "task": "readback", "stimulus_id": sid, "passage_id": sid[:-2], "lang": "en",
-                "pole": "neutral", "voice_gender": voice}
+                "target_lang": "en", "pole": "neutral", "voice_gender": voice, "transcript": "A short answer."}
         if f0 is None:
             rows.append({**base, "status": "failed", "output_audio": "", "output_sha256": ""})
         else:
@@ -86,8 +86,9 @@ def test_unmeasurable_output_is_excluded_with_its_reason(params, tmp_path):
     assert (t["status"] == "ok").all()
     write_audio(tmp_path / "out" / "p1-f.wav", np.zeros(SR, dtype=np.float32), SR)  # silence in place of speech
     rows = pd.DataFrame([{"system": "s", "task": "readback", "stimulus_id": "p1-f", "passage_id": "p1", "lang": "en",
-                          "pole": "neutral", "voice_gender": "female", "status": "ok",
-                          "output_audio": "out/p1-f.wav", "output_sha256": "sha-silent"}])
+                          "target_lang": "en", "pole": "neutral", "voice_gender": "female", "status": "ok",
+                          "transcript": "A short answer.", "output_audio": "out/p1-f.wav",
+                          "output_sha256": "sha-silent"}])
     inputs = pd.DataFrame([{"stimulus_id": "p1-f", "lang": "en", "status": "ok", "f0_median_st": 12.0,
                             "formant_index": 0.0, "margin_acoustic_norms": 0.0, "duration_s": 1.0,
                             "voiced_fraction": 0.9, "composite": 0.0}])
@@ -95,3 +96,95 @@ def test_unmeasurable_output_is_excluded_with_its_reason(params, tmp_path):
                         for m in ("f0_median_st", "formant_index", "margin_acoustic_norms")])
     s = score_outputs(rows, inputs, ref, params, {"output_voice_gender": None}, tmp_path, tmp_path / "cache2").iloc[0]
     assert s["status"] == "excluded" and s["exclusion"] != "" and pd.isna(s["delta_f0_median_st"])
+
+
+CONTROL_VOICES = {"en": "en-us+f2"}
+
+
+def fixed_voice_outputs(tmp_path, texts: dict[str, str], shift_st: dict[str, float]):
+    """Responses of a system with one fixed eSpeak NG voice (en-us+f2), each output
+    optionally moved by shift_st[stimulus] semitones (PSOLA), and their inputs."""
+    from voicebias.systems.reference import shift_pitch
+    from voicebias.tts import get_backend
+
+    tts = get_backend("espeak", rate_wpm=160)
+    rows, inputs = [], []
+    for i, (sid, text) in enumerate(texts.items()):
+        audio, sr = tts.synthesize(text, CONTROL_VOICES["en"])
+        if shift_st.get(sid):
+            audio = shift_pitch(audio, sr, shift_st[sid])
+        rel = f"out/{sid}.flac"
+        write_audio(tmp_path / rel, audio, sr)
+        from voicebias.audio import sha256_file
+
+        rows.append({"system": "s", "task": "readback", "stimulus_id": sid, "passage_id": sid[:-2], "lang": "en",
+                     "target_lang": "en", "pole": "neutral", "voice_gender": "male" if i % 2 == 0 else "female",
+                     "transcript": text, "status": "ok", "output_audio": rel,
+                     "output_sha256": sha256_file(tmp_path / rel)})
+        inputs.append({"stimulus_id": sid, "lang": "en", "status": "ok", "f0_median_st": 10.0 + i,
+                       "formant_index": 0.01 * i, "margin_acoustic_norms": 0.5 * i - 1.0, "duration_s": 1.0,
+                       "voiced_fraction": 0.9})
+    inputs = pd.DataFrame(inputs)
+    names = composite_measures("acoustic_norms")
+    reference = reference_stats(inputs, names)
+    inputs["composite"] = femininity_composite(inputs, reference, names)
+    return pd.DataFrame(rows), inputs, reference
+
+
+TEXTS = {"p1-m": "I fixed the engine and welded the frame before noon.",
+         "p1-f": "She braided her daughter's hair and baked a cake.",
+         "p2-m": "The meeting starts at nine in the second room.",
+         "p2-f": "Please bring the report and two pens."}
+
+
+def test_text_control_in_the_output_voice_gives_net_zero(params, tmp_path):
+    """A fixed-voice output read in its own voice is its own text control: net_ is exactly 0
+    while delta_ (output - input) is not."""
+    rows, inputs, ref = fixed_voice_outputs(tmp_path, TEXTS, {})
+    card = {"output_voice_gender": "female", "text_control": {"backend": "espeak", "voices": CONTROL_VOICES}}
+    t = score_outputs(rows, inputs, ref, params, card, tmp_path, tmp_path / "cache").set_index("stimulus_id")
+    assert (t["control_status"] == "ok").all() and (t["control_exclusion"] == "").all()
+    for m in ("f0_median_st", "formant_index", "margin_acoustic_norms", "composite"):
+        assert (t[f"net_{m}"] == 0.0).all(), m
+        assert np.allclose(t[f"ctrl_{m}"], t[f"out_{m}"], rtol=0, atol=0), m
+    assert (t["delta_f0_median_st"].abs() > 0.1).all()
+
+
+def test_text_control_keeps_a_planted_pitch_shift_and_removes_the_words(params, tmp_path):
+    """Outputs moved by +2 / -2 st: net F0 is the planted shift within the instrument's F0
+    accuracy (1 %, 0.17 st), whatever each text does to F0."""
+    shift = {"p1-m": 2.0, "p1-f": -2.0, "p2-m": 2.0, "p2-f": 0.0}
+    rows, inputs, ref = fixed_voice_outputs(tmp_path, TEXTS, shift)
+    card = {"output_voice_gender": "female", "text_control": {"backend": "espeak", "voices": CONTROL_VOICES}}
+    t = score_outputs(rows, inputs, ref, params, card, tmp_path, tmp_path / "cache").set_index("stimulus_id")
+    for sid, st in shift.items():
+        assert t.loc[sid, "net_f0_median_st"] == pytest.approx(st, abs=0.17), sid
+
+
+def test_profile_control_voice_is_used_without_a_card_voice_and_bad_rows_are_counted(params, tmp_path):
+    """Without a card text_control the profile's voice (en-us+m1) reads the transcript; an
+    empty transcript or a language with no control voice excludes the control of that row
+    only, with its reason, and leaves the output's own measures in place."""
+    rows, inputs, ref = fixed_voice_outputs(tmp_path, TEXTS, {})
+    rows.loc[rows["stimulus_id"] == "p1-f", "transcript"] = "  "
+    rows.loc[rows["stimulus_id"] == "p2-f", "target_lang"] = "fr"
+    t = score_outputs(rows, inputs, ref, params, {"output_voice_gender": "female"}, tmp_path,
+                      tmp_path / "cache").set_index("stimulus_id")
+    assert params["acoustic_scoring"]["text_control"]["voices"]["en"] == "en-us+m1"
+    assert t.loc["p1-f", "control_status"] == "excluded" and t.loc["p1-f", "control_exclusion"] == "empty transcript"
+    assert "no text-control voice for language 'fr'" in t.loc["p2-f", "control_exclusion"]
+    assert t.loc[["p1-f", "p2-f"], "net_f0_median_st"].isna().all()
+    assert (t["status"] == "ok").all() and t["delta_f0_median_st"].notna().all()
+    good = t.loc[["p1-m", "p2-m"]]
+    assert (good["control_status"] == "ok").all()
+    # a male variant reads lower than the female output voice: the net F0 is positive
+    assert (good["net_f0_median_st"] > 3).all()
+    assert np.allclose(good["net_f0_median_st"], good["out_f0_median_st"] - good["ctrl_f0_median_st"], atol=1e-12)
+
+
+def test_text_control_can_be_switched_off(params, tmp_path):
+    rows, inputs, ref = fixed_voice_outputs(tmp_path, dict(list(TEXTS.items())[:2]), {})
+    off = {**params, "acoustic_scoring": {"text_control": {**params["acoustic_scoring"]["text_control"],
+                                                           "enabled": False}}}
+    t = score_outputs(rows, inputs, ref, off, {"output_voice_gender": "female"}, tmp_path, tmp_path / "cache")
+    assert not any(c.startswith(("net_", "ctrl_", "control_")) for c in t.columns)

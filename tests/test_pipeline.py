@@ -239,9 +239,16 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
             continue
         assert has_ci and np.isfinite(r.recovered) and flag is not None, r
         assert flag == bool(r.ci_low <= r.planted <= r.ci_high), r
-        assert within_twice(r.planted, r.recovered, r.ci_low, r.ci_high, log=r.quantity == "odds_ratio_per_step"), r
+        tol = getattr(r, "tolerance", np.nan)
+        if np.isfinite(tol):
+            # an acoustic quantity: recovered within the instrument's documented accuracy
+            # (the reference voices are deterministic, so its CI can be narrower than that)
+            assert abs(r.recovered - r.planted) <= tol and str(r.within_tolerance) == "True", r
+        else:
+            assert within_twice(r.planted, r.recovered, r.ci_low, r.ci_high,
+                                log=r.quantity == "odds_ratio_per_step"), r
         checked += 1
-        if not flag:
+        if not flag and not np.isfinite(tol):
             misses.append((r.system, r.quantity))
     # the drifting system's F0 shift is found with the right sign; the fixed voices' CIs hold 0
     drift = pvr[(pvr["system"] == "drifting") & (pvr["quantity"] == "rq1_f0_shift_st")].iloc[0]

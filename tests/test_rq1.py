@@ -98,3 +98,46 @@ def test_panel_pooled_contrast_is_the_mean_over_systems_cells():
         assert rp["pooled_contrast"] == pytest.approx((ra["pooled_contrast"] + rb["pooled_contrast"]) / 2, rel=1e-12)
         for col in ("se", "df", "ci_low", "ci_high", "p_value"):
             assert rp[col] == pytest.approx(averaged.loc[group, col], rel=1e-10)
+
+
+def test_constant_measure_gives_zero_effects_with_zero_width_intervals():
+    """Every output equal to its text control (net 0 everywhere): the effects are exactly 0
+    with no sampling variance, and no test is claimed."""
+    d = deltas(seed=5).assign(delta_composite=0.0)
+    m = rq1_mixed_models(d)
+    for eff in ("stereotype_effect", "misaligned_minus_neutral"):
+        assert (m[f"{eff}_est"] == 0).all() and (m[f"{eff}_ci_low"] == 0).all() and (m[f"{eff}_ci_high"] == 0).all()
+        assert m[f"{eff}_p"].isna().all()
+    assert m["p_interaction"].isna().all() and m["warning"].str.startswith("no variance").all()
+
+
+def test_identical_outputs_within_passages_use_the_passage_means():
+    """A fixed output voice reads the same words for both input voices, so both outputs of a
+    passage are equal: the stereotype effect is then (mean feminine - mean masculine
+    passage) / 2 with the pooled between-passage variance on n_passages - 3 df (the one-way
+    ANOVA of the passage values on pole, computed here by hand)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for pole, mu in (("masculine", -2.0), ("neutral", 0.0), ("feminine", 2.0)):
+        for i in range(10):
+            y = mu + rng.normal(0, 0.3)
+            for voice in ("male", "female"):
+                rows.append({"system": "s", "lang": "en", "task": "readback", "pole": pole, "voice_gender": voice,
+                             "passage_id": f"{pole}-{i}", "stimulus_id": f"{pole}-{i}-{voice}", "status": "ok",
+                             "delta_composite": y})
+    d = pd.DataFrame(rows)
+    r = rq1_mixed_models(d).iloc[0]
+    per = d.drop_duplicates("passage_id")
+    means = per.groupby("pole")["delta_composite"].mean()
+    resid = per["delta_composite"] - per["pole"].map(means)
+    s2 = float((resid**2).sum() / (len(per) - 3))
+    est = (means["feminine"] - means["masculine"]) / 2
+    se = np.sqrt(s2 * (1 / 10 + 1 / 10)) / 2
+    assert r["stereotype_effect_est"] == pytest.approx(est, abs=1e-6)
+    assert r["stereotype_effect_se"] == pytest.approx(se, rel=1e-3)
+    assert r["stereotype_effect_df"] == 27
+    half = stats.t.ppf(0.975, 27) * r["stereotype_effect_se"]
+    assert r["stereotype_effect_ci_low"] == pytest.approx(r["stereotype_effect_est"] - half, abs=1e-12)
+    assert r["converged"] and "residual variance 0" in r["warning"] and np.isnan(r["p_interaction"])

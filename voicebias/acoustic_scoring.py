@@ -8,9 +8,19 @@ as voice-preserving systems do) is measured with gender-neutral settings
 ceiling), so the measure never assumes the gender it is meant to detect. Outputs
 are scored with the same classifiers and placed on the composite scale of their
 source language's input stimuli. The delta of every measure is output minus input
-(S2S paper, sec. 4: each trial is its own control). Measurements are cached by the
-file's sha256 and the analysis settings, so identical outputs of different
-systems are measured once.
+(S2S paper, sec. 4: each trial is its own control).
+
+The text-matched control (`text_control_table`): each output transcript is also
+rendered offline in one fixed voice per output language (params.yaml
+`acoustic_scoring.text_control`, or the card's `text_control` when the card names an
+offline rendering of the system's own output voice) and measured with the output's
+settings; ctrl_<measure> is that control and net_<measure> = out - ctrl. The words of
+a feminine and a masculine passage move F0 and formants a little even in one fixed
+voice, and output - input removes that only as far as the input voices respond to the
+words as the output voice does; net_ removes it as far as the control voice does
+(docs/rq1.md). Measurements are cached by the file's sha256 and the analysis
+settings, so identical outputs of different systems (and controls identical to an
+output) are measured once.
 """
 
 from __future__ import annotations
@@ -27,6 +37,62 @@ from dataclasses import replace
 
 from voicebias.acoustics import MeasureSettings, add_margins, classifier_names, measure_files
 from voicebias.composite import composite_measures, femininity_composite
+
+
+def control_spec(params: dict[str, Any], card: dict[str, Any]) -> dict[str, Any] | None:
+    """The text control of a system: backend, voice per language and speaking rate, or
+    None when `acoustic_scoring.text_control.enabled` is false. The card's
+    `text_control` ({backend, voices}) replaces the profile's voices."""
+    tc = params["acoustic_scoring"]["text_control"]
+    if not tc["enabled"]:
+        return None
+    own = card.get("text_control") or {}
+    rate = tc.get("rate_wpm") or params["tts"]["rate_wpm"]
+    return {"backend": own.get("backend", tc["backend"]), "voices": dict(own.get("voices", tc["voices"])),
+            "rate_wpm": int(rate), "source": "card" if own else "profile"}
+
+
+def render_controls(rows: pd.DataFrame, spec: dict[str, Any], root: Path, cache_dir: Path) -> pd.DataFrame:
+    """Render each row's transcript (columns id, transcript, target_lang) in the control
+    voice of its language; one row per id: ctrl_path (relative to root), ctrl_sha256,
+    ctrl_error ('' when rendered). Renderings are kept under cache_dir keyed by
+    (backend, voice, rate, text), so a transcript is synthesised once."""
+    from voicebias.audio import sha256_file, write_audio
+    from voicebias.tts import get_backend
+
+    out_dir = Path(cache_dir) / "text_control"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tts = None
+    recs = []
+    for r in rows.itertuples(index=False):
+        voice = spec["voices"].get(r.target_lang)
+        text = r.transcript if isinstance(r.transcript, str) else ""
+        if voice is None:
+            recs.append({"id": r.id, "ctrl_path": None, "ctrl_sha256": None,
+                         "ctrl_error": f"no text-control voice for language '{r.target_lang}'"})
+            continue
+        if not text.strip():
+            recs.append({"id": r.id, "ctrl_path": None, "ctrl_sha256": None, "ctrl_error": "empty transcript"})
+            continue
+        key = hashlib.sha256(json.dumps([spec["backend"], voice, spec["rate_wpm"], text],
+                                        ensure_ascii=False).encode()).hexdigest()
+        dest = out_dir / f"{key}.flac"
+        if not dest.exists():
+            try:
+                tts = tts or get_backend(spec["backend"], rate_wpm=spec["rate_wpm"])
+                audio, sr = tts.synthesize(text, voice)
+            except (ValueError, RuntimeError) as exc:
+                recs.append({"id": r.id, "ctrl_path": None, "ctrl_sha256": None, "ctrl_error": f"text control: {exc}"})
+                continue
+            tmp = dest.with_suffix(".tmp.flac")
+            write_audio(tmp, audio, sr)
+            tmp.replace(dest)
+        try:
+            rel = str(dest.relative_to(root))
+        except ValueError:
+            rel = str(dest)
+        recs.append({"id": r.id, "ctrl_path": rel, "ctrl_sha256": sha256_file(dest), "ctrl_error": ""})
+    return pd.DataFrame(recs, columns=["id", "ctrl_path", "ctrl_sha256", "ctrl_error"])
 
 def output_settings(params: dict[str, Any], gender: str | None) -> MeasureSettings:
     """Settings of a fixed output voice's gender ('male' or 'female'), gender-neutral
@@ -90,9 +156,54 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
         table[f"in_{c}"] = table["stimulus_id"].map(inp[c]).to_numpy()
         if c in (*measures, "composite"):
             table[f"delta_{c}"] = table[f"out_{c}"] - table[f"in_{c}"]
+    spec = control_spec(params, card)
+    if spec is not None:
+        ctrl = text_control_table(out, spec, settings, sr, reference, measures, ac, root, cache_dir)
+        table["control_status"] = ctrl["control_status"].to_numpy()
+        table["control_exclusion"] = ctrl["control_exclusion"].to_numpy()
+        for c in (*measures, "composite"):
+            table[f"ctrl_{c}"] = ctrl[c].to_numpy()
+            table[f"net_{c}"] = table[f"out_{c}"] - table[f"ctrl_{c}"]
     failed = responses[responses["status"] != "ok"][["system", "task", "stimulus_id", "passage_id", "lang", "pole",
                                                       "voice_gender"]].assign(status="failed", exclusion="call failed")
     return pd.concat([table, failed], ignore_index=True).sort_values(["task", "stimulus_id"]).reset_index(drop=True)
+
+
+def text_control_table(out: pd.DataFrame, spec: dict[str, Any], settings: MeasureSettings, sample_rate: int,
+                       reference: pd.DataFrame, measures: list[str], ac: dict[str, Any], root: Path,
+                       cache_dir: Path) -> pd.DataFrame:
+    """The text-matched control of each measured output (rows of `out`, in order): the
+    transcript rendered in the control voice and measured with the output's settings
+    and classifiers; columns control_status ('ok', 'excluded' or '' for an output that
+    was itself excluded), control_exclusion (why) and the measures and composite."""
+    rows = out[["id", "lang", "transcript", "target_lang"]].copy()
+    measured_out = (out["measure_status"] == "ok").to_numpy()
+    rendered = render_controls(rows[measured_out], spec, root, cache_dir)
+    ctrl = rows[["id", "lang"]].merge(rendered, on="id", how="left")
+    ready = ctrl["ctrl_path"].notna().to_numpy()
+    jobs = pd.DataFrame({"id": "control/" + ctrl.loc[ready, "id"], "path": [str(Path(root) / p) if not Path(p).is_absolute()
+                                                                           else p for p in ctrl.loc[ready, "ctrl_path"]],
+                         "sha256": ctrl.loc[ready, "ctrl_sha256"]})
+    m = (measure_cached(jobs, settings, sample_rate, cache_dir) if len(jobs)
+         else pd.DataFrame(columns=["id", "status", "error"]))
+    m = m.rename(columns={"status": "measure_status", "error": "measure_error"})
+    m["id"] = m["id"].str.removeprefix("control/")
+    ctrl = ctrl.merge(m, on="id", how="left")
+    ok = (ctrl["measure_status"] == "ok").to_numpy()
+    ctrl["status"] = np.where(ok, "ok", "excluded")
+    ctrl["rel_path"] = ctrl["ctrl_path"]
+    ctrl = add_margins(ctrl, ac, root, path_col="rel_path")
+    for c in measures:
+        if c not in ctrl:
+            ctrl[c] = np.nan
+    ctrl["composite"] = femininity_composite(ctrl, reference, measures)
+    why = np.where(ctrl["ctrl_error"].fillna("").astype(str) != "", ctrl["ctrl_error"].fillna("").astype(str),
+                   "text control: " + ctrl["measure_error"].fillna("").astype(str))
+    ctrl["control_status"] = np.where(ok, "ok", np.where(measured_out, "excluded", ""))
+    ctrl["control_exclusion"] = np.where(ok | ~measured_out, "", why)
+    for c in (*measures, "composite"):
+        ctrl.loc[~ok, c] = np.nan
+    return ctrl
 
 
 def run_stage(params: dict[str, Any], system: str, responses_root: Path, inputs_path: Path, reference_path: Path,

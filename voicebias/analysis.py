@@ -141,8 +141,15 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# The instrument's F0 accuracy on known-answer signals (1 % of F0, tests/test_acoustics.py), in
+# semitones: a planted F0 shift is recovered when its CI holds it or the estimate is this close.
+# With deterministic reference voices the CIs are narrower than the instrument is accurate.
+F0_TOLERANCE_ST = float(12 * np.log2(1.01))
+
+
 def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[str, dict],
-                         pooled: pd.DataFrame | None = None, mixed: pd.DataFrame | None = None) -> pd.DataFrame:
+                         pooled: pd.DataFrame | None = None, mixed: pd.DataFrame | None = None,
+                         f0_measure: str = "delta_f0_median_st") -> pd.DataFrame:
     """Set every reference system's planted truth beside what the audit recovered.
 
     Describe: the odds ratio per content step, the misgender rate per cell type and,
@@ -152,7 +159,11 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
     semitones (planted: `drift_st`; 0 for fixed-voice systems) and, from the mixed
     models, the stereotype-signed F0 effect per content step on readback per
     language (planted the same `drift_st`: the shift is +drift for feminine and
-    -drift for masculine content in both voices).
+    -drift for masculine content in both voices). Both RQ1 rows use `f0_measure`:
+    the stage passes net_f0_median_st (output minus its text-matched control) when the
+    scoring stage made it, so the words' own effect on F0 is not counted as drift. RQ1
+    rows carry `tolerance` (F0_TOLERANCE_ST) and `within_tolerance`: the estimate is
+    within the instrument's F0 accuracy of the planted shift.
     """
     rows = []
     for system, truth in planted.items():
@@ -179,27 +190,36 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
                              "planted_in_ci": bool(w[1] <= truth["content_weight"] <= w[2]), "fit_status": "ok"})
         if pooled is not None and len(pooled):
             q = pooled[(pooled["system"] == system) & (pooled["task_group"] == "same-language")
-                       & (pooled["measure"] == "delta_f0_median_st")]
+                       & (pooled["measure"] == f0_measure)]
             if len(q):
                 q = q.iloc[0]
                 d = truth.get("drift_st", 0.0)
                 rows.append({"system": system, "quantity": "rq1_f0_shift_st", "planted": d,
                              "recovered": q["pooled_contrast"], "ci_low": q["ci_low"], "ci_high": q["ci_high"],
-                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]), "fit_status": "ok"})
+                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]), "fit_status": "ok",
+                             "tolerance": F0_TOLERANCE_ST})
         if mixed is not None and len(mixed):
             f0 = mixed[(mixed["system"] == system) & (mixed["task"] == "readback")
-                       & (mixed["measure"] == "delta_f0_median_st")]
+                       & (mixed["measure"] == f0_measure)]
             d = truth.get("drift_st", 0.0)
             for q in f0.itertuples():
                 lo, hi = q.stereotype_effect_ci_low, q.stereotype_effect_ci_high
                 found = bool(np.isfinite(q.stereotype_effect_est))
                 status = "ok" if q.converged and found else ("not converged" if found else str(q.warning))
+                if str(q.warning).startswith("no variance"):
+                    status = str(q.warning)
                 if "singular fit" in str(q.warning):
                     status += " (singular fit)"
                 rows.append({"system": system, "quantity": f"rq1_f0_stereotype_effect_st_readback_{q.lang}",
                              "planted": d, "recovered": q.stereotype_effect_est, "ci_low": lo, "ci_high": hi,
-                             "planted_in_ci": bool(lo <= d <= hi) if found else None, "fit_status": status})
-    return pd.DataFrame(rows)
+                             "planted_in_ci": bool(lo <= d <= hi) if found else None, "fit_status": status,
+                             "tolerance": F0_TOLERANCE_ST})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["tolerance"] = out["tolerance"] if "tolerance" in out else np.nan
+        out["within_tolerance"] = [bool(abs(r - p) <= t) if np.isfinite(t) and np.isfinite(r) else None
+                                   for r, p, t in zip(out["recovered"], out["planted"], out["tolerance"].astype(float))]
+    return out
 
 
 def _wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -237,8 +257,11 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     if acoustic_paths:
         acoustic = pd.concat([read_table(Path(p)) for p in acoustic_paths], ignore_index=True)
         measures = ["delta_composite", "delta_f0_median_st"]
-        # Welch contrasts for every delta measure (F0, formant index, each classifier margin, the composite)
-        every = [*measures, *sorted(c for c in acoustic.columns if c.startswith("delta_") and c not in measures)]
+        # the text-controlled versions (output - text-matched control), when the scoring stage made them
+        measures += [m.replace("delta_", "net_", 1) for m in measures if m.replace("delta_", "net_", 1) in acoustic]
+        # Welch contrasts for every delta and net measure (F0, formant index, each classifier margin, the composite)
+        every = [*measures, *sorted(c for c in acoustic.columns
+                                    if c.startswith(("delta_", "net_")) and c not in measures)]
         rq1_tables["rq1_contrasts"] = pd.concat([rq1_contrasts(acoustic, m) for m in every], ignore_index=True)
         rq1_tables["rq1_mixed_models"] = pd.concat([rq1_mixed_models(acoustic, m, conf) for m in measures],
                                                    ignore_index=True)
@@ -247,7 +270,9 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
                                               for m in measures], ignore_index=True)
         rq1_tables["rq1_significance_counts"] = rq1_significance_counts(
             rq1_tables["rq1_contrasts"], rq1_tables["rq1_mixed_models"], 1 - conf)
-    pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"))
+    f0 = "net_f0_median_st" if acoustic_paths and "net_f0_median_st" in acoustic else "delta_f0_median_st"
+    pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"),
+                               f0_measure=f0)
     for name, df in [*rq1_tables.items(), ("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
                      ("summarize_pronouns", pron), ("summarize_pronouns_by_lang", pron_lang),
                      ("injection_controls", controls), ("compliance", comp),

@@ -225,6 +225,17 @@ class Acoustics(Section):
     speaker_embedding_weights: str | None = None
 
 
+class TextControl(Section):
+    enabled: bool = True
+    backend: Literal["espeak"] = "espeak"
+    voices: dict[Lang, str]
+    rate_wpm: PositiveInt | None = None
+
+
+class AcousticScoring(Section):
+    text_control: TextControl
+
+
 class CarrierGate(Section):
     alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05
     strict: bool = False
@@ -379,6 +390,7 @@ class Params(Section):
     phonation: Phonation
     generate: Generate
     acoustics: Acoustics
+    acoustic_scoring: AcousticScoring
     carrier_gate: CarrierGate
     run: Run
     systems: dict[str, dict[str, Any]]

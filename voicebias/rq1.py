@@ -49,14 +49,18 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
         neu = g.loc[g["pole"] == "neutral", measure].to_numpy(float)
         if len(mis) < 2 or len(neu) < 2:
             continue
-        t = stats.ttest_ind(mis, neu, equal_var=False)
+        if np.ptp(mis) == 0 and np.ptp(neu) == 0:
+            tstat = pval = np.nan  # constant in both cells (e.g. net 0 everywhere): no test
+        else:
+            t = stats.ttest_ind(mis, neu, equal_var=False)
+            tstat, pval = float(t.statistic), float(t.pvalue)
         contrast = float(mis.mean() - neu.mean())
         rows.append({
             "system": system, "lang": lang, "task": task, "task_group": task_group(task), "voice_gender": voice,
             "measure": measure, "units": units_of(measure), "n_misaligned": len(mis), "n_neutral": len(neu), "delta_misaligned": float(mis.mean()),
             "delta_neutral": float(neu.mean()), "contrast": contrast,
-            "signed_contrast": contrast * PREDICTED_SIGN[voice], "t": float(t.statistic) if np.isfinite(t.statistic) else np.nan,
-            "p_value": float(t.pvalue) if np.isfinite(t.pvalue) else np.nan, "cohens_d": cohens_d(mis, neu),
+            "signed_contrast": contrast * PREDICTED_SIGN[voice], "t": tstat if np.isfinite(tstat) else np.nan,
+            "p_value": pval if np.isfinite(pval) else np.nan, "cohens_d": cohens_d(mis, neu),
         })
     return pd.DataFrame(rows)
 
@@ -67,9 +71,11 @@ UNITS = {"delta_composite": "SD", "delta_f0_median_st": "st", "delta_formant_ind
 
 
 def units_of(measure: str) -> str:
-    """Units of a delta measure: st (F0, semitones), SD (composite), oct (formant index, octaves),
-    logit (classifier margin, female minus male), '' when unknown."""
-    return UNITS.get(measure, "logit" if measure.startswith("delta_margin_") else "")
+    """Units of a delta_ (output - input) or net_ (output - text control) measure: st (F0,
+    semitones), SD (composite), oct (formant index, octaves), logit (classifier margin,
+    female minus male), '' when unknown."""
+    base = "delta_" + measure.removeprefix("net_") if measure.startswith("net_") else measure
+    return UNITS.get(base, "logit" if base.startswith("delta_margin_") else "")
 EFFECTS = ("stereotype_effect", "misaligned_minus_neutral")
 EFFECT_FIELDS = ("est", "se", "df", "ci_low", "ci_high", "p")
 
@@ -224,8 +230,17 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row.update({f"{eff}_{f}": np.nan for f in EFFECT_FIELDS})
         row.update(chi2_interaction=np.nan, df=2, f_interaction=np.nan, den_df_interaction=np.nan, p_interaction=np.nan,
                    converged=False, warning="")
-        if g["y"].std() == 0 or g["passage_id"].nunique() < 3:
-            row["warning"] = "no variance or too few passages"
+        if g["passage_id"].nunique() < 3:
+            row["warning"] = "too few passages"
+            rows.append(row)
+            continue
+        if g["y"].std() == 0:
+            # every output has the same value (e.g. each equals its text control): the
+            # effects are exactly 0 with no sampling variance; no test is possible
+            if {(p, v) for p in STEREOTYPE_STEP for v in PREDICTED_SIGN} <= set(zip(g["pole"], g["voice_gender"])):
+                for eff in EFFECTS:
+                    row.update({f"{eff}_est": 0.0, f"{eff}_se": 0.0, f"{eff}_ci_low": 0.0, f"{eff}_ci_high": 0.0})
+            row["warning"] = "no variance: the measure is the same in every output"
             rows.append(row)
             continue
         # statsmodels builds the treatment-coded design; the REML fit is _RandomInterceptREML's
@@ -242,9 +257,19 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row["warning"] = f"fit failed: {exc}"
             rows.append(row)
             continue
-        msgs: list[str] = [] if converged else ["REML optimum not located (variance ratio at the search bound)"]
         beta, cov = reml.fe(theta), reml.fe_cov(theta)
         singular = theta[0] == 0.0
+        # the residual variance at its boundary: the outputs of a passage are identical
+        # (a fixed output voice reading the same words for both input voices), so all
+        # variance is between passages; the effects are then between-passage contrasts,
+        # with the between-within df (passages minus the pole means they estimate)
+        no_residual = (not converged) and g["y"].groupby(g["passage_id"]).std(ddof=0).max() == 0
+        between_df = float(g["passage_id"].nunique() - g["pole"].nunique())
+        if no_residual:
+            converged = True
+            msgs: list[str] = ["residual variance 0 (identical outputs within each passage): between-within df"]
+        else:
+            msgs = [] if converged else ["REML optimum not located (variance ratio at the search bound)"]
         if singular:
             msgs = ["singular fit (passage variance 0)", *msgs]
         cells = pd.DataFrame([(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")],
@@ -254,11 +279,22 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             # every row of a cell has the same fixed-effects design row: the cell mean is that row times b
             first = {key: i for i, key in reversed(list(enumerate(zip(g["pole"], g["voice_gender"]))))}
             cell_X = np.array([exog[first[(p, v)]] for p, v in zip(cells["pole"], cells["voice_gender"])])
+            if no_residual:
+                per = g.groupby("passage_id").agg(y=("y", "first"), pole=("pole", "first"))
+                pole_mean, pole_n = per.groupby("pole")["y"].mean(), per.groupby("pole")["y"].size()
+                s2_between = float(((per["y"] - per["pole"].map(pole_mean)) ** 2).sum() / between_df)
             for eff, w in effect_weights(cells).items():
                 L = w @ cell_X
                 est, se = float(L @ beta), float(np.sqrt(L @ cov @ L))
+                if no_residual:
+                    # the limit of the fit as the residual variance goes to 0: the one-way
+                    # analysis of the passage values on pole
+                    wp = pd.Series(w, index=cells["pole"]).groupby(level=0).sum()
+                    est = float((wp * pole_mean[wp.index]).sum())
+                    se = float(np.sqrt(s2_between * (wp**2 / pole_n[wp.index]).sum()))
                 try:
-                    df = float(len(g) - len(names)) if singular else reml.satterthwaite_df(L, theta)
+                    df = (float(len(g) - len(names)) if singular else between_df if no_residual
+                          else reml.satterthwaite_df(L, theta))
                 except np.linalg.LinAlgError:
                     df = float(len(g) - len(names))
                 half = float(stats.t.ppf(zcrit_p, df) * se)
@@ -271,14 +307,20 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
         for i, j in enumerate(inter):
             R[i, j] = 1.0
         b = R @ beta
+        if no_residual:
+            # content x voice is a within-passage contrast, and there is no within-passage variance to test it against
+            inter = []
         try:
+            if not inter:
+                raise np.linalg.LinAlgError("no within-passage variance")
             chi2 = float(b @ np.linalg.solve(R @ cov @ R.T, b))
             den_df = float(len(g) - len(names)) if singular else reml.satterthwaite_f_df(R, theta)
             f_stat = chi2 / len(inter)
             row.update(chi2_interaction=chi2, df=len(inter), f_interaction=f_stat, den_df_interaction=den_df,
                        p_interaction=float(stats.f.sf(f_stat, len(inter), den_df)))
         except np.linalg.LinAlgError:
-            msgs = ["singular covariance of the interaction terms", *msgs]
+            msgs = [*msgs, "interaction not tested (no within-passage variance)"] if no_residual else \
+                ["singular covariance of the interaction terms", *msgs]
         row["converged"] = converged
         row["warning"] = "; ".join(msgs)
         rows.append(row)
