@@ -42,8 +42,10 @@ import numpy as np
 import soundfile as sf
 from scipy.signal import resample_poly
 
+from voicebias.exceptions import VoicebiasError
 
-class AudioError(ValueError):
+
+class AudioError(VoicebiasError, ValueError):
     """An audio file that cannot be measured, with the reason in plain words.
 
     `code` is a short machine-readable reason (see the module docstring) used to

@@ -36,6 +36,7 @@ import statsmodels.formula.api as smf
 from scipy import stats
 from statsmodels.stats.anova import anova_lm
 
+from voicebias.exceptions import NotFound
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 GATE_COLUMNS = [
@@ -105,7 +106,7 @@ def carrier_gate(
     secondary = secondary or []
     missing = [m for m in [headline, *secondary, *[f"margin_{c}" for c in classifiers]] if m not in ok]
     if missing:
-        raise KeyError(f"carrier gate: the input measures table has no column(s) {', '.join(missing)}")
+        raise NotFound(f"carrier gate: the input measures table has no column(s) {', '.join(missing)}")
     flips_rows = []
     for c in classifiers:
         pred = np.where(ok[f"margin_{c}"] > 0, "female", "male")

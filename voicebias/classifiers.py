@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from voicebias.acoustics import hz_to_semitones
+from voicebias.exceptions import ConfigError
 
 REGISTRY: dict[str, str] = {
     "acoustic_norms": "voicebias.classifiers:AcousticNormsClassifier",
@@ -104,7 +105,7 @@ def label_indices(id2label: dict[Any, str], labels: dict[str, int] | None = None
     """
     names = {int(k): str(v) for k, v in id2label.items()}
     if len(names) != 2:
-        raise ValueError(f"expected a two-class (female/male) classifier, got labels {names}")
+        raise ConfigError(f"expected a two-class (female/male) classifier, got labels {names}")
     found: dict[str, int] = {}
     for idx, lab in names.items():
         low = lab.strip().lower()
@@ -115,14 +116,14 @@ def label_indices(id2label: dict[Any, str], labels: dict[str, int] | None = None
     if labels is not None:
         want = {"female": int(labels["female"]), "male": int(labels["male"])}
         if set(want.values()) != set(names):
-            raise ValueError(f"stated label order {want} does not match the checkpoint's classes {sorted(names)}")
+            raise ConfigError(f"stated label order {want} does not match the checkpoint's classes {sorted(names)}")
         for k, v in found.items():
             if want[k] != v:
-                raise ValueError(f"label map mismatch: the checkpoint names class {v} '{names[v]}', "
+                raise ConfigError(f"label map mismatch: the checkpoint names class {v} '{names[v]}', "
                                  f"but the stated order puts {k} at {want[k]} (id2label={names})")
         return want["female"], want["male"]
     if set(found) != {"female", "male"}:
-        raise ValueError(f"cannot tell female from male in id2label={names}; state the order "
+        raise ConfigError(f"cannot tell female from male in id2label={names}; state the order "
                          "({'female': i, 'male': j}) from the model card")
     return found["female"], found["male"]
 
@@ -149,7 +150,7 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
                  batch_size: int = 8, device: str | None = None, labels: dict[str, int] | None = None):
         self.name = name
         if weights is None:
-            raise ValueError(f"classifier '{name}' needs a local weights folder: set "
+            raise ConfigError(f"classifier '{name}' needs a local weights folder: set "
                              f"acoustics.classifier_weights.{name} in params.yaml")
         folder = Path(weights)
         hint = f" (download {source} there, e.g. `huggingface-cli download {source} --local-dir {folder}`)" if source else ""

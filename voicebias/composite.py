@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from voicebias.exceptions import ConfigError, NotFound
+
 REFERENCE_COLUMNS = ["lang", "measure", "mean", "sd", "n"]
 
 
@@ -38,17 +40,17 @@ def reference_stats(inputs: pd.DataFrame, measures: list[str]) -> pd.DataFrame:
     """
     missing = [m for m in measures if m not in inputs]
     if missing:
-        raise KeyError(f"cannot build the composite reference: no column(s) {', '.join(missing)}")
+        raise NotFound(f"cannot build the composite reference: no column(s) {', '.join(missing)}")
     ok = inputs[inputs["status"] == "ok"]
     if ok.empty:
-        raise ValueError("cannot build the composite reference: no input stimulus was measured")
+        raise ConfigError("cannot build the composite reference: no input stimulus was measured")
     rows = []
     for lang, g in ok.groupby("lang"):
         for m in measures:
             values = g[m].dropna()
             sd = float(values.std(ddof=1))
             if not np.isfinite(sd) or sd == 0:
-                raise ValueError(f"cannot standardise {m} for '{lang}': no spread in the reference stimuli")
+                raise ConfigError(f"cannot standardise {m} for '{lang}': no spread in the reference stimuli")
             rows.append({"lang": lang, "measure": m, "mean": float(values.mean()), "sd": sd, "n": int(len(values))})
     return pd.DataFrame(rows, columns=REFERENCE_COLUMNS)
 
@@ -59,12 +61,12 @@ def zscores(df: pd.DataFrame, reference: pd.DataFrame, measures: list[str]) -> p
     langs = set(df["lang"].dropna().unique())
     known = set(reference["lang"])
     if langs - known:
-        raise KeyError(f"no composite reference for language(s) {', '.join(sorted(langs - known))}; "
+        raise NotFound(f"no composite reference for language(s) {', '.join(sorted(langs - known))}; "
                        f"the reference covers {', '.join(sorted(known))}")
     out = {}
     for m in measures:
         if m not in set(reference["measure"]):
-            raise KeyError(f"the composite reference has no measure '{m}'")
+            raise NotFound(f"the composite reference has no measure '{m}'")
         mean = df["lang"].map(lambda lang: ref.loc[(lang, m), "mean"])
         sd = df["lang"].map(lambda lang: ref.loc[(lang, m), "sd"])
         out[m] = (df[m] - mean) / sd

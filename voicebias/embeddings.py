@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from voicebias.audio import AudioError, resample
+from voicebias.exceptions import ConfigError, StageFailed
 
 REGISTRY: dict[str, str] = {
     "resemblyzer": "voicebias.embeddings:ResemblyzerEmbedder",
@@ -65,7 +66,7 @@ class ResemblyzerEmbedder(SpeakerEmbedder):
         try:
             from resemblyzer import VoiceEncoder
         except ImportError as exc:
-            raise RuntimeError("the 'resemblyzer' embedder needs the resemblyzer package "
+            raise StageFailed("the 'resemblyzer' embedder needs the resemblyzer package "
                                "(pip install --no-deps resemblyzer==0.1.4 webrtcvad-wheels librosa)") from exc
         self.encoder = VoiceEncoder(device, verbose=False)
 
@@ -87,7 +88,7 @@ class EcapaEmbedder(SpeakerEmbedder):
     def __init__(self, weights: str | Path | None = None, device: str | None = None, savedir: str | Path | None = None):
         source = CHECKPOINTS["ecapa"]
         if weights is None:
-            raise ValueError("the 'ecapa' embedder needs a local weights folder: set "
+            raise ConfigError("the 'ecapa' embedder needs a local weights folder: set "
                              "acoustics.speaker_embedding_weights in params.yaml")
         folder = Path(weights).resolve()
         hint = f" (download {source} there, e.g. `huggingface-cli download {source} --local-dir {folder}`)"

@@ -1,14 +1,23 @@
-"""One readable line (or block) for every expected failure, instead of a traceback."""
+"""One readable line (or block) for every expected failure, instead of a traceback.
+
+Expected failures are the project's own errors (`VoicebiasError` and its subclasses,
+voicebias.exceptions) and missing files. Anything else, a KeyError from a bug say,
+propagates with its traceback. VOICEBIAS_DEBUG=1 prints the traceback of expected
+failures too.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from typing import Any, Callable
 
-from voicebias.audio import AudioError
-from voicebias.validation import ValidationFailed
+from voicebias.exceptions import ConfigError, NotAvailable, StageFailed, VoicebiasError
 
-EXPECTED = (ValidationFailed, FileNotFoundError, KeyError, ValueError, NotImplementedError, AudioError, RuntimeError)
+__all__ = ["EXPECTED", "ConfigError", "NotAvailable", "StageFailed", "VoicebiasError", "guarded", "stage_params"]
+
+EXPECTED = (VoicebiasError, FileNotFoundError)
 
 
 def guarded(fn: Callable[..., Any], *args: Any, stage: str = "", **kwargs: Any) -> Any:
@@ -16,6 +25,8 @@ def guarded(fn: Callable[..., Any], *args: Any, stage: str = "", **kwargs: Any) 
     try:
         return fn(*args, **kwargs)
     except EXPECTED as exc:
+        if os.environ.get("VOICEBIAS_DEBUG") == "1":
+            traceback.print_exc(file=sys.stderr)
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"voicebias {stage}: {msg}".rstrip(), file=sys.stderr)
         sys.exit(1)

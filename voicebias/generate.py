@@ -45,6 +45,7 @@ import yaml
 from tqdm import tqdm
 
 from voicebias.bank import LANGS, POLES, length_units, load_bank
+from voicebias.exceptions import VoicebiasError
 from voicebias.lint import GLOSS_RULES, lint_text
 
 LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
@@ -63,7 +64,7 @@ SELECTION_COLUMNS = [
 ]
 
 
-class LLMError(RuntimeError):
+class LLMError(VoicebiasError, RuntimeError):
     """An LLM backend could not be reached or refused the request; the message says why."""
 
 

@@ -45,14 +45,15 @@ from typing import Any, NamedTuple
 import yaml
 
 from voicebias.config import DATA, ROOT
+from voicebias.exceptions import VoicebiasError
 from voicebias.systems.base import SetupError, redact, require_secret, resolve_path
 
 
-class InvalidJudgement(ValueError):
+class InvalidJudgement(VoicebiasError, ValueError):
     """A judge reply that is not the JSON object the rubric asks for."""
 
 
-class JudgeCallError(RuntimeError):
+class JudgeCallError(VoicebiasError, RuntimeError):
     """The judge could not be asked (refused request, retries on rate limits or 5xx spent).
 
     Ends the item as failed at once: asking again would only repeat the failure.

@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from voicebias.exceptions import VoicebiasError
+
 Lang = Literal["en", "es", "zh"]
 Pole = Literal["masculine", "neutral", "feminine"]
 Gender = Literal["male", "female"]
@@ -402,7 +404,7 @@ class Params(Section):
 
 # ---------------------------------------------------------------- validation
 
-class ParamsError(ValueError):
+class ParamsError(VoicebiasError, ValueError):
     """params.yaml holds an unknown key, a wrong type or a missing required setting."""
 
 

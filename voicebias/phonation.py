@@ -52,6 +52,7 @@ from parselmouth.praat import call
 from scipy import signal
 from tqdm import tqdm
 
+from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.phonation_presets import CONDITIONS, FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
 
 PHONATION_COLUMNS = [
@@ -86,7 +87,7 @@ class ParametricSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(p) - known)
         if unknown:
-            raise ValueError(f"phonation.parametric: unknown setting(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"phonation.parametric: unknown setting(s) {unknown}; known: {sorted(known)}")
         return cls(**{k: float(v) for k, v in p.items()})
 
 
@@ -289,11 +290,11 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
     conditions = list(ph["conditions"])
     bad = [c for c in conditions if c not in CONDITIONS]
     if bad or "modal" not in conditions:
-        raise ValueError(f"phonation.conditions must include 'modal' and only {list(CONDITIONS)}; got {conditions}")
+        raise ConfigError(f"phonation.conditions must include 'modal' and only {list(CONDITIONS)}; got {conditions}")
     presets = presets_from_params(ph)
     backend = ph["backend"]
     if backend not in ("parametric", "vqvc"):
-        raise ValueError(f"phonation.backend must be 'parametric' or 'vqvc', not '{backend}'")
+        raise ConfigError(f"phonation.backend must be 'parametric' or 'vqvc', not '{backend}'")
     sc = read_table(sc_manifest_path)
     sc = select_prompts(sc, ph.get("prompts_per_category"), ph.get("max_prompts"))
     out_dir = Path(out_dir)
@@ -339,6 +340,6 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
                "failed": int(len(failed)), "peak_limited": int(manifest["peak_limited"].fillna(False).astype(bool).sum())}
     write_json(metrics_path, metrics)
     if len(failed):
-        raise RuntimeError(f"phonation: {len(failed)} conversion(s) failed (listed with their errors in "
+        raise StageFailed(f"phonation: {len(failed)} conversion(s) failed (listed with their errors in "
                            f"{out_dir / 'manifest.csv'}), e.g. {failed['stimulus_id'].iloc[0]}: {failed['error'].iloc[0]}")
     return manifest

@@ -37,6 +37,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import sha256_file, write_audio
+from voicebias.exceptions import ConfigError
 from voicebias.systems.base import (
     ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest, TransientError,
 )
@@ -421,7 +422,7 @@ def build_asr(sys_params: dict[str, Any], root: Path) -> Any | None:
     spec = {"model": spec} if isinstance(spec, str) else dict(spec)
     model = spec.pop("model", None)
     if not model:
-        raise ValueError("the system's 'asr' params need 'model' (a local Whisper folder)")
+        raise ConfigError("the system's 'asr' params need 'model' (a local Whisper folder)")
     return WhisperASR(resolve_path(model, root), **spec)
 
 

@@ -14,10 +14,12 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from voicebias.exceptions import VoicebiasError
+
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 
-class ValidationFailed(RuntimeError):
+class ValidationFailed(VoicebiasError, RuntimeError):
     """A data gate failed; the message lists every failed expectation."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from voicebias.config import CARDS_DIR
+from voicebias.exceptions import ConfigError
 from voicebias.systems.base import (
     ContinuationRequest, ContinuationSystem, S2SRequest, S2SResponse, S2SSystem, SetupError, SystemUnderTest,
     TransientError,
@@ -70,10 +71,10 @@ def load_card(name: str, cards_dir: Path = CARDS_DIR) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         card = yaml.safe_load(fh)
     if not isinstance(card, dict):
-        raise ValueError(f"system card {path} does not hold a mapping")
+        raise ConfigError(f"system card {path} does not hold a mapping")
     for key in CARD_KEYS:
         if key not in card:
-            raise ValueError(f"system card {path} lacks '{key}'")
+            raise ConfigError(f"system card {path} lacks '{key}'")
     return card
 
 

@@ -27,6 +27,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from voicebias.exceptions import VoicebiasError
+
 #: Prompt and continuation lengths of the speech-continuation protocol (SC paper), in s.
 CONTINUATION_PROMPT_S = (3.0, 5.0)
 CONTINUATION_OUTPUT_S = (5.0, 8.0)
@@ -39,7 +41,7 @@ RUNNER_KEYS = frozenset({
 })
 
 
-class TransientError(RuntimeError):
+class TransientError(VoicebiasError, RuntimeError):
     """A failure worth retrying (rate limit, 5xx, timeout).
 
     `retry_after_s` carries a server's Retry-After hint, when it sent one.
@@ -50,7 +52,7 @@ class TransientError(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
-class SetupError(RuntimeError):
+class SetupError(VoicebiasError, RuntimeError):
     """This system cannot run on this machine as configured; the message says what is missing."""
 
 

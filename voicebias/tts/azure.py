@@ -24,6 +24,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 import soundfile as sf
 
+from voicebias.exceptions import VoicebiasError
 from voicebias.tts import TTSBackend
 
 KEY_ENV = "AZURE_SPEECH_KEY"
@@ -34,7 +35,7 @@ _PCM_FORMAT = re.compile(r"^(riff|raw)-(\d+)khz-16bit-mono-pcm$")
 _VOICE = re.compile(r"^([a-z]{2,3}-[A-Z]{2})-\w+$")
 
 
-class AzureTTSError(RuntimeError):
+class AzureTTSError(VoicebiasError, RuntimeError):
     """The Azure service refused or failed a request; the message says why in plain words."""
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voicebias.exceptions import StageFailed
 from voicebias.tts import TTSBackend
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -37,7 +38,7 @@ def _library():
     try:
         import espeakng_loader
     except ImportError as exc:  # pragma: no cover - dependency is pinned
-        raise RuntimeError("eSpeak NG backend needs the 'espeakng-loader' package") from exc
+        raise StageFailed("eSpeak NG backend needs the 'espeakng-loader' package") from exc
     lib = ctypes.CDLL(espeakng_loader.get_library_path())
     data_parent = str(Path(espeakng_loader.get_data_path()).parent).encode()
     lib.espeak_Initialize.restype = ctypes.c_int

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from voicebias.exceptions import ConfigError, StageFailed, VoicebiasError
 from voicebias.tts import TTSBackend
 
 MODEL_FILE = "kokoro-v1_0.pth"
@@ -36,14 +37,14 @@ LANG_OF_PREFIX = {"a": "American English", "b": "British English", "e": "Spanish
 GENDER_OF_LETTER = {"f": "female", "m": "male"}
 
 
-class KokoroWeightsMissing(FileNotFoundError):
+class KokoroWeightsMissing(VoicebiasError, FileNotFoundError):
     """The local Kokoro-82M folder lacks a file; the message lists what and how to get it."""
 
 
 def parse_voice(voice: str) -> tuple[str, str]:
     """'ef_dora' -> ('e', 'female'): the pipeline language code and the voice's gender."""
     if len(voice) < 4 or voice[2] != "_" or voice[0] not in LANG_OF_PREFIX or voice[1] not in GENDER_OF_LETTER:
-        raise ValueError(f"'{voice}' is not a Kokoro voice name like 'af_heart' or 'zm_yunxi' "
+        raise ConfigError(f"'{voice}' is not a Kokoro voice name like 'af_heart' or 'zm_yunxi' "
                          f"(language letter {sorted(LANG_OF_PREFIX)}, gender letter f/m)")
     return voice[0], GENDER_OF_LETTER[voice[1]]
 
@@ -90,7 +91,7 @@ class KokoroTTS(TTSBackend):
         try:
             import kokoro
         except ImportError as exc:
-            raise RuntimeError("the Kokoro backend needs the 'kokoro' package (pip install kokoro==0.9.4; "
+            raise StageFailed("the Kokoro backend needs the 'kokoro' package (pip install kokoro==0.9.4; "
                                "for Mandarin also misaki[zh]==0.9.4)") from exc
         return kokoro
 
