@@ -17,7 +17,6 @@ default never imports torch or transformers.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +27,8 @@ import pandas as pd
 
 from voicebias.acoustics import hz_to_semitones
 from voicebias.exceptions import ConfigError
+from voicebias.registry import Registry
 
-REGISTRY: dict[str, str] = {
-    "acoustic_norms": "voicebias.classifiers:AcousticNormsClassifier",
-    "w2v2_librispeech": "voicebias.classifiers:Wav2Vec2GenderClassifier",
-    "w2v2_commonvoice": "voicebias.classifiers:Wav2Vec2GenderClassifier",
-}
 # Published checkpoints behind the registered wav2vec2 names (S2S paper, App. F).
 CHECKPOINTS: dict[str, str] = {
     "w2v2_librispeech": "alefiury/wav2vec2-large-xlsr-53-gender-recognition-librispeech",
@@ -41,6 +36,11 @@ CHECKPOINTS: dict[str, str] = {
 }
 # Classifiers named by a profile that this version has no backend for (none at present).
 PLANNED: dict[str, str] = {}
+REGISTRY = Registry("classifier", {
+    "acoustic_norms": "voicebias.classifiers:AcousticNormsClassifier",
+    "w2v2_librispeech": ("voicebias.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_librispeech"]}),
+    "w2v2_commonvoice": ("voicebias.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_commonvoice"]}),
+}, planned=PLANNED)
 
 FEMALE_LABELS = {"female", "f", "woman", "women"}
 MALE_LABELS = {"male", "m", "man", "men"}
@@ -208,11 +208,8 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
 
 def get_classifier(name: str, **options) -> GenderClassifier:
     """Instantiate a registered classifier; options go to its constructor (e.g. weights=folder)."""
-    if name not in REGISTRY:
-        if name in PLANNED:
-            raise NotImplementedError(f"classifier '{name}' ({PLANNED[name]}) has no backend in this version")
-        raise KeyError(f"unknown classifier '{name}'; available: {', '.join(sorted(REGISTRY))}")
-    module, cls = REGISTRY[name].split(":")
-    if name in CHECKPOINTS:
-        options = {"name": name, "source": CHECKPOINTS[name], **options}
-    return getattr(importlib.import_module(module), cls)(**options)
+    cls = REGISTRY.get(name)
+    checkpoint = REGISTRY.meta(name).get("checkpoint")
+    if checkpoint:
+        options = {"name": name, "source": checkpoint, **options}
+    return cls(**options)

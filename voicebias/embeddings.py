@@ -16,7 +16,6 @@ Embeddings are returned as float64 arrays; similarities are cosines in [-1, 1].
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,11 +25,12 @@ import pandas as pd
 
 from voicebias.audio import AudioError, resample
 from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.registry import Registry
 
-REGISTRY: dict[str, str] = {
+REGISTRY = Registry("speaker embedding", {
     "resemblyzer": "voicebias.embeddings:ResemblyzerEmbedder",
     "ecapa": "voicebias.embeddings:EcapaEmbedder",
-}
+})
 CHECKPOINTS: dict[str, str] = {"ecapa": "speechbrain/spkrec-ecapa-voxceleb"}
 
 
@@ -124,10 +124,7 @@ class EcapaEmbedder(SpeakerEmbedder):
 
 def get_embedder(name: str, **options) -> SpeakerEmbedder:
     """Instantiate a registered speaker embedder ('resemblyzer' or 'ecapa', weights=folder)."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown speaker embedding '{name}'; available: {', '.join(sorted(REGISTRY))}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    return REGISTRY.get(name)(**options)
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:

@@ -45,7 +45,8 @@ from typing import Any, NamedTuple
 import yaml
 
 from voicebias.config import DATA, ROOT
-from voicebias.exceptions import VoicebiasError
+from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.registry import Registry
 from voicebias.systems.base import SetupError, redact, require_secret, resolve_path
 
 
@@ -397,11 +398,45 @@ class LexicalHeuristicJudge:
 def _required(params: dict[str, Any], key: str, backend: str, what: str) -> Any:
     value = params.get(key)
     if value in (None, ""):
-        raise ValueError(f"judge backend '{backend}' needs '{key}' ({what})")
+        raise ConfigError(f"judge backend '{backend}' needs '{key}' ({what})")
     return value
 
 
-#: The judge backends `get_judge` knows.
+def _lexical_heuristic(params: dict[str, Any]) -> "LexicalHeuristicJudge":
+    return LexicalHeuristicJudge()
+
+
+def _openai_compatible(params: dict[str, Any]) -> "OpenAICompatibleJudge":
+    backend = "openai_compatible"
+    return OpenAICompatibleJudge(_required(params, "base_url", backend, "the endpoint's URL"),
+                                 _required(params, "model", backend, "the served model name"),
+                                 params["api_key_env"] or JUDGES.meta(backend)["key_env"], params["max_attempts"])
+
+
+def _gemini(params: dict[str, Any]) -> "GeminiJudge":
+    backend = "gemini"
+    return GeminiJudge(
+        _required(params, "model", backend, "a pinned Gemini model name, e.g. gemini-2.5-flash"),
+        base_url=params["base_url"] or "https://generativelanguage.googleapis.com",
+        api_key_env=params["api_key_env"] or JUDGES.meta(backend)["key_env"],
+        max_attempts=params["max_attempts"], max_output_tokens=params["max_output_tokens"],
+        timeout_s=params["timeout_s"], max_retries=params["max_retries"], retry_wait_s=params["retry_wait_s"])
+
+
+def _local_transformers(params: dict[str, Any]) -> "LocalTransformersJudge":
+    return LocalTransformersJudge(
+        _required(params, "weights", "local_transformers", "the local instruct model's folder"),
+        device=params["device"], max_new_tokens=params["max_new_tokens"], max_attempts=params["max_attempts"])
+
+
+#: The judge backends `get_judge` knows: name -> builder from the validated `sc_judge` section.
+#: Metadata for the preflight: `key_env`, the API key's default variable; `weights`, a local folder.
+JUDGES = Registry("judge backend", {
+    "lexical_heuristic": "voicebias.judge:_lexical_heuristic",
+    "openai_compatible": ("voicebias.judge:_openai_compatible", {"key_env": "OPENAI_API_KEY"}),
+    "gemini": ("voicebias.judge:_gemini", {"key_env": "GEMINI_API_KEY"}),
+    "local_transformers": ("voicebias.judge:_local_transformers", {"weights": True}),
+})
 BACKENDS = ("lexical_heuristic", "openai_compatible", "gemini", "local_transformers")
 
 
@@ -410,22 +445,4 @@ def get_judge(params: dict[str, Any]):
     from voicebias.params import SCJudge, validate_section
 
     params = validate_section(SCJudge, params, "sc_judge")
-    backend = params["backend"]
-    if backend == "lexical_heuristic":
-        return LexicalHeuristicJudge()
-    if backend == "openai_compatible":
-        return OpenAICompatibleJudge(_required(params, "base_url", backend, "the endpoint's URL"),
-                                     _required(params, "model", backend, "the served model name"),
-                                     params["api_key_env"] or "OPENAI_API_KEY", params["max_attempts"])
-    if backend == "gemini":
-        return GeminiJudge(
-            _required(params, "model", backend, "a pinned Gemini model name, e.g. gemini-2.5-flash"),
-            base_url=params["base_url"] or "https://generativelanguage.googleapis.com",
-            api_key_env=params["api_key_env"] or "GEMINI_API_KEY",
-            max_attempts=params["max_attempts"], max_output_tokens=params["max_output_tokens"],
-            timeout_s=params["timeout_s"], max_retries=params["max_retries"], retry_wait_s=params["retry_wait_s"])
-    if backend == "local_transformers":
-        return LocalTransformersJudge(
-            _required(params, "weights", backend, "the local instruct model's folder"),
-            device=params["device"], max_new_tokens=params["max_new_tokens"], max_attempts=params["max_attempts"])
-    raise NotImplementedError(f"judge backend '{backend}' is not available; use one of {', '.join(BACKENDS)}")
+    return JUDGES.get(params["backend"])(params)

@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.phonation_presets import CONDITIONS, FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
+from voicebias.registry import Registry
 
 PHONATION_COLUMNS = [
     "stimulus_id", "source_stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id",
@@ -282,6 +283,19 @@ def _convert_vqvc(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path,
     return out
 
 
+def _convert_parametric(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path, root: Path) -> list[dict[str, Any]]:
+    """The stage's jobs through the embedded parametric converter (in this process's workers)."""
+    return convert_all(jobs)
+
+
+#: phonation.backend -> converter of the stage's jobs, called as (phonation params, jobs, work folder, root).
+#: Metadata for the preflight: `offline`, the converter needs nothing outside this package.
+CONVERTERS = Registry("phonation backend", {
+    "parametric": ("voicebias.phonation:_convert_parametric", {"offline": True}),
+    "vqvc": "voicebias.phonation:_convert_vqvc",
+})
+
+
 def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
     """Stage 'phonation': every selected SC stimulus in every condition of phonation.conditions."""
     from voicebias.io import read_table, write_json, write_table
@@ -293,8 +307,8 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
         raise ConfigError(f"phonation.conditions must include 'modal' and only {list(CONDITIONS)}; got {conditions}")
     presets = presets_from_params(ph)
     backend = ph["backend"]
-    if backend not in ("parametric", "vqvc"):
-        raise ConfigError(f"phonation.backend must be 'parametric' or 'vqvc', not '{backend}'")
+    if backend not in CONVERTERS:
+        raise ConfigError(f"phonation.backend must be {' or '.join(map(repr, CONVERTERS.names()))}, not '{backend}'")
     sc = read_table(sc_manifest_path)
     sc = select_prompts(sc, ph.get("prompts_per_category"), ph.get("max_prompts"))
     out_dir = Path(out_dir)
@@ -323,10 +337,7 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
             jobs.append({"key": sid, "src": str(Path(root) / r.path), "out": str(out), "preset": presets[c],
                          "condition": c, "floor": float(floor), "ceiling": float(ceiling), "settings": settings,
                          "seed": _stable_seed(seed, sid)})
-    if backend == "parametric":
-        results = convert_all(jobs)
-    else:
-        results = _convert_vqvc(ph, jobs, out_dir / "vqvc_work", root)
+    results = CONVERTERS.get(backend)(ph, jobs, out_dir / "vqvc_work", root)
     by_key = {res["key"]: res for res in results}
     for row in rows:
         res = by_key.get(row["stimulus_id"])

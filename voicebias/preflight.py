@@ -56,6 +56,8 @@ def _requirements(component: str, req: dict[str, Any], root: Path, has_gpu: bool
 
 def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     from voicebias import classifiers, tts
+    from voicebias.judge import JUDGES
+    from voicebias.phonation import CONVERTERS
     from voicebias.systems import ADAPTERS, PLANNED_ADAPTERS, load_card
 
     _load_dotenv(root)
@@ -80,7 +82,9 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     if emb:
         checks += _requirements("speaker_embedding", {"weights": emb}, root, has_gpu)
     ph = params.get("phonation") or {}
-    if ph["backend"] == "vqvc":
+    if ph["backend"] in CONVERTERS and CONVERTERS.meta(ph["backend"]).get("offline"):
+        checks.append(Check(f"phonation:{ph['backend']}", True, "embedded converter available offline"))
+    else:
         from voicebias import vqvc
 
         try:
@@ -91,15 +95,12 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
                     checks.append(Check("phonation:vqvc", kind == "ok", detail))
         except ValueError as exc:
             checks.append(Check("phonation:vqvc", False, str(exc)))
-    else:
-        checks.append(Check("phonation:parametric", True, "embedded converter available offline"))
     judge = params.get("sc_judge") or {}
     jb = judge["backend"]
-    if jb == "openai_compatible":
-        checks += _requirements(f"sc_judge:{jb}", {"env": [judge["api_key_env"] or "OPENAI_API_KEY"]}, root, has_gpu)
-    elif jb == "gemini":
-        checks += _requirements(f"sc_judge:{jb}", {"env": [judge["api_key_env"] or "GEMINI_API_KEY"]}, root, has_gpu)
-    elif jb == "local_transformers":
+    meta = JUDGES.meta(jb) if jb in JUDGES else {}
+    if meta.get("key_env"):
+        checks += _requirements(f"sc_judge:{jb}", {"env": [judge["api_key_env"] or meta["key_env"]]}, root, has_gpu)
+    elif meta.get("weights"):
         checks += _requirements(f"sc_judge:{jb}", {"weights": judge["weights"] or ""}, root, has_gpu)
     else:
         checks.append(Check(f"sc_judge:{jb}", True, "offline judge available"))

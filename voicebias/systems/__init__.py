@@ -23,7 +23,6 @@ vae_gslm
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,18 @@ from typing import Any
 import yaml
 
 from voicebias.config import CARDS_DIR
-from voicebias.exceptions import ConfigError
+from voicebias.exceptions import ConfigError, NotAvailable, NotFound
+from voicebias.registry import Registry
 from voicebias.systems.base import (
     ContinuationRequest, ContinuationSystem, S2SRequest, S2SResponse, S2SSystem, SetupError, SystemUnderTest,
     TransientError,
 )
 
-ADAPTERS: dict[str, str] = {
+# Adapters named by a profile that this version does not ship yet: the preflight
+# names them so a user sees what is missing instead of a traceback.
+PLANNED_ADAPTERS: dict[str, str] = {}
+
+ADAPTERS = Registry("adapter", {
     "reference": "voicebias.systems.reference:ReferenceSystem",
     "reference_continuation": "voicebias.systems.reference_continuation:ReferenceContinuationSystem",
     "openai_audio": "voicebias.systems.openai_audio:OpenAIAudioSystem",
@@ -50,11 +54,7 @@ ADAPTERS: dict[str, str] = {
     "spiritlm": "voicebias.systems.spiritlm:SpiritLMSystem",
     "speechgpt": "voicebias.systems.speechgpt:SpeechGPTSystem",
     "vae_gslm": "voicebias.systems.vae_gslm:VAEGSLMSystem",
-}
-
-# Adapters named by a profile that this version does not ship yet: the preflight
-# names them so a user sees what is missing instead of a traceback.
-PLANNED_ADAPTERS: dict[str, str] = {}
+}, planned=PLANNED_ADAPTERS)
 
 CARD_KEYS = ("adapter", "checkpoint", "revision", "output_voice", "licence", "memory")
 
@@ -80,12 +80,7 @@ def load_card(name: str, cards_dir: Path = CARDS_DIR) -> dict[str, Any]:
 
 def adapter_class(adapter: str) -> type[SystemUnderTest]:
     """Import the class registered for `adapter` (only now: heavy backends load lazily)."""
-    if adapter not in ADAPTERS:
-        if adapter in PLANNED_ADAPTERS:
-            raise NotImplementedError(f"the '{adapter}' adapter ({PLANNED_ADAPTERS[adapter]}) is not shipped yet")
-        raise KeyError(f"unknown adapter '{adapter}'; known: {', '.join(sorted(ADAPTERS))}")
-    module, cls = ADAPTERS[adapter].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return ADAPTERS.get(adapter)
 
 
 def build_system(name: str, params: dict[str, Any], cards_dir: Path = CARDS_DIR, **context: Any) -> SystemUnderTest:
@@ -101,9 +96,9 @@ def build_system(name: str, params: dict[str, Any], cards_dir: Path = CARDS_DIR,
     try:
         cls = adapter_class(card["adapter"])
     except NotImplementedError as exc:
-        raise NotImplementedError(f"system '{name}' cannot run: {exc}") from None
+        raise NotAvailable(f"system '{name}' cannot run: {exc}") from None
     except KeyError as exc:
-        raise KeyError(f"system '{name}': {exc.args[0]}") from None
+        raise NotFound(f"system '{name}': {exc.args[0]}") from None
     sig = inspect.signature(cls.__init__)
     if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         context = {k: v for k, v in context.items() if k in sig.parameters}

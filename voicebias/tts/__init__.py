@@ -6,21 +6,21 @@ are imported only when selected, so the embedded default never imports them.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 
 import numpy as np
 
+from voicebias.registry import Registry
+
 # name -> "module:Class"; adapters for the paper profile are listed so the preflight
 # can name them, and import only when used.
-REGISTRY: dict[str, str] = {
+# PLANNED: backends named by a profile that this version does not ship an adapter for yet.
+PLANNED: dict[str, str] = {}
+REGISTRY = Registry("TTS backend", {
     "espeak": "voicebias.tts.espeak:EspeakTTS",
     "kokoro": "voicebias.tts.kokoro:KokoroTTS",
     "azure": "voicebias.tts.azure:AzureTTS",
-}
-
-# Backends named by a profile that this version does not ship an adapter for yet.
-PLANNED: dict[str, str] = {}
+}, planned=PLANNED)
 
 
 class TTSBackend(ABC):
@@ -43,12 +43,5 @@ class TTSBackend(ABC):
 
 
 def get_backend(name: str, **options) -> TTSBackend:
-    if name not in REGISTRY:
-        if name in PLANNED:
-            raise NotImplementedError(
-                f"TTS backend '{name}' ({PLANNED[name]}) has no adapter in this version; "
-                f"available: {', '.join(sorted(REGISTRY))}"
-            )
-        raise KeyError(f"unknown TTS backend '{name}'; available: {', '.join(sorted(REGISTRY))}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    """Instantiate a registered backend (imported now); options go to its constructor."""
+    return REGISTRY.get(name)(**options)
