@@ -24,6 +24,7 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 import soundfile as sf
 
+from voicebias.cache import atomic_write_bytes
 from voicebias.exceptions import VoicebiasError
 from voicebias.tts import TTSBackend
 
@@ -166,10 +167,7 @@ class AzureTTS(TTSBackend):
             audio = cached.read_bytes()
         else:
             audio = self._post(headers, body, voice)
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(".tmp")
-            tmp.write_bytes(audio)
-            tmp.replace(cached)
+            atomic_write_bytes(cached, audio)
         x, sr = self._decode(audio)
         if x.size == 0:
             raise AzureTTSError(f"Azure TTS returned an empty waveform for voice '{voice}'")
