@@ -46,6 +46,7 @@ from tqdm import tqdm
 
 from voicebias.audio import AudioChecks, AudioError, load_for_analysis
 from voicebias.exceptions import ConfigError, NotFound
+from voicebias.units import hz_to_semitones
 from voicebias.voice_quality import VOICE_QUALITY_COLUMNS, CPPSSettings, cpps_db, harmonic_levels, hnr_db, voiced_intervals
 
 # Peterson & Barney (1952), Table II, adult men, averaged over the ten vowels (Hz).
@@ -275,11 +276,6 @@ def correct_octave_jumps(f0: np.ndarray, tolerance_st: float) -> tuple[np.ndarra
     f0[up] /= 2.0
     f0[down] *= 2.0
     return f0, int(up.sum() + down.sum())
-
-
-def hz_to_semitones(f_hz: float | np.ndarray, ref_hz: float = 100.0):
-    """Semitones re `ref_hz` (12 per octave)."""
-    return 12.0 * np.log2(np.asarray(f_hz, dtype=float) / ref_hz)
 
 
 def formant_index(f1, f2, f3) -> np.ndarray:

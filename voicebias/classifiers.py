@@ -25,9 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from voicebias.acoustics import hz_to_semitones
 from voicebias.exceptions import ConfigError
 from voicebias.registry import Registry
+from voicebias.units import hz_to_semitones
 
 # Published checkpoints behind the registered wav2vec2 names (S2S paper, App. F).
 CHECKPOINTS: dict[str, str] = {

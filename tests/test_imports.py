@@ -1,0 +1,93 @@
+"""No import cycle among voicebias modules (imports at top level and inside functions)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.test_dvc_deps import module_file
+
+from voicebias import config
+
+ROOT = config.ROOT
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    mods = {}
+    for p in sorted((root / "voicebias").rglob("*.py")):
+        parts = list(p.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+def import_edges(path: Path, known: dict[str, Path], me: str) -> set[str]:
+    """Project modules `path` imports with an import statement (any depth), itself excluded."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        out.update(n for n in names if n in known and n != me)
+    return out
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_sees_function_level_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_module_file_and_modules_agree():
+    mods = project_modules()
+    assert mods["voicebias.acoustics"] == module_file("voicebias.acoustics")
+
+
+# config.load_params imports voicebias.params inside the function, and params imports config's
+# CARDS_DIR and load_params inside validate_params and check_stage.
+KNOWN = [["voicebias.config", "voicebias.params"]]
+
+
+def test_no_import_cycle_among_voicebias_modules():
+    mods = project_modules()
+    edges = {m: import_edges(p, mods, m) for m, p in mods.items()}
+    assert "voicebias.classifiers" not in edges["voicebias.acoustics"] or \
+        "voicebias.acoustics" not in edges["voicebias.classifiers"]
+    assert [c for c in cycles(edges) if c not in KNOWN] == []
