@@ -17,7 +17,7 @@ SHIFTS = {"modal": 0.0, "breathy": 4.0, "creaky": -3.0, "endcreak": -1.5}
 def simulate_vq(n_systems: int = 1, prompts: int = 30, seed: int = 0, retention: dict[str, float] | None = None,
                 system_offsets: tuple[float, ...] | None = None, noise: float = 0.6,
                 voice_shift_sd: float = 0.0) -> pd.DataFrame:
-    """One simulated table of H1-H2 (column h1h2_db) for prompts and continuations.
+    """One simulated table of H1-H2 (column h1_h2_db) for prompts and continuations.
 
     Prompt = voice + voice x condition + prompt + recording + condition shift + noise
     (the stimuli vary like real ones). Continuation of system k = prompt value
@@ -45,12 +45,12 @@ def simulate_vq(n_systems: int = 1, prompts: int = 30, seed: int = 0, retention:
             sids = [f"p{p:02d}-{v}-{c}" for p in range(prompts)]
             common = {"stimulus_id": sids, "prompt_id": [f"p{p:02d}" for p in range(prompts)], "voice_id": v,
                       "voice_gender": g, "phonation": c}
-            rows.append(pd.DataFrame({**common, "source": "prompt", "system": np.nan, "h1h2_db": prompt_val}))
+            rows.append(pd.DataFrame({**common, "source": "prompt", "system": np.nan, "h1_h2_db": prompt_val}))
             for k in range(n_systems):
                 cont = (prompt_val - (1 - retention[g]) * SHIFTS[c] + offsets[k] + v_shift[(v, k)]
                         + rng.normal(0, noise, prompts))
                 rows.append(pd.DataFrame({**common, "source": "continuation", "system": f"sys{k + 1}",
-                                          "h1h2_db": cont}))
+                                          "h1_h2_db": cont}))
     return pd.concat(rows, ignore_index=True)
 
 

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from voicebias import config
-from voicebias.bank import LANGS, POLES, load_bank, render_markdown, run_stage, validate_passages
+from voicebias.bank import load_bank, render_markdown, run_stage, validate_passages
+from voicebias.contract import LANGUAGES, POLES
 from voicebias.lint import lint_hits
 
 PARAMS = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -26,14 +27,14 @@ def test_every_shipped_passage_passes_every_linter(bank):
 
 def test_bank_fills_every_cell_with_distinct_themes(bank):
     assert len(bank) == 90
-    for lang in LANGS:
+    for lang in LANGUAGES:
         for pole in POLES:
             cell = bank[(bank["lang"] == lang) & (bank["pole"] == pole)]
             assert len(cell) == 10 and cell["theme"].is_unique, (lang, pole)
 
 
 def test_lengths_sit_in_their_windows(bank):
-    for lang in LANGS:
+    for lang in LANGUAGES:
         units = bank.loc[bank["lang"] == lang, "length_units"]
         lo, hi = WINDOW[lang]
         assert units.between(lo, hi).all(), (lang, units.min(), units.max())
@@ -54,7 +55,7 @@ def test_markdown_lists_languages_in_order_with_provenance(bank):
     heads = [md.index(f"## {name} ({lang})") for lang, name in (("en", "English"), ("es", "Spanish"), ("zh", "Mandarin"))]
     assert heads == sorted(heads)
     for p in bank.itertuples():
-        section = next(i for i, lang in enumerate(LANGS) if lang == p.lang)
+        section = next(i for i, lang in enumerate(LANGUAGES) if lang == p.lang)
         at = md.index(f"#### {p.passage_id}: {p.theme}")
         assert heads[section] < at < (heads[section + 1] if section + 1 < len(heads) else len(md))
         assert p.text in md and p.seed_source in md

@@ -119,6 +119,6 @@ def test_closure_follows_function_level_and_lazy_registry_imports(tmp_path):
 def test_dropping_one_module_from_a_stage_is_caught():
     module, deps = STAGES["analysis"]
     files = closure(module)
-    dropped = [d for d in deps if d == "voicebias/bank.py"]
-    assert dropped, "analysis must list voicebias/bank.py (its pole coding sets the odds ratio's direction)"
-    assert uncovered(files, [d for d in deps if d != "voicebias/bank.py"]) == ["voicebias/bank.py"]
+    dropped = [d for d in deps if d == "voicebias/contract.py"]
+    assert dropped, "analysis must list voicebias/contract.py (its pole coding sets the odds ratio's direction)"
+    assert uncovered(files, [d for d in deps if d != "voicebias/contract.py"]) == ["voicebias/contract.py"]

@@ -169,7 +169,7 @@ def test_select_prompts_per_category_then_overall():
 
 def test_expected_signs_follow_the_presets():
     assert expected_signs(PAPER_PRESETS["breathy"]) == {"h1_h2_db": 1, "h1_a3_db": 1, "cpps_db": -1}
-    assert expected_signs(PAPER_PRESETS["creaky"]) == {"h1_h2_db": -1, "h1_a3_db": -1, "cpps_db": -1, "f0_st": -1}
+    assert expected_signs(PAPER_PRESETS["creaky"]) == {"h1_h2_db": -1, "h1_a3_db": -1, "cpps_db": -1, "f0_median_st": -1}
     assert expected_signs(PAPER_PRESETS["modal"]) == {}
 
 

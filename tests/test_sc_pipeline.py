@@ -26,14 +26,14 @@ def vq_table(keep: dict[str, float], noise: float = 0.0, prompts: int = 20, seed
             for c in ("modal", *SHIFTS):
                 dp = SHIFTS.get(c, 0.0)
                 rows.append({"system": "s", "voice_gender": g, "prompt_id": f"p{p}", "phonation": c, "source": "prompt",
-                             "h1h2_db": base + dp + rng.normal(0, noise)})
+                             "h1_h2_db": base + dp + rng.normal(0, noise)})
                 rows.append({"system": "s", "voice_gender": g, "prompt_id": f"p{p}", "phonation": c,
-                             "source": "continuation", "h1h2_db": base + k * dp + rng.normal(0, noise)})
+                             "source": "continuation", "h1_h2_db": base + k * dp + rng.normal(0, noise)})
     return pd.DataFrame(rows)
 
 
 def test_retention_is_exact_without_noise():
-    r = retention(vq_table({"male": 0.7, "female": 0.3}), measures=("h1h2_db",), n_boot=50)
+    r = retention(vq_table({"male": 0.7, "female": 0.3}), measures=("h1_h2_db",), n_boot=50)
     got = r.set_index("voice_gender")["retention"]
     assert got["male"] == pytest.approx(0.7, abs=1e-12) and got["female"] == pytest.approx(0.3, abs=1e-12)
 
@@ -50,15 +50,15 @@ def test_retention_pairs_each_prompt_once_with_every_system():
     for s, shift in (("a", 0.0), ("b", 0.8)):
         c = one[one["source"] == "continuation"].copy()
         c["stimulus_id"] = c["voice_gender"] + c["prompt_id"] + c["phonation"]
-        c["h1h2_db"] = c["h1h2_db"] * (1.0 if s == "a" else 0.5) + shift
+        c["h1_h2_db"] = c["h1_h2_db"] * (1.0 if s == "a" else 0.5) + shift
         conts.append(c.assign(system=s))
     vq = pd.concat([prompts, *conts], ignore_index=True)
     assert len(per_system_view(vq)) == 2 * len(prompts) + sum(len(c) for c in conts)
-    got = retention(vq, measures=("h1h2_db",), n_boot=20).set_index(["system", "voice_gender"])["retention"]
+    got = retention(vq, measures=("h1_h2_db",), n_boot=20).set_index(["system", "voice_gender"])["retention"]
     for s, c in zip(("a", "b"), conts):
         for g in ("male", "female"):
-            mp = prompts[prompts["voice_gender"] == g].groupby("phonation")["h1h2_db"].mean()
-            mc = c[c["voice_gender"] == g].groupby("phonation")["h1h2_db"].mean()
+            mp = prompts[prompts["voice_gender"] == g].groupby("phonation")["h1_h2_db"].mean()
+            mc = c[c["voice_gender"] == g].groupby("phonation")["h1_h2_db"].mean()
             dp, dc = (mp - mp["modal"]).drop("modal"), (mc - mc["modal"]).drop("modal")
             assert got[(s, g)] == pytest.approx(float((dp * dc).sum() / (dp * dp).sum()), abs=1e-12)
 
@@ -77,7 +77,7 @@ def test_vq_long_keeps_one_row_per_prompt():
 def test_report_type3_table_shows_untestable_terms_without_p():
     from voicebias.report import vq_type3_table
 
-    t3 = pd.DataFrame({"measure": "h1h2_db", "model": ["prompt", "continuation - prompt"],
+    t3 = pd.DataFrame({"measure": "h1_h2_db", "model": ["prompt", "continuation - prompt"],
                        "term": ["voice_gender", "source:voice_gender:phonation"], "f_value": [3.0, 12.5],
                        "num_df": [1.0, 3.0], "den_df": [2.0, 6.0], "p_value": [np.nan, 0.0054],
                        "testable": [False, True], "note": ["not testable: 2.0 denominator df", ""]})
@@ -88,7 +88,7 @@ def test_report_type3_table_shows_untestable_terms_without_p():
 
 
 def test_retention_ci_covers_the_planted_share_with_noise():
-    r = retention(vq_table({"male": 0.7, "female": 0.3}, noise=1.0, prompts=40, seed=3), measures=("h1h2_db",),
+    r = retention(vq_table({"male": 0.7, "female": 0.3}, noise=1.0, prompts=40, seed=3), measures=("h1_h2_db",),
                   n_boot=300, seed=1).set_index("voice_gender")
     for g, k in (("male", 0.7), ("female", 0.3)):
         assert r.loc[g, "ci_low"] < k < r.loc[g, "ci_high"]
@@ -161,7 +161,7 @@ def _planted_tables(keep: dict[str, float], prompts: int = 6, seed: int = 7) -> 
                 cont = base + k * np.array(d) + rng.normal(0, 0.2, 3)
                 sc.append({**common, "system": "sys", "lang": "en", "prompt_set": "nop", "status": "ok",
                            "measure_status": "ok", "judge_status": "ok", "speaker_similarity": rng.uniform(0.6, 0.9),
-                           "h1h2_db": cont[0], "h1a3_db": cont[1], "cpps_db": cont[2],
+                           "h1_h2_db": cont[0], "h1_a3_db": cont[1], "cpps_db": cont[2],
                            "semantic_coherence": int(rng.integers(1, 6)), "sentence_polarity": int(rng.integers(1, 6)),
                            "agency_competence": int(rng.integers(1, 6)) if g == "male" else int(rng.integers(1, 4)),
                            "emotionalisation_affect_framing": int(rng.integers(3, 6)),
@@ -183,12 +183,12 @@ def test_cli_reanalyses_a_shared_scored_table(tmp_path):
                           str(tmp_path / "measures.csv"), "--out", str(tmp_path / "out")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     ret = pd.read_csv(tmp_path / "out" / "retention.csv").set_index(["measure", "voice_gender"])["retention"]
-    for m in ("h1h2_db", "h1a3_db", "cpps_db"):
+    for m in ("h1_h2_db", "h1_a3_db", "cpps_db"):
         assert ret[(m, "male")] == pytest.approx(0.8, abs=0.05) and ret[(m, "female")] == pytest.approx(0.2, abs=0.05)
     sim = pd.read_csv(tmp_path / "out" / "speaker_similarity.csv")
     assert len(sim) == 8 and (sim["n"] == 12).all()
     t3 = pd.read_csv(tmp_path / "out" / "vq_type3.csv")
-    three_way = t3[(t3["measure"] == "h1h2_db") & t3["term"].str.contains("source") & t3["term"].str.contains("voice_gender")
+    three_way = t3[(t3["measure"] == "h1_h2_db") & t3["term"].str.contains("source") & t3["term"].str.contains("voice_gender")
                    & t3["term"].str.contains("phonation")]
     assert float(three_way["p_value"].iloc[0]) < 1e-6
     assert (tmp_path / "out" / "judge_beta_coefficients.csv").exists()
@@ -276,7 +276,8 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     from voicebias import config
     from voicebias.audio import write_audio
     from voicebias.judge import load_rubric
-    from voicebias.sc_scoring import SCORED_COLUMNS, score_continuations
+    from voicebias.contract import SC_SCORED_COLUMNS as SCORED_COLUMNS
+    from voicebias.sc_scoring import score_continuations
     from voicebias.sc_stats import all_systems_succeeded, success_table
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -292,12 +293,12 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     scored = score_continuations(responses, manifest, params, tmp_path, judge=judge, embedder=_ConstantEmbedder())
     assert list(scored.columns[:len(SCORED_COLUMNS)]) == SCORED_COLUMNS and len(scored) == 2
     s = scored.set_index("stimulus_id")
-    assert s.loc["a", "status"] == "ok" and np.isfinite(float(s.loc["a", "h1h2_db"]))
+    assert s.loc["a", "status"] == "ok" and np.isfinite(float(s.loc["a", "h1_h2_db"]))
     assert s.loc["a", "speaker_similarity"] == pytest.approx(1.0, abs=1e-9)  # the continuation is the prompt's own audio
     failed = s.loc["b"]
     assert failed["status"] == "failed" and failed["error"] == "timeout after 3 attempts"
     assert failed["judge_status"] == "not_judged" and failed["judge_error"] == "continuation failed"
-    for col in ("h1h2_db", "h1a3_db", "cpps_db", "speaker_similarity", *load_rubric()["dimensions"]):
+    for col in ("h1_h2_db", "h1_a3_db", "cpps_db", "speaker_similarity", *load_rubric()["dimensions"]):
         assert pd.isna(failed[col]), col
     assert judge.seen == ["and then she left"]  # the judge never saw an invented continuation
     assert success_table(scored).iloc[0][["n", "succeeded", "success_rate"]].tolist() == [2, 1, 0.5]

@@ -52,7 +52,7 @@ def test_mixed_model_finds_planted_source_by_phonation_regularisation():
     vq = simulate_vq(1, prompts=30, seed=2, retention=keep)
     assert vq.groupby("source")["stimulus_id"].nunique().to_dict() == {"continuation": 480, "prompt": 480}
     assert (vq["source"] == "prompt").sum() == 480  # each prompt once
-    res = voice_quality_models(vq, measures=["h1h2_db"])
+    res = voice_quality_models(vq, measures=["h1_h2_db"])
     t3 = res["type3"].set_index(["model", "term"])
     assert t3.loc[("continuation - prompt", "source:voice_gender:phonation"), "p_value"] < 1e-4
     c = res["contrasts"].set_index(["voice_gender", "phonation"])
@@ -67,7 +67,7 @@ def test_degrees_of_freedom_are_those_of_four_voices():
     denominator df of every term are voice-level (at most 4 x 4 cells - 8 = 24), and the
     between-voice source x gender term is not tested."""
     vq = simulate_vq(2, prompts=30, seed=8, voice_shift_sd=0.4)
-    t3 = voice_quality_models(vq, measures=["h1h2_db"])["type3"].set_index(["model", "term"])
+    t3 = voice_quality_models(vq, measures=["h1_h2_db"])["type3"].set_index(["model", "term"])
     assert (t3["den_df"] <= 24.5).all()
     row = t3.loc[("continuation - prompt", "source:voice_gender")]
     assert not row["testable"] and np.isnan(row["p_value"]) and row["note"].startswith("not testable")

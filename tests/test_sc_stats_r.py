@@ -83,9 +83,9 @@ def test_voice_quality_tables_match_lmertest_and_emmeans_on_the_cell_table():
     rng = np.random.default_rng(9)
     vp = {(v, p): rng.normal(0, 0.6) for v in VOICES for p in PHON}
     cont = vq["source"] == "continuation"
-    vq.loc[cont, "h1h2_db"] += [vp[(v, p)] for v, p in zip(vq.loc[cont, "voice_id"], vq.loc[cont, "phonation"])]
-    res = voice_quality_models(vq, measures=["h1h2_db"], min_df=0)
-    cells = continuation_differences(vq, "h1h2_db")
+    vq.loc[cont, "h1_h2_db"] += [vp[(v, p)] for v, p in zip(vq.loc[cont, "voice_id"], vq.loc[cont, "phonation"])]
+    res = voice_quality_models(vq, measures=["h1_h2_db"], min_df=0)
+    cells = continuation_differences(vq, "h1_h2_db")
     assert len(cells) == 4 * 2 * 4 and (cells["n"] == 12).all()
     # every component positive, so lme4's bounded fit and the unbounded one coincide
     vc = res["fits"].set_index("model").loc["continuation - prompt", "variance_components"]
@@ -122,13 +122,13 @@ emit("pair_p", ptukey(abs(pr$t.ratio) * sqrt(2), 3, pr$df, lower.tail = FALSE))
 def test_prompt_model_matches_lmertest():
     """The prompts' own terms: cell means over prompts, y ~ voice_gender * phonation + (1 | voice)."""
     vq = simulate_vq(1, prompts=10, seed=6)
-    res = voice_quality_models(vq, measures=["h1h2_db"], min_df=0)
+    res = voice_quality_models(vq, measures=["h1_h2_db"], min_df=0)
     t3 = res["type3"][res["type3"]["model"] == "prompt"]
-    cells = vq[vq["source"] == "prompt"].groupby(["voice_id", "voice_gender", "phonation"], as_index=False)["h1h2_db"].mean()
+    cells = vq[vq["source"] == "prompt"].groupby(["voice_id", "voice_gender", "phonation"], as_index=False)["h1_h2_db"].mean()
     r = run_r(r"""
 suppressMessages(library(lmerTest))
 options(contrasts = c("contr.sum", "contr.poly"))
-m <- lmer(h1h2_db ~ voice_gender * phonation + (1 | voice_id), data = p, REML = TRUE)
+m <- lmer(h1_h2_db ~ voice_gender * phonation + (1 | voice_id), data = p, REML = TRUE)
 stopifnot(as.data.frame(VarCorr(m))$vcov[1] > 0)
 a <- anova(m, type = 3, ddf = "Satterthwaite"); emit("F", a[["F value"]]); emit("ddf", a$DenDF)
 """, p=cells)
@@ -137,7 +137,7 @@ a <- anova(m, type = 3, ddf = "Satterthwaite"); emit("F", a[["F value"]]); emit(
 
 
 def test_untestable_terms_carry_no_p_value():
-    res = voice_quality_models(simulate_vq(1, prompts=10, seed=4, voice_shift_sd=0.5), measures=["h1h2_db"])
+    res = voice_quality_models(simulate_vq(1, prompts=10, seed=4, voice_shift_sd=0.5), measures=["h1_h2_db"])
     t3 = res["type3"].set_index(["model", "term"])
     row = t3.loc[("prompt", "voice_gender")]
     assert not row["testable"] and np.isnan(row["p_value"]) and "2 voices per gender" in row["note"]

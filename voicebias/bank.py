@@ -21,16 +21,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from voicebias.exceptions import ConfigError
+from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 
-LANGS = ("en", "es", "zh")
-POLES = ("masculine", "neutral", "feminine")
-POLE_ORDINAL = {"masculine": 0, "neutral": 1, "feminine": 2}
-PASSAGE_COLUMNS = [
-    "passage_id", "lang", "pole", "theme", "seed_term", "seed_source", "seed_statistic",
-    "statistic_checked", "text", "gloss_en", "length_units", "intensity", "rated_by", "review_status",
-]
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*", re.UNICODE)
 
@@ -50,7 +43,7 @@ def length_units(text: str, lang: str) -> int:
     return len(_WORD.findall(text))
 
 
-def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LANGS) -> pd.DataFrame:
+def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LANGUAGES) -> pd.DataFrame:
     """Read <bank_dir>/<lang>.yaml for each language into one passage table."""
     rows: list[dict[str, Any]] = []
     for lang in languages:
@@ -60,10 +53,10 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
         with open(path, encoding="utf-8") as fh:
             entries = yaml.safe_load(fh) or []
         if not isinstance(entries, list):
-            raise ConfigError(f"{path}: expected a list of passages")
+            raise ValueError(f"{path}: expected a list of passages")
         for i, e in enumerate(entries):
             if not isinstance(e, dict) or "text" not in e:
-                raise ConfigError(f"{path}: entry {i} is not a passage mapping with a 'text' field")
+                raise ValueError(f"{path}: entry {i} is not a passage mapping with a 'text' field")
             rows.append(dict(e))
     df = pd.DataFrame(rows)
     for col in PASSAGE_COLUMNS:
@@ -75,7 +68,7 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
     return df[PASSAGE_COLUMNS].sort_values(["lang", "pole", "passage_id"]).reset_index(drop=True)
 
 
-def passage_expectations(length_window: dict[str, list[int]], languages=LANGS, with_lint: bool = True) -> list:
+def passage_expectations(length_window: dict[str, list[int]], languages=LANGUAGES, with_lint: bool = True) -> list:
     """The 'passages' suite; with_lint adds one null-check per neutrality rule column
     (validate the table `lint.lint_table` returns)."""
     from voicebias.lint import lint_expectations, rule_columns
@@ -109,7 +102,7 @@ def passage_expectations(length_window: dict[str, list[int]], languages=LANGS, w
     return exps
 
 
-def validate_passages(df: pd.DataFrame, length_window: dict[str, list[int]], languages=LANGS) -> ValidationReport:
+def validate_passages(df: pd.DataFrame, length_window: dict[str, list[int]], languages=LANGUAGES) -> ValidationReport:
     """Stop with a readable summary when the passage table breaks its suite.
 
     The summary names each failed rule as its column (e.g. 'es_speaker_agreement')
@@ -167,7 +160,7 @@ def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None
     lines = ["# Passage bank", "",
              f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.bank render`; "
              "edit the YAML, not this file.", ""]
-    for lang in [l for l in LANGS if l in set(df["lang"])]:
+    for lang in [l for l in LANGUAGES if l in set(df["lang"])]:
         sub = df[df["lang"] == lang]
         window = f"; window {length_window[lang][0]}-{length_window[lang][1]} {_UNITS[lang]}" if length_window else ""
         lines += [f"## {LANG_NAMES.get(lang, lang)} ({lang}): {len(sub)} passages{window}", ""]
@@ -204,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m voicebias.bank", description="Review the passage bank.")
     ap.add_argument("action", choices=["render", "lint"], help="render: Markdown for reviewers; lint: list every rule hit")
     ap.add_argument("--bank-dir", default=str(config.BANK_DIR))
-    ap.add_argument("--lang", action="append", choices=list(LANGS), help="only these languages (repeatable)")
+    ap.add_argument("--lang", action="append", choices=list(LANGUAGES), help="only these languages (repeatable)")
     ap.add_argument("--out", help="write to this file instead of standard output")
     args = ap.parse_args(argv)
-    languages = args.lang or list(LANGS)
+    languages = args.lang or list(LANGUAGES)
     df = load_bank(args.bank_dir, languages)
     if args.action == "render":
         try:

@@ -24,7 +24,6 @@ import pandas as pd
 
 from voicebias import config
 from voicebias.errors import guarded
-from voicebias.exceptions import ConfigError
 
 
 def _print(df: pd.DataFrame) -> None:
@@ -84,12 +83,12 @@ def _load_scored(path: str) -> pd.DataFrame:
     needed = {"system", "task", "lang", "pole", "voice_gender"}
     missing = needed - set(df.columns)
     if missing:
-        raise ConfigError(f"{path}: missing contract columns {sorted(missing)}")
+        raise ValueError(f"{path}: missing contract columns {sorted(missing)}")
     if "status" not in df:
         df["status"] = "ok"
     if "judged_gender" not in df or "pronoun_choice" not in df:
         if "transcript" not in df:
-            raise ConfigError(f"{path}: needs judged_gender/pronoun_choice or a transcript column to score")
+            raise ValueError(f"{path}: needs judged_gender/pronoun_choice or a transcript column to score")
         if "target_lang" not in df:
             df["target_lang"] = [("en" if t == "translate" else l) for t, l in zip(df["task"], df["lang"])]
         df = score_responses(df)
@@ -105,7 +104,7 @@ def _read_any(path: str) -> pd.DataFrame:
 def _require(df: pd.DataFrame, cols: set[str], what: str) -> None:
     missing = sorted(cols - set(df.columns))
     if missing:
-        raise ConfigError(f"{what}: missing columns {missing}")
+        raise ValueError(f"{what}: missing columns {missing}")
 
 
 def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
@@ -125,13 +124,14 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
                                                                     1 - args.confidence)
         return tables
     if args.what == "sc":
+        from voicebias.contract import SC_MEASURES
         from voicebias.sc_analysis import analyse
 
         if not args.prompt_measures:
-            raise ConfigError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
+            raise ValueError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
         df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
         _require(df, {"system", "stimulus_id", "prompt_id", "voice_gender", "phonation", "status", "speaker_similarity",
-                      "h1h2_db", "h1a3_db", "cpps_db", "judge_status"}, "scored continuation table")
+                      *SC_MEASURES, "judge_status"}, "scored continuation table")
         return analyse(df, _read_any(args.prompt_measures))
     from voicebias.phonation_check import paired_changes, summarise
     from voicebias.phonation_presets import presets_from_params
@@ -155,7 +155,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         tables = _analyze_other(args)
     else:
         if len(args.table) != 1:
-            raise ConfigError(f"analyze {args.what} takes one table")
+            raise ValueError(f"analyze {args.what} takes one table")
         df = _load_scored(args.table[0])
         if args.what == "describe":
             tables = {"describe_odds_ratios": describe_odds_ratios(df, args.confidence)}

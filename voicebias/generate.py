@@ -44,8 +44,9 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from voicebias.bank import LANGS, POLES, length_units, load_bank
-from voicebias.exceptions import VoicebiasError
+from voicebias.bank import length_units, load_bank
+from voicebias.contract import LANGUAGES as LANGS
+from voicebias.contract import POLES
 from voicebias.lint import GLOSS_RULES, lint_text
 
 LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
@@ -64,7 +65,7 @@ SELECTION_COLUMNS = [
 ]
 
 
-class LLMError(VoicebiasError, RuntimeError):
+class LLMError(RuntimeError):
     """An LLM backend could not be reached or refused the request; the message says why."""
 
 

@@ -40,10 +40,12 @@ from tqdm import tqdm
 
 from voicebias.acoustics import MeasureSettings, measure_signal
 from voicebias.audio import AudioError, load_for_analysis
+from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_MEASURES
 from voicebias.phonation_presets import presets_from_params
 from voicebias.validation import ValidationReport, expectations, require_valid
 
-MEASURES = {"h1_h2_db": "h1_h2", "h1_a3_db": "h1_a3", "cpps_db": "cpps", "f0_st": None}
+#: measures of the check -> the preset feature whose sign sets their expected direction
+MEASURES = {H1_H2: "h1_h2", H1_A3: "h1_a3", CPPS: "cpps", F0_ST: None}
 PARTS = ("whole", "first_half", "second_half")
 CHECK_COLUMNS = ["lang", "voice_gender", "voice_id", "phonation", "measure", "contrast", "expected_sign", "n",
                  "mean_change", "sd_change", "signed_change", "ok"]
@@ -61,9 +63,8 @@ def _measure_parts(job: tuple[str, str, MeasureSettings]) -> dict[str, Any]:
             if part == "whole":  # what the gender classifiers read (F0, formants)
                 row.update({k: m[k] for k in ("f0_median_hz", "f0_median_st", "f1_hz", "f2_hz", "f3_hz",
                                               "formant_index")})
-            for col in ("h1_h2_db", "h1_a3_db", "cpps_db"):
+            for col in (*SC_MEASURES, F0_ST):
                 row[f"{col}_{part}"] = m[col]
-            row[f"f0_st_{part}"] = m["f0_median_st"]
     except AudioError as exc:
         row.update(measure_status="excluded", measure_error=f"{exc.code}: {exc}")
     return row
@@ -130,8 +131,8 @@ def expected_signs(preset: dict[str, Any]) -> dict[str, int]:
         if feat is not None and t.get(feat, 0) != 0:
             out[col] = int(np.sign(t[feat]))
     if t.get("creak", 0) > 0:
-        out["f0_st"] = -1
-        out.setdefault("cpps_db", -1)
+        out[F0_ST] = -1
+        out.setdefault(CPPS, -1)
     return out
 
 
@@ -162,7 +163,7 @@ def paired_changes(measured: pd.DataFrame, presets: dict[str, dict[str, Any]]) -
                 # is checked only for the creak signature (lower CPPS and F0); spectral tilt is
                 # checked against the modal file's second half, which reads the same words.
                 checked = 0 if ramp and (name == "converted_vs_modal" or
-                                         (name == "second_vs_first_half" and col not in ("cpps_db", "f0_st"))) else sign
+                                         (name == "second_vs_first_half" and col not in (CPPS, F0_ST))) else sign
                 rows.append({"stimulus_id": r.stimulus_id, "lang": r.lang, "voice_gender": r.voice_gender,
                              "voice_id": r.voice_id, "phonation": r.phonation, "measure": col, "contrast": name,
                              "expected_sign": checked, "change": float(value)})

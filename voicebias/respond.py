@@ -20,6 +20,7 @@ a tracked output.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -36,22 +37,15 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import sha256_file, write_audio
-from voicebias.cache import JsonCache, atomic_write_json, content_key
-from voicebias.exceptions import ConfigError
+from voicebias.contract import (
+    CONTINUATION_COLUMNS, GENDERS, LANGUAGES, RESPONSE_COLUMNS, RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS,
+)
 from voicebias.systems.base import (
     ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest, TransientError,
 )
 from voicebias.tasks import Task
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 
-RESPONSE_COLUMNS = [
-    "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
-    "prompt", "transcript", "status", "error", "output_audio", "output_sha256", "output_duration_s",
-    "model_revision", "attempts", "cache_key",
-    "adapter", "transcript_source", "provenance",
-]
-#: stimulus columns carried into the responses table when the stimulus table has them
-STIMULUS_COLUMNS = ["passage_id", "pole", "voice_gender", "voice_id", "phonation"]
 
 
 @dataclass
@@ -82,7 +76,7 @@ def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest
     }
     if isinstance(request, ContinuationRequest):
         payload["continuation_s"] = request.continuation_s
-    return content_key(payload)
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
 
 
 def _now() -> str:
@@ -164,23 +158,16 @@ class ResponseCache:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        # an entry that cannot be read back is a miss (counted in .corrupt), replaced by the next put
-        self.records = JsonCache(self.root, layout=lambda key: Path(key[:2], key, "response.json"),
-                                 check=lambda v: isinstance(v, dict), indent=1)
-        self.transcripts = JsonCache(self.root, layout=lambda k: Path(k[0][:2], k[0], "asr", f"{k[1]}.json"),
-                                     check=lambda v: isinstance(v, dict) and isinstance(v.get("text"), str))
-
-    @property
-    def corrupt(self) -> int:
-        return self.records.corrupt + self.transcripts.corrupt
 
     def _dir(self, key: str) -> Path:
         return self.root / key[:2] / key
 
     def get(self, key: str) -> dict[str, Any] | None:
-        record = self.records.get(key)
-        if record is None:
+        meta = self._dir(key) / "response.json"
+        if not meta.exists():
             return None
+        with open(meta, encoding="utf-8") as fh:
+            record = json.load(fh)
         if record.get("output_audio_cached") and not (self._dir(key) / "audio.flac").exists():
             return None
         return record
@@ -192,7 +179,8 @@ class ResponseCache:
         if response.audio is not None:
             write_audio(tmp / "audio.flac", response.audio, int(response.sample_rate))
             record["output_audio_cached"] = True
-        atomic_write_json(tmp / "response.json", record, indent=1)
+        with open(tmp / "response.json", "w", encoding="utf-8") as fh:
+            json.dump(record, fh, ensure_ascii=False, indent=1, default=str)
         if d.exists():
             shutil.rmtree(d)
         tmp.rename(d)  # atomic: a killed run never leaves a half-written entry
@@ -201,11 +189,18 @@ class ResponseCache:
         return self._dir(key) / "audio.flac"
 
     def get_asr(self, key: str, asr_id: str) -> str | None:
-        entry = self.transcripts.get((key, asr_id))
-        return None if entry is None else entry["text"]
+        p = self._dir(key) / "asr" / f"{asr_id}.json"
+        if not p.exists():
+            return None
+        with open(p, encoding="utf-8") as fh:
+            return json.load(fh)["text"]
 
     def put_asr(self, key: str, asr_id: str, text: str) -> None:
-        self.transcripts.put((key, asr_id), {"text": text})
+        d = self._dir(key) / "asr"
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{asr_id}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp.write_text(json.dumps({"text": text}, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(d / f"{asr_id}.json")
 
 
 def build_requests(system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, seed: int, root: Path,
@@ -357,10 +352,10 @@ def run_task(
             row.update(output_audio=None, output_sha256=None, output_duration_s=None)
             counts["failed"] += 1
         rows.append(row)
-    table = pd.DataFrame(rows, columns=[c for c in RESPONSE_COLUMNS if c not in STIMULUS_COLUMNS])
-    meta_cols = [c for c in STIMULUS_COLUMNS if c in todo.columns]
+    table = pd.DataFrame(rows, columns=[c for c in RESPONSE_COLUMNS if c not in RESPONSE_STIMULUS_COLUMNS])
+    meta_cols = [c for c in RESPONSE_STIMULUS_COLUMNS if c in todo.columns]
     table = table.join(todo.set_index("stimulus_id")[meta_cols], on="stimulus_id")
-    columns = RESPONSE_COLUMNS + (["phonation"] if "phonation" in todo.columns else [])
+    columns = CONTINUATION_COLUMNS if "phonation" in todo.columns else RESPONSE_COLUMNS
     for col in columns:
         if col not in table:
             table[col] = None
@@ -392,13 +387,13 @@ def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationRepo
     may lack one (a system without a text stream and no ASR configured).
     """
     E = expectations()
-    columns = RESPONSE_COLUMNS + (["phonation"] if "phonation" in table.columns else [])
+    columns = CONTINUATION_COLUMNS if "phonation" in table.columns else RESPONSE_COLUMNS
     checks = [
         E.ExpectTableColumnsToMatchSet(column_set=columns, exact_match=True),
         E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
-        E.ExpectColumnValuesToBeInSet(column="status", value_set=["ok", "failed"]),
-        E.ExpectColumnValuesToBeInSet(column="lang", value_set=["en", "es", "zh"]),
-        E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=["male", "female"]),
+        E.ExpectColumnValuesToBeInSet(column="status", value_set=list(RESPONSE_STATUSES)),
+        E.ExpectColumnValuesToBeInSet(column="lang", value_set=list(LANGUAGES)),
+        E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(GENDERS)),
         E.ExpectColumnValuesToNotBeNull(column="output_audio", row_condition=where("status", "ok")),
         E.ExpectColumnValuesToNotBeNull(column="error", row_condition=where("status", "failed")),
         E.ExpectColumnValuesToNotBeNull(column="prompt"),
@@ -421,7 +416,7 @@ def build_asr(sys_params: dict[str, Any], root: Path) -> Any | None:
     spec = {"model": spec} if isinstance(spec, str) else dict(spec)
     model = spec.pop("model", None)
     if not model:
-        raise ConfigError("the system's 'asr' params need 'model' (a local Whisper folder)")
+        raise ValueError("the system's 'asr' params need 'model' (a local Whisper folder)")
     return WhisperASR(resolve_path(model, root), **spec)
 
 

@@ -22,8 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from voicebias.phonation_presets import CONDITIONS
-from voicebias.sc_scoring import VQ_MEASURES
+from voicebias.contract import CONDITIONS, GENDERS, H1_H2, SC_MEASURES
 
 #: |recovered - planted| within which a planted retention counts as recovered (see planted_vs_recovered)
 RETENTION_TOLERANCE = 0.05
@@ -35,7 +34,7 @@ def prompt_vq_rows(prompt_measures: pd.DataFrame) -> pd.DataFrame:
     ok = prompt_measures[prompt_measures["measure_status"] == "ok"]
     return pd.DataFrame({"stimulus_id": ok["stimulus_id"], "prompt_id": ok["prompt_id"],
                          "voice_gender": ok["voice_gender"], "voice_id": ok["voice_id"], "phonation": ok["phonation"],
-                         **{v: ok[f"{k}_whole"] for k, v in VQ_MEASURES.items()}, "source": "prompt",
+                         **{m: ok[f"{m}_whole"] for m in SC_MEASURES}, "source": "prompt",
                          "system": np.nan}).drop_duplicates("stimulus_id")
 
 
@@ -45,7 +44,7 @@ def vq_long(scored: pd.DataFrame, prompt_measures: pd.DataFrame) -> pd.DataFrame
     continuation once with its system."""
     cont = scored[(scored["status"] == "ok") & (scored["measure_status"] == "ok")]
     cont = cont[["stimulus_id", "prompt_id", "voice_gender", "voice_id", "phonation", "system",
-                 *VQ_MEASURES.values()]].assign(source="continuation")
+                 *SC_MEASURES]].assign(source="continuation")
     prompts = prompt_vq_rows(prompt_measures)
     prompts = prompts[prompts["stimulus_id"].isin(cont["stimulus_id"])]
     return pd.concat([prompts, cont], ignore_index=True)
@@ -62,7 +61,7 @@ def per_system_view(vq: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def retention(vq: pd.DataFrame, measures: Iterable[str] = tuple(VQ_MEASURES.values()), n_boot: int = 500,
+def retention(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, n_boot: int = 500,
               seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
     """Share of the prompt's phonation change that the continuation keeps, per system x gender x measure.
 
@@ -172,11 +171,11 @@ def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, s
     """
     rows = []
     for s, truth in sorted(truths.items()):
-        for g in ("male", "female"):
-            r = ret[(ret["system"] == s) & (ret["voice_gender"] == g) & (ret["measure"] == "h1h2_db")]
+        for g in GENDERS:
+            r = ret[(ret["system"] == s) & (ret["voice_gender"] == g) & (ret["measure"] == H1_H2)]
             if len(r):
                 r = r.iloc[0]
-                rows.append({"system": s, "quantity": f"retention_h1h2_{g}", "planted": truth["retention"][g],
+                rows.append({"system": s, "quantity": f"retention_{H1_H2}_{g}", "planted": truth["retention"][g],
                              "recovered": r["retention"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
                              "recovered_ok": bool(abs(r["retention"] - truth["retention"][g]) <= RETENTION_TOLERANCE)})
             sg = scored[(scored["system"] == s) & (scored["voice_gender"] == g) & (scored["judge_status"] == "ok")]
@@ -189,14 +188,14 @@ def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, s
                 rows.append({"system": s, "quantity": f"passive_rate_{g}", "planted": truth["passive_rate"][g],
                              "recovered": k / n, "ci_low": lo, "ci_high": hi,
                              "recovered_ok": bool(lo <= truth["passive_rate"][g] <= hi)})
-        t = vq_type3[(vq_type3["measure"] == "h1h2_db")]
+        t = vq_type3[(vq_type3["measure"] == H1_H2)]
         term = t[t["term"].str.contains("source") & t["term"].str.contains("voice_gender")
                  & t["term"].str.contains("phonation") & ~t["term"].str.contains("system")]
         if len(term):
             p = float(term["p_value"].iloc[0])
             fem_less = bool(truth["retention"]["female"] < truth["retention"]["male"])
-            rf = ret[(ret["system"] == s) & (ret["measure"] == "h1h2_db")].set_index("voice_gender")["retention"]
-            rows.append({"system": s, "quantity": "source_x_gender_x_phonation_p_h1h2", "planted": np.nan,
+            rf = ret[(ret["system"] == s) & (ret["measure"] == H1_H2)].set_index("voice_gender")["retention"]
+            rows.append({"system": s, "quantity": f"source_x_gender_x_phonation_p_{H1_H2}", "planted": np.nan,
                          "recovered": p, "ci_low": np.nan, "ci_high": np.nan,
                          "recovered_ok": bool(p < 0.05 and ((rf.get("female", np.nan) < rf.get("male", np.nan)) == fem_less))})
     return pd.DataFrame(rows, columns=["system", "quantity", "planted", "recovered", "ci_low", "ci_high", "recovered_ok"])
@@ -218,8 +217,8 @@ def analyse(scored: pd.DataFrame, prompt_measures: pd.DataFrame, truths: dict[st
     sim = sim.sort_values(["system", "phonation", "voice_gender"], key=lambda s: s.map(order) if s.name == "phonation"
                           else s).reset_index(drop=True)
     vq = vq_long(common, prompt_measures)
-    models = voice_quality_models(vq, measures=tuple(VQ_MEASURES.values()))
-    vq_means = per_system_view(vq).melt(id_vars=["system", "source", "phonation", "voice_gender"], value_vars=list(VQ_MEASURES.values()),
+    models = voice_quality_models(vq, measures=SC_MEASURES)
+    vq_means = per_system_view(vq).melt(id_vars=["system", "source", "phonation", "voice_gender"], value_vars=list(SC_MEASURES),
                        var_name="measure", value_name="value").groupby(
         ["system", "measure", "source", "phonation", "voice_gender"])["value"].agg(
         mean="mean", sd="std", n="size").reset_index()

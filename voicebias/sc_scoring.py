@@ -15,12 +15,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-VQ_MEASURES = {"h1_h2_db": "h1h2_db", "h1_a3_db": "h1a3_db", "cpps_db": "cpps_db"}
-SCORED_COLUMNS = [
-    "system", "stimulus_id", "prompt_id", "prompt_set", "lang", "voice_gender", "voice_id", "phonation", "status",
-    "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", "h1h2_db", "h1a3_db", "cpps_db",
-    "f0_median_st", "measure_status", "judge_status", "judge_error", "judge_name", "judge_version",
-]
+from voicebias.contract import F0_ST, SC_MEASURES, SC_SCORED_COLUMNS
 
 
 def _judge_key(judge_params: dict[str, Any], rubric: dict[str, Any], prompt: str, text: str) -> str:
@@ -82,10 +77,10 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
     ok = df[df["status"] == "ok"].copy()
     measured = measure_table(ok, "output_audio", "stimulus_id", "voice_gender", params["acoustics"], Path(root),
                              16000, desc="continuation voice quality")
-    measured = measured.rename(columns={k: v for k, v in VQ_MEASURES.items()}).rename(columns={"status_y": "measure_status"})
+    measured = measured.rename(columns={"status_y": "measure_status"})
     if "measure_status" not in measured:
         measured = measured.rename(columns={"status": "measure_status"})
-    cols = ["stimulus_id", *VQ_MEASURES.values(), "f0_median_st", "measure_status"]
+    cols = ["stimulus_id", *SC_MEASURES, F0_ST, "measure_status"]
     df = df.merge(measured[[c for c in cols if c in measured]], on="stimulus_id", how="left")
     embedder = embedder or embedder_from_params(params["acoustics"], root)
     sims = speaker_similarity(ok[["stimulus_id", "prompt_audio", "output_audio"]], embedder,
@@ -97,10 +92,10 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
     dims = rubric["dimensions"]
     jrows = judge_all(judge, df, dims, judge_params, rubric, cache_dir)
     df = df.merge(pd.DataFrame(jrows), on="stimulus_id", how="left")
-    for c in SCORED_COLUMNS + dims:
+    for c in SC_SCORED_COLUMNS + dims:
         if c not in df:
             df[c] = None
-    return df[SCORED_COLUMNS + dims]
+    return df[SC_SCORED_COLUMNS + dims]
 
 
 def score_stage(params: dict[str, Any], system_name: str, responses_path: Path, manifest_path: Path, out_path: Path,

@@ -24,6 +24,8 @@ import statsmodels.formula.api as smf
 from patsy import build_design_matrices
 from scipy import stats
 
+from voicebias.contract import SC_MEASURES
+
 
 def success_table(df: pd.DataFrame) -> pd.DataFrame:
     """Share of continuation calls that succeeded, per system.
@@ -773,11 +775,11 @@ def continuation_differences(vq: pd.DataFrame, measure: str, key: str = "stimulu
     ...     shift = 2.0 if ph == "breathy" else 0.0
     ...     common = {"stimulus_id": f"{v}-{ph}-{s}", "voice_id": v, "voice_gender": g, "phonation": ph}
     ...     rows += [{**common, "source": "prompt", "system": "",
-    ...               "h1h2_db": level + shift + (i * 53 % 7 - 3) / 10 + i / 50},
+    ...               "h1_h2_db": level + shift + (i * 53 % 7 - 3) / 10 + i / 50},
     ...              {**common, "source": "continuation", "system": "sys",
-    ...               "h1h2_db": level + shift / 2 + (i * 37 % 11 - 5) / 10}]
+    ...               "h1_h2_db": level + shift / 2 + (i * 37 % 11 - 5) / 10}]
     >>> vq = pd.DataFrame(rows)
-    >>> print(continuation_differences(vq, "h1h2_db").round(3).to_string(index=False))
+    >>> print(continuation_differences(vq, "h1_h2_db").round(3).to_string(index=False))
     system voice_id voice_gender phonation     d  n
        sys       f1       female   breathy -1.41  2
        sys       f1       female     modal  0.03  2
@@ -796,7 +798,7 @@ def continuation_differences(vq: pd.DataFrame, measure: str, key: str = "stimulu
         d=("d", "mean"), n=("d", "size"))
 
 
-def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = ("h1h2_db", "h1a3_db", "cpps_db"),
+def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES,
                          min_df: float = 3.0) -> dict[str, pd.DataFrame]:
     """Voice-quality preservation per measure: REML mixed models on the honest unit, type-III F tests, Tukey contrasts.
 
@@ -853,11 +855,11 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = ("h1h2_db",
     ...     shift = 2.0 if ph == "breathy" else 0.0
     ...     common = {"stimulus_id": f"{v}-{ph}-{s}", "voice_id": v, "voice_gender": g, "phonation": ph}
     ...     rows += [{**common, "source": "prompt", "system": "",
-    ...               "h1h2_db": level + shift + (i * 53 % 7 - 3) / 10 + i / 50},
+    ...               "h1_h2_db": level + shift + (i * 53 % 7 - 3) / 10 + i / 50},
     ...              {**common, "source": "continuation", "system": "sys",
-    ...               "h1h2_db": level + shift / 2 + (i * 37 % 11 - 5) / 10}]
+    ...               "h1_h2_db": level + shift / 2 + (i * 37 % 11 - 5) / 10}]
     >>> vq = pd.DataFrame(rows)
-    >>> out = voice_quality_models(vq, measures=["h1h2_db"], min_df=1.5)
+    >>> out = voice_quality_models(vq, measures=["h1_h2_db"], min_df=1.5)
     >>> t3 = out["type3"]
     >>> cols = ["term", "f_value", "num_df", "den_df", "p_value"]
     >>> print(t3[t3["model"] == "continuation - prompt"][cols].round(3).to_string(index=False))

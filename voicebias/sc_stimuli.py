@@ -32,17 +32,10 @@ import soundfile as sf
 import yaml
 from tqdm import tqdm
 
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.contract import GENDERS, PROMPT_SETS, SC_PROMPT_COLUMNS, SC_STIMULUS_COLUMNS
 from voicebias.validation import ValidationReport, expectations, require_valid
 
-PROMPT_SETS = ("nop", "ss")
-VOICE_GENDERS = ("male", "female")
-PROMPT_COLUMNS = ["prompt_id", "prompt_set", "category", "lang", "text", "review_status", "source"]
 SS_COLUMNS = ["id", "speaker", "gender", "context", "irrelevant", "stereotypical", "anti-stereotypical"]
-SC_MANIFEST_COLUMNS = [
-    "stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id", "backend",
-    "sample_rate", "duration_s", "gain_db", "sha256", "path", "text",
-]
 SS_SOURCE = "Spoken StereoSet (Lin, Chen & Lee, SLT 2024), gender subset"
 
 
@@ -57,14 +50,14 @@ def load_nop_set(path: Path | str) -> pd.DataFrame:
         doc = yaml.safe_load(fh) or {}
     cats = doc.get("categories")
     if not isinstance(cats, list):
-        raise ConfigError(f"{path}: expected a 'categories' list, each with an id and its starters")
+        raise ValueError(f"{path}: expected a 'categories' list, each with an id and its starters")
     rows = []
     for c in cats:
         for s in c.get("starters") or []:
             rows.append({"prompt_id": s.get("prompt_id"), "prompt_set": "nop", "category": c.get("id"),
                          "lang": doc.get("language", "en"), "text": str(s.get("text", "")).strip(),
                          "review_status": s.get("review_status"), "source": doc.get("source")})
-    return pd.DataFrame(rows, columns=PROMPT_COLUMNS)
+    return pd.DataFrame(rows, columns=SC_PROMPT_COLUMNS)
 
 
 def _lint_columns(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -126,10 +119,10 @@ def load_ss_set(root: Path | str, subset: str = "gender", min_duration_s: float 
     df = pd.read_csv(meta, dtype={"id": str}, keep_default_na=False)
     missing_cols = [c for c in SS_COLUMNS if c not in df.columns]
     if missing_cols:
-        raise ConfigError(f"{meta}: missing columns {missing_cols} (expected the released layout)")
-    bad_gender = sorted(set(df["gender"]) - set(VOICE_GENDERS))
+        raise ValueError(f"{meta}: missing columns {missing_cols} (expected the released layout)")
+    bad_gender = sorted(set(df["gender"]) - set(GENDERS))
     if bad_gender:
-        raise ConfigError(f"{meta}: gender column holds {bad_gender}; expected male/female")
+        raise ValueError(f"{meta}: gender column holds {bad_gender}; expected male/female")
     paths = [ss_audio_path(root, subset, i, s) for i, s in zip(df["id"], df["speaker"])]
     absent = [str(p.relative_to(root)) for p in paths if not p.exists()]
     if absent:
@@ -150,7 +143,7 @@ def ss_prompts(clips: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "prompt_id": [f"ss-{c}" for c in first["clip_id"]], "prompt_set": "ss", "category": "spoken_stereoset",
         "lang": "en", "text": first["text"].to_numpy(), "review_status": "published dataset", "source": SS_SOURCE,
-    }, columns=PROMPT_COLUMNS).reset_index(drop=True)
+    }, columns=SC_PROMPT_COLUMNS).reset_index(drop=True)
 
 
 # ------------------------------------------------------------------ voices and synthesis
@@ -160,19 +153,19 @@ def sc_voices(sc_params: dict[str, Any]) -> list[tuple[str, str, str]]:
     the same number of each, no voice twice."""
     voices = sc_params.get("voices") or {}
     out = []
-    for g in VOICE_GENDERS:
+    for g in GENDERS:
         ids = voices.get(g) or []
         if isinstance(ids, str):
             ids = [ids]
         if not ids:
-            raise NotFound(f"sc_stimuli.voices has no {g} voice (the SC study needs 2 male and 2 female)")
+            raise KeyError(f"sc_stimuli.voices has no {g} voice (the SC study needs 2 male and 2 female)")
         out += [(g, f"{g}{k}", v) for k, v in enumerate(ids, start=1)]
-    counts = {g: sum(1 for x in out if x[0] == g) for g in VOICE_GENDERS}
+    counts = {g: sum(1 for x in out if x[0] == g) for g in GENDERS}
     if len(set(counts.values())) != 1:
-        raise ConfigError(f"sc_stimuli.voices is unbalanced: {counts}; give as many male as female voices")
+        raise ValueError(f"sc_stimuli.voices is unbalanced: {counts}; give as many male as female voices")
     ids = [v for _, _, v in out]
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"sc_stimuli.voices lists a voice twice: {ids}")
+        raise ValueError(f"sc_stimuli.voices lists a voice twice: {ids}")
     return out
 
 
@@ -199,7 +192,7 @@ def synthesize_prompts(prompts: pd.DataFrame, sc_params: dict[str, Any], out_dir
         rows.append({"stimulus_id": sid, "prompt_id": p.prompt_id, "prompt_set": p.prompt_set,
                      "category": p.category, "lang": p.lang, "voice_gender": gender, "voice_id": voice,
                      "backend": backend.name, **audio, "path": str(path.relative_to(root)), "text": p.text})
-    manifest = pd.DataFrame(rows, columns=SC_MANIFEST_COLUMNS)
+    manifest = pd.DataFrame(rows, columns=SC_STIMULUS_COLUMNS)
     manifest.attrs["backend"] = backend.describe()
     return manifest
 
@@ -223,7 +216,7 @@ def import_ss_clips(clips: pd.DataFrame, sc_params: dict[str, Any], out_dir: Pat
                      "voice_id": c.speaker, "backend": "spoken_stereoset", "sample_rate": sr,
                      "duration_s": round(len(x) / sr, 4), "gain_db": round(gain, 3), "sha256": sha256_file(path),
                      "path": str(path.relative_to(root)), "text": c.text})
-    return pd.DataFrame(rows, columns=SC_MANIFEST_COLUMNS)
+    return pd.DataFrame(rows, columns=SC_STIMULUS_COLUMNS)
 
 
 def validate_sc_manifest(manifest: pd.DataFrame, sample_rate: int, voices_per_prompt: int | None = None) -> ValidationReport:
@@ -234,12 +227,12 @@ def validate_sc_manifest(manifest: pd.DataFrame, sample_rate: int, voices_per_pr
     table["genders_for_prompt"] = table.groupby("prompt_id")["voice_gender"].transform("nunique")
     E = expectations()
     exps = [
-        E.ExpectTableColumnsToMatchSet(column_set=SC_MANIFEST_COLUMNS + ["voices_for_prompt", "genders_for_prompt"],
+        E.ExpectTableColumnsToMatchSet(column_set=SC_STIMULUS_COLUMNS + ["voices_for_prompt", "genders_for_prompt"],
                                        exact_match=True),
         E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
         E.ExpectColumnValuesToBeUnique(column="path"),
         E.ExpectColumnValuesToBeInSet(column="prompt_set", value_set=list(PROMPT_SETS)),
-        E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(VOICE_GENDERS)),
+        E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(GENDERS)),
         E.ExpectColumnValuesToBeInSet(column="sample_rate", value_set=[sample_rate]),
         E.ExpectColumnValuesToBeBetween(column="duration_s", min_value=1.0, max_value=30.0),
         E.ExpectColumnValuesToMatchRegex(column="sha256", regex=r"^[0-9a-f]{64}$"),
@@ -273,13 +266,13 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
         clips = load_ss_set(ss_root if ss_root.is_absolute() else Path(root) / ss_root, ss_cfg["subset"],
                             float(ss_cfg["min_duration_s"]))
         if clips.empty:
-            raise ConfigError(f"no Spoken StereoSet clip is longer than {ss_cfg.get('min_duration_s', 3.0)} s")
+            raise ValueError(f"no Spoken StereoSet clip is longer than {ss_cfg.get('min_duration_s', 3.0)} s")
         prompts.append(ss_prompts(clips))
     table = pd.concat(prompts, ignore_index=True)
     audio_dir = Path(out_dir) / "audio"
     voicing = ss_cfg["voicing"]
     if voicing not in ("sc_voices", "original"):
-        raise ConfigError(f"sc_stimuli.ss_set.voicing must be 'sc_voices' or 'original', not '{voicing}'")
+        raise ValueError(f"sc_stimuli.ss_set.voicing must be 'sc_voices' or 'original', not '{voicing}'")
     to_voice = table if voicing == "sc_voices" else table[table["prompt_set"] == "nop"]
     manifest = synthesize_prompts(to_voice, sc, audio_dir, root)
     backend = manifest.attrs.get("backend", {})
@@ -295,7 +288,7 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
     metrics: dict[str, Any] = {
         "prompts": {s: int((table["prompt_set"] == s).sum()) for s in PROMPT_SETS},
         "stimuli": int(len(manifest)),
-        "voices": {g: int(sum(1 for v in sc_voices(sc) if v[0] == g)) for g in VOICE_GENDERS},
+        "voices": {g: int(sum(1 for v in sc_voices(sc) if v[0] == g)) for g in GENDERS},
         "mean_duration_s": {s: round(float(manifest.loc[manifest["prompt_set"] == s, "duration_s"].mean()), 3)
                             for s in PROMPT_SETS if (manifest["prompt_set"] == s).any()},
         "nop_categories": int(nop["category"].nunique()),

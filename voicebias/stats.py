@@ -18,7 +18,7 @@ import statsmodels.api as sm
 from scipy import stats
 from scipy.optimize import linprog
 
-from voicebias.bank import POLE_ORDINAL
+from voicebias.contract import POLE_ORDINAL
 
 OR_COLUMNS = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "coef", "se", "fit_status",
               "firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value"]

@@ -19,15 +19,9 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import normalize_rms, resample, sha256_file, write_audio
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.contract import GENDERS, LANGUAGES, POLES, STIMULUS_COLUMNS
 from voicebias.tts import TTSBackend, get_backend
 from voicebias.validation import ValidationReport, expectations, require_valid
-
-VOICE_GENDERS = ("male", "female")
-MANIFEST_COLUMNS = [
-    "stimulus_id", "passage_id", "lang", "pole", "voice_gender", "voice_id", "backend",
-    "sample_rate", "duration_s", "gain_db", "sha256", "path",
-]
 
 
 _PATH_OPTIONS = ("weights", "cache_dir")
@@ -50,7 +44,7 @@ def check_voice_gender(backend: TTSBackend, voice: str, gender: str, where: str)
     """Stop when a voice the backend knows as one gender sits in the other gender's slot."""
     known = backend.voice_gender(voice)
     if known is not None and known != gender:
-        raise ConfigError(f"{where}: '{voice}' is a {known} {backend.name} voice, configured as {gender}")
+        raise ValueError(f"{where}: '{voice}' is a {known} {backend.name} voice, configured as {gender}")
 
 
 def render_utterance(backend: TTSBackend, text: str, voice: str, path: Path, sample_rate: int,
@@ -75,12 +69,12 @@ def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_d
     out_dir.mkdir(parents=True, exist_ok=True)
     for lang in sorted(set(passages["lang"])):
         voices = tts_params["voices"].get(lang) or {}
-        for gender in VOICE_GENDERS:
+        for gender in GENDERS:
             if gender not in voices:
-                raise NotFound(f"tts.voices has no {gender} voice for language '{lang}'")
+                raise KeyError(f"tts.voices has no {gender} voice for language '{lang}'")
             check_voice_gender(backend, voices[gender], gender, f"tts.voices.{lang}.{gender}")
     rows = []
-    jobs = [(p, g) for p in passages.itertuples(index=False) for g in VOICE_GENDERS]
+    jobs = [(p, g) for p in passages.itertuples(index=False) for g in GENDERS]
     for p, gender in tqdm(jobs, desc="synthesising stimuli"):
         voice = tts_params["voices"][p.lang][gender]
         sid = stimulus_id(p.passage_id, gender)
@@ -91,7 +85,7 @@ def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_d
             "voice_gender": gender, "voice_id": voice, "backend": backend.name, **audio,
             "path": str(path.relative_to(root)),
         })
-    manifest = pd.DataFrame(rows, columns=MANIFEST_COLUMNS)
+    manifest = pd.DataFrame(rows, columns=STIMULUS_COLUMNS)
     manifest.attrs["backend"] = backend.describe()
     return manifest
 
@@ -99,18 +93,16 @@ def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_d
 def validate_manifest(manifest: pd.DataFrame, sample_rate: int) -> ValidationReport:
     """The 'stimulus_manifest' suite: schema, one declared rate, plausible durations,
     hashes, one file per passage x voice gender, known languages and poles."""
-    from voicebias.bank import LANGS, POLES
-
     E = expectations()
     return require_valid(manifest, "stimulus_manifest", [
-        E.ExpectTableColumnsToMatchSet(column_set=MANIFEST_COLUMNS, exact_match=True),
+        E.ExpectTableColumnsToMatchSet(column_set=STIMULUS_COLUMNS, exact_match=True),
         E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
-        E.ExpectColumnValuesToBeInSet(column="lang", value_set=list(LANGS)),
+        E.ExpectColumnValuesToBeInSet(column="lang", value_set=list(LANGUAGES)),
         E.ExpectColumnValuesToBeInSet(column="pole", value_set=list(POLES)),
         E.ExpectColumnValuesToNotBeNull(column="voice_id"),
         E.ExpectColumnValuesToNotBeNull(column="backend"),
         E.ExpectColumnValuesToBeUnique(column="path"),
-        E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(VOICE_GENDERS)),
+        E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(GENDERS)),
         E.ExpectColumnValuesToBeInSet(column="sample_rate", value_set=[sample_rate]),
         E.ExpectColumnValuesToBeBetween(column="duration_s", min_value=1.0, max_value=120.0),
         E.ExpectColumnValuesToMatchRegex(column="sha256", regex=r"^[0-9a-f]{64}$"),

@@ -42,10 +42,6 @@ import pandas as pd
 import parselmouth
 from parselmouth.praat import call
 
-VOICE_QUALITY_COLUMNS = [
-    "h1_h2_db", "h1_h2_corrected_db", "h1_a3_db", "h1_a3_corrected_db", "cpps_db", "hnr_db",
-]
-
 
 @dataclass(frozen=True)
 class CPPSSettings:

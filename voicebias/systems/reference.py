@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from voicebias.bank import POLE_ORDINAL, POLES
+from voicebias.contract import GENDERS, POLE_ORDINAL, POLES
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem
 from voicebias.tts import get_backend
 
@@ -71,7 +71,7 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
     P(female) ~ content step + voice fitted to the planted cell probabilities of a
     balanced design (NaN/inf when the planted table is separable).
     """
-    cells = pd.DataFrame([(p, v, planted_p_female(params, p, v)) for p in POLES for v in ("male", "female")],
+    cells = pd.DataFrame([(p, v, planted_p_female(params, p, v)) for p in POLES for v in GENDERS],
                          columns=["pole", "voice_gender", "p_female"])
     cells["content_step"] = cells["pole"].map(POLE_ORDINAL)
     cells["voice_female"] = (cells["voice_gender"] == "female").astype(float)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from voicebias.contract import GENDERS
 from voicebias.systems.base import ContinuationRequest, ContinuationSystem, S2SResponse
 from voicebias.tts import get_backend
 
@@ -44,7 +45,6 @@ PASSIVE = (
 )
 _STOP = set("the and that this with about what when which their there have from your just into than then they them "
             "were been will would could should most more some every other thing things really".split())
-GENDERS = ("male", "female")
 
 
 def planted_retention(params: dict[str, Any], voice_gender: str) -> float:

@@ -1,0 +1,96 @@
+"""The project's vocabulary: the values the tables hold, the names of the measures and
+the columns of every table one stage hands to another.
+
+Modules take these from here rather than spelling them again, so a table written by
+one stage reads the same in the next. Values (languages, poles, genders, conditions)
+are data: they appear in the tables and in params.yaml as written here. Measure names
+carry their units (`_db`, `_hz`, `_st` semitones re 100 Hz, `_oct` octaves, `_s`),
+one spelling per measure in every table and report.
+
+Nothing here imports anything: every module can take its vocabulary from it.
+"""
+
+from __future__ import annotations
+
+# ------------------------------------------------------------------ values
+
+#: languages of the passage bank, the stimuli and the tasks
+LANGUAGES = ("en", "es", "zh")
+#: stereotype pole of a passage's content (S2S paper, sec. 3.2)
+POLES = ("masculine", "neutral", "feminine")
+#: content step of each pole: the odds ratio's and the planted systems' coding (masculine 0 .. feminine 2)
+POLE_ORDINAL = {"masculine": 0, "neutral": 1, "feminine": 2}
+#: gender of a stimulus voice (and of a judged or planted answer)
+GENDERS = ("male", "female")
+#: phonation conditions of the speech-continuation (SC) stimuli; 'modal' is the unmodified voice
+CONDITIONS = ("modal", "breathy", "creaky", "endcreak")
+#: SC prompt sets: NOP_set starters and the Spoken StereoSet gender subset
+PROMPT_SETS = ("nop", "ss")
+#: status of one system call in the responses and continuations tables
+RESPONSE_STATUSES = ("ok", "failed")
+
+# ------------------------------------------------------------------ measures
+
+DURATION = "duration_s"
+VOICED_FRACTION = "voiced_fraction"
+F0_HZ = "f0_median_hz"
+F0_ST = "f0_median_st"
+F1, F2, F3 = "f1_hz", "f2_hz", "f3_hz"
+FORMANT_INDEX = "formant_index"
+H1_H2 = "h1_h2_db"
+H1_H2_CORRECTED = "h1_h2_corrected_db"
+H1_A3 = "h1_a3_db"
+H1_A3_CORRECTED = "h1_a3_corrected_db"
+CPPS = "cpps_db"
+HNR = "hnr_db"
+
+#: voice-quality measures (voicebias.voice_quality)
+VOICE_QUALITY_MEASURES = [H1_H2, H1_H2_CORRECTED, H1_A3, H1_A3_CORRECTED, CPPS, HNR]
+#: every acoustic measure of a file (voicebias.acoustics)
+MEASURE_COLUMNS = [DURATION, VOICED_FRACTION, F0_HZ, F0_ST, F1, F2, F3, FORMANT_INDEX, *VOICE_QUALITY_MEASURES]
+#: the voice-quality measures of the SC study (manipulation check, continuation scoring, preservation)
+SC_MEASURES = (H1_H2, H1_A3, CPPS)
+
+# ------------------------------------------------------------------ tables
+
+#: data/passages/passages.csv (voicebias.bank)
+PASSAGE_COLUMNS = [
+    "passage_id", "lang", "pole", "theme", "seed_term", "seed_source", "seed_statistic",
+    "statistic_checked", "text", "gloss_en", "length_units", "intensity", "rated_by", "review_status",
+]
+#: data/stimuli/manifest.csv (voicebias.stimuli)
+STIMULUS_COLUMNS = [
+    "stimulus_id", "passage_id", "lang", "pole", "voice_gender", "voice_id", "backend",
+    "sample_rate", "duration_s", "gain_db", "sha256", "path",
+]
+#: data/sc_stimuli/prompts.csv (voicebias.sc_stimuli)
+SC_PROMPT_COLUMNS = ["prompt_id", "prompt_set", "category", "lang", "text", "review_status", "source"]
+#: data/sc_stimuli/manifest.csv (voicebias.sc_stimuli)
+SC_STIMULUS_COLUMNS = [
+    "stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id", "backend",
+    "sample_rate", "duration_s", "gain_db", "sha256", "path", "text",
+]
+#: data/phonation/manifest.csv (voicebias.phonation)
+PHONATION_COLUMNS = [
+    "stimulus_id", "source_stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id",
+    "phonation", "backend", "sample_rate", "duration_s", "sha256", "path", "text", "status", "error", "peak_limited",
+]
+#: data/responses/<system>/<task>/responses.csv (voicebias.respond)
+RESPONSE_COLUMNS = [
+    "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
+    "prompt", "transcript", "status", "error", "output_audio", "output_sha256", "output_duration_s",
+    "model_revision", "attempts", "cache_key",
+    "adapter", "transcript_source", "provenance",
+]
+#: stimulus columns the responses table carries when the stimulus table has them
+RESPONSE_STIMULUS_COLUMNS = ["passage_id", "pole", "voice_gender", "voice_id", "phonation"]
+#: data/continuations/<system>/responses.csv: a responses table of the phonation stimuli
+CONTINUATION_COLUMNS = [*RESPONSE_COLUMNS, "phonation"]
+#: columns the transcript scoring adds to a responses table (data/scored/<system>.csv, voicebias.scoring)
+TRANSCRIPT_SCORE_COLUMNS = ["judged_gender", "pronouns_male", "pronouns_female", "pronoun_choice"]
+#: data/sc_scored/<system>.csv (voicebias.sc_scoring), followed by the judge rubric's dimensions
+SC_SCORED_COLUMNS = [
+    "system", "stimulus_id", "prompt_id", "prompt_set", "lang", "voice_gender", "voice_id", "phonation", "status",
+    "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", *SC_MEASURES,
+    F0_ST, "measure_status", "judge_status", "judge_error", "judge_name", "judge_version",
+]
