@@ -255,7 +255,7 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
     assert drift["planted"] == 2.0 and drift["ci_low"] > 0
 
     sc = at_repro("reports/sc/planted_vs_recovered.csv")
-    assert {"retention_h1h2_male", "retention_h1h2_female", "passive_rate_male", "passive_rate_female"} <= set(
+    assert {"retention_h1_h2_db_male", "retention_h1_h2_db_female", "passive_rate_male", "passive_rate_female"} <= set(
         sc.loc[sc["system"] == "continuation_reference", "quantity"])
     for r in sc[sc["planted"].notna()].itertuples():
         ok = str(r.recovered_ok) == "True"

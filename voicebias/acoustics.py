@@ -46,6 +46,8 @@ from tqdm import tqdm
 
 from voicebias.audio import AudioChecks, AudioError, load_for_analysis
 from voicebias.contract import MEASURE_COLUMNS, VOICE_QUALITY_MEASURES
+from voicebias.exceptions import ConfigError, NotFound
+from voicebias.units import hz_to_semitones
 from voicebias.voice_quality import CPPSSettings, cpps_db, harmonic_levels, hnr_db, voiced_intervals
 
 # Peterson & Barney (1952), Table II, adult men, averaged over the ten vowels (Hz).
@@ -79,7 +81,7 @@ class MeasureSettings:
     @classmethod
     def for_gender(cls, params: dict[str, Any], gender: str) -> "MeasureSettings":
         if gender not in params["pitch_range"] or gender not in params["max_formant"]:
-            raise KeyError(f"acoustics settings have no entry for voice gender '{gender}' "
+            raise NotFound(f"acoustics settings have no entry for voice gender '{gender}' "
                            f"(pitch_range: {sorted(params['pitch_range'])}, max_formant: {sorted(params['max_formant'])})")
         floor, ceiling = params["pitch_range"][gender]
         return cls(float(floor), float(ceiling), float(params["max_formant"][gender]), float(params["time_step"]),
@@ -273,11 +275,6 @@ def correct_octave_jumps(f0: np.ndarray, tolerance_st: float) -> tuple[np.ndarra
     return f0, int(up.sum() + down.sum())
 
 
-def hz_to_semitones(f_hz: float | np.ndarray, ref_hz: float = 100.0):
-    """Semitones re `ref_hz` (12 per octave)."""
-    return 12.0 * np.log2(np.asarray(f_hz, dtype=float) / ref_hz)
-
-
 def formant_index(f1, f2, f3) -> np.ndarray:
     """Mean log2 ratio of F1-F3 to adult-male norms (octaves; 0 = male norm), per frame."""
     return np.mean(np.log2(np.stack([f1, f2, f3], axis=-1) / np.array(MALE_FORMANT_NORMS)), axis=-1)
@@ -300,7 +297,7 @@ def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[st
     if settings.octave_check_st > 0:
         f0_voiced, _ = correct_octave_jumps(f0_voiced, settings.octave_check_st)
     if settings.bandwidths not in ("hawks_miller", "measured"):
-        raise ValueError(f"acoustics.bandwidths must be 'hawks_miller' or 'measured', not '{settings.bandwidths}'")
+        raise ConfigError(f"acoustics.bandwidths must be 'hawks_miller' or 'measured', not '{settings.bandwidths}'")
     if settings.formant_method == "dap":
         tracks, measured_bw = dap_formants(x, sr, times, f0_voiced, settings.max_formant)
     elif settings.formant_method == "burg":
@@ -315,7 +312,7 @@ def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[st
                                    dtype=float)
             measured_bw[~(measured_bw > 0)] = np.nan
     else:
-        raise ValueError(f"acoustics.formant_method must be 'dap' or 'burg', not '{settings.formant_method}'")
+        raise ConfigError(f"acoustics.formant_method must be 'dap' or 'burg', not '{settings.formant_method}'")
     bandwidths = measured_bw if settings.bandwidths == "measured" else None
     frames = tracks[np.isfinite(tracks).all(axis=1)]
     if len(frames) < 3:

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from voicebias.exceptions import ConfigError
 from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 
@@ -53,10 +54,10 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
         with open(path, encoding="utf-8") as fh:
             entries = yaml.safe_load(fh) or []
         if not isinstance(entries, list):
-            raise ValueError(f"{path}: expected a list of passages")
+            raise ConfigError(f"{path}: expected a list of passages")
         for i, e in enumerate(entries):
             if not isinstance(e, dict) or "text" not in e:
-                raise ValueError(f"{path}: entry {i} is not a passage mapping with a 'text' field")
+                raise ConfigError(f"{path}: entry {i} is not a passage mapping with a 'text' field")
             rows.append(dict(e))
     df = pd.DataFrame(rows)
     for col in PASSAGE_COLUMNS:

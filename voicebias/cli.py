@@ -24,6 +24,7 @@ import pandas as pd
 
 from voicebias import config
 from voicebias.errors import guarded
+from voicebias.exceptions import ConfigError
 
 
 def _print(df: pd.DataFrame) -> None:
@@ -83,12 +84,12 @@ def _load_scored(path: str) -> pd.DataFrame:
     needed = {"system", "task", "lang", "pole", "voice_gender"}
     missing = needed - set(df.columns)
     if missing:
-        raise ValueError(f"{path}: missing contract columns {sorted(missing)}")
+        raise ConfigError(f"{path}: missing contract columns {sorted(missing)}")
     if "status" not in df:
         df["status"] = "ok"
     if "judged_gender" not in df or "pronoun_choice" not in df:
         if "transcript" not in df:
-            raise ValueError(f"{path}: needs judged_gender/pronoun_choice or a transcript column to score")
+            raise ConfigError(f"{path}: needs judged_gender/pronoun_choice or a transcript column to score")
         if "target_lang" not in df:
             df["target_lang"] = [("en" if t == "translate" else l) for t, l in zip(df["task"], df["lang"])]
         df = score_responses(df)
@@ -104,7 +105,7 @@ def _read_any(path: str) -> pd.DataFrame:
 def _require(df: pd.DataFrame, cols: set[str], what: str) -> None:
     missing = sorted(cols - set(df.columns))
     if missing:
-        raise ValueError(f"{what}: missing columns {missing}")
+        raise ConfigError(f"{what}: missing columns {missing}")
 
 
 def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
@@ -128,7 +129,7 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
         from voicebias.sc_analysis import analyse
 
         if not args.prompt_measures:
-            raise ValueError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
+            raise ConfigError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
         df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
         _require(df, {"system", "stimulus_id", "prompt_id", "voice_gender", "phonation", "status", "speaker_similarity",
                       *SC_MEASURES, "judge_status"}, "scored continuation table")
@@ -155,7 +156,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         tables = _analyze_other(args)
     else:
         if len(args.table) != 1:
-            raise ValueError(f"analyze {args.what} takes one table")
+            raise ConfigError(f"analyze {args.what} takes one table")
         df = _load_scored(args.table[0])
         if args.what == "describe":
             tables = {"describe_odds_ratios": describe_odds_ratios(df, args.confidence)}

@@ -47,6 +47,7 @@ from tqdm import tqdm
 from voicebias.bank import length_units, load_bank
 from voicebias.contract import LANGUAGES as LANGS
 from voicebias.contract import POLES
+from voicebias.exceptions import VoicebiasError
 from voicebias.lint import GLOSS_RULES, lint_text
 
 LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
@@ -65,7 +66,7 @@ SELECTION_COLUMNS = [
 ]
 
 
-class LLMError(RuntimeError):
+class LLMError(VoicebiasError, RuntimeError):
     """An LLM backend could not be reached or refused the request; the message says why."""
 
 

@@ -23,12 +23,14 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from voicebias.contract import CONDITIONS, GENDERS, LANGUAGES, POLES
+
 from voicebias.exceptions import VoicebiasError
 
-Lang = Literal["en", "es", "zh"]
-Pole = Literal["masculine", "neutral", "feminine"]
-Gender = Literal["male", "female"]
-Condition = Literal["modal", "breathy", "creaky", "endcreak"]
+Lang = Literal[LANGUAGES]
+Pole = Literal[POLES]
+Gender = Literal[GENDERS]
+Condition = Literal[CONDITIONS]
 Prob = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -183,7 +185,7 @@ class VQVC(Section):
 
 class Phonation(Section):
     backend: Literal["parametric", "vqvc"] = "parametric"
-    conditions: list[Condition] = ["modal", "breathy", "creaky", "endcreak"]
+    conditions: list[Condition] = list(CONDITIONS)
     prompts_per_category: PositiveInt | None = None
     max_prompts: PositiveInt | None = None
     presets: dict[Condition, Preset]
@@ -193,7 +195,7 @@ class Phonation(Section):
 
 class Generate(Section):
     enabled: bool = False
-    languages: list[Lang] = ["en", "es", "zh"]
+    languages: list[Lang] = list(LANGUAGES)
     candidates_per_seed: PositiveInt = 3
     per_cell: PositiveInt = 10
     min_judges: PositiveInt | None = None

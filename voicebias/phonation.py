@@ -52,8 +52,10 @@ from parselmouth.praat import call
 from scipy import signal
 from tqdm import tqdm
 
+from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
 from voicebias.phonation_presets import FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
+from voicebias.registry import Registry
 
 @dataclass(frozen=True)
 class ParametricSettings:
@@ -81,7 +83,7 @@ class ParametricSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(p) - known)
         if unknown:
-            raise ValueError(f"phonation.parametric: unknown setting(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"phonation.parametric: unknown setting(s) {unknown}; known: {sorted(known)}")
         return cls(**{k: float(v) for k, v in p.items()})
 
 
@@ -276,6 +278,19 @@ def _convert_vqvc(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path,
     return out
 
 
+def _convert_parametric(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path, root: Path) -> list[dict[str, Any]]:
+    """The stage's jobs through the embedded parametric converter (in this process's workers)."""
+    return convert_all(jobs)
+
+
+#: phonation.backend -> converter of the stage's jobs, called as (phonation params, jobs, work folder, root).
+#: Metadata for the preflight: `offline`, the converter needs nothing outside this package.
+CONVERTERS = Registry("phonation backend", {
+    "parametric": ("voicebias.phonation:_convert_parametric", {"offline": True}),
+    "vqvc": "voicebias.phonation:_convert_vqvc",
+})
+
+
 def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
     """Stage 'phonation': every selected SC stimulus in every condition of phonation.conditions."""
     from voicebias.io import read_table, write_json, write_table
@@ -284,11 +299,11 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
     conditions = list(ph["conditions"])
     bad = [c for c in conditions if c not in CONDITIONS]
     if bad or "modal" not in conditions:
-        raise ValueError(f"phonation.conditions must include 'modal' and only {list(CONDITIONS)}; got {conditions}")
+        raise ConfigError(f"phonation.conditions must include 'modal' and only {list(CONDITIONS)}; got {conditions}")
     presets = presets_from_params(ph)
     backend = ph["backend"]
-    if backend not in ("parametric", "vqvc"):
-        raise ValueError(f"phonation.backend must be 'parametric' or 'vqvc', not '{backend}'")
+    if backend not in CONVERTERS:
+        raise ConfigError(f"phonation.backend must be {' or '.join(map(repr, CONVERTERS.names()))}, not '{backend}'")
     sc = read_table(sc_manifest_path)
     sc = select_prompts(sc, ph.get("prompts_per_category"), ph.get("max_prompts"))
     out_dir = Path(out_dir)
@@ -317,10 +332,7 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
             jobs.append({"key": sid, "src": str(Path(root) / r.path), "out": str(out), "preset": presets[c],
                          "condition": c, "floor": float(floor), "ceiling": float(ceiling), "settings": settings,
                          "seed": _stable_seed(seed, sid)})
-    if backend == "parametric":
-        results = convert_all(jobs)
-    else:
-        results = _convert_vqvc(ph, jobs, out_dir / "vqvc_work", root)
+    results = CONVERTERS.get(backend)(ph, jobs, out_dir / "vqvc_work", root)
     by_key = {res["key"]: res for res in results}
     for row in rows:
         res = by_key.get(row["stimulus_id"])
@@ -334,6 +346,6 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
                "failed": int(len(failed)), "peak_limited": int(manifest["peak_limited"].fillna(False).astype(bool).sum())}
     write_json(metrics_path, metrics)
     if len(failed):
-        raise RuntimeError(f"phonation: {len(failed)} conversion(s) failed (listed with their errors in "
+        raise StageFailed(f"phonation: {len(failed)} conversion(s) failed (listed with their errors in "
                            f"{out_dir / 'manifest.csv'}), e.g. {failed['stimulus_id'].iloc[0]}: {failed['error'].iloc[0]}")
     return manifest

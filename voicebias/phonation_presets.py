@@ -22,6 +22,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from voicebias.contract import CONDITIONS
+from voicebias.exceptions import ConfigError
+
 FEATURES = ("creak", "cpps", "h1_h2", "pitch", "h1_a3", "pitch_var")
 FRAME_S = 0.02
 
@@ -38,18 +40,18 @@ def check_preset(name: str, preset: Mapping[str, Any]) -> None:
     """Raise ValueError naming what is wrong with one preset."""
     shape = preset.get("shape", "constant")
     if shape not in ("constant", "ramp"):
-        raise ValueError(f"phonation preset '{name}': shape must be 'constant' or 'ramp', not {shape!r}")
+        raise ConfigError(f"phonation preset '{name}': shape must be 'constant' or 'ramp', not {shape!r}")
     targets = preset.get("targets") or {}
     unknown = sorted(set(targets) - set(FEATURES))
     if unknown:
-        raise ValueError(f"phonation preset '{name}': unknown feature(s) {unknown}; expected some of {list(FEATURES)}")
+        raise ConfigError(f"phonation preset '{name}': unknown feature(s) {unknown}; expected some of {list(FEATURES)}")
     for k, v in targets.items():
         if not isinstance(v, (int, float)) or not np.isfinite(v):
-            raise ValueError(f"phonation preset '{name}': {k} must be a finite number of SD units, not {v!r}")
+            raise ConfigError(f"phonation preset '{name}': {k} must be a finite number of SD units, not {v!r}")
     if shape == "ramp":
         start = preset.get("start", 0.5)
         if not isinstance(start, (int, float)) or not 0.0 <= start < 1.0:
-            raise ValueError(f"phonation preset '{name}': ramp start must be a fraction in [0, 1), not {start!r}")
+            raise ConfigError(f"phonation preset '{name}': ramp start must be a fraction in [0, 1), not {start!r}")
 
 
 def n_frames(duration_s: float, frame_s: float = FRAME_S) -> int:
@@ -89,9 +91,9 @@ def presets_from_params(params: Mapping[str, Any] | None) -> dict[str, dict[str,
     presets = dict((params or {}).get("presets") or PAPER_PRESETS)
     missing = [c for c in CONDITIONS if c not in presets]
     if missing:
-        raise ValueError(f"phonation.presets lacks condition(s) {missing}; expected {list(CONDITIONS)}")
+        raise ConfigError(f"phonation.presets lacks condition(s) {missing}; expected {list(CONDITIONS)}")
     for k, v in presets.items():
         if k not in CONDITIONS:
-            raise ValueError(f"phonation.presets: unknown condition '{k}'; expected {list(CONDITIONS)}")
+            raise ConfigError(f"phonation.presets: unknown condition '{k}'; expected {list(CONDITIONS)}")
         check_preset(k, v)
     return presets

@@ -20,7 +20,6 @@ a tracked output.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -40,6 +39,8 @@ from voicebias.audio import sha256_file, write_audio
 from voicebias.contract import (
     CONTINUATION_COLUMNS, GENDERS, LANGUAGES, RESPONSE_COLUMNS, RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS,
 )
+from voicebias.cache import JsonCache, atomic_write_json, content_key
+from voicebias.exceptions import ConfigError
 from voicebias.systems.base import (
     ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest, TransientError,
 )
@@ -76,7 +77,7 @@ def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest
     }
     if isinstance(request, ContinuationRequest):
         payload["continuation_s"] = request.continuation_s
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+    return content_key(payload)
 
 
 def _now() -> str:
@@ -158,16 +159,23 @@ class ResponseCache:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        # an entry that cannot be read back is a miss (counted in .corrupt), replaced by the next put
+        self.records = JsonCache(self.root, layout=lambda key: Path(key[:2], key, "response.json"),
+                                 check=lambda v: isinstance(v, dict), indent=1)
+        self.transcripts = JsonCache(self.root, layout=lambda k: Path(k[0][:2], k[0], "asr", f"{k[1]}.json"),
+                                     check=lambda v: isinstance(v, dict) and isinstance(v.get("text"), str))
+
+    @property
+    def corrupt(self) -> int:
+        return self.records.corrupt + self.transcripts.corrupt
 
     def _dir(self, key: str) -> Path:
         return self.root / key[:2] / key
 
     def get(self, key: str) -> dict[str, Any] | None:
-        meta = self._dir(key) / "response.json"
-        if not meta.exists():
+        record = self.records.get(key)
+        if record is None:
             return None
-        with open(meta, encoding="utf-8") as fh:
-            record = json.load(fh)
         if record.get("output_audio_cached") and not (self._dir(key) / "audio.flac").exists():
             return None
         return record
@@ -179,8 +187,7 @@ class ResponseCache:
         if response.audio is not None:
             write_audio(tmp / "audio.flac", response.audio, int(response.sample_rate))
             record["output_audio_cached"] = True
-        with open(tmp / "response.json", "w", encoding="utf-8") as fh:
-            json.dump(record, fh, ensure_ascii=False, indent=1, default=str)
+        atomic_write_json(tmp / "response.json", record, indent=1)
         if d.exists():
             shutil.rmtree(d)
         tmp.rename(d)  # atomic: a killed run never leaves a half-written entry
@@ -189,18 +196,11 @@ class ResponseCache:
         return self._dir(key) / "audio.flac"
 
     def get_asr(self, key: str, asr_id: str) -> str | None:
-        p = self._dir(key) / "asr" / f"{asr_id}.json"
-        if not p.exists():
-            return None
-        with open(p, encoding="utf-8") as fh:
-            return json.load(fh)["text"]
+        entry = self.transcripts.get((key, asr_id))
+        return None if entry is None else entry["text"]
 
     def put_asr(self, key: str, asr_id: str, text: str) -> None:
-        d = self._dir(key) / "asr"
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{asr_id}.{uuid.uuid4().hex[:8]}.tmp"
-        tmp.write_text(json.dumps({"text": text}, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(d / f"{asr_id}.json")
+        self.transcripts.put((key, asr_id), {"text": text})
 
 
 def build_requests(system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, seed: int, root: Path,
@@ -416,7 +416,7 @@ def build_asr(sys_params: dict[str, Any], root: Path) -> Any | None:
     spec = {"model": spec} if isinstance(spec, str) else dict(spec)
     model = spec.pop("model", None)
     if not model:
-        raise ValueError("the system's 'asr' params need 'model' (a local Whisper folder)")
+        raise ConfigError("the system's 'asr' params need 'model' (a local Whisper folder)")
     return WhisperASR(resolve_path(model, root), **spec)
 
 

@@ -32,6 +32,7 @@ import soundfile as sf
 import yaml
 from tqdm import tqdm
 
+from voicebias.exceptions import ConfigError, NotFound
 from voicebias.contract import GENDERS, PROMPT_SETS, SC_PROMPT_COLUMNS, SC_STIMULUS_COLUMNS
 from voicebias.validation import ValidationReport, expectations, require_valid
 
@@ -50,7 +51,7 @@ def load_nop_set(path: Path | str) -> pd.DataFrame:
         doc = yaml.safe_load(fh) or {}
     cats = doc.get("categories")
     if not isinstance(cats, list):
-        raise ValueError(f"{path}: expected a 'categories' list, each with an id and its starters")
+        raise ConfigError(f"{path}: expected a 'categories' list, each with an id and its starters")
     rows = []
     for c in cats:
         for s in c.get("starters") or []:
@@ -119,10 +120,10 @@ def load_ss_set(root: Path | str, subset: str = "gender", min_duration_s: float 
     df = pd.read_csv(meta, dtype={"id": str}, keep_default_na=False)
     missing_cols = [c for c in SS_COLUMNS if c not in df.columns]
     if missing_cols:
-        raise ValueError(f"{meta}: missing columns {missing_cols} (expected the released layout)")
+        raise ConfigError(f"{meta}: missing columns {missing_cols} (expected the released layout)")
     bad_gender = sorted(set(df["gender"]) - set(GENDERS))
     if bad_gender:
-        raise ValueError(f"{meta}: gender column holds {bad_gender}; expected male/female")
+        raise ConfigError(f"{meta}: gender column holds {bad_gender}; expected male/female")
     paths = [ss_audio_path(root, subset, i, s) for i, s in zip(df["id"], df["speaker"])]
     absent = [str(p.relative_to(root)) for p in paths if not p.exists()]
     if absent:
@@ -158,14 +159,14 @@ def sc_voices(sc_params: dict[str, Any]) -> list[tuple[str, str, str]]:
         if isinstance(ids, str):
             ids = [ids]
         if not ids:
-            raise KeyError(f"sc_stimuli.voices has no {g} voice (the SC study needs 2 male and 2 female)")
+            raise NotFound(f"sc_stimuli.voices has no {g} voice (the SC study needs 2 male and 2 female)")
         out += [(g, f"{g}{k}", v) for k, v in enumerate(ids, start=1)]
     counts = {g: sum(1 for x in out if x[0] == g) for g in GENDERS}
     if len(set(counts.values())) != 1:
-        raise ValueError(f"sc_stimuli.voices is unbalanced: {counts}; give as many male as female voices")
+        raise ConfigError(f"sc_stimuli.voices is unbalanced: {counts}; give as many male as female voices")
     ids = [v for _, _, v in out]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"sc_stimuli.voices lists a voice twice: {ids}")
+        raise ConfigError(f"sc_stimuli.voices lists a voice twice: {ids}")
     return out
 
 
@@ -266,13 +267,13 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
         clips = load_ss_set(ss_root if ss_root.is_absolute() else Path(root) / ss_root, ss_cfg["subset"],
                             float(ss_cfg["min_duration_s"]))
         if clips.empty:
-            raise ValueError(f"no Spoken StereoSet clip is longer than {ss_cfg.get('min_duration_s', 3.0)} s")
+            raise ConfigError(f"no Spoken StereoSet clip is longer than {ss_cfg.get('min_duration_s', 3.0)} s")
         prompts.append(ss_prompts(clips))
     table = pd.concat(prompts, ignore_index=True)
     audio_dir = Path(out_dir) / "audio"
     voicing = ss_cfg["voicing"]
     if voicing not in ("sc_voices", "original"):
-        raise ValueError(f"sc_stimuli.ss_set.voicing must be 'sc_voices' or 'original', not '{voicing}'")
+        raise ConfigError(f"sc_stimuli.ss_set.voicing must be 'sc_voices' or 'original', not '{voicing}'")
     to_voice = table if voicing == "sc_voices" else table[table["prompt_set"] == "nop"]
     manifest = synthesize_prompts(to_voice, sc, audio_dir, root)
     backend = manifest.attrs.get("backend", {})

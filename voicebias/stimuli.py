@@ -19,6 +19,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import normalize_rms, resample, sha256_file, write_audio
+from voicebias.exceptions import ConfigError, NotFound
 from voicebias.contract import GENDERS, LANGUAGES, POLES, STIMULUS_COLUMNS
 from voicebias.tts import TTSBackend, get_backend
 from voicebias.validation import ValidationReport, expectations, require_valid
@@ -44,7 +45,7 @@ def check_voice_gender(backend: TTSBackend, voice: str, gender: str, where: str)
     """Stop when a voice the backend knows as one gender sits in the other gender's slot."""
     known = backend.voice_gender(voice)
     if known is not None and known != gender:
-        raise ValueError(f"{where}: '{voice}' is a {known} {backend.name} voice, configured as {gender}")
+        raise ConfigError(f"{where}: '{voice}' is a {known} {backend.name} voice, configured as {gender}")
 
 
 def render_utterance(backend: TTSBackend, text: str, voice: str, path: Path, sample_rate: int,
@@ -71,7 +72,7 @@ def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_d
         voices = tts_params["voices"].get(lang) or {}
         for gender in GENDERS:
             if gender not in voices:
-                raise KeyError(f"tts.voices has no {gender} voice for language '{lang}'")
+                raise NotFound(f"tts.voices has no {gender} voice for language '{lang}'")
             check_voice_gender(backend, voices[gender], gender, f"tts.voices.{lang}.{gender}")
     rows = []
     jobs = [(p, g) for p in passages.itertuples(index=False) for g in GENDERS]

@@ -83,6 +83,7 @@ import numpy as np
 import soundfile as sf
 
 from voicebias.audio import AudioError, read_audio
+from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.contract import CONDITIONS
 from voicebias.phonation_presets import (
     FEATURES, FRAME_S, PAPER_PRESETS, conditioning, n_frames, presets_from_params,
@@ -116,7 +117,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-class VQVCError(RuntimeError):
+class VQVCError(VoicebiasError, RuntimeError):
     """The VQVC driver failed as a whole (crashed, could not load, timed out)."""
 
 
@@ -166,16 +167,16 @@ class VQVCConfig:
         section = dict(params.get("vqvc") or {})
         unknown = sorted(set(section) - set(DEFAULTS) - {"baseline"})
         if unknown:
-            raise ValueError(f"phonation.vqvc: unknown key(s) {unknown}; expected some of "
+            raise ConfigError(f"phonation.vqvc: unknown key(s) {unknown}; expected some of "
                              f"{sorted([*DEFAULTS, 'baseline'])}")
         s = {**DEFAULTS, **{k: v for k, v in section.items() if v is not None}}
         baseline = {**DEFAULT_BASELINE, **dict(section.get("baseline") or {})}
         bad = sorted(set(baseline) - set(FEATURES))
         if bad:
-            raise ValueError(f"phonation.vqvc.baseline: unknown feature(s) {bad}; expected some of {list(FEATURES)}")
+            raise ConfigError(f"phonation.vqvc.baseline: unknown feature(s) {bad}; expected some of {list(FEATURES)}")
         for k, v in baseline.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-                raise ValueError(f"phonation.vqvc.baseline.{k} must be a finite number of SD units, not {v!r}")
+                raise ConfigError(f"phonation.vqvc.baseline.{k} must be a finite number of SD units, not {v!r}")
         repo = resolve_path(s["repo"], root)
         python = s["python"]
         if python is not None:
