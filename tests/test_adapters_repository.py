@@ -81,6 +81,7 @@ def test_worker_runs_the_driver_and_survives_crashes_hangs_and_errors(tmp_path):
 
 def test_a_worker_that_cannot_load_stops_the_stage_with_its_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_KIMI_FAIL_LOAD", "1")
+    monkeypatch.setenv("VOICEBIAS_CHILD_ENV", "FAKE_KIMI_FAIL_LOAD")  # named, so the worker sees it
     stim = make_stimuli(tmp_path, 3)
     system = kimi(tmp_path)
     with pytest.raises(SetupError, match="flash_attn"):

@@ -72,7 +72,8 @@ class FakeLLM(BaseHTTPRequestHandler):
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        FakeLLM.calls.append({"path": self.path, "headers": dict(self.headers), "body": req})
+        headers = {k.lower(): v for k, v in self.headers.items()}  # HTTP names are case-blind
+        FakeLLM.calls.append({"path": self.path, "headers": headers, "body": req})
         if re.fullmatch(r"/v1(beta)?/models/[\w.-]+:generateContent", self.path):
             return self._gemini(req)
         if self.path != "/v1/chat/completions":
@@ -188,7 +189,7 @@ def test_stage_generates_lints_rates_and_selects(server, tmp_path, empty_bank):
     bank = load_bank(out / "selection", ["en", "es"])
     assert len(bank) == 12 and all(lint_text(t, l) == {} for t, l in zip(bank["text"], bank["lang"]))
     # every request carried the key and went to the configured models
-    assert {c["headers"]["Authorization"] for c in FakeLLM.calls} == {f"Bearer {KEY}"}
+    assert {c["headers"]["authorization"] for c in FakeLLM.calls} == {f"Bearer {KEY}"}
     assert {c["body"]["model"] for c in FakeLLM.calls} == {"writer-1", "judge-a", "judge-b"}
     assert status["selected"] == 12 and json.loads(metrics.read_text())["llm_calls"] == len(FakeLLM.calls)
 
@@ -215,7 +216,7 @@ def test_disabled_stage_calls_nothing(server, tmp_path, empty_bank):
     assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["status.json"]
 
 
-def test_openai_errors_are_clear(server, monkeypatch):
+def test_openai_errors_are_clear(server, monkeypatch, tmp_path):
     chat = OpenAICompatibleChat("writer-1", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY", retry_wait_s=0)
     FakeLLM.throttle_next = 2
     msgs = [{"role": "system", "content": "Write natural, idiomatic English."}, {"role": "user", "content": "Theme: x"}]
@@ -227,7 +228,7 @@ def test_openai_errors_are_clear(server, monkeypatch):
     with pytest.raises(LLMError, match="rejected the API key \\(401\\)"):
         OpenAICompatibleChat("writer-1", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY").complete(msgs, 0, 5)
     monkeypatch.delenv("VOICEBIAS_TEST_LLM_KEY")
-    monkeypatch.setattr("voicebias.generate._load_dotenv", lambda: None)
+    monkeypatch.setattr("voicebias.secrets._default_root", lambda: tmp_path)  # no .env there
     with pytest.raises(LLMError, match="set VOICEBIAS_TEST_LLM_KEY"):
         OpenAICompatibleChat("writer-1", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY")
 

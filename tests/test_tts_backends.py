@@ -126,8 +126,8 @@ def test_azure_retries_when_throttled(azure):
     assert len(FakeAzure.requests) == 3 and x.size > 0
 
 
-def test_azure_missing_key_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr("voicebias.tts.azure._load_dotenv", lambda: None)
+def test_azure_missing_key_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr("voicebias.secrets._default_root", lambda: tmp_path)  # no .env there
     monkeypatch.delenv("AZURE_SPEECH_KEY", raising=False)
     with pytest.raises(RuntimeError, match="AZURE_SPEECH_KEY"):
         get_backend("azure")

@@ -332,6 +332,7 @@ def test_convert_batch_end_to_end(setup, tmp_path, monkeypatch):
     record = tmp_path / "received"
     record.mkdir()
     monkeypatch.setenv("FAKE_VQVC_RECORD", str(record))
+    monkeypatch.setenv("VOICEBIAS_CHILD_ENV", "FAKE_VQVC_RECORD")  # named, so the driver sees it
     src = tmp_path / "src"
     src.mkdir()
     durations = {"a": 0.5, "b": 0.73, "c": 1.0, "d": 0.61}
@@ -382,6 +383,7 @@ def test_convert_batch_end_to_end(setup, tmp_path, monkeypatch):
 def test_driver_failing_as_a_whole_raises_with_its_stderr(setup, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_VQVC_RECORD", str(tmp_path))
     monkeypatch.setenv("FAKE_VQVC_FAIL_LOAD", "1")
+    monkeypatch.setenv("VOICEBIAS_CHILD_ENV", "FAKE_VQVC_RECORD, FAKE_VQVC_FAIL_LOAD")
     sf.write(tmp_path / "a.wav", tone(0.3), SR)
     with pytest.raises(VQVCError) as err:
         convert_batch(setup, [{"input": tmp_path / "a.wav", "output": tmp_path / "o.wav", "condition": "creaky"}],

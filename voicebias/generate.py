@@ -33,9 +33,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import re
-import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -49,6 +46,8 @@ from voicebias.contract import LANGUAGES as LANGS
 from voicebias.contract import POLES
 from voicebias.exceptions import VoicebiasError
 from voicebias.lint import GLOSS_RULES, lint_text
+from voicebias.llm import ChatError, chat_completion, openai_client, parse_json_reply
+from voicebias.secrets import read_secret, redact
 
 LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
 UNIT_NAMES = {"en": "words", "es": "words", "zh": "Chinese characters"}
@@ -72,21 +71,10 @@ class LLMError(VoicebiasError, RuntimeError):
 
 # ------------------------------------------------------------------ backends
 
-def _load_dotenv() -> None:
-    from voicebias.config import ROOT
-
-    env = ROOT / ".env"
-    if env.exists():
-        from dotenv import load_dotenv
-
-        load_dotenv(env, override=False)
-
-
 def _key(env_name: str | None, who: str) -> str | None:
     if not env_name:
         return None
-    _load_dotenv()
-    key = os.environ.get(env_name, "").strip()
+    key = read_secret(env_name)
     if not key:
         raise LLMError(f"{who} needs an API key: set {env_name} in the environment or in .env")
     return key
@@ -110,7 +98,12 @@ class ChatBackend(ABC):
 
 
 class OpenAICompatibleChat(ChatBackend):
-    """POST {base_url}/chat/completions (OpenAI, vLLM, llama.cpp server, Ollama, ...)."""
+    """Chat completions at {base_url} (OpenAI, vLLM, llama.cpp server, Ollama, ...) through the openai SDK.
+
+    The SDK retries connection failures, 429 and 5xx up to `max_retries` times with its
+    own backoff, honouring Retry-After; `retry_wait_s` is the REST backends' setting and
+    does not apply here. Without `api_key_env` the placeholder key 'EMPTY' is sent.
+    """
 
     kind = "openai"
 
@@ -121,44 +114,29 @@ class OpenAICompatibleChat(ChatBackend):
         self.key = _key(api_key_env, f"the OpenAI-compatible endpoint {self.base_url}")
         self.timeout_s, self.max_retries, self.retry_wait_s = float(timeout_s), int(max_retries), float(retry_wait_s)
         self.json_mode = bool(json_mode)
+        self.client = openai_client(self.base_url, self.key, self.timeout_s, self.max_retries)
 
     def complete(self, messages, temperature, max_tokens, seed=None):
-        import requests
-
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
-                                "max_tokens": max_tokens}
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
+                                  "max_tokens": max_tokens}
         if seed is not None:
-            body["seed"] = int(seed)
+            kwargs["seed"] = int(seed)
         if self.json_mode:
-            body["response_format"] = {"type": "json_object"}
-        headers = {"Content-Type": "application/json"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
+            kwargs["response_format"] = {"type": "json_object"}
         url = f"{self.base_url}/chat/completions"
-        for attempt in range(self.max_retries + 1):
-            try:
-                r = requests.post(url, json=body, headers=headers, timeout=self.timeout_s)
-            except requests.RequestException as exc:
-                if attempt == self.max_retries:
-                    raise LLMError(f"{url} unreachable: {exc}") from exc
-                time.sleep(self.retry_wait_s * 2 ** attempt)
-                continue
-            if r.status_code == 200:
-                try:
-                    return r.json()["choices"][0]["message"]["content"] or ""
-                except (ValueError, KeyError, IndexError, TypeError) as exc:
-                    raise LLMError(f"{url} answered 200 without choices[0].message.content") from exc
-            if r.status_code in (429, 500, 502, 503, 504) and attempt < self.max_retries:
-                wait = r.headers.get("Retry-After")
-                time.sleep(min(float(wait), 60.0) if wait and wait.isdigit() else self.retry_wait_s * 2 ** attempt)
-                continue
-            detail = r.text.strip()[:300]
-            if r.status_code in (401, 403):
-                raise LLMError(f"{url} rejected the API key ({r.status_code}): {detail}")
-            if r.status_code == 404:
-                raise LLMError(f"{url}: model '{self.model}' or endpoint not found (404): {detail}")
-            raise LLMError(f"{url} failed ({r.status_code}): {detail}")
-        raise LLMError("unreachable")  # pragma: no cover
+        try:
+            return chat_completion(self.client, **kwargs)[0]
+        except ChatError as exc:
+            detail = redact(exc.detail or str(exc), [self.key])
+            if exc.status is None:
+                raise LLMError(f"{url} unreachable: {detail}") from None
+            if exc.status == 200:
+                raise LLMError(f"{url} answered 200 without choices[0].message.content") from None
+            if exc.status in (401, 403):
+                raise LLMError(f"{url} rejected the API key ({exc.status}): {detail}") from None
+            if exc.status == 404:
+                raise LLMError(f"{url}: model '{self.model}' or endpoint not found (404): {detail}") from None
+            raise LLMError(f"{url} failed ({exc.status}): {detail}") from None
 
     def describe(self):
         return f"openai:{self.model}@{self.base_url}"
@@ -324,26 +302,6 @@ JUDGE_SYSTEM = (
 def judge_messages(text: str, lang: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": JUDGE_SYSTEM},
             {"role": "user", "content": f"Language: {LANG_NAMES[lang]}\nPassage:\n{text}"}]
-
-
-def parse_json_reply(reply: str) -> dict[str, Any] | None:
-    """The first JSON object in a reply (code fences and chatter around it are ignored)."""
-    if not reply:
-        return None
-    s = re.sub(r"^```(?:json)?\s*|\s*```$", "", reply.strip())
-    start = s.find("{")
-    while start != -1:
-        depth = 0
-        for i in range(start, len(s)):
-            depth += {"{": 1, "}": -1}.get(s[i], 0)
-            if depth == 0:
-                try:
-                    obj = json.loads(s[start:i + 1])
-                    return obj if isinstance(obj, dict) else None
-                except json.JSONDecodeError:
-                    break
-        start = s.find("{", start + 1)
-    return None
 
 
 def parse_rating(reply: str) -> dict[str, Any]:

@@ -10,12 +10,14 @@ item is recorded as failed with the last reason. Scores are never guessed or fil
 
 Backends (`get_judge(params)`, chosen by `backend`):
 
-- ``openai_compatible``: any OpenAI-compatible chat-completions endpoint
-  (``base_url``, ``model``: a pinned model name; key from ``api_key_env``);
-- ``gemini``: Google Gemini's REST ``generateContent`` method with the key in the
-  ``x-goog-api-key`` header (``model`` pinned; the served ``modelVersion`` is
-  recorded with every result; rate limits and 5xx answers are retried with back-off
-  before they count as a failure);
+- ``openai_compatible``: any OpenAI-compatible chat-completions endpoint through the
+  ``openai`` SDK (``base_url``, ``model``: a pinned model name; key from ``api_key_env``;
+  the SDK retries rate limits and 5xx answers up to ``max_retries`` times, honouring
+  Retry-After, before they count as a failure);
+- ``gemini``: Google Gemini's ``generateContent`` method through ``google-genai`` with
+  the key in the ``x-goog-api-key`` header (``model`` pinned; the served ``modelVersion``
+  is recorded with every result; rate limits and 5xx answers are retried with back-off,
+  honouring Retry-After or the server's retryDelay, before they count as a failure);
 - ``local_transformers``: an instruct model in a local folder (``weights``), run with
   its tokenizer's chat template and greedy decoding, never downloaded; the folder
   name and a hash of its config.json are recorded as the version;
@@ -23,20 +25,17 @@ Backends (`get_judge(params)`, chosen by `backend`):
   word-list heuristic, named for what it is (it is not a language model).
 
 Every result names the judge and the model version that produced it. API keys are
-read from the environment (or .env) and never written into errors or results.
+read from the environment (or .env, voicebias.secrets) and never written into errors or results.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from abc import ABC, abstractmethod
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -46,8 +45,11 @@ import yaml
 
 from voicebias.config import DATA, ROOT
 from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.llm import ChatError, chat_completion, extract_json_object, openai_client
+from voicebias.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
+from voicebias.secrets import require_secret
 from voicebias.registry import Registry
-from voicebias.systems.base import SetupError, redact, require_secret, resolve_path
+from voicebias.systems.base import SetupError, redact, resolve_path
 
 
 class InvalidJudgement(VoicebiasError, ValueError):
@@ -76,14 +78,10 @@ def build_prompt(prompt_text: str, continuation_text: str, rubric: dict[str, Any
 def parse_judgement(reply: str, rubric: dict[str, Any] | None = None) -> dict[str, int]:
     """Scores from a reply; raises InvalidJudgement naming what is wrong."""
     rubric = rubric or load_rubric()
-    text = reply.strip()
-    fenced = re.search(r"\{.*\}", text, flags=re.S)
-    if not fenced:
-        raise InvalidJudgement("reply holds no JSON object")
     try:
-        obj = json.loads(fenced.group(0))
-    except json.JSONDecodeError as exc:
-        raise InvalidJudgement(f"reply is not valid JSON ({exc.msg})") from None
+        obj = extract_json_object(reply)
+    except ValueError as exc:
+        raise InvalidJudgement(str(exc)) from None
     lo, hi = rubric["scale"]
     scores = {}
     for dim in rubric["dimensions"]:
@@ -163,56 +161,79 @@ def _check_attempts(max_attempts: int) -> int:
 
 
 class OpenAICompatibleJudge(_RetryingJudge):
-    """Chat completions over HTTP (POST {base_url}/chat/completions), temperature 0."""
+    """Chat completions at {base_url} through the openai SDK, temperature 0.
 
-    _retry_errors = (urllib.error.URLError, TimeoutError, KeyError, json.JSONDecodeError)
+    The SDK retries connection failures, 429 and 5xx up to `max_retries` times (its
+    backoff, honouring Retry-After); a refused request (400, 401, 403, 404) or spent
+    retries end the item as failed at once. The key is read on the first call.
+    """
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", max_attempts: int = 3,
-                 timeout_s: float = 60.0):
+                 timeout_s: float = 60.0, max_retries: int = 4, root: Path | None = None):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
         self.max_attempts = _check_attempts(max_attempts)
-        self.timeout_s = timeout_s
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.root = root
         self.name = f"openai_compatible:{model}"
         self.version = model
+        self._client = None
+        self.__key: str | None = None
 
-    def _key(self) -> str:
-        from voicebias.config import ROOT
-        from voicebias.systems.base import read_secret
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleJudge(model={self.model!r}, base_url={self.base_url!r})"
 
-        key = read_secret(self.api_key_env, ROOT)
-        if not key:
-            raise RuntimeError(f"the judge needs {self.api_key_env} in the environment or .env")
-        return key
+    def _redact(self, text: str) -> str:
+        return redact(text, [self.__key])
 
     def _complete(self, content: str) -> Reply:
-        body = json.dumps({"model": self.model, "temperature": 0,
-                           "messages": [{"role": "user", "content": content}]}).encode()
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, method="POST", headers={
-            "Content-Type": "application/json", "Authorization": f"Bearer {self._key()}"})
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-            payload = json.loads(resp.read())
-        return Reply(payload["choices"][0]["message"]["content"], str(payload.get("model") or self.model))
+        if self._client is None:
+            self.__key = require_secret("the openai_compatible judge", self.api_key_env,
+                                        ROOT if self.root is None else self.root, error=SetupError)
+            self._client = openai_client(self.base_url, self.__key, self.timeout_s, self.max_retries)
+        try:
+            text, model = chat_completion(self._client, model=self.model, temperature=0,
+                                          messages=[{"role": "user", "content": content}])
+        except ChatError as exc:
+            if exc.status == 200:
+                return Reply("", self.version, "the answer holds no message content")
+            where = f"the judge endpoint {self.base_url}"
+            if exc.status is None:
+                raise JudgeCallError(self._redact(f"{where} is unreachable after {self.max_retries + 1} tries: "
+                                                  f"{exc.detail}")) from None
+            spent = f" after {self.max_retries + 1} tries" if exc.status in RETRYABLE_STATUS else ""
+            raise JudgeCallError(self._redact(f"{where} answered HTTP {exc.status}{spent}: {exc.detail}")) from None
+        return Reply(text, model or self.model)
 
 
-#: HTTP statuses worth asking again after a pause (rate limit, server-side trouble).
-_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 #: Candidate finish reasons that mean the model stopped for a reason other than being done.
 _GEMINI_ABNORMAL_FINISH = frozenset({"MAX_TOKENS", "SAFETY", "RECITATION", "LANGUAGE", "BLOCKLIST",
                                      "PROHIBITED_CONTENT", "SPII", "MALFORMED_FUNCTION_CALL", "OTHER"})
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions google-genai's HTTP transport raises when the server cannot be reached."""
+    found: list[type[BaseException]] = [OSError, TimeoutError]
+    for name in ("httpx2", "httpx"):
+        try:
+            found.append(__import__(name).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
 class GeminiJudge(_RetryingJudge):
-    """Google Gemini over REST: POST {base_url}/v1beta/models/{model}:generateContent.
+    """Google Gemini through google-genai: generateContent at {base_url}/v1beta/models/{model}.
 
     The key travels in the `x-goog-api-key` header only (never in the URL). The request is
     the rubric prompt as one user turn with temperature 0, a JSON response MIME type and
     `max_output_tokens`. 429 and 5xx answers and connection failures are retried up to
     `max_retries` times (honouring Retry-After or the server's retryDelay, capped at 60 s,
-    else exponential back-off from `retry_wait_s`) before the item is recorded as failed.
-    Gemini 2.5 models count their thinking against `max_output_tokens`; a reply cut off
-    there is an invalid judgement whose reason says MAX_TOKENS.
+    else exponential back-off from `retry_wait_s`; `sleep` waits) before the item is
+    recorded as failed. Gemini 2.5 models count their thinking against `max_output_tokens`;
+    a reply cut off there is an invalid judgement whose reason says MAX_TOKENS.
     """
 
     def __init__(self, model: str, base_url: str = "https://generativelanguage.googleapis.com",
@@ -231,7 +252,16 @@ class GeminiJudge(_RetryingJudge):
         self.name = f"gemini:{self.model}"
         self.version = self.model
         self.sleep = time.sleep
-        self.__key = require_secret("gemini judge", api_key_env, ROOT if root is None else root)
+        self.__key = require_secret("the gemini judge", api_key_env, ROOT if root is None else root,
+                                    error=SetupError)
+        try:
+            from google import genai
+            from google.genai import types
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise SetupError("the gemini judge needs 'google-genai' (pip install google-genai==3.3.0)") from exc
+        self._types = types
+        self._client = genai.Client(api_key=self.__key, http_options=types.HttpOptions(
+            base_url=self.base_url, api_version="v1beta", timeout=int(self.timeout_s * 1000)))
 
     def __repr__(self) -> str:
         return f"GeminiJudge(model={self.model!r}, base_url={self.base_url!r})"
@@ -243,75 +273,63 @@ class GeminiJudge(_RetryingJudge):
     def url(self) -> str:
         return f"{self.base_url}/v1beta/models/{urllib.parse.quote(self.model, safe='-._')}:generateContent"
 
-    def request_body(self, content: str) -> dict[str, Any]:
-        return {"contents": [{"role": "user", "parts": [{"text": content}]}],
-                "generationConfig": {"temperature": 0, "responseMimeType": "application/json",
-                                     "maxOutputTokens": self.max_output_tokens}}
-
     @staticmethod
-    def _error_detail(exc: urllib.error.HTTPError) -> tuple[str, float | None]:
-        """The server's error message and its retry hint (Retry-After header or RetryInfo.retryDelay)."""
-        try:
-            body = exc.read().decode("utf-8", "replace")
-        except OSError:
-            body = ""
-        message, wait = body.strip()[:300], None
-        try:
-            err = json.loads(body).get("error") or {}
-            message = str(err.get("message") or err.get("status") or message)[:300]
-            for d in err.get("details") or []:
-                m = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(d.get("retryDelay", "")))
-                if m:
-                    wait = float(m.group(1))
-        except (ValueError, AttributeError, TypeError):
-            pass
-        header = (exc.headers.get("Retry-After") or "").strip() if exc.headers else ""
-        if re.fullmatch(r"\d+(?:\.\d+)?", header):
-            wait = float(header)
-        return message, wait
+    def _error_detail(exc: Any) -> tuple[str, float | None]:
+        """The server's error message and its retry hint (Retry-After header, else RetryInfo.retryDelay)."""
+        message, wait = str(exc.message or exc.status or exc)[:300], None
+        body = exc.details if isinstance(exc.details, dict) else {}
+        err = body.get("error") if isinstance(body.get("error"), dict) else body
+        for d in err.get("details") or []:
+            m = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(d.get("retryDelay", "")) if isinstance(d, dict) else "")
+            if m:
+                wait = float(m.group(1))
+        header = retry_after_s(getattr(exc.response, "headers", None))
+        return message, header if header is not None else wait
 
-    def _post(self, body: dict[str, Any]) -> bytes:
-        data = json.dumps(body).encode()
-        for retry in range(self.max_retries + 1):
-            req = urllib.request.Request(self.url, data=data, method="POST", headers={
-                "Content-Type": "application/json", "x-goog-api-key": self.__key})
+    def _generate(self, content: str) -> Any:
+        from google.genai import errors
+
+        t = self._types
+        contents = [t.Content(role="user", parts=[t.Part(text=content)])]
+        config = t.GenerateContentConfig(temperature=0, response_mime_type="application/json",
+                                         max_output_tokens=self.max_output_tokens)
+        tries = self.max_retries + 1
+        transport = _transport_errors()
+
+        def once() -> Any:
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return resp.read()
-            except urllib.error.HTTPError as exc:
+                return self._client.models.generate_content(model=self.model, contents=contents, config=config)
+            except errors.APIError as exc:
                 message, wait = self._error_detail(exc)
-                if exc.code in _RETRYABLE_STATUS and retry < self.max_retries:
-                    self.sleep(min(wait, 60.0) if wait is not None else self.retry_wait_s * 2 ** retry)
-                    continue
-                spent = f" after {retry + 1} tries" if exc.code in _RETRYABLE_STATUS else ""
-                raise JudgeCallError(self._redact(f"Gemini '{self.model}' answered HTTP {exc.code}{spent}: {message}")
-                                     ) from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                if retry < self.max_retries:
-                    self.sleep(self.retry_wait_s * 2 ** retry)
-                    continue
-                reason = getattr(exc, "reason", exc)
-                raise JudgeCallError(self._redact(f"Gemini unreachable at {self.base_url} after {retry + 1} tries: "
-                                                  f"{reason}")) from None
-        raise JudgeCallError("unreachable")  # pragma: no cover
+                if exc.code in RETRYABLE_STATUS:
+                    raise Retryable(JudgeCallError(self._redact(
+                        f"Gemini '{self.model}' answered HTTP {exc.code} after {tries} tries: {message}")), wait) from None
+                raise JudgeCallError(self._redact(f"Gemini '{self.model}' answered HTTP {exc.code}: {message}")) from None
+            except transport as exc:
+                raise Retryable(JudgeCallError(self._redact(
+                    f"Gemini unreachable at {self.base_url} after {tries} tries: {exc}"))) from None
+
+        return with_retries(once, max_retries=self.max_retries, base_s=self.retry_wait_s, sleep=self.sleep)
 
     def _complete(self, content: str) -> Reply:
-        raw = self._post(self.request_body(content))
+        from google.genai import errors
+
         try:
-            payload = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            resp = self._generate(content)
+        except errors.UnknownApiResponseError:
             return Reply("", self.version, "Gemini's answer body is not JSON")
-        if not isinstance(payload, dict):
-            return Reply("", self.version, "Gemini's answer is not a JSON object")
-        version = str(payload.get("modelVersion") or self.version)
-        candidates = payload.get("candidates") or []
+        version = str(getattr(resp, "model_version", None) or self.version)
+        candidates = resp.candidates or []
         if not candidates:
-            block = (payload.get("promptFeedback") or {}).get("blockReason")
+            feedback = resp.prompt_feedback
+            block = getattr(feedback, "block_reason", None) if feedback is not None else None
+            block = getattr(block, "value", block)
             return Reply("", version, f"no candidate; prompt blocked: {block}" if block else "no candidate")
-        cand = candidates[0] or {}
-        parts = (cand.get("content") or {}).get("parts") or []
-        text = "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict) and not p.get("thought"))
-        finish = str(cand.get("finishReason") or "")
+        cand = candidates[0]
+        parts = (cand.content.parts if cand.content is not None else None) or []
+        text = "".join(p.text or "" for p in parts if not p.thought)
+        finish = cand.finish_reason
+        finish = str(getattr(finish, "value", finish) or "")
         return Reply(text, version, f"finishReason {finish}" if finish in _GEMINI_ABNORMAL_FINISH else "")
 
 
@@ -410,7 +428,8 @@ def _openai_compatible(params: dict[str, Any]) -> "OpenAICompatibleJudge":
     backend = "openai_compatible"
     return OpenAICompatibleJudge(_required(params, "base_url", backend, "the endpoint's URL"),
                                  _required(params, "model", backend, "the served model name"),
-                                 params["api_key_env"] or JUDGES.meta(backend)["key_env"], params["max_attempts"])
+                                 params["api_key_env"] or JUDGES.meta(backend)["key_env"], params["max_attempts"],
+                                 timeout_s=params["timeout_s"], max_retries=params["max_retries"])
 
 
 def _gemini(params: dict[str, Any]) -> "GeminiJudge":

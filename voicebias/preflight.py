@@ -8,12 +8,12 @@ file at the repository root, and only their presence is reported.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from voicebias.config import ROOT
+from voicebias.secrets import read_secret
 
 
 @dataclass
@@ -21,14 +21,6 @@ class Check:
     component: str
     ok: bool
     detail: str
-
-
-def _load_dotenv(root: Path) -> None:
-    env = root / ".env"
-    if env.exists():
-        from dotenv import load_dotenv
-
-        load_dotenv(env, override=False)
 
 
 def gpu_available() -> bool:
@@ -43,7 +35,7 @@ def gpu_available() -> bool:
 def _requirements(component: str, req: dict[str, Any], root: Path, has_gpu: bool) -> list[Check]:
     checks = []
     for var in req.get("env", []):
-        present = bool(os.environ.get(var))
+        present = read_secret(var, root) is not None
         checks.append(Check(component, present, f"environment variable {var} is {'set' if present else 'not set (put it in the environment or .env)'}"))
     if req.get("gpu"):
         checks.append(Check(component, has_gpu, "CUDA GPU found" if has_gpu else "needs a CUDA GPU; none is visible to PyTorch"))
@@ -60,7 +52,6 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     from voicebias.phonation import CONVERTERS
     from voicebias.systems import ADAPTERS, PLANNED_ADAPTERS, load_card
 
-    _load_dotenv(root)
     has_gpu = gpu_available()
     checks: list[Check] = []
     backend = params["tts"]["backend"]

@@ -41,6 +41,7 @@ from voicebias.contract import (
 )
 from voicebias.cache import JsonCache, atomic_write_json, content_key
 from voicebias.exceptions import ConfigError
+from voicebias.retry import backoff_s
 from voicebias.systems.base import (
     ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest, TransientError,
 )
@@ -84,6 +85,12 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _wait_s(policy: RetryPolicy, attempt: int, exc: TransientError) -> float:
+    """The wait after failed attempt `attempt` (1-based): the backoff, or the server's longer hint, capped."""
+    return min(max(backoff_s(attempt - 1, policy.base_delay_s, policy.max_delay_s), exc.retry_after_s or 0.0),
+               policy.max_delay_s)
+
+
 def call_with_retries(system: SystemUnderTest, request: Any, policy: RetryPolicy, sleep: Callable[[float], Any] = time.sleep,
                       errors: list[str] | None = None) -> tuple[S2SResponse, int]:
     """(response, attempts). Transient errors retry with backoff; others fail at once.
@@ -92,7 +99,6 @@ def call_with_retries(system: SystemUnderTest, request: Any, policy: RetryPolicy
     or the server's Retry-After hint if that is longer (still capped). Transient
     error messages are appended to `errors` (provenance of the retries).
     """
-    delay = policy.base_delay_s
     for attempt in range(1, policy.max_attempts + 1):
         try:
             return system.call(request), attempt
@@ -103,9 +109,7 @@ def call_with_retries(system: SystemUnderTest, request: Any, policy: RetryPolicy
                 errors.append(str(exc))
             if attempt == policy.max_attempts:
                 return S2SResponse.failed(f"transient error after {attempt} attempts: {exc}"), attempt
-            wait_s = max(delay, exc.retry_after_s or 0.0)
-            sleep(min(wait_s, policy.max_delay_s))
-            delay *= 2
+            sleep(_wait_s(policy, attempt, exc))
         except Exception as exc:  # one bad item must not kill the run
             return S2SResponse.failed(f"{type(exc).__name__}: {exc}"), attempt
     raise AssertionError("unreachable")
@@ -124,7 +128,6 @@ def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], po
         resp, n = call_with_retries(system, requests[0], policy, sleep, errs)
         return [(resp, n, errs)]
     errs = []
-    delay = policy.base_delay_s
     for attempt in range(1, policy.max_attempts + 1):
         try:
             out = system.call_batch(list(requests))
@@ -137,8 +140,7 @@ def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], po
             errs.append(f"batch: {exc}")
             if attempt == policy.max_attempts:
                 break
-            sleep(min(max(delay, exc.retry_after_s or 0.0), policy.max_delay_s))
-            delay *= 2
+            sleep(_wait_s(policy, attempt, exc))
         except Exception as exc:
             errs.append(f"batch: {type(exc).__name__}: {exc}")
             break

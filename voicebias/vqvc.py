@@ -88,6 +88,7 @@ from voicebias.contract import CONDITIONS
 from voicebias.phonation_presets import (
     FEATURES, FRAME_S, PAPER_PRESETS, conditioning, n_frames, presets_from_params,
 )
+from voicebias.secrets import child_env
 from voicebias.systems.base import SetupError, resolve_path
 
 REPO_URL = "https://github.com/Hfkml/VQVC"
@@ -343,10 +344,9 @@ def _tail(text: str | bytes | None, n: int = 20) -> str:
 
 
 def _child_env(cfg: VQVCConfig) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(cfg.repo), *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    """The allow-listed environment (voicebias.secrets.child_env) with the checkout on PYTHONPATH."""
+    return child_env({"PYTHONPATH": os.pathsep.join([str(cfg.repo), *filter(None, [os.environ.get("PYTHONPATH")])]),
+                      "PYTHONUNBUFFERED": "1"})
 
 
 def _prepare(src: str | os.PathLike[str], dest: Path) -> float:

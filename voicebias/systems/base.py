@@ -23,11 +23,12 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from voicebias.exceptions import VoicebiasError
+from voicebias.secrets import redact  # noqa: F401  (the adapters' redaction, kept importable here)
 
 #: Prompt and continuation lengths of the speech-continuation protocol (SC paper), in s.
 CONTINUATION_PROMPT_S = (3.0, 5.0)
@@ -200,44 +201,6 @@ class ContinuationSystem(SystemUnderTest):
 
 # ---------------------------------------------------------------------------
 # helpers shared by the adapters
-
-def read_secret(var: str, root: Path | None = None) -> str | None:
-    """The value of environment variable `var`, else of `var` in <root>/.env; None if absent.
-
-    The .env file is read without copying it into the environment. Callers must never
-    log, store or echo the value (see :func:`redact`).
-    """
-    value = os.environ.get(var)
-    if value:
-        return value
-    env = Path(root) / ".env" if root else None
-    if env is not None and env.exists():
-        from dotenv import dotenv_values
-
-        value = dotenv_values(env).get(var)
-    return value or None
-
-
-def require_secret(system: str, var: str, root: Path | None = None) -> str:
-    value = read_secret(var, root)
-    if not value:
-        raise SetupError(f"system '{system}' needs the environment variable {var} "
-                         "(set it in the environment or in .env at the repository root)")
-    return value
-
-
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """`text` with every secret (and every 8+ character piece a server may echo) replaced."""
-    for s in secrets:
-        if s:
-            text = text.replace(s, "[redacted]")
-            if len(s) >= 16:  # servers echo keys partly masked: hide any long run of the key
-                for i in range(0, len(s) - 8 + 1):
-                    piece = s[i:i + 8]
-                    if piece in text:
-                        text = text.replace(piece, "[redacted]")
-    return text
-
 
 def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
     """A path from a card or params, relative to the repository root unless absolute."""

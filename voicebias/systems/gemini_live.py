@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from voicebias.audio import read_audio
-from voicebias.systems.base import (
-    S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, read_secret, redact,
-)
+from voicebias.retry import retry_after_s
+from voicebias.secrets import read_secret
+from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact
 
 INPUT_RATE = 16000          # Hz, what the Live API takes
 OUTPUT_RATE = 24000         # Hz, what it returns unless the mime type says otherwise
@@ -164,7 +164,7 @@ class GeminiLiveSystem(S2SSystem):
             status = exc.response.status_code
             msg = redact(f"HTTP {status} at the websocket handshake", self._secrets)
             if status in TRANSIENT_HTTP:
-                raise TransientError(msg, retry_after_s=_retry_after(exc.response.headers)) from exc
+                raise TransientError(msg, retry_after_s=retry_after_s(exc.response.headers)) from exc
             raise RuntimeError(msg) from None
         except genai_errors.APIError as exc:
             msg = redact(f"Live API error {exc.code}: {exc.message or exc.status or ''}".strip(), self._secrets)
@@ -175,11 +175,3 @@ class GeminiLiveSystem(S2SSystem):
             raise TransientError(redact(f"connection closed: {exc}", self._secrets)) from exc
         except OSError as exc:
             raise TransientError(redact(f"connection error: {exc}", self._secrets)) from exc
-
-
-def _retry_after(headers: Any) -> float | None:
-    try:
-        value = headers.get("Retry-After") if headers is not None else None
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None

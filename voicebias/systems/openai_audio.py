@@ -35,7 +35,9 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
-from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact, require_secret
+from voicebias.retry import retry_after_s
+from voicebias.secrets import require_secret
+from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact
 
 #: HTTP statuses worth retrying: timeout, conflict, rate limit, server errors
 TRANSIENT_STATUS = {408, 409, 429}
@@ -48,20 +50,6 @@ def _import_openai() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise SetupError("the OpenAI adapters need the 'openai' package (pip install openai==3.51.0)") from exc
     return openai
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from a Retry-After / retry-after-ms header, if the server sent one."""
-    if headers is None:
-        return None
-    try:
-        if headers.get("retry-after-ms") is not None:
-            return float(headers["retry-after-ms"]) / 1000.0
-        if headers.get("retry-after") is not None:
-            return float(headers["retry-after"])
-    except (TypeError, ValueError):
-        return None
-    return None
 
 
 def decode_audio(data_b64: str, audio_format: str) -> tuple[np.ndarray, int]:
@@ -108,7 +96,7 @@ class OpenAIAudioSystem(S2SSystem):
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env") or self.default_key_env
-        return require_secret(self.name, var, root)
+        return require_secret(f"system '{self.name}'", var, root, error=SetupError)
 
     def endpoint(self) -> str:
         """Where calls go (scheme and host only: no credentials, no query)."""
@@ -151,7 +139,7 @@ class OpenAIAudioSystem(S2SSystem):
         except openai.APIStatusError as exc:
             msg = redact(f"HTTP {exc.status_code}: {exc.message}", self._secrets)
             if exc.status_code in TRANSIENT_STATUS or exc.status_code >= 500:
-                raise TransientError(msg, retry_after_s=_retry_after(exc.response.headers)) from exc
+                raise TransientError(msg, retry_after_s=retry_after_s(exc.response.headers)) from exc
             raise RuntimeError(msg) from None
         return self.parse(completion, kwargs["audio"]["voice"])
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from voicebias.systems.base import require_secret
+from voicebias.secrets import require_secret
+from voicebias.systems.base import SetupError
 from voicebias.systems.openai_audio import OpenAIAudioSystem
 
 NO_KEY = "EMPTY"  # placeholder for servers that take no key; not a secret
@@ -42,4 +43,4 @@ class OpenAICompatibleSystem(OpenAIAudioSystem):
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env")
-        return require_secret(self.name, var, root) if var else NO_KEY
+        return require_secret(f"system '{self.name}'", var, root, error=SetupError) if var else NO_KEY

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from voicebias.audio import read_audio, write_audio
+from voicebias.secrets import child_env
 from voicebias.systems.base import (
     ContinuationRequest, ContinuationSystem, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError,
     resolve_path,
@@ -204,10 +205,11 @@ class RepositoryBackend:
         self.worker: Worker | None = None
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_TOKEN", "_SECRET"))}
-        env["PYTHONPATH"] = os.pathsep.join([str(self.checkout), *filter(None, [env.get("PYTHONPATH")])])
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
+        """The allow-listed environment (voicebias.secrets.child_env) with the checkout on PYTHONPATH:
+        no key of this process reaches the repository's code."""
+        return child_env({"PYTHONPATH": os.pathsep.join([str(self.checkout),
+                                                         *filter(None, [os.environ.get("PYTHONPATH")])]),
+                          "PYTHONUNBUFFERED": "1"})
 
     def driver_config(self) -> dict[str, Any]:
         settings = self.system.generation_settings()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
 import time
 from pathlib import Path
@@ -26,6 +25,8 @@ import soundfile as sf
 
 from voicebias.cache import atomic_write_bytes
 from voicebias.exceptions import VoicebiasError
+from voicebias.retry import post_with_retries
+from voicebias.secrets import read_secret
 from voicebias.tts import TTSBackend
 
 KEY_ENV = "AZURE_SPEECH_KEY"
@@ -38,16 +39,6 @@ _VOICE = re.compile(r"^([a-z]{2,3}-[A-Z]{2})-\w+$")
 
 class AzureTTSError(VoicebiasError, RuntimeError):
     """The Azure service refused or failed a request; the message says why in plain words."""
-
-
-def _load_dotenv() -> None:
-    from voicebias.config import ROOT
-
-    env = ROOT / ".env"
-    if env.exists():
-        from dotenv import load_dotenv
-
-        load_dotenv(env, override=False)
 
 
 def voice_locale(voice: str) -> str:
@@ -80,14 +71,13 @@ class AzureTTS(TTSBackend):
     def __init__(self, rate_wpm: int | None = None, output_format: str = DEFAULT_FORMAT,
                  endpoint: str | None = None, cache_dir: str | Path | None = None, timeout_s: float = 60.0,
                  max_retries: int = 4, retry_wait_s: float = 2.0):
-        _load_dotenv()
-        self.key = os.environ.get(KEY_ENV, "").strip()
+        self.key = read_secret(KEY_ENV) or ""
         if not self.key:
             raise AzureTTSError(
                 f"Azure TTS needs a subscription key: set {KEY_ENV} (and {REGION_ENV}) in the environment or in .env"
             )
-        endpoint = endpoint or os.environ.get(ENDPOINT_ENV)
-        region = os.environ.get(REGION_ENV, "").strip()
+        endpoint = endpoint or read_secret(ENDPOINT_ENV)
+        region = self.region = read_secret(REGION_ENV) or ""
         if not endpoint:
             if not region:
                 raise AzureTTSError(f"Azure TTS needs the resource's region: set {REGION_ENV} (e.g. 'westeurope')")
@@ -105,6 +95,7 @@ class AzureTTS(TTSBackend):
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.retry_wait_s = float(retry_wait_s)
+        self.sleep = time.sleep  # the wait between tries (voicebias.retry)
 
     def request(self, text: str, voice: str) -> tuple[dict[str, str], bytes]:
         """The headers and SSML body of the POST for one utterance."""
@@ -123,30 +114,22 @@ class AzureTTS(TTSBackend):
     def _post(self, headers: dict[str, str], body: bytes, voice: str) -> bytes:
         import requests
 
-        for attempt in range(self.max_retries + 1):
-            try:
-                r = requests.post(self.endpoint, headers=headers, data=body, timeout=self.timeout_s)
-            except requests.RequestException as exc:
-                if attempt == self.max_retries:
-                    raise AzureTTSError(f"Azure TTS unreachable at {self.endpoint}: {exc}") from exc
-                time.sleep(self.retry_wait_s * 2 ** attempt)
-                continue
-            if r.status_code == 200:
-                if not r.content:
-                    raise AzureTTSError(f"Azure TTS returned no audio for voice '{voice}'")
-                return r.content
-            detail = r.text.strip()[:300]
-            if r.status_code in (401, 403):
-                raise AzureTTSError(f"Azure TTS rejected the key ({r.status_code}): check {KEY_ENV} and that the "
-                                    f"resource lives in region '{os.environ.get(REGION_ENV, '?')}'")
-            if r.status_code == 400:
-                raise AzureTTSError(f"Azure TTS rejected the request for voice '{voice}' (400): {detail or 'bad SSML'}")
-            if r.status_code in (429, 500, 502, 503, 504) and attempt < self.max_retries:
-                wait = r.headers.get("Retry-After")
-                time.sleep(min(float(wait), 60.0) if wait and wait.isdigit() else self.retry_wait_s * 2 ** attempt)
-                continue
-            raise AzureTTSError(f"Azure TTS failed for voice '{voice}' ({r.status_code}): {detail}")
-        raise AzureTTSError("unreachable")  # pragma: no cover
+        try:
+            r = post_with_retries(self.endpoint, headers=headers, data=body, timeout_s=self.timeout_s,
+                                  max_retries=self.max_retries, base_s=self.retry_wait_s, sleep=self.sleep)
+        except requests.RequestException as exc:
+            raise AzureTTSError(f"Azure TTS unreachable at {self.endpoint}: {exc}") from exc
+        if r.status_code == 200:
+            if not r.content:
+                raise AzureTTSError(f"Azure TTS returned no audio for voice '{voice}'")
+            return r.content
+        detail = r.text.strip()[:300]
+        if r.status_code in (401, 403):
+            raise AzureTTSError(f"Azure TTS rejected the key ({r.status_code}): check {KEY_ENV} and that the "
+                                f"resource lives in region '{self.region or '?'}'")
+        if r.status_code == 400:
+            raise AzureTTSError(f"Azure TTS rejected the request for voice '{voice}' (400): {detail or 'bad SSML'}")
+        raise AzureTTSError(f"Azure TTS failed for voice '{voice}' ({r.status_code}): {detail}")
 
     def _decode(self, audio: bytes) -> tuple[np.ndarray, int]:
         if self._container == "raw":
