@@ -14,11 +14,13 @@ import json
 import re
 from typing import Any
 
+from voicebias.exceptions import VoicebiasError
+
 #: The key sent to servers that take none (vLLM, llama.cpp, Ollama); not a secret.
 NO_KEY = "EMPTY"
 
 
-class ChatError(RuntimeError):
+class ChatError(VoicebiasError, RuntimeError):
     """A chat request failed for good: refused, not found, or retries spent.
 
     `status` is the HTTP status (None when the server was not reached) and `detail`

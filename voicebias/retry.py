@@ -19,6 +19,8 @@ import math
 import time
 from typing import Any, Callable, TypeVar
 
+from voicebias.exceptions import VoicebiasError
+
 T = TypeVar("T")
 
 #: HTTP statuses worth asking again after a pause: rate limit, server-side trouble.
@@ -61,7 +63,7 @@ def backoff_s(attempt: int, base_s: float, cap_s: float = MAX_WAIT_S) -> float:
     return min(float(base_s) * 2.0 ** attempt, float(cap_s))
 
 
-class Retryable(Exception):
+class Retryable(VoicebiasError):
     """Raised by one try to ask for another.
 
     `retry_after_s` is the server's hint; when the tries are spent, `with_retries`
