@@ -4,7 +4,7 @@ Synthesises N stimuli with eSpeak NG (passages of the shipped bank, both voices,
 all languages, loudness-normalised 16 kHz FLAC as the stimuli stage writes them),
 then times, in one run:
 
-1. voicebias.acoustics.measure_files on every core (F0, F1-F3, formant index,
+1. voicebias.instruments.acoustics.measure_files on every core (F0, F1-F3, formant index,
    H1-H2, H1-A3 and their corrected forms, CPPS, HNR);
 2. openSMILE eGeMAPSv02 functionals (88 features), one process, and with as
    many workers as cores.
@@ -33,7 +33,7 @@ import pandas as pd
 def synthesise(n_files: int, out_dir: Path) -> pd.DataFrame:
     from voicebias import config
     from voicebias.audio import normalize_rms, resample, write_audio
-    from voicebias.bank import load_bank
+    from voicebias.stimuli.bank import load_bank
     from voicebias.tts import get_backend
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -66,7 +66,7 @@ def main() -> None:
     import opensmile
 
     from voicebias import config
-    from voicebias.acoustics import MeasureSettings, measure_files
+    from voicebias.instruments.acoustics import MeasureSettings, measure_files
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["acoustics"]
     tmp = tempfile.TemporaryDirectory()

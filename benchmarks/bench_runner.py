@@ -2,7 +2,7 @@
 
 A fake OpenAI audio server (tests/fakes/openai_server.py, real HTTP on 127.0.0.1)
 answers every request after a fixed latency. The OpenAI adapter and the runner
-(voicebias.respond.run_task) send N requests at concurrency C into an empty cache.
+(voicebias.systems.runner.run_task) send N requests at concurrency C into an empty cache.
 Ideal wall time: ceil(N / C) x latency. Acceptance (issue 6): within 1.3x of N / C x latency.
 
 Usage: python benchmarks/bench_runner.py [--requests 180] [--concurrency 8] [--latency 0.5]
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer  # noqa: E402
 from tests.fakes.stimuli import make_stimuli  # noqa: E402
-from voicebias.respond import ResponseCache, RetryPolicy, run_task  # noqa: E402
+from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task  # noqa: E402
 from voicebias.systems import build_system  # noqa: E402
 from voicebias.tasks import Task  # noqa: E402
 

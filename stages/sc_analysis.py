@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.sc_analysis import analysis_stage
+from voicebias.analysis.sc import analysis_stage
 
 if __name__ == "__main__":
     params = stage_params("sc_analysis")

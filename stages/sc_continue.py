@@ -4,7 +4,7 @@ import argparse
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.sc_continue import continue_stage
+from voicebias.pipeline.sc_continue import continue_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

@@ -4,7 +4,7 @@ import argparse
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.sc_scoring import score_stage
+from voicebias.scoring.continuation import score_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

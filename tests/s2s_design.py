@@ -3,8 +3,8 @@
 3 languages x 3 content poles x `passages` passages per pole, each passage voiced by
 a male and a female voice (stimulus = passage x voice), as the stimulus manifest of
 the embedded default (10 passages per cell). Describe rows follow the scored table
-(voicebias.scoring: one judged_gender per stimulus and system); acoustic rows follow
-voicebias.acoustic_scoring.score_outputs (delta = output - input, one row per
+(voicebias.scoring.text: one judged_gender per stimulus and system); acoustic rows follow
+voicebias.scoring.acoustic.score_outputs (delta = output - input, one row per
 system x task x stimulus).
 """
 
@@ -49,7 +49,7 @@ def misgender_table(rng: np.random.Generator, rate: dict[str, float], passages: 
                     system: str = "s") -> pd.DataFrame:
     """Scored describe answers misgendering the input voice with probability rate[cell type]
     (aligned, neutral, misaligned), every answer compliant."""
-    from voicebias.stats import cell_type
+    from voicebias.analysis.stats import cell_type
 
     d = stimuli(passages)
     p = np.array([rate[cell_type(pl, v)] for pl, v in zip(d["pole"], d["voice_gender"])])

@@ -2,7 +2,7 @@
 
 prompts x 4 voices (2 per gender) x 4 phonation conditions; every stimulus is measured
 once as a prompt and once per continuation system, in the long format of
-`voicebias.sc_analysis.vq_long` (prompt rows have no system).
+`voicebias.analysis.sc.vq_long` (prompt rows have no system).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import pytest
 import soundfile as sf
 from scipy.signal import lfilter
 
-from voicebias.acoustics import MEASURE_COLUMNS, MeasureSettings, measure_files, measure_signal
+from voicebias.instruments.acoustics import MEASURE_COLUMNS, MeasureSettings, measure_files, measure_signal
 from voicebias.audio import AudioError
-from voicebias.classifiers import AcousticNormsClassifier
+from voicebias.instruments.classifiers import AcousticNormsClassifier
 from voicebias.tts import get_backend
 
 SR = 16000

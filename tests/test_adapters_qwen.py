@@ -175,7 +175,7 @@ def test_tiny_model_answers_with_text_and_24khz_speech(tiny_qwen, tmp_path):
     import soundfile as sf
 
     from tests.fakes.stimuli import make_stimuli
-    from voicebias.respond import ResponseCache, run_task, validate_responses
+    from voicebias.systems.runner import ResponseCache, run_task, validate_responses
     from voicebias.systems.base import S2SRequest
     from voicebias.tasks import load_tasks
 
@@ -209,7 +209,7 @@ def test_tiny_model_answers_with_text_and_24khz_speech(tiny_qwen, tmp_path):
 
 def test_a_generation_that_raises_is_recorded_as_failed(tiny_qwen, tmp_path):
     from tests.fakes.stimuli import make_stimuli
-    from voicebias.respond import ResponseCache, build_requests, cache_key, run_task
+    from voicebias.systems.runner import ResponseCache, build_requests, cache_key, run_task
     from voicebias.tasks import load_tasks
 
     # 40 speech codes need 80 mel frames, more than the tiny DiT's 64: token2wav raises inside generate

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes.checkouts import command_checkout, kimi_checkout, kimi_weights
 from tests.fakes.stimuli import make_stimuli
-from voicebias.respond import ResponseCache, RetryPolicy, run_task, validate_responses
+from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.systems import SetupError, build_system, load_card
 from voicebias.systems.base import ContinuationRequest, S2SRequest
 from voicebias.tasks import Task, load_tasks
@@ -55,7 +55,7 @@ def test_worker_runs_the_driver_and_survives_crashes_hangs_and_errors(tmp_path):
     task = Task("describe", "test", "same", {"en": "unused"})
     system = kimi(tmp_path, timeout_s=3)
     policy = RetryPolicy(max_attempts=2, base_delay_s=0.0)
-    from voicebias.respond import call_with_retries
+    from voicebias.systems.runner import call_with_retries
 
     results = {}
     try:

@@ -35,8 +35,8 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
 
 def test_planted_key_never_stored_or_logged(tmp_path, monkeypatch, capfd):
     from voicebias.io import write_json, write_table
-    from voicebias.respond import run_stage
-    from voicebias.tracking import log_pipeline_run
+    from voicebias.systems.runner import run_stage
+    from voicebias.report.tracking import log_pipeline_run
 
     root = tmp_path / "proj"
     stim = make_stimuli(root, 6)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.analysis import describe_misgender, injection_controls, summarize_pronouns
+from voicebias.analysis.s2s import describe_misgender, injection_controls, summarize_pronouns
 
 
 def outputs(task: str, cells: dict) -> pd.DataFrame:
@@ -83,7 +83,7 @@ def test_describe_fisher_reports_each_voice_beside_the_pooled_test():
 
 
 def test_rq1_significance_counts_by_hand():
-    from voicebias.rq1 import rq1_significance_counts
+    from voicebias.analysis.rq1 import rq1_significance_counts
 
     contrasts = pd.DataFrame({"system": ["a"] * 4, "measure": ["delta_composite"] * 4,
                               "p_value": [0.01, 0.2, 0.04, 0.049], "signed_contrast": [0.3, 0.1, -0.2, 0.05]})
@@ -97,8 +97,8 @@ def test_rq1_significance_counts_by_hand():
 
 def test_planted_vs_recovered_reports_the_mixed_model_f0_effect_per_language():
     from tests.test_rq1 import deltas
-    from voicebias.analysis import describe_odds_ratios, planted_vs_recovered
-    from voicebias.rq1 import rq1_mixed_models
+    from voicebias.analysis.s2s import describe_odds_ratios, planted_vs_recovered
+    from voicebias.analysis.rq1 import rq1_mixed_models
 
     ac = deltas(drift=2.0, seed=3, noise=0.3).assign(system="drifting")
     ac["delta_f0_median_st"] = ac["delta_composite"]
@@ -116,7 +116,7 @@ def test_planted_vs_recovered_reports_the_mixed_model_f0_effect_per_language():
 
 
 def test_compliance_table_by_hand():
-    from voicebias.analysis import compliance
+    from voicebias.analysis.s2s import compliance
 
     rows = []
     for lang, task, status, judged in [

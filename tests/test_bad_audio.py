@@ -7,7 +7,7 @@ import pytest
 import soundfile as sf
 from scipy.signal import lfilter
 
-from voicebias.acoustics import MeasureSettings, exclusion_counts, measure_file, measure_files
+from voicebias.instruments.acoustics import MeasureSettings, exclusion_counts, measure_file, measure_files
 from voicebias.audio import AudioError, load_for_analysis, read_audio, resample
 
 SR = 16000

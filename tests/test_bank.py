@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from voicebias import config
-from voicebias.bank import load_bank, render_markdown, run_stage, validate_passages
+from voicebias.stimuli.bank import load_bank, render_markdown, run_stage, validate_passages
 from voicebias.contract import LANGUAGES, POLES
-from voicebias.lint import lint_hits
+from voicebias.stimuli.lint import lint_hits
 
 PARAMS = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
 WINDOW = PARAMS["bank"]["length_window"]
@@ -64,7 +64,7 @@ def test_markdown_lists_languages_in_order_with_provenance(bank):
 
 def test_review_cli_renders_one_language(tmp_path):
     out = tmp_path / "bank_es.md"
-    res = subprocess.run([sys.executable, "-m", "voicebias.bank", "render", "--lang", "es", "--out", str(out)],
+    res = subprocess.run([sys.executable, "-m", "voicebias.stimuli.bank", "render", "--lang", "es", "--out", str(out)],
                          capture_output=True, text=True, cwd=config.ROOT)
     assert res.returncode == 0, res.stderr
     md = out.read_text(encoding="utf-8")

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tests.test_validation import gate_inputs
-from voicebias.carrier_gate import carrier_gate, require_gate
+from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.validation import ValidationFailed
 
 
@@ -51,7 +51,7 @@ def test_strict_mode_changes_nothing_on_a_clean_carrier():
 def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
     from voicebias import config
     from voicebias.io import write_json
-    from voicebias.respond import run_stage
+    from voicebias.systems.runner import run_stage
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "responses" / "voice_faithful" / "readback"
@@ -66,7 +66,7 @@ def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
 
 def test_holm_adjustment_matches_r_p_adjust():
     from tests.rref import run_r
-    from voicebias.carrier_gate import holm
+    from voicebias.gates.carrier_gate import holm
 
     p = [0.045, 0.179, 0.128, 0.004, float("nan"), 0.03]
     ref = run_r('emit("adj", p.adjust(c(0.045, 0.179, 0.128, 0.004, 0.03), method = "holm"))')["adj"]

@@ -10,8 +10,8 @@ import soundfile as sf
 import torch
 from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
 
-from voicebias.acoustics import add_margins
-from voicebias.classifiers import (AcousticNormsClassifier, Wav2Vec2GenderClassifier, get_classifier,
+from voicebias.instruments.acoustics import add_margins
+from voicebias.instruments.classifiers import (AcousticNormsClassifier, Wav2Vec2GenderClassifier, get_classifier,
                                    label_indices)
 
 SR = 16000
@@ -157,7 +157,7 @@ def test_acoustic_norms_margin_is_the_log_likelihood_ratio():
 
 
 def test_composite_takes_several_classifiers_with_equal_weights():
-    from voicebias.composite import composite_measures, femininity_composite, reference_stats
+    from voicebias.instruments.composite import composite_measures, femininity_composite, reference_stats
 
     measures = composite_measures(["a", "b"])
     assert measures == ["f0_median_st", "formant_index", "margin_a", "margin_b"]

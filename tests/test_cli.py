@@ -7,7 +7,7 @@ import yaml
 
 from voicebias import cli, config
 from voicebias.params import validate_params
-from voicebias.profiles import resolve_profile, write_profile
+from voicebias.cli.profiles import resolve_profile, write_profile
 from voicebias.systems.reference import planted_p_female
 
 
@@ -44,7 +44,7 @@ def test_preflight_passes_on_the_embedded_default(capsys):
 
 
 def test_preflight_reads_keys_from_dotenv(tmp_path, monkeypatch):
-    from voicebias.preflight import preflight
+    from voicebias.cli.preflight import preflight
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     (tmp_path / ".env").write_text("OPENAI_API_KEY=sk-from-dotenv\n")
@@ -86,7 +86,7 @@ def test_analyze_rejects_a_table_without_contract_columns(tmp_path, capsys):
 
 
 def test_preflight_explains_the_phonation_and_judge_setup_of_the_paper_profile(tmp_path, monkeypatch):
-    from voicebias.preflight import preflight
+    from voicebias.cli.preflight import preflight
 
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     checks = preflight(resolve_profile("paper"), root=tmp_path)

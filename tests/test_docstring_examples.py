@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from voicebias import sc_stats, stats
+from voicebias.analysis import sc_stats
+
+from voicebias.analysis import stats
 
 MODULES = [stats, sc_stats]
 FLAGS = doctest.NORMALIZE_WHITESPACE

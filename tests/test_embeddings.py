@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from voicebias.embeddings import cosine_matrix, cosine_similarity, get_embedder, speaker_similarity
+from voicebias.instruments.embeddings import cosine_matrix, cosine_similarity, get_embedder, speaker_similarity
 from voicebias.tts import get_backend
 
 SR = 16000

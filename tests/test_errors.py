@@ -16,7 +16,7 @@ from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError, NotFound, VoicebiasError
 
 # modules that run in another environment or need optional heavy packages to import
-SKIP = ("voicebias.external", "voicebias.systems.drivers")
+SKIP = ("voicebias.stimuli.phonation.external", "voicebias.systems.drivers")
 
 
 def package_modules() -> list[str]:
@@ -32,7 +32,7 @@ def test_every_exception_class_of_the_package_subclasses_voicebias_error():
             if issubclass(obj, BaseException) and obj.__module__ == name:
                 classes[f"{name}.{obj.__qualname__}"] = obj
     assert {"voicebias.params.ParamsError", "voicebias.systems.base.SetupError", "voicebias.audio.AudioError",
-            "voicebias.judge.JudgeCallError", "voicebias.validation.ValidationFailed"} <= set(classes)
+            "voicebias.instruments.judge.JudgeCallError", "voicebias.validation.ValidationFailed"} <= set(classes)
     assert [n for n, c in classes.items() if not issubclass(c, VoicebiasError)] == []
 
 

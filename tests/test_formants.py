@@ -9,8 +9,8 @@ import pytest
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants
 from voicebias import config
-from voicebias.acoustic_scoring import output_settings
-from voicebias.acoustics import (
+from voicebias.scoring.acoustic import output_settings
+from voicebias.instruments.acoustics import (
     MeasureSettings, correct_octave_jumps, discrete_all_pole, harmonic_power, measure_signal, poles_to_formants,
 )
 

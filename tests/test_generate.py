@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from voicebias import config
-from voicebias.bank import load_bank
-from voicebias.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity,
+from voicebias.stimuli.bank import load_bank
+from voicebias.stimuli.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity,
                                 parse_json_reply, parse_rating, run_stage)
-from voicebias.lint import lint_text
+from voicebias.stimuli.lint import lint_text
 from tests.fakes.http import send_json
 
 KEY = "sk-test-local"

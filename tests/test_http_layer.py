@@ -1,4 +1,4 @@
-"""The shared HTTP layer against real local servers: Retry-After and backoff (voicebias.retry),
+"""The shared HTTP layer against real local servers: Retry-After and backoff (voicebias.clients.retry),
 the Azure REST retry helper, the openai-compatible judge through the openai SDK, secrets read
 without touching os.environ, and the allow-listed environment of child processes."""
 
@@ -18,7 +18,7 @@ import pytest
 from tests.fakes.checkouts import command_checkout
 from tests.fakes.http import send_json
 from tests.fakes.stimuli import make_stimuli
-from voicebias.retry import backoff_s, post_with_retries, retry_after_s
+from voicebias.clients.retry import backoff_s, post_with_retries, retry_after_s
 from voicebias.secrets import child_env, read_secret, require_secret
 from voicebias.systems.base import ContinuationRequest, SetupError
 
@@ -167,7 +167,7 @@ def sdk_clock(monkeypatch):
 
 @pytest.fixture
 def judge_for(monkeypatch):
-    from voicebias.judge import get_judge
+    from voicebias.instruments.judge import get_judge
 
     monkeypatch.setenv("VOICEBIAS_TEST_JUDGE_KEY", KEY)
 
@@ -207,7 +207,7 @@ def test_judge_5xx_is_retried_with_growing_waits_then_fails_the_item(serve, judg
 
 
 def test_judge_without_a_key_configured_never_borrows_openai_api_key(serve, monkeypatch, tmp_path):
-    from voicebias.judge import OpenAICompatibleJudge
+    from voicebias.instruments.judge import OpenAICompatibleJudge
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.delenv("VOICEBIAS_TEST_JUDGE_KEY", raising=False)
@@ -270,7 +270,7 @@ def test_repository_systems_children_see_no_key(tmp_path, monkeypatch):
 def test_vqvc_child_sees_no_key_and_named_extras_pass(tmp_path, monkeypatch):
     import subprocess
 
-    from voicebias.vqvc import _child_env
+    from voicebias.stimuli.phonation.vqvc import _child_env
 
     _plant(monkeypatch)
     monkeypatch.setenv("VOICEBIAS_TEST_PASSED", "yes")

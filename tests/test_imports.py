@@ -77,7 +77,7 @@ def test_the_cycle_finder_sees_function_level_cycles():
 
 def test_module_file_and_modules_agree():
     mods = project_modules()
-    assert mods["voicebias.acoustics"] == module_file("voicebias.acoustics")
+    assert mods["voicebias.instruments.acoustics"] == module_file("voicebias.instruments.acoustics")
 
 
 # config.load_params imports voicebias.params inside the function, and params imports config's
@@ -88,6 +88,6 @@ KNOWN = [["voicebias.config", "voicebias.params"]]
 def test_no_import_cycle_among_voicebias_modules():
     mods = project_modules()
     edges = {m: import_edges(p, mods, m) for m, p in mods.items()}
-    assert "voicebias.classifiers" not in edges["voicebias.acoustics"] or \
-        "voicebias.acoustics" not in edges["voicebias.classifiers"]
+    assert "voicebias.instruments.classifiers" not in edges["voicebias.instruments.acoustics"] or \
+        "voicebias.instruments.acoustics" not in edges["voicebias.instruments.classifiers"]
     assert [c for c in cycles(edges) if c not in KNOWN] == []

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from voicebias.judge import (GeminiJudge, InvalidJudgement, LexicalHeuristicJudge, LocalTransformersJudge,
+from voicebias.instruments.judge import (GeminiJudge, InvalidJudgement, LexicalHeuristicJudge, LocalTransformersJudge,
                              OpenAICompatibleJudge, build_prompt, get_judge, load_rubric, parse_judgement)
 from voicebias.systems.base import SetupError
 from tests.fakes.http import send_json

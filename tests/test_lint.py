@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from voicebias import config
-from voicebias.bank import load_bank, validate_passages
-from voicebias.lint import RULES, lint_hits, lint_text, rule_columns
+from voicebias.stimuli.bank import load_bank, validate_passages
+from voicebias.stimuli.lint import RULES, lint_hits, lint_text, rule_columns
 from voicebias.validation import ValidationFailed
 
 WINDOW = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]

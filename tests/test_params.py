@@ -11,7 +11,7 @@ import yaml
 
 from voicebias import config
 from voicebias.params import ParamsError, validate_params
-from voicebias.profiles import resolve_profile
+from voicebias.cli.profiles import resolve_profile
 
 EMBEDDED = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
 

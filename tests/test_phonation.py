@@ -9,10 +9,10 @@ import pytest
 from parselmouth.praat import call
 from scipy import signal
 
-from voicebias.acoustics import MeasureSettings, measure_signal
-from voicebias.phonation import ParametricSettings, convert_parametric, select_prompts
-from voicebias.phonation_check import expected_signs, summarise, validate_check
-from voicebias.phonation_presets import FEATURES, PAPER_PRESETS, conditioning, n_frames
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
+from voicebias.stimuli.phonation import ParametricSettings, convert_parametric, select_prompts
+from voicebias.gates.phonation_check import expected_signs, summarise, validate_check
+from voicebias.stimuli.phonation.presets import FEATURES, PAPER_PRESETS, conditioning, n_frames
 from voicebias.validation import ValidationFailed
 
 SR = 16000
@@ -223,7 +223,7 @@ def test_conditioning_columns_are_in_vqvc_feature_order():
 def test_classifier_flips_per_condition_are_counted_and_stop_the_check(tmp_path, x):
     """A 120 Hz voice with male formants labelled female is a flip; labelled male it is not."""
     from voicebias.audio import write_audio
-    from voicebias.phonation_check import classifier_flips, measure_stimuli, validate_flips
+    from voicebias.gates.phonation_check import classifier_flips, measure_stimuli, validate_flips
 
     write_audio(tmp_path / "a.flac", x, SR)
     man = pd.DataFrame({"stimulus_id": ["m-modal", "f-breathy"], "source_stimulus_id": ["m", "f"],

@@ -202,7 +202,7 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
     import numpy as np
     from scipy import stats
 
-    from voicebias.sc_analysis import RETENTION_TOLERANCE
+    from voicebias.analysis.sc import RETENTION_TOLERANCE
 
     _, repo, _ = workspace
 

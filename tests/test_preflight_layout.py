@@ -4,8 +4,8 @@ submodules and the files named as upstream names them (the cards' `layout` secti
 from __future__ import annotations
 
 from tests.fakes import checkouts as fake
-from voicebias.preflight import format_checks, preflight
-from voicebias.profiles import resolve_profile
+from voicebias.cli.preflight import format_checks, preflight
+from voicebias.cli.profiles import resolve_profile
 
 
 def _system_checks(root, system):

@@ -11,7 +11,11 @@ from voicebias.registry import Registry, UnknownName
 
 
 def all_registries() -> dict[str, Registry]:
-    from voicebias import classifiers, embeddings, judge, phonation, systems, tts
+    from voicebias import systems, tts
+    from voicebias.instruments import classifiers
+    from voicebias.instruments import embeddings
+    from voicebias.instruments import judge
+    from voicebias.stimuli import phonation
 
     return {"tts": tts.REGISTRY, "classifiers": classifiers.REGISTRY, "embeddings": embeddings.REGISTRY,
             "systems": systems.ADAPTERS, "judges": judge.JUDGES, "phonation": phonation.CONVERTERS}
@@ -73,8 +77,8 @@ def test_every_registered_entry_imports_and_resolves(registry):
 
 
 def test_existing_getters_raise_the_registry_error():
-    from voicebias.classifiers import get_classifier
-    from voicebias.embeddings import get_embedder
+    from voicebias.instruments.classifiers import get_classifier
+    from voicebias.instruments.embeddings import get_embedder
     from voicebias.systems import adapter_class
     from voicebias.tts import get_backend
 

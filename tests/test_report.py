@@ -13,9 +13,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from voicebias import config, report
+from voicebias import config
 
-TEMPLATES = config.ROOT / "voicebias" / "templates"
+from voicebias.report import build as report
+
+TEMPLATES = config.ROOT / "voicebias" / "report" / "templates"
 
 PARAMS = {"base": {"profile": "tiny", "languages": ["en", "es"]}, "run": {"systems": ["sys_a", "sys_b"]},
           "tts": {"backend": "espeak"}}
@@ -87,7 +89,7 @@ def test_intro_names_the_run_and_the_continuation_study_only_when_it_ran():
 
 
 def test_captions_live_in_the_templates_not_in_python():
-    source = (config.ROOT / "voicebias" / "report.py").read_text(encoding="utf-8")
+    source = (config.ROOT / "voicebias" / "report" / "build.py").read_text(encoding="utf-8")
     texts = yaml.safe_load((TEMPLATES / "sections.yaml").read_text(encoding="utf-8"))
     assert texts == report.section_texts()
     for key, meta in texts["sections"].items():
@@ -134,10 +136,10 @@ def test_templates_are_package_data_and_a_report_stage_dependency():
     project = tomllib.loads((config.ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     globs = project["tool"]["setuptools"]["package-data"]["voicebias"]
     files = sorted(p.relative_to(config.ROOT / "voicebias").as_posix() for p in TEMPLATES.iterdir() if p.is_file())
-    assert {"templates/report.html.j2", "templates/report.md.j2", "templates/sections.yaml"} <= set(files)
+    assert {"report/templates/report.html.j2", "report/templates/report.md.j2", "report/templates/sections.yaml"} <= set(files)
     assert all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)
     deps = yaml.safe_load((config.ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]["report"]["deps"]
-    assert "voicebias/templates" in deps
+    assert "voicebias/report/templates" in deps
 
 
 def test_build_report_writes_both_formats_from_the_stage_outputs(tmp_path):

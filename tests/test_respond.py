@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.respond import ResponseCache, RetryPolicy, call_with_retries, run_task, validate_responses
+from voicebias.systems.runner import ResponseCache, RetryPolicy, call_with_retries, run_task, validate_responses
 from voicebias.systems.base import S2SResponse, S2SSystem, TransientError
 from voicebias.tasks import load_tasks
 from voicebias.validation import ValidationFailed
@@ -183,7 +183,7 @@ def test_batching_hook_gets_batches_and_isolates_a_bad_item(tmp_path):
 
 
 def test_runner_knobs_do_not_change_the_cache_key(tmp_path):
-    from voicebias.respond import cache_key
+    from voicebias.systems.runner import cache_key
     from voicebias.systems.base import S2SRequest
 
     req = S2SRequest("a", "en", "en", "describe", "p", "x", "0" * 64, 1)

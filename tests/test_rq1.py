@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.rq1 import cohens_d, rq1_contrasts, rq1_mixed_models, rq1_pooled
+from voicebias.analysis.rq1 import cohens_d, rq1_contrasts, rq1_mixed_models, rq1_pooled
 
 
 def deltas(drift=0.0, interaction=0.0, seed=0, passages=10, noise=0.2):
@@ -71,7 +71,7 @@ def test_drift_shift_is_deterministic_and_moves_f0_by_the_planted_semitones():
     another machine reproduces its outputs) and moves median F0 by the planted amount."""
     import hashlib
 
-    from voicebias.acoustics import MeasureSettings, measure_signal
+    from voicebias.instruments.acoustics import MeasureSettings, measure_signal
     from voicebias.systems.reference import shift_pitch
     from voicebias.tts.espeak import EspeakTTS
 

@@ -25,9 +25,9 @@ import pytest
 from scipy import stats
 
 from tests.s2s_design import acoustic_table, describe_table, misgender_table
-from voicebias.analysis import _wilson
-from voicebias.rq1 import rq1_mixed_models, rq1_pooled
-from voicebias.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
+from voicebias.analysis.s2s import _wilson
+from voicebias.analysis.rq1 import rq1_mixed_models, rq1_pooled
+from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
 
 ALPHA = 0.05
 LOGIT_95 = float(np.log(19.0))

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from tests.sc_design import planted_contrast, simulate_vq
-from voicebias.sc_stats import voice_quality_models
+from voicebias.analysis.sc_stats import voice_quality_models
 
 OFFSETS = (0.0, 0.5, -0.4, 0.3)
 RETENTION = {"female": 0.3, "male": 0.7}

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.acoustics import MeasureSettings, measure_signal
-from voicebias.sc_analysis import judge_score_table, retention
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
+from voicebias.analysis.sc import judge_score_table, retention
 from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest
 from voicebias.systems.reference_continuation import planted_retention, planted_truth, topic_word
@@ -41,7 +41,7 @@ def test_retention_is_exact_without_noise():
 def test_retention_pairs_each_prompt_once_with_every_system():
     """On the vq_long layout (prompt rows once, no system) retention per system is the
     closed form sum d_p d_c / sum d_p^2 over the conditions, d = condition mean - modal mean."""
-    from voicebias.sc_analysis import per_system_view
+    from voicebias.analysis.sc import per_system_view
 
     one = vq_table({"male": 0.7, "female": 0.3}, noise=0.5, prompts=15, seed=5)
     prompts = one[one["source"] == "prompt"].assign(system=np.nan)
@@ -64,7 +64,7 @@ def test_retention_pairs_each_prompt_once_with_every_system():
 
 
 def test_vq_long_keeps_one_row_per_prompt():
-    from voicebias.sc_analysis import vq_long
+    from voicebias.analysis.sc import vq_long
 
     pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=2)
     both = pd.concat([sc, sc.assign(system="other")], ignore_index=True)
@@ -75,7 +75,7 @@ def test_vq_long_keeps_one_row_per_prompt():
 
 
 def test_report_type3_table_shows_untestable_terms_without_p():
-    from voicebias.report import vq_type3_table
+    from voicebias.report.build import vq_type3_table
 
     t3 = pd.DataFrame({"measure": "h1_h2_db", "model": ["prompt", "continuation - prompt"],
                        "term": ["voice_gender", "source:voice_gender:phonation"], "f_value": [3.0, 12.5],
@@ -200,8 +200,8 @@ def test_cli_reanalyses_a_shared_scored_table(tmp_path):
 def test_report_tables_have_the_sc_papers_layout():
     """Table 2: rows Unmod./Breathy/Creaky/EndCr., columns system x Male/Female, 'mean ± SD';
     Fig. 2 as a table: one block per dimension, VQ rows with 'All' last."""
-    from voicebias.report import judge_table, sc_similarity_table
-    from voicebias.sc_stats import similarity_table
+    from voicebias.report.build import judge_table, sc_similarity_table
+    from voicebias.analysis.sc_stats import similarity_table
 
     pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=3)
     sc2 = sc.assign(system="other")
@@ -221,8 +221,8 @@ def test_judge_verdicts_are_cached_and_failures_asked_again(tmp_path):
     """Re-scoring never pays twice for a judgement; a failed one is recorded and retried next time."""
     import threading
 
-    from voicebias.judge import JudgeResult, load_rubric
-    from voicebias.sc_scoring import judge_all
+    from voicebias.instruments.judge import JudgeResult, load_rubric
+    from voicebias.scoring.continuation import judge_all
 
     class CountingJudge:
         def __init__(self):
@@ -262,7 +262,7 @@ class _FixedJudge:
         self.seen: list[str] = []
 
     def judge(self, prompt_text, continuation_text):
-        from voicebias.judge import JudgeResult, load_rubric
+        from voicebias.instruments.judge import JudgeResult, load_rubric
 
         self.seen.append(continuation_text)
         return JudgeResult("ok", {d: 3 for d in load_rubric()["dimensions"]}, 1, "", "fixed", "v1")
@@ -275,10 +275,10 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
     from voicebias import config
     from voicebias.audio import write_audio
-    from voicebias.judge import load_rubric
+    from voicebias.instruments.judge import load_rubric
     from voicebias.contract import SC_SCORED_COLUMNS as SCORED_COLUMNS
-    from voicebias.sc_scoring import score_continuations
-    from voicebias.sc_stats import all_systems_succeeded, success_table
+    from voicebias.scoring.continuation import score_continuations
+    from voicebias.analysis.sc_stats import all_systems_succeeded, success_table
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
     for name in ("prompt-a", "prompt-b", "cont-a"):
@@ -309,7 +309,7 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
 def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_path):
     from voicebias import config
     from voicebias.io import write_json
-    from voicebias.sc_continue import continue_stage
+    from voicebias.pipeline.sc_continue import continue_stage
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "continuations" / "continuation_reference"
@@ -333,7 +333,7 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     import voicebias.systems
     from voicebias import config
     from voicebias.io import write_json, write_table
-    from voicebias.sc_continue import continue_stage
+    from voicebias.pipeline.sc_continue import continue_stage
 
     monkeypatch.setattr(voicebias.runlog, "RUN_LOG", tmp_path / "runs.jsonl")
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")

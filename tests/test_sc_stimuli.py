@@ -11,8 +11,8 @@ import yaml
 
 from voicebias import config
 from voicebias.audio import read_audio, rms_dbfs
-from voicebias.lint import lint_text
-from voicebias.sc_stimuli import (load_nop_set, load_ss_set, run_stage, sc_voices, ss_prompts, validate_nop_set,
+from voicebias.stimuli.lint import lint_text
+from voicebias.stimuli.prompts import (load_nop_set, load_ss_set, run_stage, sc_voices, ss_prompts, validate_nop_set,
                                   validate_sc_manifest)
 from voicebias.validation import ValidationFailed
 

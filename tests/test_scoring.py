@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from voicebias.scoring import count_pronouns, parse_describe, score_responses
+from voicebias.scoring.text import count_pronouns, parse_describe, score_responses
 
 
 @pytest.mark.parametrize("text,lang,expected", [

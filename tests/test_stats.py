@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.stats import detect_separation, fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
+from voicebias.analysis.stats import detect_separation, fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
 from voicebias.systems.reference import planted_p_female, planted_truth
 
 
@@ -140,7 +140,7 @@ def two_by_two(a, b, c, d):
 def test_firth_equals_haldane_corrected_log_odds_ratio(cells):
     # For one binary covariate the Firth estimate is the log odds ratio with 1/2
     # added to every cell (closed form), finite even when a cell is empty.
-    from voicebias.stats import firth_coefficient
+    from voicebias.analysis.stats import firth_coefficient
 
     a, b, c, d = cells
     X, y = two_by_two(*cells)

@@ -1,4 +1,4 @@
-"""The S2S statistics (voicebias.stats, voicebias.rq1, voicebias.analysis) against R on the same tables.
+"""The S2S statistics (voicebias.analysis.stats, voicebias.analysis.rq1, voicebias.analysis.s2s) against R on the same tables.
 
 Every number is computed by R at test time (tests/rref.py); a missing R fails, it never skips.
 References: glm (logistic OR per step, Wald CI), brglm2 (Firth, method "brglmFit", type "AS_mean"),
@@ -16,9 +16,9 @@ import statsmodels.api as sm
 from tests.rref import run_r
 from tests.test_rq1 import deltas
 from tests.test_stats import table
-from voicebias.analysis import _wilson
-from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
-from voicebias.stats import (describe_design, firth_coefficient, fisher_misaligned_vs_neutral, misgender_rates,
+from voicebias.analysis.s2s import _wilson
+from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
+from voicebias.analysis.stats import (describe_design, firth_coefficient, fisher_misaligned_vs_neutral, misgender_rates,
                              odds_ratio_per_step)
 
 POLES = ("masculine", "neutral", "feminine")
@@ -283,7 +283,7 @@ def test_wilson_interval_matches_prop_test(k, n):
 def test_separation_class_matches_the_divergence_of_rs_glm(name, counts):
     # Albert & Anderson (1984): under separation the ML iterations diverge; with complete separation every
     # fitted probability goes to 0 or 1, with quasi-complete separation only some do.
-    from voicebias.stats import detect_separation
+    from voicebias.analysis.stats import detect_separation
 
     d = describe_design(table(counts))
     X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
@@ -319,7 +319,7 @@ emit("k", a$wrong[, 1]); emit("n", a$wrong[, 2])
 
 
 def test_summarize_pronouns_match_r():
-    from voicebias.analysis import summarize_pronouns
+    from voicebias.analysis.s2s import summarize_pronouns
 
     rng = np.random.default_rng(12)
     rows = []

@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 from voicebias import config
-from voicebias.analysis import run_stage as run_analysis
+from voicebias.analysis.s2s import run_stage as run_analysis
 from voicebias.io import read_table, write_json, write_table
 from voicebias.systems.reference import planted_p_female
-from voicebias.tracking import log_pipeline_run
+from voicebias.report.tracking import log_pipeline_run
 
 
 def scored_table(system, params, seed):

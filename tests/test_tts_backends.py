@@ -17,8 +17,8 @@ import soundfile as sf
 
 from voicebias import config
 from voicebias.audio import read_audio, rms_dbfs, sha256_file
-from voicebias.bank import load_bank
-from voicebias.stimuli import render_utterance, synthesize_stimuli, validate_manifest
+from voicebias.stimuli.bank import load_bank
+from voicebias.stimuli.passages import render_utterance, synthesize_stimuli, validate_manifest
 from voicebias.tts import REGISTRY, get_backend
 from voicebias.validation import ValidationFailed
 

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from voicebias import config
-from voicebias.bank import load_bank, validate_passages
-from voicebias.carrier_gate import carrier_gate, require_gate
+from voicebias.stimuli.bank import load_bank, validate_passages
+from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.validation import ValidationFailed
 
 WINDOW = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]
@@ -135,7 +135,7 @@ def _measure_carrier(root, signals, manifest, leak_semitones):
     import yaml
     from parselmouth.praat import call
 
-    from voicebias.acoustics import run_stage
+    from voicebias.instruments.acoustics import run_stage
     from voicebias.audio import write_audio
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy.signal import freqz, lfilter
 
-from voicebias.acoustics import MeasureSettings, measure_signal
-from voicebias.voice_quality import hawks_miller_bandwidth, iseli_correction_db, voiced_intervals
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
+from voicebias.instruments.voice_quality import hawks_miller_bandwidth, iseli_correction_db, voiced_intervals
 
 SR = 16000
 

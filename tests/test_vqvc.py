@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from voicebias.external.vqvc_driver import fit_frames, trim_silence
-from voicebias.phonation_presets import FEATURES, PAPER_PRESETS, n_frames
+from voicebias.stimuli.phonation.external.vqvc_driver import fit_frames, trim_silence
+from voicebias.stimuli.phonation.presets import FEATURES, PAPER_PRESETS, n_frames
 from voicebias.systems.base import SetupError
-from voicebias.vqvc import VQVCConfig, VQVCError, build_conditioning, check_setup, convert_batch, setup_report
+from voicebias.stimuli.phonation.vqvc import VQVCConfig, VQVCError, build_conditioning, check_setup, convert_batch, setup_report
 
 SR = 16000
 

@@ -44,38 +44,38 @@ H1_A3_CORRECTED = "h1_a3_corrected_db"
 CPPS = "cpps_db"
 HNR = "hnr_db"
 
-#: voice-quality measures (voicebias.voice_quality)
+#: voice-quality measures (voicebias.instruments.voice_quality)
 VOICE_QUALITY_MEASURES = [H1_H2, H1_H2_CORRECTED, H1_A3, H1_A3_CORRECTED, CPPS, HNR]
-#: every acoustic measure of a file (voicebias.acoustics)
+#: every acoustic measure of a file (voicebias.instruments.acoustics)
 MEASURE_COLUMNS = [DURATION, VOICED_FRACTION, F0_HZ, F0_ST, F1, F2, F3, FORMANT_INDEX, *VOICE_QUALITY_MEASURES]
 #: the voice-quality measures of the SC study (manipulation check, continuation scoring, preservation)
 SC_MEASURES = (H1_H2, H1_A3, CPPS)
 
 # ------------------------------------------------------------------ tables
 
-#: data/passages/passages.csv (voicebias.bank)
+#: data/passages/passages.csv (voicebias.stimuli.bank)
 PASSAGE_COLUMNS = [
     "passage_id", "lang", "pole", "theme", "seed_term", "seed_source", "seed_statistic",
     "statistic_checked", "text", "gloss_en", "length_units", "intensity", "rated_by", "review_status",
 ]
-#: data/stimuli/manifest.csv (voicebias.stimuli)
+#: data/stimuli/manifest.csv (voicebias.stimuli.passages)
 STIMULUS_COLUMNS = [
     "stimulus_id", "passage_id", "lang", "pole", "voice_gender", "voice_id", "backend",
     "sample_rate", "duration_s", "gain_db", "sha256", "path",
 ]
-#: data/sc_stimuli/prompts.csv (voicebias.sc_stimuli)
+#: data/sc_stimuli/prompts.csv (voicebias.stimuli.prompts)
 SC_PROMPT_COLUMNS = ["prompt_id", "prompt_set", "category", "lang", "text", "review_status", "source"]
-#: data/sc_stimuli/manifest.csv (voicebias.sc_stimuli)
+#: data/sc_stimuli/manifest.csv (voicebias.stimuli.prompts)
 SC_STIMULUS_COLUMNS = [
     "stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id", "backend",
     "sample_rate", "duration_s", "gain_db", "sha256", "path", "text",
 ]
-#: data/phonation/manifest.csv (voicebias.phonation)
+#: data/phonation/manifest.csv (voicebias.stimuli.phonation)
 PHONATION_COLUMNS = [
     "stimulus_id", "source_stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id",
     "phonation", "backend", "sample_rate", "duration_s", "sha256", "path", "text", "status", "error", "peak_limited",
 ]
-#: data/responses/<system>/<task>/responses.csv (voicebias.respond)
+#: data/responses/<system>/<task>/responses.csv (voicebias.systems.runner)
 RESPONSE_COLUMNS = [
     "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
     "prompt", "transcript", "status", "error", "output_audio", "output_sha256", "output_duration_s",
@@ -86,9 +86,9 @@ RESPONSE_COLUMNS = [
 RESPONSE_STIMULUS_COLUMNS = ["passage_id", "pole", "voice_gender", "voice_id", "phonation"]
 #: data/continuations/<system>/responses.csv: a responses table of the phonation stimuli
 CONTINUATION_COLUMNS = [*RESPONSE_COLUMNS, "phonation"]
-#: columns the transcript scoring adds to a responses table (data/scored/<system>.csv, voicebias.scoring)
+#: columns the transcript scoring adds to a responses table (data/scored/<system>.csv, voicebias.scoring.text)
 TRANSCRIPT_SCORE_COLUMNS = ["judged_gender", "pronouns_male", "pronouns_female", "pronoun_choice"]
-#: data/sc_scored/<system>.csv (voicebias.sc_scoring), followed by the judge rubric's dimensions
+#: data/sc_scored/<system>.csv (voicebias.scoring.continuation), followed by the judge rubric's dimensions
 SC_SCORED_COLUMNS = [
     "system", "stimulus_id", "prompt_id", "prompt_set", "lang", "voice_gender", "voice_id", "phonation", "status",
     "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", *SC_MEASURES,

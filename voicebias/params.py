@@ -70,7 +70,7 @@ class ASR(Section):
 
 
 class LLMEndpoint(Section):
-    """A writer or judge model of the bank extension (voicebias.generate.BACKENDS); unset keys
+    """A writer or judge model of the bank extension (voicebias.stimuli.generate.BACKENDS); unset keys
     take the backend's own defaults."""
 
     name: str | None = None

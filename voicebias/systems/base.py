@@ -7,7 +7,7 @@ Two kinds of system, one request/response shape each:
 - a **continuation** system (:class:`ContinuationSystem`) takes an audio prompt
   (3-5 s) and returns a continuation (5-8 s), with text when the system has a text
   stream (otherwise the runner transcribes the output with Whisper, see
-  :mod:`voicebias.asr`).
+  :mod:`voicebias.instruments.asr`).
 
 A call that fails is returned as a response with status 'failed' and the reason
 (or raises; the runner records the exception as the reason). It is never replaced

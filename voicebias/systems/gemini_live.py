@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from voicebias.audio import read_audio
-from voicebias.retry import retry_after_s
+from voicebias.clients.retry import retry_after_s
 from voicebias.secrets import read_secret
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact
 

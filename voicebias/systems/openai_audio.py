@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
-from voicebias.retry import retry_after_s
+from voicebias.clients.retry import retry_after_s
 from voicebias.secrets import require_secret
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact
 

@@ -4,13 +4,13 @@ It continues each prompt in the prompt's own eSpeak NG voice, so speaker similar
 is high by construction, and plants two behaviours the SC analyses must recover:
 
 - phonation regularisation: the continuation carries the prompt's phonation preset
-  (voicebias.phonation_presets, the SC paper's) scaled by 1 - r, where r is the
+  (voicebias.stimuli.phonation.presets, the SC paper's) scaled by 1 - r, where r is the
   planted `regularisation` of the prompt's voice gender (0 keeps the prompt's
   phonation, 1 returns to modal). The SC paper found continuations revert toward
   modal more strongly for female prompts (sec. 3); the default plants r = 0.3 for
   male and 0.7 for female prompts, so the retained share of each voice-quality
   change is 0.7 (male) and 0.3 (female). The scaled preset is applied with the
-  parametric converter (voicebias.phonation).
+  parametric converter (voicebias.stimuli.phonation).
 - text framing: with the planted probability `passive_rate` of the prompt's voice
   gender, the continuation sentence frames the speaker as passive ("I waited, stuck
   and unable to ..."), otherwise as agentive ("I decided to ..."). Each sentence
@@ -93,9 +93,9 @@ class ReferenceContinuationSystem(ContinuationSystem):
         self.stimuli = stimuli.set_index("stimulus_id")
         self.tts = get_backend("espeak", rate_wpm=rate_wpm)
         self.pitch_range = pitch_range or {"male": [60, 300], "female": [100, 500]}
-        from voicebias.phonation_presets import presets_from_params
+        from voicebias.stimuli.phonation.presets import presets_from_params
 
-        from voicebias.phonation import ParametricSettings
+        from voicebias.stimuli.phonation import ParametricSettings
 
         self.presets = presets_from_params({"presets": presets} if presets else None)
         self.settings = ParametricSettings.from_params(parametric)
@@ -110,8 +110,8 @@ class ReferenceContinuationSystem(ContinuationSystem):
         return f"Thinking about {topic_word(str(stim['text']))}, {sentence}"
 
     def continue_speech(self, request: ContinuationRequest) -> S2SResponse:
-        from voicebias.phonation import convert_parametric
-        from voicebias.phonation_presets import conditioning, n_frames
+        from voicebias.stimuli.phonation import convert_parametric
+        from voicebias.stimuli.phonation.presets import conditioning, n_frames
 
         stim = self.stimuli.loc[request.stimulus_id]
         text = self.continuation_text(request, stim)

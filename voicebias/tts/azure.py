@@ -25,7 +25,7 @@ import soundfile as sf
 
 from voicebias.cache import atomic_write_bytes
 from voicebias.exceptions import VoicebiasError
-from voicebias.retry import post_with_retries
+from voicebias.clients.retry import post_with_retries
 from voicebias.secrets import read_secret
 from voicebias.tts import TTSBackend
 
@@ -95,7 +95,7 @@ class AzureTTS(TTSBackend):
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.retry_wait_s = float(retry_wait_s)
-        self.sleep = time.sleep  # the wait between tries (voicebias.retry)
+        self.sleep = time.sleep  # the wait between tries (voicebias.clients.retry)
 
     def request(self, text: str, voice: str) -> tuple[dict[str, str], bytes]:
         """The headers and SSML body of the POST for one utterance."""

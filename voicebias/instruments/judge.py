@@ -45,8 +45,8 @@ import yaml
 
 from voicebias.config import DATA, ROOT
 from voicebias.exceptions import ConfigError, VoicebiasError
-from voicebias.llm import ChatError, chat_completion, extract_json_object, openai_client
-from voicebias.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
+from voicebias.clients.llm import ChatError, chat_completion, extract_json_object, openai_client
+from voicebias.clients.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
 from voicebias.secrets import require_secret
 from voicebias.registry import Registry
 from voicebias.systems.base import SetupError, redact, resolve_path
@@ -336,7 +336,7 @@ class GeminiJudge(_RetryingJudge):
 class LocalTransformersJudge(_RetryingJudge):
     """A local instruct model (transformers) in a folder: chat template, greedy decoding, no download.
 
-    Loading and generation reuse :class:`voicebias.generate.TransformersChat` (the local
+    Loading and generation reuse :class:`voicebias.stimuli.generate.TransformersChat` (the local
     backend of the bank-extension stage): local_files_only, temperature 0 = greedy. The
     model loads on the first call. Greedy decoding is deterministic, so a retry after an
     invalid reply repeats the same reply; the retries are kept for one uniform protocol.
@@ -344,7 +344,7 @@ class LocalTransformersJudge(_RetryingJudge):
 
     def __init__(self, weights: str | os.PathLike[str], device: str = "cpu", max_new_tokens: int = 512,
                  max_attempts: int = 3, root: Path | None = None):
-        from voicebias.generate import LLMError, TransformersChat  # pandas and friends: only when used
+        from voicebias.stimuli.generate import LLMError, TransformersChat  # pandas and friends: only when used
 
         folder = resolve_path(weights, ROOT if root is None else root)
         if not folder.is_dir():
@@ -451,10 +451,10 @@ def _local_transformers(params: dict[str, Any]) -> "LocalTransformersJudge":
 #: The judge backends `get_judge` knows: name -> builder from the validated `sc_judge` section.
 #: Metadata for the preflight: `key_env`, the API key's default variable; `weights`, a local folder.
 JUDGES = Registry("judge backend", {
-    "lexical_heuristic": "voicebias.judge:_lexical_heuristic",
-    "openai_compatible": ("voicebias.judge:_openai_compatible", {"key_env": "OPENAI_API_KEY"}),
-    "gemini": ("voicebias.judge:_gemini", {"key_env": "GEMINI_API_KEY"}),
-    "local_transformers": ("voicebias.judge:_local_transformers", {"weights": True}),
+    "lexical_heuristic": "voicebias.instruments.judge:_lexical_heuristic",
+    "openai_compatible": ("voicebias.instruments.judge:_openai_compatible", {"key_env": "OPENAI_API_KEY"}),
+    "gemini": ("voicebias.instruments.judge:_gemini", {"key_env": "GEMINI_API_KEY"}),
+    "local_transformers": ("voicebias.instruments.judge:_local_transformers", {"weights": True}),
 })
 BACKENDS = ("lexical_heuristic", "openai_compatible", "gemini", "local_transformers")
 

@@ -28,8 +28,8 @@ from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.registry import Registry
 
 REGISTRY = Registry("speaker embedding", {
-    "resemblyzer": "voicebias.embeddings:ResemblyzerEmbedder",
-    "ecapa": "voicebias.embeddings:EcapaEmbedder",
+    "resemblyzer": "voicebias.instruments.embeddings:ResemblyzerEmbedder",
+    "ecapa": "voicebias.instruments.embeddings:EcapaEmbedder",
 })
 CHECKPOINTS: dict[str, str] = {"ecapa": "speechbrain/spkrec-ecapa-voxceleb"}
 

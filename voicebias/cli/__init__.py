@@ -34,8 +34,8 @@ def _print(df: pd.DataFrame) -> None:
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     from voicebias.params import validate_params
-    from voicebias.preflight import format_checks, preflight
-    from voicebias.profiles import resolve_profile
+    from voicebias.cli.preflight import format_checks, preflight
+    from voicebias.cli.profiles import resolve_profile
 
     if args.profile:
         params = validate_params(resolve_profile(args.profile), source=f"profile '{args.profile}'")
@@ -47,7 +47,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from voicebias.profiles import write_profile
+    from voicebias.cli.profiles import write_profile
 
     path = write_profile(args.name)
     print(f"params.yaml now holds the '{args.name}' profile ({path}); run `voicebias preflight` next.")
@@ -78,7 +78,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _load_scored(path: str) -> pd.DataFrame:
-    from voicebias.scoring import score_responses
+    from voicebias.scoring.text import score_responses
 
     df = pd.read_csv(path) if not str(path).endswith(".parquet") else pd.read_parquet(path)
     needed = {"system", "task", "lang", "pole", "voice_gender"}
@@ -110,7 +110,7 @@ def _require(df: pd.DataFrame, cols: set[str], what: str) -> None:
 
 def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     if args.what == "rq1":
-        from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
+        from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
 
         df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
         _require(df, {"system", "task", "lang", "pole", "voice_gender", "passage_id", "delta_composite"}, "rq1 table")
@@ -126,7 +126,7 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
         return tables
     if args.what == "sc":
         from voicebias.contract import SC_MEASURES
-        from voicebias.sc_analysis import analyse
+        from voicebias.analysis.sc import analyse
 
         if not args.prompt_measures:
             raise ConfigError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
@@ -134,8 +134,8 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
         _require(df, {"system", "stimulus_id", "prompt_id", "voice_gender", "phonation", "status", "speaker_similarity",
                       *SC_MEASURES, "judge_status"}, "scored continuation table")
         return analyse(df, _read_any(args.prompt_measures))
-    from voicebias.phonation_check import paired_changes, summarise
-    from voicebias.phonation_presets import presets_from_params
+    from voicebias.gates.phonation_check import paired_changes, summarise
+    from voicebias.stimuli.phonation.presets import presets_from_params
 
     df = _read_any(args.table[0])
     _require(df, {"stimulus_id", "source_stimulus_id", "phonation", "voice_id", "measure_status"}, "phonation measures")
@@ -149,7 +149,7 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from voicebias.analysis import describe_misgender, describe_odds_ratios, summarize_pronouns
+    from voicebias.analysis.s2s import describe_misgender, describe_odds_ratios, summarize_pronouns
     from voicebias.io import write_table
 
     if args.what in ("rq1", "sc", "phonation"):
@@ -172,14 +172,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_bank(args: argparse.Namespace) -> int:
-    from voicebias.bank import main as bank_main
+    from voicebias.stimuli.bank import main as bank_main
 
     argv = [args.action] + [x for lang in (args.lang or []) for x in ("--lang", lang)] + (["--out", args.out] if args.out else [])
     return bank_main(argv)
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from voicebias.tracking import tracking_uri
+    from voicebias.report.tracking import tracking_uri
 
     uri = tracking_uri(config.load_params())
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from voicebias.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
+from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
 
 
 def describe_odds_ratios(scored: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -251,7 +251,7 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     comp = compliance(scored)
     planted = {s: planted_truth(p) for s, p in params["systems"].items()
                if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"}
-    from voicebias.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
+    from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
 
     rq1_tables: dict[str, pd.DataFrame] = {}
     if acoustic_paths:

@@ -6,7 +6,7 @@ extra conditioning tracks (creak, CPPS, H1-H2, pitch, H1-A3, pitch variance), on
 per 20 ms content frame. The repository has no licence, no package and no command-line
 entry point (its inference is a notebook), and pins old libraries. So nothing of it is
 copied or imported here: the user clones it, builds its environment, and this module
-runs a small driver (:mod:`voicebias.external.vqvc_driver`) with that environment's
+runs a small driver (:mod:`voicebias.stimuli.phonation.external.vqvc_driver`) with that environment's
 interpreter, in the checkout, over a JSON list of jobs, so the models load once per batch.
 
 How VQVC is driven (learnt from its notebook and model code; described, not copied)
@@ -85,7 +85,7 @@ import soundfile as sf
 from voicebias.audio import AudioError, read_audio
 from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.contract import CONDITIONS
-from voicebias.phonation_presets import (
+from voicebias.stimuli.phonation.presets import (
     FEATURES, FRAME_S, PAPER_PRESETS, conditioning, n_frames, presets_from_params,
 )
 from voicebias.secrets import child_env

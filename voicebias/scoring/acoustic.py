@@ -35,8 +35,8 @@ import pandas as pd
 
 from dataclasses import replace
 
-from voicebias.acoustics import MeasureSettings, add_margins, classifier_names, measure_files
-from voicebias.composite import composite_measures, femininity_composite
+from voicebias.instruments.acoustics import MeasureSettings, add_margins, classifier_names, measure_files
+from voicebias.instruments.composite import composite_measures, femininity_composite
 
 
 def control_spec(params: dict[str, Any], card: dict[str, Any]) -> dict[str, Any] | None:

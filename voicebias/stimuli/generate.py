@@ -41,12 +41,12 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from voicebias.bank import length_units, load_bank
+from voicebias.stimuli.bank import length_units, load_bank
 from voicebias.contract import LANGUAGES as LANGS
 from voicebias.contract import POLES
 from voicebias.exceptions import VoicebiasError
-from voicebias.lint import GLOSS_RULES, lint_text
-from voicebias.llm import ChatError, chat_completion, openai_client, parse_json_reply
+from voicebias.stimuli.lint import GLOSS_RULES, lint_text
+from voicebias.clients.llm import ChatError, chat_completion, openai_client, parse_json_reply
 from voicebias.secrets import read_secret, redact
 
 LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
@@ -504,7 +504,7 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m voicebias.generate`: run the stage with the active params.yaml."""
+    """`python -m voicebias.stimuli.generate`: run the stage with the active params.yaml."""
     from voicebias import config
     from voicebias.errors import guarded, stage_params
 

@@ -14,7 +14,7 @@ it. Units:
   1952, mean F1/F2/F3 over ten American English vowels = 502/1420/2386 Hz), taken
   per voiced frame and summarised by its median;
 - h1_h2_db, h1_a3_db and their Iseli-corrected versions (dB), cpps_db (dB),
-  hnr_db (dB): see voicebias.voice_quality for the method.
+  hnr_db (dB): see voicebias.instruments.voice_quality for the method.
 
 Settings per voice gender come from the `acoustics` section of params.yaml:
 `pitch_range` (floor, ceiling Hz), `max_formant` (Hz), `time_step` (s),
@@ -47,8 +47,8 @@ from tqdm import tqdm
 from voicebias.audio import AudioChecks, AudioError, load_for_analysis
 from voicebias.contract import MEASURE_COLUMNS, VOICE_QUALITY_MEASURES
 from voicebias.exceptions import ConfigError, NotFound
-from voicebias.units import hz_to_semitones
-from voicebias.voice_quality import CPPSSettings, cpps_db, harmonic_levels, hnr_db, voiced_intervals
+from voicebias.instruments.units import hz_to_semitones
+from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, harmonic_levels, hnr_db, voiced_intervals
 
 # Peterson & Barney (1952), Table II, adult men, averaged over the ten vowels (Hz).
 MALE_FORMANT_NORMS = (502.0, 1420.0, 2386.0)
@@ -439,7 +439,7 @@ def add_margins(df: pd.DataFrame, acoustics_params: dict[str, Any], root: Path, 
     explicit label order, where a checkpoint's config has generic label names, from
     `acoustics.classifier_labels` ({name: {female: i, male: j}}).
     """
-    from voicebias.classifiers import get_classifier
+    from voicebias.instruments.classifiers import get_classifier
     from voicebias.audio import read_audio
 
     ok = (df["status"] == "ok").to_numpy()
@@ -463,7 +463,7 @@ def add_margins(df: pd.DataFrame, acoustics_params: dict[str, Any], root: Path, 
 
 def run_stage(params: dict[str, Any], manifest_path: Path, out_measures: Path, out_reference: Path, root: Path) -> pd.DataFrame:
     """Stage 'acoustics': measure the input stimuli, add classifier margins and the composite."""
-    from voicebias.composite import composite_measures, femininity_composite, reference_stats
+    from voicebias.instruments.composite import composite_measures, femininity_composite, reference_stats
     from voicebias.io import read_table, write_table
 
     manifest = read_table(manifest_path)

@@ -1,6 +1,6 @@
 """Phonation conversion: breathy, creaky and end-creak versions of each modal prompt.
 
-Two converters read the same per-frame conditioning (voicebias.phonation_presets,
+Two converters read the same per-frame conditioning (voicebias.stimuli.phonation.presets,
 SD units per 20 ms frame):
 
 * ``parametric`` (embedded default): signal processing with Praat (parselmouth),
@@ -31,7 +31,7 @@ SD units per 20 ms frame):
   in ``phonation.parametric`` (params.yaml); the manipulation check reports what
   each condition actually changed.
 
-* ``vqvc``: VoiceQualityVC in its own environment (voicebias.vqvc).
+* ``vqvc``: VoiceQualityVC in its own environment (voicebias.stimuli.phonation.vqvc).
 
 The stage writes data/phonation/manifest.csv (one row per prompt x voice x
 condition; modal rows point at the sc_stimuli recordings) and the converted audio.
@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
-from voicebias.phonation_presets import FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
+from voicebias.stimuli.phonation.presets import FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
 from voicebias.registry import Registry
 
 @dataclass(frozen=True)
@@ -256,10 +256,10 @@ def convert_all(jobs: list[dict[str, Any]], workers: int | None = None) -> list[
 
 
 def _convert_vqvc(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path, root: Path) -> list[dict[str, Any]]:
-    """The stage's jobs through VoiceQualityVC in its own environment (voicebias.vqvc)."""
+    """The stage's jobs through VoiceQualityVC in its own environment (voicebias.stimuli.phonation.vqvc)."""
     import shutil
 
-    from voicebias import vqvc
+    from voicebias.stimuli.phonation import vqvc
     from voicebias.audio import sha256_file
 
     cfg = vqvc.VQVCConfig.from_params(ph, root)
@@ -286,8 +286,8 @@ def _convert_parametric(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir:
 #: phonation.backend -> converter of the stage's jobs, called as (phonation params, jobs, work folder, root).
 #: Metadata for the preflight: `offline`, the converter needs nothing outside this package.
 CONVERTERS = Registry("phonation backend", {
-    "parametric": ("voicebias.phonation:_convert_parametric", {"offline": True}),
-    "vqvc": "voicebias.phonation:_convert_vqvc",
+    "parametric": ("voicebias.stimuli.phonation:_convert_parametric", {"offline": True}),
+    "vqvc": "voicebias.stimuli.phonation:_convert_vqvc",
 })
 
 

@@ -18,7 +18,7 @@ embedded default), resampled to one rate, loudness-normalised, written as FLAC,
 and listed in a manifest validated by Great Expectations. With
 `ss_set.voicing: original` the SS_set clips keep their own (Azure) voice instead.
 
-    python -m voicebias.sc_stimuli lint     # neutrality rules on the NOP_set
+    python -m voicebias.stimuli.prompts lint     # neutrality rules on the NOP_set
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def load_nop_set(path: Path | str) -> pd.DataFrame:
 
 
 def _lint_columns(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    from voicebias.lint import RULES
+    from voicebias.stimuli.lint import RULES
 
     out = df.copy()
     cols = []
@@ -176,7 +176,7 @@ def _slug(s: str) -> str:
 
 def synthesize_prompts(prompts: pd.DataFrame, sc_params: dict[str, Any], out_dir: Path, root: Path) -> pd.DataFrame:
     """Voice every prompt with every SC voice; returns the manifest (paths relative to root)."""
-    from voicebias.stimuli import check_voice_gender, make_backend, render_utterance
+    from voicebias.stimuli.passages import check_voice_gender, make_backend, render_utterance
 
     backend = make_backend(sc_params, root)
     voices = sc_voices(sc_params)
@@ -301,13 +301,13 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m voicebias.sc_stimuli lint [--nop-set PATH]`: check the NOP_set without voicing it."""
+    """`python -m voicebias.stimuli.prompts lint [--nop-set PATH]`: check the NOP_set without voicing it."""
     import argparse
 
     from voicebias import config
     from voicebias.validation import ValidationFailed
 
-    ap = argparse.ArgumentParser(prog="python -m voicebias.sc_stimuli", description="Check the SC prompt sets.")
+    ap = argparse.ArgumentParser(prog="python -m voicebias.stimuli.prompts", description="Check the SC prompt sets.")
     ap.add_argument("action", choices=["lint"])
     ap.add_argument("--nop-set", default=str(config.DATA / "nop_set" / "nop_set.yaml"))
     args = ap.parse_args(argv)

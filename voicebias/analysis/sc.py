@@ -1,6 +1,6 @@
 """Stage 'sc_analysis' of the speech-continuation (SC) study.
 
-All continuation systems together (voicebias.sc_stats): success rates and the
+All continuation systems together (voicebias.analysis.sc_stats): success rates and the
 all-systems-succeeded set, speaker similarity by system x phonation x gender (SC
 paper Table 2), voice-quality preservation (REML mixed model per measure on
 continuation - prompt, voice-level random effects, type-III F tests with
@@ -9,7 +9,7 @@ per gender cannot test are marked), retention of the prompt's phonation change, 
 scores by system x phonation x gender (SC paper Fig. 2) with stepwise beta regression
 (prompt-clustered robust SEs), and planted vs recovered values for reference systems.
 
-The other SC stages: voicebias.sc_continue (the continuations), voicebias.sc_scoring
+The other SC stages: voicebias.pipeline.sc_continue (the continuations), voicebias.scoring.continuation
 (the scored table this module reads). Every analysis reads tables only, so
 `voicebias analyze sc ...` re-runs it on shared outputs without calling any system.
 """
@@ -129,7 +129,7 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
     condition and system) is the cluster of the robust SEs, and terms with
     voice_gender are estimated but not tested (2 voices per gender; see
     `sc_stats.beta_regression_stepwise`)."""
-    from voicebias.sc_stats import beta_regression_stepwise, rescale_scores
+    from voicebias.analysis.sc_stats import beta_regression_stepwise, rescale_scores
 
     ok = scored[scored["judge_status"] == "ok"].copy()
     factors = [f for f in ("phonation", "voice_gender", "system") if ok[f].nunique() > 1]
@@ -205,8 +205,8 @@ def analyse(scored: pd.DataFrame, prompt_measures: pd.DataFrame, truths: dict[st
             n_boot: int = 500, seed: int = 0) -> dict[str, pd.DataFrame]:
     """Every SC analysis on the scored table (all systems) and the prompts' measures;
     `truths` (system -> planted truth) adds the planted-vs-recovered table."""
-    from voicebias.judge import load_rubric
-    from voicebias.sc_stats import all_systems_succeeded, similarity_table, success_table, voice_quality_models
+    from voicebias.instruments.judge import load_rubric
+    from voicebias.analysis.sc_stats import all_systems_succeeded, similarity_table, success_table, voice_quality_models
 
     dims = [d for d in load_rubric()["dimensions"] if d in scored]
     order = {c: i for i, c in enumerate(CONDITIONS)}

@@ -3,7 +3,7 @@
 Harmonic levels follow PraatSauce (Kirby): per analysis frame, a short spectrum
 centred on the frame; H1 is the highest level within f0 +- f0/10, H2 within
 2 f0 +- f0/10 and A3 within F3 +- F3/10 (f0 from Praat's pitch track, F3 from the
-formant track of voicebias.acoustics at that frame). The spectrum of each frame is
+formant track of voicebias.instruments.acoustics at that frame). The spectrum of each frame is
 computed here with numpy: a Hann window `n_periods` pitch periods long, zero-padded
 eightfold, levels in dB (20 log10 of the magnitude; an arbitrary common reference, so only
 differences such as H1-H2 mean anything) with parabolic interpolation of the peak.
@@ -19,7 +19,7 @@ eq. for a second-order resonator normalised to unit gain at 0 Hz):
                  ((1 - 2 r cos(w + w_i) + r^2) (1 - 2 r cos(w - w_i) + r^2)),
     r = exp(-pi B_i / fs), w_i = 2 pi F_i / fs, w = 2 pi f / fs,
 
-with the formant frequencies F_i measured at the frame (voicebias.acoustics).
+with the formant frequencies F_i measured at the frame (voicebias.instruments.acoustics).
 Bandwidths B_i come by default from the Hawks & Miller (1995, JASA 97(2):1343-1344)
 formula of formant frequency and f0, as in VoiceSauce and PraatSauce, because
 LPC bandwidths are noisy (on a synthetic vowel Burg read B3 = 300 Hz for a true

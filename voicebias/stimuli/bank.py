@@ -5,11 +5,11 @@ or feminine stereotype in its content (S2S paper, sec. 3.2). Lengths are
 information-matched: words for English and Spanish, CJK characters for Mandarin.
 
 The bank's Great Expectations suite ('passages') checks the schema, the length
-windows, one theme per passage and every neutrality rule of `voicebias.lint`
+windows, one theme per passage and every neutrality rule of `voicebias.stimuli.lint`
 (one column per rule, named after it, so a failure names the rule that fired).
 `render_markdown` prints the bank for a human reviewer, language by language:
 
-    python -m voicebias.bank render --out reports/bank/bank.md
+    python -m voicebias.stimuli.bank render --out reports/bank/bank.md
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
 def passage_expectations(length_window: dict[str, list[int]], languages=LANGUAGES, with_lint: bool = True) -> list:
     """The 'passages' suite; with_lint adds one null-check per neutrality rule column
     (validate the table `lint.lint_table` returns)."""
-    from voicebias.lint import lint_expectations, rule_columns
+    from voicebias.stimuli.lint import lint_expectations, rule_columns
 
     E = expectations()
     columns = PASSAGE_COLUMNS + (rule_columns(languages) if with_lint else [])
@@ -109,7 +109,7 @@ def validate_passages(df: pd.DataFrame, length_window: dict[str, list[int]], lan
     The summary names each failed rule as its column (e.g. 'es_speaker_agreement')
     with examples 'passage_id: offending words'.
     """
-    from voicebias.lint import lint_table
+    from voicebias.stimuli.lint import lint_table
 
     table = lint_table(df, languages)
     report = require_valid(table, "passages", passage_expectations(length_window, languages))
@@ -126,7 +126,7 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_table: Path, metrics_p
     """Stage 'bank': read, lint and validate the bank; write the passage table, its
     metrics and a plain-text review copy (bank.md beside the metrics)."""
     from voicebias.io import write_json, write_table
-    from voicebias.lint import rule_columns
+    from voicebias.stimuli.lint import rule_columns
 
     languages = params["base"]["languages"]
     df = load_bank(bank_dir, languages)
@@ -159,7 +159,7 @@ def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None
     """The bank as plain Markdown, one section per language and pole, each passage
     with its text, English gloss and provenance (seed, statistic, rating, review)."""
     lines = ["# Passage bank", "",
-             f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.bank render`; "
+             f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.stimuli.bank render`; "
              "edit the YAML, not this file.", ""]
     for lang in [l for l in LANGUAGES if l in set(df["lang"])]:
         sub = df[df["lang"] == lang]
@@ -190,12 +190,12 @@ def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m voicebias.bank render|lint`: review the bank without running the pipeline."""
+    """`python -m voicebias.stimuli.bank render|lint`: review the bank without running the pipeline."""
     import argparse
 
     from voicebias import config
 
-    ap = argparse.ArgumentParser(prog="python -m voicebias.bank", description="Review the passage bank.")
+    ap = argparse.ArgumentParser(prog="python -m voicebias.stimuli.bank", description="Review the passage bank.")
     ap.add_argument("action", choices=["render", "lint"], help="render: Markdown for reviewers; lint: list every rule hit")
     ap.add_argument("--bank-dir", default=str(config.BANK_DIR))
     ap.add_argument("--lang", action="append", choices=list(LANGUAGES), help="only these languages (repeatable)")
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             window = None
         text = render_markdown(df, window)
     else:
-        from voicebias.lint import lint_hits
+        from voicebias.stimuli.lint import lint_hits
 
         hits = lint_hits(df, languages)
         text = ("no rule fired on any passage\n" if hits.empty

@@ -2,7 +2,7 @@
 
 No number is typed by hand: every table is rendered from reports/analysis and
 reports/carrier_gate, every figure is drawn from the same tables. The words and the
-layout are package data in voicebias/templates: sections.yaml holds the title and the
+layout are package data in voicebias/report/templates: sections.yaml holds the title and the
 sections' titles and captions in report order, intro.txt.j2 the opening paragraph,
 report.md.j2 and report.html.j2 the two pages (tables via DataFrame.to_markdown and
 DataFrame.to_html). This module only computes the tables and figures.
@@ -403,8 +403,8 @@ def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> dict[str, S
 
 
 def _template_env() -> jinja2.Environment:
-    """The report templates (package data voicebias/templates), with the two table filters."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("voicebias", "templates"),
+    """The report templates (package data voicebias/report/templates), with the two table filters."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("voicebias", "report/templates"),
                              autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
                                                                  default_for_string=False),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
@@ -418,7 +418,7 @@ def _template_env() -> jinja2.Environment:
 
 def section_texts() -> dict[str, Any]:
     """Report title and each section's title and caption, in report order (templates/sections.yaml)."""
-    text = (resources.files("voicebias") / "templates" / "sections.yaml").read_text(encoding="utf-8")
+    text = (resources.files("voicebias") / "report" / "templates" / "sections.yaml").read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
 

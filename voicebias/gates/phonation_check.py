@@ -1,7 +1,7 @@
 """Manipulation check of the phonation conversion.
 
 Every stimulus of data/phonation/manifest.csv is measured (F0, H1-H2, H1-A3, CPPS:
-voicebias.acoustics with the analysis settings of its voice gender) over the whole
+voicebias.instruments.acoustics with the analysis settings of its voice gender) over the whole
 file and over each half, and each converted stimulus is compared with its modal
 original:
 
@@ -38,10 +38,10 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from voicebias.acoustics import MeasureSettings, measure_signal
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
 from voicebias.audio import AudioError, load_for_analysis
 from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_MEASURES
-from voicebias.phonation_presets import presets_from_params
+from voicebias.stimuli.phonation.presets import presets_from_params
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 #: measures of the check -> the preset feature whose sign sets their expected direction
@@ -87,7 +87,7 @@ def speaker_similarities(manifest: pd.DataFrame, embedder: Any, root: Path) -> t
     """(per converted stimulus: similarity to its modal original; per prompt x gender:
     similarity between the two modal voices of that gender)."""
     from voicebias.audio import read_audio
-    from voicebias.embeddings import cosine_similarity
+    from voicebias.instruments.embeddings import cosine_similarity
 
     emb: dict[str, np.ndarray | None] = {}
     errors: dict[str, str] = {}
@@ -203,7 +203,7 @@ def classifier_flips(measured: pd.DataFrame, acoustics: dict[str, Any], root: Pa
     """Carrier check per phonation condition: does each gender classifier still hear the
     intended gender? Returns (per stimulus x classifier margins, per voice gender x
     condition x classifier: n, flips, mean margin). Margin > 0 means female."""
-    from voicebias.acoustics import add_margins, classifier_names
+    from voicebias.instruments.acoustics import add_margins, classifier_names
 
     df = measured.assign(status=measured["measure_status"]).copy()
     df = add_margins(df, acoustics, Path(root), path_col="path")
@@ -242,7 +242,7 @@ def validate_check(summary: pd.DataFrame) -> ValidationReport:
 
 def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
     """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics."""
-    from voicebias.embeddings import embedder_from_params
+    from voicebias.instruments.embeddings import embedder_from_params
     from voicebias.io import read_table, write_json, write_table
 
     presets = presets_from_params(params["phonation"])

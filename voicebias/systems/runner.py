@@ -41,7 +41,7 @@ from voicebias.contract import (
 )
 from voicebias.cache import JsonCache, atomic_write_json, content_key
 from voicebias.exceptions import ConfigError
-from voicebias.retry import backoff_s
+from voicebias.clients.retry import backoff_s
 from voicebias.systems.base import (
     ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest, TransientError,
 )
@@ -237,7 +237,7 @@ def run_task(
     Writes output audio to out_dir/audio/<stimulus_id>.flac and returns the
     responses table plus counts: requests, calls (sent to the system), attempts
     (retries included), cache_hits, shared (requests answered by another request's
-    identical call), failed, asr_calls, wall_s. `asr` (a :class:`voicebias.asr.WhisperASR`)
+    identical call), failed, asr_calls, wall_s. `asr` (a :class:`voicebias.instruments.asr.WhisperASR`)
     transcribes outputs that come without text.
 
     An interruption (Ctrl-C, or any BaseException raised by the system) cancels the
@@ -408,11 +408,11 @@ def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationRepo
 
 
 def build_asr(sys_params: dict[str, Any], root: Path) -> Any | None:
-    """The Whisper ASR named by the system's `asr` params, or None (see voicebias.asr)."""
+    """The Whisper ASR named by the system's `asr` params, or None (see voicebias.instruments.asr)."""
     spec = sys_params.get("asr")
     if not spec:
         return None
-    from voicebias.asr import WhisperASR
+    from voicebias.instruments.asr import WhisperASR
     from voicebias.systems.base import resolve_path
 
     spec = {"model": spec} if isinstance(spec, str) else dict(spec)
@@ -430,7 +430,7 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
     """Stage 'respond': one system x one task over all stimuli of the task's languages.
 
     The keyword arguments let another stage run a system over its own stimulus table
-    through the same runner (voicebias.sc_continue does): `task`, a task that is not
+    through the same runner (voicebias.pipeline.sc_continue does): `task`, a task that is not
     in data/tasks/prompts.yaml (task_name then only names it in errors); `gate`, what
     gate_metrics records, named in the refusal when it has not passed; `kind`, the
     kind of system the stage takes; `context`, what the system is built with besides

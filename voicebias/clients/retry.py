@@ -8,7 +8,7 @@
 - :func:`post_with_retries`: a plain REST POST (requests) through that loop, retrying
   connection failures, 429 and 5xx; 400, 401, 403 and every other answer come back at once.
 
-The runner (voicebias.respond) keeps its own loop, which records every attempt in the
+The runner (voicebias.systems.runner) keeps its own loop, which records every attempt in the
 provenance, and shares :func:`backoff_s`; the adapters hand it :func:`retry_after_s`.
 """
 

@@ -47,9 +47,10 @@ def _requirements(component: str, req: dict[str, Any], root: Path, has_gpu: bool
 
 
 def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
-    from voicebias import classifiers, tts
-    from voicebias.judge import JUDGES
-    from voicebias.phonation import CONVERTERS
+    from voicebias import tts
+    from voicebias.instruments import classifiers
+    from voicebias.instruments.judge import JUDGES
+    from voicebias.stimuli.phonation import CONVERTERS
     from voicebias.systems import ADAPTERS, PLANNED_ADAPTERS, load_card
 
     has_gpu = gpu_available()
@@ -76,7 +77,7 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     if ph["backend"] in CONVERTERS and CONVERTERS.meta(ph["backend"]).get("offline"):
         checks.append(Check(f"phonation:{ph['backend']}", True, "embedded converter available offline"))
     else:
-        from voicebias import vqvc
+        from voicebias.stimuli.phonation import vqvc
 
         try:
             cfg = vqvc.VQVCConfig.from_params(ph, root)

@@ -67,9 +67,9 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
                         judge: Any | None = None, embedder: Any | None = None,
                         cache_dir: Path | None = None) -> pd.DataFrame:
     """One row per continuation: contract columns, voice quality, similarity, judge scores."""
-    from voicebias.acoustics import measure_table
-    from voicebias.embeddings import embedder_from_params, speaker_similarity
-    from voicebias.judge import get_judge, load_rubric
+    from voicebias.instruments.acoustics import measure_table
+    from voicebias.instruments.embeddings import embedder_from_params, speaker_similarity
+    from voicebias.instruments.judge import get_judge, load_rubric
 
     meta = manifest[["stimulus_id", "prompt_id", "prompt_set", "voice_gender", "voice_id", "phonation", "text", "path"]]
     df = responses.drop(columns=[c for c in ("voice_gender", "voice_id", "phonation") if c in responses]).merge(

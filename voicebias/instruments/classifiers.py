@@ -27,7 +27,7 @@ import pandas as pd
 
 from voicebias.exceptions import ConfigError
 from voicebias.registry import Registry
-from voicebias.units import hz_to_semitones
+from voicebias.instruments.units import hz_to_semitones
 
 # Published checkpoints behind the registered wav2vec2 names (S2S paper, App. F).
 CHECKPOINTS: dict[str, str] = {
@@ -37,9 +37,9 @@ CHECKPOINTS: dict[str, str] = {
 # Classifiers named by a profile that this version has no backend for (none at present).
 PLANNED: dict[str, str] = {}
 REGISTRY = Registry("classifier", {
-    "acoustic_norms": "voicebias.classifiers:AcousticNormsClassifier",
-    "w2v2_librispeech": ("voicebias.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_librispeech"]}),
-    "w2v2_commonvoice": ("voicebias.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_commonvoice"]}),
+    "acoustic_norms": "voicebias.instruments.classifiers:AcousticNormsClassifier",
+    "w2v2_librispeech": ("voicebias.instruments.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_librispeech"]}),
+    "w2v2_commonvoice": ("voicebias.instruments.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_commonvoice"]}),
 }, planned=PLANNED)
 
 FEMALE_LABELS = {"female", "f", "woman", "women"}

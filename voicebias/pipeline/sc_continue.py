@@ -1,7 +1,7 @@
 """Stage 'sc_continue' of the speech-continuation (SC) study.
 
 One continuation system over every phonation stimulus (data/phonation/manifest.csv),
-through the S2S runner's stage (`voicebias.respond.run_stage`: cached, resumable,
+through the S2S runner's stage (`voicebias.systems.runner.run_stage`: cached, resumable,
 retrying, failures recorded per item), once the manipulation check has passed. Writes
 data/continuations/<system>/ and the stage record reports/sc_continue/<system>.json
 (with the planted truth of a reference continuation system).
@@ -32,7 +32,7 @@ def _planted_truth(system: Any, sys_params: dict[str, Any]) -> dict[str, Any]:
 def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path, check_metrics: Path, out_dir: Path,
                    stats_path: Path, cache_dir: Path, root: Path) -> pd.DataFrame:
     """Stage 'sc_continue': one continuation system over the phonation stimuli (cached, resumable)."""
-    from voicebias.respond import run_stage
+    from voicebias.systems.runner import run_stage
 
     return run_stage(
         params, system_name, CONTINUE_TASK.name, manifest_path, None, check_metrics, out_dir, stats_path, cache_dir,
