@@ -3,7 +3,7 @@
 import argparse
 
 from voicebias import config
-from voicebias.scoring.acoustic import run_stage
+from voicebias.pipeline.acoustic_scoring import run_stage
 from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Stage acoustics: measure every input stimulus (F0, formants, classifier margins, composite)."""
 
 from voicebias import config
-from voicebias.instruments.acoustics import run_stage
+from voicebias.pipeline.acoustics import run_stage
 from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Stage analysis: RQ2 statistics for every system, with planted truth beside them."""
 
 from voicebias import config
-from voicebias.analysis.s2s import run_stage
+from voicebias.pipeline.analysis import run_stage
 from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":

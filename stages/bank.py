@@ -1,7 +1,7 @@
 """Stage bank: read and validate the passage bank into data/passages/passages.csv."""
 
 from voicebias import config
-from voicebias.stimuli.bank import run_stage
+from voicebias.pipeline.bank import run_stage
 from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":

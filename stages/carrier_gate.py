@@ -1,7 +1,7 @@
 """Stage carrier_gate: certify the stimuli (H0) or stop the pipeline."""
 
 from voicebias import config
-from voicebias.gates.carrier_gate import run_stage
+from voicebias.pipeline.carrier_gate import run_stage
 from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":

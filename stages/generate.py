@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.stimuli.generate import run_stage
+from voicebias.pipeline.generate import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("generate"), config.BANK_DIR, config.GENERATED_DIR,

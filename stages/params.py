@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded
-from voicebias.params import check_stage
+from voicebias.pipeline.params import run_stage
 
 if __name__ == "__main__":
-    guarded(check_stage, config.PARAMS, config.REPORTS / "params" / "valid.json", stage="params")
+    guarded(run_stage, config.PARAMS, config.REPORTS / "params" / "valid.json", stage="params")

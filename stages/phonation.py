@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.stimuli.phonation import run_stage
+from voicebias.pipeline.phonation import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("phonation"), config.SC_STIMULI_DIR / "manifest.csv", config.PHONATION_DIR,

@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.gates.phonation_check import run_stage
+from voicebias.pipeline.phonation_check import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("phonation_check"), config.PHONATION_DIR / "manifest.csv",

@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.report.build import run_stage
+from voicebias.pipeline.report import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("report"), config.REPORTS / "analysis", config.REPORTS / "carrier_gate",

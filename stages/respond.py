@@ -4,7 +4,7 @@ import argparse
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.systems.runner import run_stage
+from voicebias.pipeline.respond import run_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

@@ -4,12 +4,12 @@ import argparse
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.scoring.continuation import score_stage
+from voicebias.pipeline.sc_scoring import run_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    guarded(score_stage, stage_params("sc_scoring"), a.system, config.CONTINUATIONS_DIR / a.system / "responses.csv",
+    guarded(run_stage, stage_params("sc_scoring"), a.system, config.CONTINUATIONS_DIR / a.system / "responses.csv",
             config.PHONATION_DIR / "manifest.csv", config.SC_SCORED_DIR / f"{a.system}.csv", config.ROOT,
             config.CACHE_DIR / "judge", stage=f"sc_scoring {a.system}")

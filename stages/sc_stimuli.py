@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.stimuli.prompts import run_stage
+from voicebias.pipeline.sc_stimuli import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("sc_stimuli"), config.SC_STIMULI_DIR,

@@ -4,7 +4,7 @@ import argparse
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.scoring.text import run_stage
+from voicebias.pipeline.scoring import run_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

@@ -2,7 +2,7 @@
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
-from voicebias.stimuli.passages import run_stage
+from voicebias.pipeline.stimuli import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("stimuli"), config.PASSAGES, config.STIMULI_DIR, config.ROOT, stage="stimuli")

@@ -35,7 +35,7 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
 
 def test_planted_key_never_stored_or_logged(tmp_path, monkeypatch, capfd):
     from voicebias.io import write_json, write_table
-    from voicebias.systems.runner import run_stage
+    from voicebias.pipeline.respond import run_stage
     from voicebias.report.tracking import log_pipeline_run
 
     root = tmp_path / "proj"

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from voicebias import config
-from voicebias.stimuli.bank import load_bank, render_markdown, run_stage, validate_passages
+from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
+from voicebias.pipeline.bank import run_stage
 from voicebias.contract import LANGUAGES, POLES
 from voicebias.stimuli.lint import lint_hits
 

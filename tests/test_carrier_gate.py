@@ -51,7 +51,7 @@ def test_strict_mode_changes_nothing_on_a_clean_carrier():
 def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
     from voicebias import config
     from voicebias.io import write_json
-    from voicebias.systems.runner import run_stage
+    from voicebias.pipeline.respond import run_stage
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "responses" / "voice_faithful" / "readback"

@@ -16,8 +16,8 @@ import yaml
 
 from voicebias import config
 from voicebias.stimuli.bank import load_bank
-from voicebias.stimuli.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity,
-                                parse_json_reply, parse_rating, run_stage)
+from voicebias.stimuli.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity, parse_json_reply, parse_rating)
+from voicebias.pipeline.generate import run_stage
 from voicebias.stimuli.lint import lint_text
 from tests.fakes.http import send_json
 

@@ -309,7 +309,7 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
 def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_path):
     from voicebias import config
     from voicebias.io import write_json
-    from voicebias.pipeline.sc_continue import continue_stage
+    from voicebias.pipeline.sc_continue import run_stage as continue_stage
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "continuations" / "continuation_reference"
@@ -333,7 +333,7 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     import voicebias.systems
     from voicebias import config
     from voicebias.io import write_json, write_table
-    from voicebias.pipeline.sc_continue import continue_stage
+    from voicebias.pipeline.sc_continue import run_stage as continue_stage
 
     monkeypatch.setattr(voicebias.runlog, "RUN_LOG", tmp_path / "runs.jsonl")
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")

@@ -12,8 +12,8 @@ import yaml
 from voicebias import config
 from voicebias.audio import read_audio, rms_dbfs
 from voicebias.stimuli.lint import lint_text
-from voicebias.stimuli.prompts import (load_nop_set, load_ss_set, run_stage, sc_voices, ss_prompts, validate_nop_set,
-                                  validate_sc_manifest)
+from voicebias.stimuli.prompts import (load_nop_set, load_ss_set, sc_voices, ss_prompts, validate_nop_set, validate_sc_manifest)
+from voicebias.pipeline.sc_stimuli import run_stage
 from voicebias.validation import ValidationFailed
 
 NOP = config.DATA / "nop_set" / "nop_set.yaml"

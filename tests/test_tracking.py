@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from voicebias import config
-from voicebias.analysis.s2s import run_stage as run_analysis
+from voicebias.pipeline.analysis import run_stage as run_analysis
 from voicebias.io import read_table, write_json, write_table
 from voicebias.systems.reference import planted_p_female
 from voicebias.report.tracking import log_pipeline_run

@@ -135,7 +135,7 @@ def _measure_carrier(root, signals, manifest, leak_semitones):
     import yaml
     from parselmouth.praat import call
 
-    from voicebias.instruments.acoustics import run_stage
+    from voicebias.pipeline.acoustics import run_stage
     from voicebias.audio import write_audio
 
     params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")

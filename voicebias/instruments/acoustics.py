@@ -459,28 +459,3 @@ def add_margins(df: pd.DataFrame, acoustics_params: dict[str, Any], root: Path, 
         if ok.any():
             df.loc[ok, f"margin_{name}"] = clf.margins(df[ok], audio=audio, sample_rate=16000)
     return df
-
-
-def run_stage(params: dict[str, Any], manifest_path: Path, out_measures: Path, out_reference: Path, root: Path) -> pd.DataFrame:
-    """Stage 'acoustics': measure the input stimuli, add classifier margins and the composite."""
-    from voicebias.instruments.composite import composite_measures, femininity_composite, reference_stats
-    from voicebias.io import read_table, write_table
-
-    manifest = read_table(manifest_path)
-    ac = params["acoustics"]
-    cols = ["stimulus_id", "passage_id", "lang", "pole", "voice_gender", "voice_id", "path"]
-    if "phonation" in manifest:
-        cols.insert(6, "phonation")
-    df = measure_table(manifest[cols], "path", "stimulus_id", "voice_gender", ac, root,
-                       int(params["tts"]["sample_rate"]), "measuring stimuli")
-    names = classifier_names(ac)
-    df = add_margins(df, ac, root)
-    measures = composite_measures(names)
-    reference = reference_stats(df, measures)
-    df["composite"] = femininity_composite(df, reference, measures)
-    write_table(out_measures, df)
-    write_table(out_reference, reference)
-    counts = exclusion_counts(df)
-    if not counts.empty:
-        print("acoustics: " + ", ".join(f"{r.n} {r.kind} ({r.reason})" for r in counts.itertuples()))
-    return df

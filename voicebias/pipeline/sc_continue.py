@@ -1,7 +1,7 @@
 """Stage 'sc_continue' of the speech-continuation (SC) study.
 
 One continuation system over every phonation stimulus (data/phonation/manifest.csv),
-through the S2S runner's stage (`voicebias.systems.runner.run_stage`: cached, resumable,
+through the S2S runner's stage (`voicebias.pipeline.respond.run_stage`: cached, resumable,
 retrying, failures recorded per item), once the manipulation check has passed. Writes
 data/continuations/<system>/ and the stage record reports/sc_continue/<system>.json
 (with the planted truth of a reference continuation system).
@@ -29,12 +29,12 @@ def _planted_truth(system: Any, sys_params: dict[str, Any]) -> dict[str, Any]:
     return {"planted_truth": planted_truth(sys_params)}
 
 
-def continue_stage(params: dict[str, Any], system_name: str, manifest_path: Path, check_metrics: Path, out_dir: Path,
-                   stats_path: Path, cache_dir: Path, root: Path) -> pd.DataFrame:
+def run_stage(params: dict[str, Any], system_name: str, manifest_path: Path, check_metrics: Path, out_dir: Path,
+              stats_path: Path, cache_dir: Path, root: Path) -> pd.DataFrame:
     """Stage 'sc_continue': one continuation system over the phonation stimuli (cached, resumable)."""
-    from voicebias.systems.runner import run_stage
+    from voicebias.pipeline.respond import run_stage as run_requests
 
-    return run_stage(
+    return run_requests(
         params, system_name, CONTINUE_TASK.name, manifest_path, None, check_metrics, out_dir, stats_path, cache_dir,
         root, task=CONTINUE_TASK, gate="the phonation manipulation check", kind="continuation",
         context={"rate_wpm": params["sc_stimuli"]["rate_wpm"], "pitch_range": params["acoustics"]["pitch_range"],

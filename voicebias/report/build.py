@@ -485,8 +485,3 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     (out_dir / "report.md").write_text(rendered["md"], encoding="utf-8")
     (out_dir / "report.html").write_text(rendered["html"], encoding="utf-8")
     return {"md": out_dir / "report.md", "html": out_dir / "report.html"}
-
-
-def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
-              sc_dir: Path | None = None, phonation_dir: Path | None = None) -> dict:
-    return build_report(params, analysis_dir, gate_dir, bank_metrics, out_dir, sc_dir, phonation_dir)

@@ -291,9 +291,3 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
     write_json(Path(out_path).with_name("last_run.json"), last)
     write_json(Path(out_path), marker)  # last: a killed run leaves no marker, so DVC runs tracking again
     return {**marker, **last}
-
-
-def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path, out_path: Path,
-              sc_dir: Path | None = None, phonation_dir: Path | None = None) -> dict:
-    return log_pipeline_run(params, analysis_dir, gate_dir, manifest_path, out_path, sc_dir=sc_dir,
-                            phonation_dir=phonation_dir)

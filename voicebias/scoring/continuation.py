@@ -96,14 +96,3 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
         if c not in df:
             df[c] = None
     return df[SC_SCORED_COLUMNS + dims]
-
-
-def score_stage(params: dict[str, Any], system_name: str, responses_path: Path, manifest_path: Path, out_path: Path,
-                root: Path, cache_dir: Path | None = None) -> pd.DataFrame:
-    """Stage 'sc_scoring': score one continuation system's outputs (no system is called)."""
-    from voicebias.io import read_table, write_table
-
-    table = score_continuations(read_table(responses_path), read_table(manifest_path), params, root,
-                                cache_dir=cache_dir)
-    write_table(out_path, table)
-    return table

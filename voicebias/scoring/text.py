@@ -74,18 +74,3 @@ def score_responses(responses: pd.DataFrame) -> pd.DataFrame:
         for ok_, m, f in zip(ok, out["pronouns_male"], out["pronouns_female"])
     ]
     return out
-
-
-def run_stage(system: str, tasks: list[str], responses_root, out_path) -> pd.DataFrame:
-    """Stage 'scoring': score every task's transcripts of one system into one table."""
-    from pathlib import Path
-
-    from voicebias.io import read_table, write_table
-
-    parts = []
-    for task in tasks:
-        path = Path(responses_root) / system / task / "responses.csv"
-        parts.append(read_table(path))
-    scored = score_responses(pd.concat(parts, ignore_index=True))
-    write_table(Path(out_path), scored)
-    return scored

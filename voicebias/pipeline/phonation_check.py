@@ -1,0 +1,49 @@
+"""Stage 'phonation_check'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from voicebias.stimuli.phonation.presets import presets_from_params
+import pandas as pd
+from voicebias.gates.phonation_check import classifier_flips, measure_stimuli, paired_changes, speaker_similarities, summarise, validate_check, validate_flips
+
+
+def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
+    """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics."""
+    from voicebias.instruments.embeddings import embedder_from_params
+    from voicebias.io import read_table, write_json, write_table
+
+    presets = presets_from_params(params["phonation"])
+    manifest = read_table(manifest_path)
+    measured = measure_stimuli(manifest, params["acoustics"], root)
+    own, between = speaker_similarities(manifest, embedder_from_params(params["acoustics"], root),
+                                        root)
+    margins, flips = classifier_flips(measured, params["acoustics"], root)
+    changes = paired_changes(measured, presets)
+    summary = summarise(changes, own, between, manifest)
+    out_dir = Path(out_dir)
+    write_table(out_dir / "measures.csv", measured.merge(own, on="stimulus_id", how="left"))
+    write_table(out_dir / "between_voice_similarity.csv", between)
+    write_table(out_dir / "manipulation_check.csv", summary)
+    write_table(out_dir / "classifier_flips.csv", flips)
+    excluded = measured[measured["measure_status"] != "ok"]
+    wrong = summary[~summary["ok"]]
+    metrics: dict[str, Any] = {
+        "stimuli": int(len(manifest)), "excluded": int(len(excluded)),
+        "checked_cells": int((summary["expected_sign"] != 0).sum()), "wrong_direction": int(len(wrong)),
+        "classifier_flips": int(flips["flips"].sum()),
+        "passed": bool(wrong.empty) and int(flips["flips"].sum()) == 0,
+    }
+    whole = summary[summary["contrast"].isin(["converted_vs_modal", "second_half_vs_modal_second_half"])]
+    for (ph, measure, contrast), s in whole.groupby(["phonation", "measure", "contrast"]):
+        metrics.setdefault(ph, {})[f"{measure}__{contrast}"] = round(float(s["mean_change"].mean()), 4)
+    sims = summary[summary["measure"] == "speaker_similarity"]
+    for (ph, contrast), s in sims.groupby(["phonation", "contrast"]):
+        metrics.setdefault(ph, {})[f"speaker_similarity__{contrast}"] = round(float(s["mean_change"].mean()), 4)
+    metrics["between_voice_similarity"] = {g: round(float(s["between_similarity"].mean()), 4)
+                                           for g, s in between.groupby("voice_gender")}
+    write_json(metrics_path, metrics)
+    validate_check(summary)
+    validate_flips(margins)
+    return summary

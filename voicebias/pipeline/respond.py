@@ -1,0 +1,74 @@
+"""Stage 'respond'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from typing import Callable
+from voicebias.systems.base import SystemUnderTest
+from voicebias.tasks import Task
+import pandas as pd
+import shutil
+import sys
+from voicebias.systems.runner import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
+
+
+def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest_path: Path, passages_path: Path | None,
+              gate_metrics: Path, out_dir: Path, stats_path: Path, cache_dir: Path, root: Path, *,
+              task: Task | None = None, gate: str = "the carrier gate", kind: str | None = None,
+              context: dict[str, Any] | None = None, stage: str | None = None,
+              annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None) -> pd.DataFrame:
+    """Stage 'respond': one system x one task over all stimuli of the task's languages.
+
+    The keyword arguments let another stage run a system over its own stimulus table
+    through the same runner (voicebias.pipeline.sc_continue does): `task`, a task that is not
+    in data/tasks/prompts.yaml (task_name then only names it in errors); `gate`, what
+    gate_metrics records, named in the refusal when it has not passed; `kind`, the
+    kind of system the stage takes; `context`, what the system is built with besides
+    the stimulus table and root (default: the passages of passages_path and
+    tts.rate_wpm; passages_path may be None where context is given); `stage`, the
+    stage's name in the run log and progress line; `annotate(system, system params)`,
+    tracked facts added to the stats record (a reference system's planted truth).
+    """
+    from voicebias.io import read_json, read_table, write_json, write_table
+    from voicebias.runlog import record as record_run
+    from voicebias.runlog import split_counts
+    from voicebias.systems import build_system
+    from voicebias.tasks import load_tasks
+
+    if not read_json(gate_metrics).get("passed"):
+        raise RuntimeError(f"{gate} has not passed; no system may hear these stimuli")
+    manifest = read_table(manifest_path)
+    if context is None:
+        context = {"passages": read_table(passages_path), "rate_wpm": params["tts"]["rate_wpm"]}
+    sys_params = params["systems"].get(system_name)
+    if sys_params is None:
+        raise KeyError(f"params.yaml has no 'systems.{system_name}' section")
+    if task is None:
+        tasks = load_tasks()
+        if task_name not in tasks:
+            raise KeyError(f"unknown task '{task_name}'; data/tasks/prompts.yaml defines {', '.join(sorted(tasks))}")
+        task = tasks[task_name]
+    system = build_system(system_name, sys_params, stimuli=manifest, root=root, **context)
+    try:
+        if kind is not None and system.kind != kind:
+            raise ValueError(f"system '{system_name}' is a {system.kind} system; this stage needs a {kind} system")
+        policy = RetryPolicy.from_params(sys_params)
+        asr = build_asr(sys_params, root)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # the stage's output is rebuilt from the cache, never half-stale
+        table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir),
+                                 int(params["base"]["seed"]), root, policy=policy, asr=asr,
+                                 continuation_s=float(system.params["continuation_s"]) if system.kind == "continuation" else 0.0)
+    finally:
+        system.close()
+    validate_responses(table, system.kind)
+    write_table(out_dir / "responses.csv", table)
+    if annotate is not None:
+        counts.update(annotate(system, sys_params))
+    tracked, run_facts = split_counts(counts)
+    write_json(stats_path, tracked)
+    record_run(stage or f"respond@{system_name}-{task_name}", run_facts)
+    print(f"{stage or f'respond {system_name}/{task_name}'}: {counts['requests']} requests, {counts['calls']} calls, "
+          f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
+    return table
