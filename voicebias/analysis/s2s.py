@@ -141,7 +141,7 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-# The instrument's F0 accuracy on known-answer signals (1 % of F0, tests/test_acoustics.py), in
+# The instrument's F0 accuracy on known-answer signals (1 % of F0, tests/unit/instruments/test_acoustics.py), in
 # semitones: a planted F0 shift is recovered when its CI holds it or the estimate is this close.
 # With deterministic reference voices the CIs are narrower than the instrument is accurate.
 F0_TOLERANCE_ST = float(12 * np.log2(1.01))

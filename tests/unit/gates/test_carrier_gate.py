@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.test_validation import gate_inputs
+from tests.unit.test_validation import gate_inputs
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.validation import ValidationFailed
 

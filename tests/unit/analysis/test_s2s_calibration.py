@@ -11,7 +11,7 @@ enumeration over all 2x2 tables, as does the Wilson interval's coverage, so thos
 rows carry no Monte-Carlo error. The Wald odds ratio is only reported for fits
 without separation; its rows count those fits.
 
-The full study is marked slow (``python -m pytest -m slow tests/test_s2s_calibration.py -s``
+The full study is marked slow (``python -m pytest -m slow tests/unit/analysis/test_s2s_calibration.py -s``
 prints the tables); the default run has a reduced version of each with bounds widened
 to 3 Monte-Carlo SEs of its smaller number of datasets. The summarize slope Delta_pp
 has no interval or test in the audit's tables, so it has no row here.
@@ -296,7 +296,7 @@ emit("F", ct[["F value"]]); emit("den_df", ct[["DenDF"]]); emit("p", ct[["Pr(>F)
 def test_rq1_interaction_f_test_matches_lmertest(case):
     """The interaction p is lmerTest's joint F test (Satterthwaite denominator df), not the
     asymptotic chi-square that rejects a true null too often with 30 passages."""
-    from tests.test_stats_rref import mixed_table, singular_table
+    from tests.unit.analysis.test_stats_rref import mixed_table, singular_table
     from tests.rref import run_r
 
     g = mixed_table() if case == "interior passage variance" else singular_table()

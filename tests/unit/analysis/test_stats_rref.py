@@ -14,8 +14,8 @@ import pytest
 import statsmodels.api as sm
 
 from tests.rref import run_r
-from tests.test_rq1 import deltas
-from tests.test_stats import table
+from tests.unit.analysis.test_rq1 import deltas
+from tests.unit.analysis.test_stats import table
 from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
 from voicebias.analysis.stats import (describe_design, firth_coefficient, fisher_misaligned_vs_neutral, misgender_rates,

@@ -96,7 +96,7 @@ def test_rq1_significance_counts_by_hand():
 
 
 def test_planted_vs_recovered_reports_the_mixed_model_f0_effect_per_language():
-    from tests.test_rq1 import deltas
+    from tests.unit.analysis.test_rq1 import deltas
     from voicebias.analysis.s2s import describe_odds_ratios, planted_vs_recovered
     from voicebias.analysis.rq1 import rq1_mixed_models
 

@@ -210,7 +210,7 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
     from tests.fakes.stimuli import make_stimuli
     from voicebias import config
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = config.ROOT
     root = tmp_path / "proj"
     key = "sk-test-resume-0123456789abcdef"
     stim = make_stimuli(root, 30)

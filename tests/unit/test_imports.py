@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.test_dvc_deps import module_file
+from tests.unit.pipeline.test_dvc_deps import module_file
 
 from voicebias import config
 
