@@ -7,6 +7,23 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 
 import pytest  # noqa: E402
 
+E2E_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
+E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twice for the fresh clone)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests under tests/e2e carry the e2e marker and the longer per-test timeout; slow
+    simulation studies run only when the -m expression names them (pytest -m slow)."""
+    for item in items:
+        if str(item.fspath).startswith(E2E_DIR + os.sep):
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
+    if "slow" not in (config.option.markexpr or ""):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
 
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory):
