@@ -11,5 +11,5 @@ if __name__ == "__main__":
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
     guarded(run_stage, stage_params("acoustic_scoring"), a.system, config.RESPONSES_DIR, config.INPUT_MEASURES,
-            config.MEASURES_DIR / "composite_reference.csv", config.SCORED_DIR / f"{a.system}_acoustics.csv",
-            config.ROOT, config.CACHE_DIR / "measures", stage=f"acoustic_scoring {a.system}")
+            config.COMPOSITE_REFERENCE, config.acoustic_table(a.system),
+            config.ROOT, config.MEASURE_CACHE, stage=f"acoustic_scoring {a.system}")

@@ -8,5 +8,5 @@ if __name__ == "__main__":
     params = stage_params("analysis")
     systems = params["run"]["systems"]
     paths = [config.scored_table(s) for s in systems]
-    acoustic = [config.SCORED_DIR / f"{s}_acoustics.csv" for s in systems]
-    guarded(run_stage, params, paths, config.REPORTS / "analysis", acoustic, stage="analysis")
+    acoustic = [config.acoustic_table(s) for s in systems]
+    guarded(run_stage, params, paths, config.ANALYSIS_DIR, acoustic, stage="analysis")

@@ -6,4 +6,4 @@ from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES,
-            config.REPORTS / "bank" / "metrics.json", stage="bank")
+            config.BANK_METRICS, stage="bank")

@@ -6,4 +6,4 @@ from voicebias.pipeline.generate import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("generate"), config.BANK_DIR, config.GENERATED_DIR,
-            config.REPORTS / "generate" / "metrics.json", stage="generate")
+            config.GENERATE_METRICS, stage="generate")

@@ -5,6 +5,6 @@ from voicebias.errors import guarded, stage_params
 from voicebias.pipeline.phonation_check import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("phonation_check"), config.PHONATION_DIR / "manifest.csv",
-            config.REPORTS / "phonation", config.REPORTS / "phonation" / "check_metrics.json", config.ROOT,
+    guarded(run_stage, stage_params("phonation_check"), config.PHONATION_MANIFEST,
+            config.PHONATION_REPORTS, config.CHECK_METRICS, config.ROOT,
             stage="phonation_check")

@@ -12,6 +12,6 @@ if __name__ == "__main__":
     ap.add_argument("--task", required=True)
     a = ap.parse_args()
     guarded(run_stage, stage_params("respond"), a.system, a.task, config.STIMULI_MANIFEST, config.PASSAGES,
-            config.REPORTS / "carrier_gate" / "metrics.json", config.responses_dir(a.system, a.task),
-            config.REPORTS / "respond" / f"{a.system}-{a.task}.json", config.CACHE_DIR / "responses", config.ROOT,
+            config.GATE_METRICS, config.responses_dir(a.system, a.task),
+            config.respond_report(a.system, a.task), config.RESPONSE_CACHE, config.ROOT,
             stage=f"respond {a.system}/{a.task}")

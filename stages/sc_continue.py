@@ -10,7 +10,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    guarded(run_stage, stage_params("sc_continue"), a.system, config.PHONATION_DIR / "manifest.csv",
-            config.REPORTS / "phonation" / "check_metrics.json", config.CONTINUATIONS_DIR / a.system,
-            config.REPORTS / "sc_continue" / f"{a.system}.json", config.CACHE_DIR / "responses", config.ROOT,
+    guarded(run_stage, stage_params("sc_continue"), a.system, config.PHONATION_MANIFEST,
+            config.CHECK_METRICS, config.continuations_dir(a.system),
+            config.continuation_report(a.system), config.RESPONSE_CACHE, config.ROOT,
             stage=f"sc_continue {a.system}")

@@ -10,6 +10,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    guarded(run_stage, stage_params("sc_scoring"), a.system, config.CONTINUATIONS_DIR / a.system / "responses.csv",
-            config.PHONATION_DIR / "manifest.csv", config.SC_SCORED_DIR / f"{a.system}.csv", config.ROOT,
-            config.CACHE_DIR / "judge", stage=f"sc_scoring {a.system}")
+    guarded(run_stage, stage_params("sc_scoring"), a.system, config.continuation_responses(a.system),
+            config.PHONATION_MANIFEST, config.sc_scored_table(a.system), config.ROOT,
+            config.JUDGE_CACHE, stage=f"sc_scoring {a.system}")

@@ -6,4 +6,4 @@ from voicebias.pipeline.sc_stimuli import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("sc_stimuli"), config.SC_STIMULI_DIR,
-            config.REPORTS / "sc_stimuli" / "metrics.json", config.ROOT, stage="sc_stimuli")
+            config.SC_STIMULI_METRICS, config.ROOT, stage="sc_stimuli")

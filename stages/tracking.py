@@ -5,6 +5,6 @@ from voicebias.errors import guarded, stage_params
 from voicebias.pipeline.tracking import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("tracking"), config.REPORTS / "analysis", config.REPORTS / "carrier_gate",
+    guarded(run_stage, stage_params("tracking"), config.ANALYSIS_DIR, config.CARRIER_GATE_DIR,
             config.STIMULI_MANIFEST, config.TRACKING_MARKER,
-            sc_dir=config.REPORTS / "sc", phonation_dir=config.REPORTS / "phonation", stage="tracking")
+            sc_dir=config.SC_REPORTS, phonation_dir=config.PHONATION_REPORTS, stage="tracking")

@@ -38,13 +38,37 @@ NOP_SET = DATA / "nop_set" / "nop_set.yaml"
 GENERATED_DIR = DATA / "generated"
 MEASURES_DIR = DATA / "measures"
 INPUT_MEASURES = MEASURES_DIR / "inputs.csv"
+COMPOSITE_REFERENCE = MEASURES_DIR / "composite_reference.csv"
 RESPONSES_DIR = DATA / "responses"
 SCORED_DIR = DATA / "scored"
+SC_STIMULI_MANIFEST = SC_STIMULI_DIR / "manifest.csv"
+PHONATION_MANIFEST = PHONATION_DIR / "manifest.csv"
+JUDGE_RUBRIC = DATA / "judge" / "rubric.yaml"
 MODELS_DIR = ROOT / "models"
 CARDS_DIR = MODELS_DIR / "cards"
 REPORTS = ROOT / "reports"
+PARAMS_CHECK = REPORTS / "params" / "valid.json"
+BANK_REPORT = REPORTS / "bank" / "bank.md"
+BANK_METRICS = REPORTS / "bank" / "metrics.json"
+SC_STIMULI_METRICS = REPORTS / "sc_stimuli" / "metrics.json"
+GENERATE_METRICS = REPORTS / "generate" / "metrics.json"
+PHONATION_REPORTS = REPORTS / "phonation"
+PHONATION_METRICS = PHONATION_REPORTS / "metrics.json"
+PHONATION_MEASURES = PHONATION_REPORTS / "measures.csv"
+CHECK_METRICS = PHONATION_REPORTS / "check_metrics.json"
+CARRIER_GATE_DIR = REPORTS / "carrier_gate"
+GATE_METRICS = CARRIER_GATE_DIR / "metrics.json"
+RESPOND_REPORTS = REPORTS / "respond"
+SC_CONTINUE_REPORTS = REPORTS / "sc_continue"
+ANALYSIS_DIR = REPORTS / "analysis"
+SC_REPORTS = REPORTS / "sc"
+SC_METRICS = REPORTS / "sc_metrics.json"
+REPORT_DIR = REPORTS / "report"
 PROFILES_DIR = ROOT / "profiles"
 CACHE_DIR = Path(os.environ.get("VOICEBIAS_CACHE", ROOT / ".cache"))
+RESPONSE_CACHE = CACHE_DIR / "responses"
+MEASURE_CACHE = CACHE_DIR / "measures"
+JUDGE_CACHE = CACHE_DIR / "judge"
 #: the MLflow store (sqlite database, artifacts, state marker); an output of the tracking stage
 MLFLOW_DIR = ROOT / "mlruns"
 TRACKING_MARKER = MLFLOW_DIR / "pipeline_state.json"
@@ -53,13 +77,52 @@ RUN_LOG = ROOT / "logs" / "runs.jsonl"
 PARAMS = ROOT / "params.yaml"
 
 
+def card_path(system: str) -> Path:
+    """A system's card."""
+    return CARDS_DIR / f"{system}.yaml"
+
+
+def system_responses(system: str) -> Path:
+    """Every task's responses of one system."""
+    return RESPONSES_DIR / system
+
+
 def responses_dir(system: str, task: str) -> Path:
     """Folder holding one system x task's output audio and responses table."""
-    return RESPONSES_DIR / system / task
+    return system_responses(system) / task
+
+
+def respond_report(system: str, task: str) -> Path:
+    """Requests, shared and failed counts of one system x task."""
+    return RESPOND_REPORTS / f"{system}-{task}.json"
 
 
 def scored_table(system: str) -> Path:
+    """One system's text scores (describe words, pronouns, compliance)."""
     return SCORED_DIR / f"{system}.csv"
+
+
+def acoustic_table(system: str) -> Path:
+    """One system's output measures and their deltas and text-controlled nets."""
+    return SCORED_DIR / f"{system}_acoustics.csv"
+
+
+def continuations_dir(system: str) -> Path:
+    """One continuation system's output audio and responses table."""
+    return CONTINUATIONS_DIR / system
+
+
+def continuation_responses(system: str) -> Path:
+    return continuations_dir(system) / "responses.csv"
+
+
+def continuation_report(system: str) -> Path:
+    return SC_CONTINUE_REPORTS / f"{system}.json"
+
+
+def sc_scored_table(system: str) -> Path:
+    """One continuation system's voice quality, similarity and judge scores."""
+    return SC_SCORED_DIR / f"{system}.csv"
 
 
 def load_params(path: Path | str | None = None) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from voicebias.config import DATA, ROOT
+from voicebias.config import JUDGE_RUBRIC, ROOT
 from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.clients.llm import ChatError, chat_completion, extract_json_object, openai_client
 from voicebias.clients.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
@@ -64,7 +64,7 @@ class JudgeCallError(VoicebiasError, RuntimeError):
 
 
 @lru_cache(maxsize=2)
-def load_rubric(path: Path = DATA / "judge" / "rubric.yaml") -> dict[str, Any]:
+def load_rubric(path: Path = JUDGE_RUBRIC) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 

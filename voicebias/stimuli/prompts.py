@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m voicebias.stimuli.prompts", description="Check the SC prompt sets.")
     ap.add_argument("action", choices=["lint"])
-    ap.add_argument("--nop-set", default=str(config.DATA / "nop_set" / "nop_set.yaml"))
+    ap.add_argument("--nop-set", default=str(config.NOP_SET))
     args = ap.parse_args(argv)
     df = load_nop_set(args.nop_set)
     try:

@@ -122,3 +122,55 @@ def test_dropping_one_module_from_a_stage_is_caught():
     dropped = [d for d in deps if d == "voicebias/contract.py"]
     assert dropped, "analysis must list voicebias/contract.py (its pole coding sets the odds ratio's direction)"
     assert uncovered(files, [d for d in deps if d != "voicebias/contract.py"]) == ["voicebias/contract.py"]
+
+
+# Path functions of config, with the dvc.yaml placeholders they are called with.
+PATH_FUNCTIONS = {
+    "card_path": ("${item}",), "system_responses": ("${item}",), "responses_dir": ("${item.system}", "${item.task}"),
+    "respond_report": ("${item.system}", "${item.task}"), "scored_table": ("${item}",), "acoustic_table": ("${item}",),
+    "continuations_dir": ("${item}",), "continuation_responses": ("${item}",), "continuation_report": ("${item}",),
+    "sc_scored_table": ("${item}",),
+}
+
+
+def config_paths() -> set[str]:
+    """Every path config defines, relative to the root: the constants and the path
+    functions called with the placeholders of dvc.yaml's foreach stages."""
+    paths = {v for k, v in vars(config).items() if k.isupper() and isinstance(v, Path)}
+    paths |= {getattr(config, name)(*args) for name, args in PATH_FUNCTIONS.items()}
+    return {str(p.relative_to(ROOT)) for p in paths if p.is_relative_to(ROOT)}
+
+
+def stage_paths() -> list[tuple[str, str]]:
+    """(stage, path) of every out and every data dep (code deps aside) in dvc.yaml."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    pairs = []
+    for name, st in stages.items():
+        st = st.get("do", st)
+        entries = [*st.get("deps", []), *st.get("outs", []), *st.get("metrics", []), *st.get("plots", [])]
+        for e in entries:
+            path = e if isinstance(e, str) else next(iter(e))
+            if not path.startswith(("voicebias/", "stages/")):
+                pairs.append((name, path))
+    return pairs
+
+
+def test_every_path_of_dvc_yaml_is_defined_in_config():
+    """A data dep or out of a stage is a path config defines, or a file directly inside
+    one (a stage's named outputs in its report folder), so a path is written once."""
+    defined = config_paths()
+    bad = [(s, p) for s, p in stage_paths() if p not in defined and str(Path(p).parent) not in defined]
+    assert not bad, bad
+
+
+def test_config_path_functions_are_listed_here():
+    funcs = {n for n, v in vars(config).items() if callable(v) and getattr(v, "__module__", "") == config.__name__
+             and not n.startswith("_") and n not in ("find_root", "load_params")}
+    assert funcs == set(PATH_FUNCTIONS)
+
+
+def test_stage_scripts_take_every_path_from_config():
+    """stages/*.py join no path themselves: no `/ "name"` after a config path."""
+    joins = re.compile(r"""config\.[A-Za-z_]+(\([^)]*\))?\s*/\s*f?["']""")
+    bad = [p.name for p in (ROOT / "stages").glob("*.py") if joins.search(p.read_text(encoding="utf-8"))]
+    assert not bad, bad
