@@ -15,10 +15,11 @@ def all_registries() -> dict[str, Registry]:
     from voicebias.instruments import classifiers
     from voicebias.instruments import embeddings
     from voicebias.instruments import judge
-    from voicebias.stimuli import phonation
+    from voicebias.stimuli import generate, phonation
 
     return {"tts": tts.REGISTRY, "classifiers": classifiers.REGISTRY, "embeddings": embeddings.REGISTRY,
-            "systems": systems.ADAPTERS, "judges": judge.JUDGES, "phonation": phonation.CONVERTERS}
+            "systems": systems.ADAPTERS, "judges": judge.JUDGES, "phonation": phonation.CONVERTERS,
+            "llm_backends": generate.BACKENDS}
 
 
 def test_unknown_name_lists_the_choices_sorted_and_is_a_keyerror():
@@ -60,7 +61,7 @@ def test_malformed_target_is_refused():
 def test_heavy_backends_are_not_imported_by_their_registries():
     import subprocess
 
-    code = ("import sys; from voicebias import tts, classifiers, embeddings, systems; "
+    code = ("import sys; from voicebias import tts, systems; from voicebias.instruments import classifiers, embeddings; "
             "print(any(m in sys.modules for m in ('torch', 'transformers', 'kokoro', 'resemblyzer')), "
             "'voicebias.tts.kokoro' in sys.modules, 'voicebias.systems.qwen_omni' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

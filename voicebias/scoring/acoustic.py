@@ -25,8 +25,6 @@ output) are measured once.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +56,7 @@ def render_controls(rows: pd.DataFrame, spec: dict[str, Any], root: Path, cache_
     ctrl_error ('' when rendered). Renderings are kept under cache_dir keyed by
     (backend, voice, rate, text), so a transcript is synthesised once."""
     from voicebias.audio import sha256_file, write_audio
+    from voicebias.cache import content_key
     from voicebias.tts import get_backend
 
     out_dir = Path(cache_dir) / "text_control"
@@ -74,8 +73,7 @@ def render_controls(rows: pd.DataFrame, spec: dict[str, Any], root: Path, cache_
         if not text.strip():
             recs.append({"id": r.id, "ctrl_path": None, "ctrl_sha256": None, "ctrl_error": "empty transcript"})
             continue
-        key = hashlib.sha256(json.dumps([spec["backend"], voice, spec["rate_wpm"], text],
-                                        ensure_ascii=False).encode()).hexdigest()
+        key = content_key([spec["backend"], voice, spec["rate_wpm"], text])
         dest = out_dir / f"{key}.flac"
         if not dest.exists():
             try:
@@ -107,13 +105,15 @@ def output_settings(params: dict[str, Any], gender: str | None) -> MeasureSettin
 
 def measure_cached(paths: pd.DataFrame, settings: MeasureSettings, sample_rate: int, cache_dir: Path) -> pd.DataFrame:
     """Measure files (columns id, path, sha256), reusing cached results keyed by sha256 + settings."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tag = hashlib.sha256(json.dumps([settings.__dict__, sample_rate], sort_keys=True).encode()).hexdigest()[:16]
+    from voicebias.cache import JsonCache, content_key
+
+    cache = JsonCache(cache_dir, default=float)
+    tag = content_key([settings.__dict__, sample_rate])[:16]
     rows, todo = [], []
     for r in paths.itertuples(index=False):
-        f = cache_dir / f"{r.sha256}-{tag}.json"
-        if f.exists():
-            rows.append({"id": r.id, **json.loads(f.read_text())})
+        hit = cache.get(f"{r.sha256}-{tag}")
+        if hit is not None:
+            rows.append({"id": r.id, **hit})
         else:
             todo.append(r)
     if todo:
@@ -121,7 +121,7 @@ def measure_cached(paths: pd.DataFrame, settings: MeasureSettings, sample_rate: 
         by_id = {r.id: r.sha256 for r in todo}
         for rec in fresh.to_dict("records"):
             key = rec.pop("id")
-            (cache_dir / f"{by_id[key]}-{tag}.json").write_text(json.dumps(rec, default=float))
+            cache.put(f"{by_id[key]}-{tag}", rec)
             rows.append({"id": key, **rec})
     return pd.DataFrame(rows)
 

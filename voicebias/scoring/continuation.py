@@ -19,12 +19,11 @@ from voicebias.contract import F0_ST, SC_MEASURES, SC_SCORED_COLUMNS
 
 
 def _judge_key(judge_params: dict[str, Any], rubric: dict[str, Any], prompt: str, text: str) -> str:
-    import hashlib
-    import json
+    """Content key of one judgement: judge settings, rubric template and dimensions, both transcripts."""
+    from voicebias.cache import content_key
 
-    payload = {"judge": judge_params, "template": rubric.get("template"), "dimensions": rubric.get("dimensions"),
-               "prompt": prompt, "continuation": text}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+    return content_key({"judge": judge_params, "template": rubric.get("template"),
+                        "dimensions": rubric.get("dimensions"), "prompt": prompt, "continuation": text})
 
 
 def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[str, Any], rubric: dict[str, Any],
@@ -33,8 +32,11 @@ def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[
     time (default 1), successful verdicts cached by content under cache_dir (judge
     settings, rubric, both transcripts), so re-scoring never pays for a judgement twice.
     Failed judgements are recorded, never cached, and asked again on the next run."""
-    import json
     from concurrent.futures import ThreadPoolExecutor
+
+    from voicebias.cache import JsonCache
+
+    cache = JsonCache(cache_dir) if cache_dir else None
 
     def one(r: Any) -> dict[str, Any]:
         row: dict[str, Any] = {"stimulus_id": r.stimulus_id}
@@ -42,17 +44,15 @@ def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[
         if r.status != "ok" or not text.strip():
             return {**row, "judge_status": "not_judged",
                     "judge_error": "no continuation transcript" if r.status == "ok" else "continuation failed"}
-        path = Path(cache_dir) / f"{_judge_key(judge_params, rubric, str(r.prompt_text), text)}.json" if cache_dir else None
-        if path is not None and path.exists():
-            return {**row, **json.loads(path.read_text(encoding="utf-8"))}
+        key = _judge_key(judge_params, rubric, str(r.prompt_text), text)
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None:
+            return {**row, **cached}
         res = judge.judge(str(r.prompt_text), text)
         out = {"judge_status": res.status, "judge_error": res.error, "judge_name": res.judge,
                "judge_version": getattr(res, "version", "") or "", **{d: res.scores.get(d) for d in dims}}
-        if path is not None and res.status == "ok":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(out, ensure_ascii=False), encoding="utf-8")
-            tmp.replace(path)
+        if cache is not None and res.status == "ok":
+            cache.put(key, out)
         return {**row, **out}
 
     rows = list(df.itertuples(index=False))

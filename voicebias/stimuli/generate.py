@@ -31,7 +31,6 @@ ready to screen and move into data/bank), status.json.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -41,6 +40,8 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
+from voicebias.cache import JsonCache, content_key
+from voicebias.registry import Registry
 from voicebias.stimuli.bank import length_units, load_bank
 from voicebias.contract import LANGUAGES as LANGS
 from voicebias.contract import POLES
@@ -221,11 +222,11 @@ class TransformersChat(ChatBackend):
         return f"transformers:{self.folder.name}"
 
 
-BACKENDS: dict[str, type[ChatBackend]] = {
-    "openai": OpenAICompatibleChat,
-    "gemini": GeminiChat,
-    "transformers": TransformersChat,
-}
+BACKENDS = Registry("LLM backend", {
+    "openai": "voicebias.stimuli.generate:OpenAICompatibleChat",
+    "gemini": "voicebias.stimuli.generate:GeminiChat",
+    "transformers": "voicebias.stimuli.generate:TransformersChat",
+})
 
 
 def make_chat(spec: dict[str, Any]) -> ChatBackend:
@@ -234,9 +235,7 @@ def make_chat(spec: dict[str, Any]) -> ChatBackend:
     kind = spec.pop("backend", None)
     spec.pop("name", None)
     spec.pop("temperature", None)
-    if kind not in BACKENDS:
-        raise KeyError(f"unknown LLM backend '{kind}'; available: {', '.join(sorted(BACKENDS))}")
-    return BACKENDS[kind](**spec)
+    return BACKENDS.get(kind)(**spec)
 
 
 class CachedChat:
@@ -244,22 +243,18 @@ class CachedChat:
 
     def __init__(self, backend: ChatBackend, cache_dir: Path):
         self.backend, self.cache_dir = backend, Path(cache_dir)
+        self.cache = JsonCache(self.cache_dir, shard=2, check=lambda v: isinstance(v, dict) and "reply" in v)
         self.calls = 0
 
     def complete(self, messages, temperature: float, max_tokens: int, seed: int | None = None) -> str:
-        key = hashlib.sha256(json.dumps({"backend": self.backend.describe(), "messages": messages,
-                                         "temperature": temperature, "max_tokens": max_tokens, "seed": seed},
-                                        sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-        path = self.cache_dir / key[:2] / f"{key}.json"
-        if path.exists():
-            return json.loads(path.read_text(encoding="utf-8"))["reply"]
+        key = content_key({"backend": self.backend.describe(), "messages": messages, "temperature": temperature,
+                           "max_tokens": max_tokens, "seed": seed})
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit["reply"]
         reply = self.backend.complete(messages, temperature, max_tokens, seed)
         self.calls += 1
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"backend": self.backend.describe(), "reply": reply}, ensure_ascii=False),
-                       encoding="utf-8")
-        tmp.replace(path)
+        self.cache.put(key, {"backend": self.backend.describe(), "reply": reply})
         return reply
 
 
@@ -439,17 +434,3 @@ def selection_yaml(selection: pd.DataFrame, cands: pd.DataFrame, panel: str) -> 
         } for r in grp.itertuples(index=False)]
         out[str(lang)] = yaml.safe_dump(entries, allow_unicode=True, sort_keys=False, width=100)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m voicebias.stimuli.generate`: run the stage with the active params.yaml."""
-    from voicebias import config
-    from voicebias.errors import guarded, stage_params
-
-    guarded(run_stage, stage_params("generate"), config.BANK_DIR, config.DATA / "generated",
-            config.REPORTS / "generate" / "metrics.json", stage="generate")
-    return 0
-
-
-if __name__ == "__main__":
-    main()
