@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from voicebias.params import load_params
 import pandas as pd
 
 
@@ -36,7 +37,7 @@ def synthesise(n_files: int, out_dir: Path) -> pd.DataFrame:
     from voicebias.stimuli.bank import load_bank
     from voicebias.tts import get_backend
 
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     voices = params["tts"]["voices"]
     tts = get_backend("espeak", rate_wpm=params["tts"]["rate_wpm"])
     bank = load_bank(config.BANK_DIR)
@@ -68,7 +69,7 @@ def main() -> None:
     from voicebias import config
     from voicebias.instruments.acoustics import MeasureSettings, measure_files
 
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["acoustics"]
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")["acoustics"]
     tmp = tempfile.TemporaryDirectory()
     out_dir = args.keep or Path(tmp.name)
     out_dir.mkdir(parents=True, exist_ok=True)

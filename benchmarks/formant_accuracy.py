@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants  # noqa: E402
 from voicebias import config  # noqa: E402
+from voicebias.params import load_params
 from voicebias.instruments.acoustics import MALE_FORMANT_NORMS, MeasureSettings, measure_signal  # noqa: E402
 
 SR = 16000
@@ -275,7 +276,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", action="store_true", help="also print the per-cell table of every method")
     args = ap.parse_args()
-    params = config.load_params(ROOT / "params.yaml")["acoustics"]
+    params = load_params(ROOT / "params.yaml")["acoustics"]
     methods = analyses(params)
     sd, source = reference_sd()
     seconds: dict[str, float] = {}

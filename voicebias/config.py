@@ -1,12 +1,9 @@
-"""Paths and parameters, defined once and anchored on the repository root."""
+"""Every path, defined once and anchored on the repository root (parameters: voicebias.params.load_params)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 
 def find_root() -> Path:
@@ -123,19 +120,3 @@ def continuation_report(system: str) -> Path:
 def sc_scored_table(system: str) -> Path:
     """One continuation system's voice quality, similarity and judge scores."""
     return SC_SCORED_DIR / f"{system}.csv"
-
-
-def load_params(path: Path | str | None = None) -> dict[str, Any]:
-    """Read params.yaml (or another profile file), validated against the schema.
-
-    Returns a plain dict with every default filled in (voicebias.params); an unknown
-    key, a wrong type or a missing setting raises ParamsError naming the key path.
-    """
-    from voicebias.params import validate_params
-
-    p = Path(path) if path else PARAMS
-    if not p.exists():
-        raise FileNotFoundError(f"parameter file not found: {p}")
-    with open(p, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh)
-    return validate_params(raw, source=p.name)

@@ -34,6 +34,6 @@ def guarded(fn: Callable[..., Any], *args: Any, stage: str = "", **kwargs: Any) 
 
 def stage_params(stage: str) -> dict[str, Any]:
     """params.yaml validated for a stage; a schema problem prints its key paths and exits 1."""
-    from voicebias.config import load_params
+    from voicebias.params import load_params
 
     return guarded(load_params, stage=stage)

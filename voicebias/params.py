@@ -7,7 +7,7 @@ wrong type stops with the full key path, e.g.::
     systems.mixed.content_wieght: unknown key; did you mean content_weight?
     systems.voice_faithful.error_rate: expected a number, got 'high'
 
-Every stage and CLI command reads parameters through `voicebias.config.load_params`,
+Every stage and CLI command reads parameters through `load_params`,
 which calls this, so a typo never silently falls back to a default.
 
 System sections are checked against the adapter their card names
@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, GENDERS, LANGUAGES, POLES
 
 from voicebias.exceptions import VoicebiasError
@@ -497,8 +498,6 @@ def validate_params(raw: Any, cards_dir: Path | None = None, source: str = "para
     Raises :class:`ParamsError` listing every problem, one line each, with its key path.
     """
     if cards_dir is None:
-        from voicebias.config import CARDS_DIR
-
         cards_dir = CARDS_DIR
     if not isinstance(raw, dict):
         raise ParamsError(f"{source} does not hold a mapping of parameter sections")
@@ -536,3 +535,16 @@ def validate_params(raw: Any, cards_dir: Path | None = None, source: str = "para
         raise ParamsError(f"{source}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     params["systems"] = systems_out
     return params
+
+def load_params(path: Path | str | None = None) -> dict[str, Any]:
+    """Read params.yaml (or another profile file), validated against the schema.
+
+    Returns a plain dict with every default filled in (voicebias.params); an unknown
+    key, a wrong type or a missing setting raises ParamsError naming the key path.
+    """
+    p = Path(path) if path else PARAMS
+    if not p.exists():
+        raise FileNotFoundError(f"parameter file not found: {p}")
+    with open(p, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh)
+    return validate_params(raw, source=p.name)

@@ -5,11 +5,12 @@ import pandas as pd
 import pytest
 
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank, validate_passages
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.validation import ValidationFailed
 
-WINDOW = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]
+WINDOW = load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +139,7 @@ def _measure_carrier(root, signals, manifest, leak_semitones):
     from voicebias.pipeline.acoustics import run_stage
     from voicebias.audio import write_audio
 
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     for r in manifest.itertuples():
         x = signals[r.stimulus_id]
         if leak_semitones and r.pole == "feminine":

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError
 
@@ -40,7 +41,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     if args.profile:
         params = validate_params(resolve_profile(args.profile), source=f"profile '{args.profile}'")
     else:
-        params = config.load_params()
+        params = load_params()
     checks = preflight(params)
     print(format_checks(checks))
     return 0 if all(c.ok for c in checks) else 1
@@ -57,7 +58,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_systems(args: argparse.Namespace) -> int:
     from voicebias.systems import ADAPTERS, load_card
 
-    params = config.load_params()
+    params = load_params()
     rows = []
     for name in list(params["run"]["systems"]) + list(params["run"].get("sc_systems") or []):
         card = load_card(name)
@@ -139,7 +140,7 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
 
     df = _read_any(args.table[0])
     _require(df, {"stimulus_id", "source_stimulus_id", "phonation", "voice_id", "measure_status"}, "phonation measures")
-    presets = presets_from_params(config.load_params().get("phonation"))
+    presets = presets_from_params(load_params().get("phonation"))
     sims = df[["stimulus_id", "speaker_similarity"]] if "speaker_similarity" in df else \
         pd.DataFrame(columns=["stimulus_id", "speaker_similarity"])
     between_path = Path(args.table[0]).with_name("between_voice_similarity.csv")
@@ -181,7 +182,7 @@ def cmd_bank(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     from voicebias.report.tracking import tracking_uri
 
-    uri = tracking_uri(config.load_params())
+    uri = tracking_uri(load_params())
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
     print(" ".join(cmd))
     if args.run:

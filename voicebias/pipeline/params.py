@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from voicebias.params import load_params
 from typing import Any
 
 
@@ -13,27 +14,6 @@ def run_stage(params_path: Path, out_path: Path) -> dict[str, Any]:
     `dvc repro` before any stage does work. The record holds no parameter values, so a
     valid change leaves it byte-identical and re-runs only the stages that read the change.
     """
-    from voicebias.config import load_params
-    from voicebias.io import write_json
-
-    params = load_params(params_path)
-    record = {"valid": True, "sections": sorted(params)}
-    write_json(Path(out_path), record)
-    return record
-
-
-from pathlib import Path
-from typing import Any
-
-
-def run_stage(params_path: Path, out_path: Path) -> dict[str, Any]:
-    """Stage 'params': validate the parameter file; write a record that changes only with the schema's verdict.
-
-    Every other stage depends on its output, so DVC runs this first and a bad key stops
-    `dvc repro` before any stage does work. The record holds no parameter values, so a
-    valid change leaves it byte-identical and re-runs only the stages that read the change.
-    """
-    from voicebias.config import load_params
     from voicebias.io import write_json
 
     params = load_params(params_path)

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from voicebias.params import load_params
 from voicebias.exceptions import ConfigError
 from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
 from voicebias.validation import ValidationReport, expectations, require_valid, where
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     df = load_bank(args.bank_dir, languages)
     if args.action == "render":
         try:
-            window = config.load_params()["bank"]["length_window"]
+            window = load_params()["bank"]["length_window"]
         except (FileNotFoundError, KeyError):
             window = None
         text = render_markdown(df, window)

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from voicebias import cli, config
+from voicebias.params import load_params
 from voicebias.params import validate_params
 from voicebias.cli.profiles import resolve_profile, write_profile
 from voicebias.systems.reference import planted_p_female
@@ -13,7 +14,7 @@ from voicebias.systems.reference import planted_p_female
 
 def test_embedded_profile_is_the_committed_params():
     assert (config.ROOT / "params.yaml").read_text() == (config.PROFILES_DIR / "embedded.yaml").read_text()
-    assert validate_params(resolve_profile("embedded")) == config.load_params(config.ROOT / "params.yaml")
+    assert validate_params(resolve_profile("embedded")) == load_params(config.ROOT / "params.yaml")
 
 
 def test_paper_profile_round_trip(tmp_path):

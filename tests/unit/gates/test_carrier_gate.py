@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from tests.unit.test_validation import gate_inputs
+from voicebias.params import load_params
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.validation import ValidationFailed
 
@@ -53,7 +54,7 @@ def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
     from voicebias.io import write_json
     from voicebias.pipeline.respond import run_stage
 
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "responses" / "voice_faithful" / "readback"
     for metrics in ({"passed": False, "flips": 2}, {}):
         write_json(tmp_path / "gate.json", metrics)

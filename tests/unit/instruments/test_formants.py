@@ -9,6 +9,7 @@ import pytest
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.scoring.acoustic import output_settings
 from voicebias.instruments.acoustics import (
     MeasureSettings, correct_octave_jumps, discrete_all_pole, harmonic_power, measure_signal, poles_to_formants,
@@ -26,7 +27,7 @@ F2_OUTSIDE_5_PCT = {("a", "male", 150.0), ("a", "male", 210.0), ("a", "male", 26
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return config.load_params(config.ROOT / "profiles" / "embedded.yaml")["acoustics"]
+    return load_params(config.ROOT / "profiles" / "embedded.yaml")["acoustics"]
 
 
 @pytest.fixture(scope="module")

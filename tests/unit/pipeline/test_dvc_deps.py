@@ -165,7 +165,7 @@ def test_every_path_of_dvc_yaml_is_defined_in_config():
 
 def test_config_path_functions_are_listed_here():
     funcs = {n for n, v in vars(config).items() if callable(v) and getattr(v, "__module__", "") == config.__name__
-             and not n.startswith("_") and n not in ("find_root", "load_params")}
+             and not n.startswith("_") and n != "find_root"}
     assert funcs == set(PATH_FUNCTIONS)
 
 

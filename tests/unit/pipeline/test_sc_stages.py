@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from voicebias.params import load_params
 from voicebias.instruments.acoustics import MeasureSettings, measure_signal
 from voicebias.analysis.sc import judge_score_table, retention
 from voicebias.systems import build_system
@@ -280,7 +281,7 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     from voicebias.scoring.continuation import score_continuations
     from voicebias.analysis.sc_stats import all_systems_succeeded, success_table
 
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     for name in ("prompt-a", "prompt-b", "cont-a"):
         write_audio(tmp_path / f"{name}.wav", synthetic_vowel(120.0, MALE_VOWEL_FORMANTS["a"], seconds=1.5), 16000)
     manifest = pd.DataFrame({"stimulus_id": ["a", "b"], "prompt_id": ["p1", "p2"], "prompt_set": "s",
@@ -311,7 +312,7 @@ def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_pat
     from voicebias.io import write_json
     from voicebias.pipeline.sc_continue import run_stage as continue_stage
 
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     out = tmp_path / "continuations" / "continuation_reference"
     for metrics in ({"passed": False, "n": 48}, {}):
         write_json(tmp_path / "check.json", metrics)
@@ -336,7 +337,7 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     from voicebias.pipeline.sc_continue import run_stage as continue_stage
 
     monkeypatch.setattr(voicebias.runlog, "RUN_LOG", tmp_path / "runs.jsonl")
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     manifest = pd.DataFrame([
         {"stimulus_id": f"p1-{g}-{c}", "prompt_id": "p1", "prompt_set": "nop", "lang": lang, "voice_gender": g,
          "voice_id": "en-us+m3" if g == "male" else "en-us+f3", "phonation": c, "path": f"p1-{g}-{c}.flac",

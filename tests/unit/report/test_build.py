@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from voicebias import config
+from voicebias.params import load_params
 
 from voicebias.report import build as report
 
@@ -149,7 +150,7 @@ def test_build_report_writes_both_formats_from_the_stage_outputs(tmp_path):
     needed += [config.REPORTS / "carrier_gate" / "gate.csv", config.REPORTS / "bank" / "metrics.json"]
     if not all(Path(p).exists() for p in needed):
         pytest.skip("the analysis outputs are not checked out (dvc pull / dvc repro)")
-    params = config.load_params()
+    params = load_params()
     paths = report.build_report(params, analysis, config.REPORTS / "carrier_gate",
                                 config.REPORTS / "bank" / "metrics.json", tmp_path)
     md, page = paths["md"].read_text(encoding="utf-8"), paths["html"].read_text(encoding="utf-8")

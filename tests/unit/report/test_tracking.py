@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.pipeline.analysis import run_stage as run_analysis
 from voicebias.io import read_table, write_json, write_table
 from voicebias.systems.reference import planted_p_female
@@ -28,7 +29,7 @@ def scored_table(system, params, seed):
 
 @pytest.fixture
 def pipeline_outputs(tmp_path):
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     params["run"]["systems"] = ["content_driven", "voice_faithful"]
     paths = []
     for s in params["run"]["systems"]:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.scoring.acoustic import score_outputs
 from voicebias.instruments.acoustics import hz_to_semitones
 from voicebias.audio import write_audio
@@ -22,7 +23,7 @@ SR = 16000
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+    return load_params(config.ROOT / "profiles" / "embedded.yaml")
 
 
 def scored(params: dict, tmp_path, out_f0: dict[str, float | None], in_f0: dict[str, float]) -> pd.DataFrame:

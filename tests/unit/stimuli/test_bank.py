@@ -7,12 +7,13 @@ import sys
 import pytest
 
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
 from voicebias.pipeline.bank import run_stage
 from voicebias.contract import LANGUAGES, POLES
 from voicebias.stimuli.lint import lint_hits
 
-PARAMS = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+PARAMS = load_params(config.ROOT / "profiles" / "embedded.yaml")
 WINDOW = PARAMS["bank"]["length_window"]
 
 

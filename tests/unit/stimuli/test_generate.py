@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank
 from voicebias.stimuli.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity, parse_json_reply, parse_rating)
 from voicebias.pipeline.generate import run_stage
@@ -22,7 +23,7 @@ from voicebias.stimuli.lint import lint_text
 from tests.fakes.http import send_json
 
 KEY = "sk-test-local"
-PARAMS = config.load_params(config.ROOT / "profiles" / "embedded.yaml")
+PARAMS = load_params(config.ROOT / "profiles" / "embedded.yaml")
 
 # test seeds: theme -> (pole, planted stereotype strength on the 0-3 coding scale)
 THEMES = {

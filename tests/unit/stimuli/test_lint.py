@@ -5,11 +5,12 @@ import pandas as pd
 import pytest
 
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank, validate_passages
 from voicebias.stimuli.lint import RULES, lint_hits, lint_text, rule_columns
 from voicebias.validation import ValidationFailed
 
-WINDOW = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]
+WINDOW = load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]
 
 # (language, rule meant to catch it, sentence with exactly one kind of cue)
 PLANTED = [

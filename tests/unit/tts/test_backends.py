@@ -16,6 +16,7 @@ import pytest
 import soundfile as sf
 
 from voicebias import config
+from voicebias.params import load_params
 from voicebias.audio import read_audio, rms_dbfs, sha256_file
 from voicebias.stimuli.bank import load_bank
 from voicebias.stimuli.passages import render_utterance, synthesize_stimuli, validate_manifest
@@ -217,7 +218,7 @@ def test_kokoro_without_package_says_what_to_install(kokoro_folder):
 # ------------------------------------------------------------------ eSpeak, byte-identical
 
 def test_two_clean_runs_give_byte_identical_audio(tmp_path):
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["tts"]
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")["tts"]
     bank = load_bank(config.BANK_DIR)
     passages = bank.groupby("lang").head(1)
     first = synthesize_stimuli(passages, params, tmp_path / "a", tmp_path)
@@ -234,7 +235,7 @@ def test_two_clean_runs_give_byte_identical_audio(tmp_path):
 
 
 def test_stimuli_are_resampled_and_loudness_normalised(tmp_path):
-    params = config.load_params(config.ROOT / "profiles" / "embedded.yaml")["tts"]
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")["tts"]
     passages = load_bank(config.BANK_DIR, ["zh"]).head(1)
     manifest = synthesize_stimuli(passages, params, tmp_path / "audio", tmp_path)
     validate_manifest(manifest, params["sample_rate"])
