@@ -1,0 +1,7 @@
+"""`python -m voicebias.cli`: the voicebias command."""
+
+import sys
+
+from voicebias.cli import main
+
+sys.exit(main())
