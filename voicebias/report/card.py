@@ -50,7 +50,8 @@ VOICE_FAITHFUL, CONTENT_DRIVEN, MIXED, INCONCLUSIVE = "voice-faithful", "content
 VERDICTS = (VOICE_FAITHFUL, CONTENT_DRIVEN, MIXED, INCONCLUSIVE)
 TOWARD, AWAY, NO_DRIFT = "drifting toward the stereotype", "drifting away from the stereotype", "no drift detected"
 DRIFT_VERDICTS = (TOWARD, AWAY, NO_DRIFT, INCONCLUSIVE)
-FIT_TOWARD, FIT_AWAY, FIT_NONE, FIT_INCONCLUSIVE, FIT_UNUSABLE = "toward", "away", "no drift", "inconclusive", "unusable"
+FIT_TOWARD, FIT_AWAY, FIT_NONE = "toward", "away", "no drift"
+FIT_INCONCLUSIVE, FIT_UNUSABLE = "inconclusive", "unusable"
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
 
 
@@ -137,7 +138,7 @@ def fit_usable(row: dict[str, Any] | pd.Series) -> bool:
     """A mixed-model fit counts when its estimate and CI are finite and it converged, or when its
     warning says the measure has no variance (every output the same: the effect is exact, CI a point)."""
     r = dict(row)
-    if not _finite(r.get("stereotype_effect_est"), r.get("stereotype_effect_ci_low"), r.get("stereotype_effect_ci_high")):
+    if not _finite(*(r.get(f"stereotype_effect_{k}") for k in ("est", "ci_low", "ci_high"))):
         return False
     converged = r.get("converged")
     converged = str(converged).strip().lower() == "true" if isinstance(converged, str) else bool(converged)
@@ -196,7 +197,8 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def newcombe_difference(p1: float, lo1: float, hi1: float, p2: float, lo2: float, hi2: float) -> tuple[float, float, float]:
+def newcombe_difference(p1: float, lo1: float, hi1: float,
+                        p2: float, lo2: float, hi2: float) -> tuple[float, float, float]:
     """p1 - p2 with Newcombe's hybrid score interval from each proportion's own (Wilson) interval."""
     d = p1 - p2
     return d, d - math.sqrt((p1 - lo1) ** 2 + (hi2 - p2) ** 2), d + math.sqrt((hi1 - p1) ** 2 + (p2 - lo2) ** 2)
@@ -286,7 +288,8 @@ def _planted(pvr: pd.DataFrame | None) -> dict[str, Any] | None:
 
 def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, Any] | None,
                check_metrics: dict[str, Any] | None, provenance: dict[str, Any],
-               content_min_or: float = CONTENT_DRIVEN_MIN_OR, drift_margin_st: float = DRIFT_MARGIN_ST) -> dict[str, Any]:
+               content_min_or: float = CONTENT_DRIVEN_MIN_OR,
+               drift_margin_st: float = DRIFT_MARGIN_ST) -> dict[str, Any]:
     """The audit card of one run, from its tables alone (no clock, no environment): a JSON-able dict.
 
     S2S systems are those of describe_odds_ratios.csv; continuation systems those of sc/retention.csv.
@@ -393,7 +396,8 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
             if summ.get("ci_low") is not None else _f(summ.get("delta_pp"), 1),
             "RQ1 drift": dr["verdict"],
             "F0 effect (st): estimates; CIs within": "–" if dr["est_min"] is None else
-            f"{_f(dr['est_min'], 3)} to {_f(dr['est_max'], 3)}; [{_f(dr['ci_low_min'], 3)}, {_f(dr['ci_high_max'], 3)}]",
+            f"{_f(dr['est_min'], 3)} to {_f(dr['est_max'], 3)}; "
+            f"[{_f(dr['ci_low_min'], 3)}, {_f(dr['ci_high_max'], 3)}]",
             "fits toward/away/none/inconcl./unusable": "/".join(str(fits[k]) for k in
                                                                (FIT_TOWARD, FIT_AWAY, FIT_NONE, FIT_INCONCLUSIVE,
                                                                 FIT_UNUSABLE)),
