@@ -1,4 +1,4 @@
-"""Stage report: render reports/report/{report.md,report.html} and figures from the analysis tables."""
+"""Stage report: reports/report/audit_card.{md,json} and report.{md,html} (the card first) with figures."""
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params

@@ -422,13 +422,15 @@ def section_texts() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def render_report(sections: dict[str, Section], intro_context: dict[str, Any]) -> dict[str, str]:
+def render_report(sections: dict[str, Section], intro_context: dict[str, Any],
+                  card: dict[str, Any] | None = None) -> dict[str, str]:
     """Markdown and HTML of the report from its tables: {"md": ..., "html": ...}.
 
     `sections` maps section keys of templates/sections.yaml to their table (and figure file
     under figures/); sections render in the YAML's order with its titles and captions, and a
     key without a table is left out. `intro_context` fills templates/intro.txt.j2 (params,
-    bank, sc_systems, phonation, sc_judge).
+    bank, sc_systems, phonation, sc_judge). `card` (voicebias.report.card.card_context) is the
+    audit card, shown first, after the intro; None leaves it out.
     """
     texts = section_texts()
     unknown = sorted(set(sections) - set(texts["sections"]))
@@ -438,13 +440,15 @@ def render_report(sections: dict[str, Section], intro_context: dict[str, Any]) -
                for key, meta in texts["sections"].items() if key in sections]
     env = _template_env()
     intro = env.get_template("intro.txt.j2").render(**intro_context).strip()
-    ctx = {"title": texts["title"], "intro": intro, "sections": ordered}
+    ctx = {"title": texts["title"], "intro": intro, "sections": ordered, "card": card}
     return {"md": env.get_template("report.md.j2").render(**ctx),
             "html": env.get_template("report.html.j2").render(**ctx)}
 
 
 def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
-                 sc_dir: Path | None = None, phonation_dir: Path | None = None) -> dict[str, Path]:
+                 sc_dir: Path | None = None, phonation_dir: Path | None = None,
+                 card: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write report.md, report.html and figures/ under `out_dir`; `card` (card_context) is shown first."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(exist_ok=True)
@@ -481,7 +485,7 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
         sections.update(sc_sections(sc_dir, phonation_dir, fig_dir))
     intro_context = {"params": params, "bank": bank, "sc_systems": params["run"].get("sc_systems") or [],
                      "phonation": params.get("phonation") or {}, "sc_judge": params.get("sc_judge") or {}}
-    rendered = render_report(sections, intro_context)
+    rendered = render_report(sections, intro_context, card)
     (out_dir / "report.md").write_text(rendered["md"], encoding="utf-8")
     (out_dir / "report.html").write_text(rendered["html"], encoding="utf-8")
     return {"md": out_dir / "report.md", "html": out_dir / "report.html"}

@@ -1,0 +1,111 @@
+"""`voicebias measure AUDIO...`: the acoustic instrument on any audio files.
+
+Each file is read, checked and measured exactly as the pipeline's acoustics stage
+does it (voicebias.instruments.acoustics.measure_files, on all cores): mono, resampled
+to `tts.sample_rate` Hz, refused with the reason codes of voicebias.audio (missing,
+not_audio, truncated, empty, nan, silent, clipped, low_sample_rate, too_long,
+stereo_cancels, no_voicing). Formats are those the installed libsndfile reads (WAV,
+FLAC, OGG, MP3 from libsndfile 1.1), at any sample rate.
+
+Settings: `--gender male|female` takes MeasureSettings.for_gender of the `acoustics`
+section, `--gender auto` (the default) the gender-neutral MeasureSettings.neutral. The
+section comes from params.yaml in the working directory, else from
+profiles/embedded.yaml; stderr says which.
+
+The table holds one row per file, in the order given: `file` (the path as given),
+`status` ('ok' or 'excluded'), `reason` (code), `error` (readable), `note`
+(conversions), then the MEASURE_COLUMNS of voicebias.contract with their units in the
+names. It goes to stdout as CSV, or to `--out` as CSV.
+Each refusal is also printed to stderr with its reason code. Exit status 0 when at
+least one file was measured, 1 when none could be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from voicebias import config
+from voicebias.contract import GENDERS, MEASURE_COLUMNS
+from voicebias.io import write_table
+from voicebias.params import load_params
+
+if TYPE_CHECKING:
+    from voicebias.instruments.acoustics import MeasureSettings
+
+# The instrument (parselmouth, scipy) is imported when the command runs, so that
+# registering the command costs the other commands nothing.
+GENDER_CHOICES = (*GENDERS, "auto")
+#: the columns of the table: the file as given, acoustics.STATUS_COLUMNS, then the measures
+TABLE_COLUMNS = ["file", "status", "reason", "error", "note", *MEASURE_COLUMNS]
+
+
+def active_params(cwd: Path | None = None) -> tuple[dict[str, Any], str]:
+    """The validated parameters and where they came from: params.yaml in `cwd` (default:
+    the working directory), else profiles/embedded.yaml."""
+    here = Path(cwd) if cwd else Path.cwd()
+    local = here / "params.yaml"
+    if local.is_file():
+        return load_params(local), f"{local}"
+    embedded = config.PROFILES_DIR / "embedded.yaml"
+    return load_params(embedded), f"{embedded} (no params.yaml in {here})"
+
+
+def settings_for(acoustics: dict[str, Any], gender: str) -> "MeasureSettings":
+    """MeasureSettings.for_gender for 'male'/'female', MeasureSettings.neutral for 'auto'."""
+    from voicebias.instruments.acoustics import MeasureSettings
+
+    return MeasureSettings.neutral(acoustics) if gender == "auto" else MeasureSettings.for_gender(acoustics, gender)
+
+
+def measure_paths(paths: list[str], settings: "MeasureSettings", sample_rate: int,
+                  workers: int | None = None) -> pd.DataFrame:
+    """One row per path (TABLE_COLUMNS), in the order given (a path given twice is measured twice),
+    through measure_files on `workers` processes (default: every core)."""
+    from voicebias.instruments.acoustics import measure_files
+
+    jobs = [(str(i), p, settings) for i, p in enumerate(paths)]
+    df = measure_files(jobs, sample_rate=sample_rate, workers=workers, desc="measuring")
+    df = df.assign(file=[paths[int(i)] for i in df["id"]])
+    return df[TABLE_COLUMNS]
+
+
+def _refusal_line(file: str, reason: str, error: str) -> str:
+    message = error[len(file) + 2:] if error.startswith(f"{file}: ") else error
+    return f"voicebias measure: {file}: refused ({reason}): {message}"
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    params, source = active_params()
+    settings = settings_for(params["acoustics"], args.gender)
+    sample_rate = int(params["tts"]["sample_rate"])
+    what = "gender-neutral settings" if args.gender == "auto" else f"{args.gender} settings"
+    print(f"voicebias measure: {what} from the acoustics section of {source}; audio read at {sample_rate} Hz",
+          file=sys.stderr)
+    table = measure_paths(list(args.audio), settings, sample_rate)
+    refused = table[table["status"] != "ok"]
+    for r in refused.itertuples():
+        print(_refusal_line(r.file, r.reason, r.error), file=sys.stderr)
+    if args.out:
+        write_table(Path(args.out), table)
+    else:
+        table.to_csv(sys.stdout, index=False, float_format="%.10g", lineterminator="\n")
+    measured = len(table) - len(refused)
+    print(f"voicebias measure: measured {measured} of {len(table)} file(s), refused {len(refused)}"
+          + (f"; table written to {args.out}" if args.out else ""), file=sys.stderr)
+    return 0 if measured else 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `measure` on the command's subparsers."""
+    p = sub.add_parser("measure", help="acoustic measures of any audio files, one row per file")
+    p.add_argument("audio", nargs="+", help="audio files (WAV, FLAC, MP3, ... any sample rate)")
+    p.add_argument("--gender", choices=GENDER_CHOICES, default="auto",
+                   help="analysis settings: male or female (acoustics pitch range and formant ceiling of that "
+                        "gender) or auto (gender-neutral settings; default)")
+    p.add_argument("--out", help="write the table to this CSV file instead of stdout")
+    p.set_defaults(fn=cmd_measure)
