@@ -216,7 +216,7 @@ def make_sc(folder):
 
 GATE = {"passed": True, "flips": 0, "excluded_stimuli": 1, "composite_p": {"en": 0.5}}
 CHECK = {"passed": False, "wrong_direction": 2, "classifier_flips": 0, "excluded": 3, "checked_cells": 64}
-PROV = {"git_commit": "0" * 40, "stimulus_set_sha256": "a" * 64,
+PROV = {"stimulus_set_sha256": "a" * 64,
         "model_revisions": {"mixed": {"checkpoint": "none", "revision": "reference-1"}}, "seeds": {"base.seed": 7}}
 
 
@@ -328,29 +328,6 @@ def test_the_card_comes_first_in_the_report(card):
 
 # --- provenance and the stage -----------------------------------------------------------------------
 
-def test_git_commit_reads_loose_packed_detached_and_worktree_refs(tmp_path):
-    sha1, sha2 = "1" * 40, "2" * 40
-    repo = tmp_path / "repo"
-    (repo / ".git" / "refs" / "heads").mkdir(parents=True)
-    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (repo / ".git" / "refs" / "heads" / "main").write_text(sha1 + "\n")
-    assert P.git_commit(repo) == sha1
-    (repo / ".git" / "refs" / "heads" / "main").unlink()
-    (repo / ".git" / "packed-refs").write_text(f"# pack-refs with: peeled\n{sha2} refs/heads/main\n^{sha1}\n")
-    assert P.git_commit(repo) == sha2
-    (repo / ".git" / "HEAD").write_text(sha1 + "\n")
-    assert P.git_commit(repo) == sha1
-    wt_git = repo / ".git" / "worktrees" / "wt"
-    wt_git.mkdir(parents=True)
-    (wt_git / "HEAD").write_text("ref: refs/heads/main\n")
-    (wt_git / "commondir").write_text("../..\n")
-    wt = tmp_path / "wt"
-    wt.mkdir()
-    (wt / ".git").write_text(f"gitdir: {wt_git}\n")
-    assert P.git_commit(wt) == sha2
-    assert P.git_commit(tmp_path / "nowhere") is None
-
-
 def test_provenance_from_files(tmp_path):
     manifest = tmp_path / "manifest.csv"
     manifest.write_bytes(b"stimulus_id,path\ns1,a.wav\n")
@@ -359,7 +336,7 @@ def test_provenance_from_files(tmp_path):
     (cards / "a.yaml").write_text("name: a\ncheckpoint: ckpt-a\nrevision: r1\n")
     params = {"base": {"seed": 42}, "run": {"systems": ["a", "b"], "sc_systems": ["a"]}}
     prov = P.collect_provenance(tmp_path, params, manifest, cards)
-    assert prov == {"git_commit": None, "stimulus_set_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
+    assert prov == {"stimulus_set_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
                     "model_revisions": {"a": {"checkpoint": "ckpt-a", "revision": "r1"},
                                         "b": {"checkpoint": None, "revision": None}},
                     "seeds": {"base.seed": 42}}
