@@ -8,15 +8,14 @@ import email.utils
 import json
 import os
 import sys
-import threading
 import time
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from tests.fakes.checkouts import command_checkout
-from tests.fakes.http import send_json
+from tests.fakes.http import send_json, start_loopback, stop_loopback
 from tests.fakes.stimuli import make_stimuli
 from voicebias.clients.retry import backoff_s, post_with_retries, retry_after_s
 from voicebias.secrets import child_env, read_secret, require_secret
@@ -45,13 +44,10 @@ class ScriptedServer:
                 status, headers, obj = outer.script.pop(0) if outer.script else outer.done(self.path, body)
                 send_json(self, status, obj, headers)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd, self.url = start_loopback(Handler)
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop_loopback(self.httpd)
 
 
 @pytest.fixture

@@ -6,15 +6,14 @@ import hashlib
 import inspect
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from voicebias.instruments.judge import (GeminiJudge, InvalidJudgement, LexicalHeuristicJudge, LocalTransformersJudge,
                              OpenAICompatibleJudge, build_prompt, get_judge, load_rubric, parse_judgement)
 from voicebias.systems.base import SetupError
-from tests.fakes.http import send_json
+from tests.fakes.http import send_json, start_loopback, stop_loopback
 
 VALID = json.dumps({"semantic_coherence": 4, "sentence_polarity": 5, "agency_competence": 3,
                     "emotionalisation_affect_framing": 5, "appearance_objectification": 5,
@@ -48,12 +47,11 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd, url = start_loopback(Handler)
+        self.url = f"{url}/v1"
 
     def close(self):
-        self.httpd.shutdown()
+        stop_loopback(self.httpd)
 
 
 @pytest.fixture
@@ -173,13 +171,10 @@ class GeminiServer:
                     "usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 60, "totalTokenCount": 960},
                     "modelVersion": model_version, "responseId": "resp-1"})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd, self.url = start_loopback(Handler)
 
     def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop_loopback(self.httpd)
 
 
 @pytest.fixture
