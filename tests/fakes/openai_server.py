@@ -109,6 +109,20 @@ class FakeOpenAIAudioServer:
         self.httpd.server_close()
 
     # -- what tests read ---------------------------------------------------------
+    def wait_idle(self, timeout_s: float = 10.0) -> None:
+        """Block until no request is being handled, so the log holds every request received so far.
+
+        A request the client gave up on (a hang past its timeout) is logged when the server
+        finishes it, which can be after the client has moved on.
+        """
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline:
+            with self._lock:
+                if self.in_flight == 0:
+                    return
+            time.sleep(0.01)
+        raise TimeoutError(f"{self.in_flight} requests still in flight after {timeout_s} s")
+
     def delivered(self) -> dict[str, int]:
         """Per input: how many successful (200 with audio) replies were delivered."""
         out: dict[str, int] = defaultdict(int)

@@ -244,6 +244,7 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
         cache_dir = root / ".cache" / "responses"
         cached = {p.name for p in cache_dir.glob("*/*") if (p / "response.json").exists()}
         assert len(cached) >= sum(first_run.values()) - 2  # at most the 2 in-flight replies were lost
+        server.wait_idle()  # requests of the killed run are logged before the re-run starts
         n_log = len(server.log)
         done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
