@@ -1,4 +1,5 @@
-"""Stage tracking: log this pipeline run (parent) and every system x language x task (children) to MLflow."""
+"""Stage tracking: log this pipeline run (parent, with the audit card and the report) and every system x
+language x task (children) to MLflow."""
 
 from voicebias import config
 from voicebias.errors import guarded, stage_params
@@ -7,4 +8,5 @@ from voicebias.pipeline.tracking import run_stage
 if __name__ == "__main__":
     guarded(run_stage, stage_params("tracking"), config.ANALYSIS_DIR, config.CARRIER_GATE_DIR,
             config.STIMULI_MANIFEST, config.TRACKING_MARKER,
-            sc_dir=config.SC_REPORTS, phonation_dir=config.PHONATION_REPORTS, stage="tracking")
+            sc_dir=config.SC_REPORTS, phonation_dir=config.PHONATION_REPORTS, report_dir=config.REPORT_DIR,
+            stage="tracking")

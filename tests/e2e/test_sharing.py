@@ -8,67 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.servers import free_port, mlflow_server_cmd, post_json, server  # noqa: F401 (server: a fixture)
 from tests.workspace import BIN, sh, tree_hashes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(url: str, timeout: float = 90.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status < 500:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"server at {url} did not come up within {timeout:.0f} s")
-
-
-def post_json(url: str, payload: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.loads(r.read())
-
-
-@pytest.fixture
-def server(tmp_path):
-    procs = []
-
-    def start(cmd: list[str], url: str, cwd: Path) -> None:
-        log = open(tmp_path / f"server{len(procs)}.log", "w")
-        procs.append(subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                      env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}))
-        wait_for(url)
-
-    yield start
-    for p in procs:
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
     _, repo, _ = workspace
     port = free_port()
-    server([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{repo / 'mlruns' / 'mlflow.db'}",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], f"http://127.0.0.1:{port}/health", repo)
+    server(mlflow_server_cmd(f"sqlite:///{repo / 'mlruns' / 'mlflow.db'}", port), f"http://127.0.0.1:{port}/health",
+           repo)
     run = json.loads((repo / "mlruns" / "last_run.json").read_text())
     found = post_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", {
         "experiment_ids": [run["experiment_id"]], "max_results": 1000,
@@ -85,11 +38,11 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
             continue
         o = odds[(odds["system"] == tags["system"]) & (odds["lang"] == tags["lang"])]
         if len(o) and o.iloc[0]["fit_status"] == "ok":
-            assert metrics["odds_ratio"] == pytest.approx(o.iloc[0]["odds_ratio"], rel=1e-9)
+            assert metrics["describe/odds_ratio"] == pytest.approx(o.iloc[0]["odds_ratio"], rel=1e-9)
             checked += 1
         m = rates[(rates["system"] == tags["system"]) & (rates["lang"] == tags["lang"]) & (rates["cell_type"] == "misaligned")]
         if len(m) and pd.notna(m.iloc[0]["rate"]):
-            assert metrics["misgender_rate_misaligned"] == pytest.approx(m.iloc[0]["rate"], rel=1e-9)
+            assert metrics["describe/misgender_rate/misaligned"] == pytest.approx(m.iloc[0]["rate"], rel=1e-9)
             checked += 1
     assert checked >= 8
 

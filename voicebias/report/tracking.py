@@ -6,15 +6,19 @@ fresh clone, which has no store, runs the tracking stage and ends with the runs 
 A pipeline state (the tracking inputs' bytes and params) is logged once: tracking the
 same state again reuses the finished parent and deletes partial leftovers.
 
-Children are created with an explicit parent id (the active-run stack is
-thread-local), and carry the same family tags as the parent so the MLflow UI can
-filter and compare them across pipeline runs. Only parameters, metrics and tags
-from params.yaml and reports/ are logged: never the environment.
+Children, named `<system> / <lang> / <task>`, are created with an explicit parent id
+(the active-run stack is thread-local), carry their own results as metrics (see
+`child_records`) and the same family tags as the parent so the MLflow UI can filter
+and compare them across pipeline runs. The stimulus set and the responses tables are
+dataset inputs with their DVC hashes as digests; the audit card and the report are
+artifacts of the parent. Only parameters, metrics and tags from params.yaml, dvc.lock
+and reports/ are logged: never the environment.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import subprocess
@@ -56,50 +60,171 @@ def file_hash(path: Path) -> str:
 
 
 def _metrics(d: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of `d` (bools as 0/1): MLflow stores reject NaN or lose infinities."""
+    return {k: v for k, v in _numbers(d).items() if math.isfinite(v)}
+
+
+def _numbers(d: dict[str, Any]) -> dict[str, float]:
     out = {}
     for k, v in d.items():
         if v is None or isinstance(v, str):
             continue
-        v = float(v)
-        if math.isfinite(v):
-            out[k] = v
+        out[k] = float(v)
     return out
 
 
+def _skipped(d: dict[str, Any]) -> list[str]:
+    """Names of the values of `d` that are numbers but not finite (NaN: no estimate; inf: an open CI)."""
+    return sorted(k for k, v in _numbers(d).items() if not math.isfinite(v))
+
+
+#: RQ1 mixed-model columns logged per measure, as rq1/<measure>/<column>
+RQ1_COLUMNS = ("n", "f_interaction", "den_df_interaction", "p_interaction", "stereotype_effect_est",
+               "stereotype_effect_ci_low", "stereotype_effect_ci_high", "stereotype_effect_p",
+               "misaligned_minus_neutral_est", "misaligned_minus_neutral_ci_low",
+               "misaligned_minus_neutral_ci_high", "misaligned_minus_neutral_p", "converged")
+POLES = ("masculine", "neutral", "feminine")
+
+
+def child_name(system: str, lang: str, task: str) -> str:
+    """The run name of a child: `<system> / <lang> / <task>`."""
+    return f"{system} / {lang} / {task}"
+
+
+def _bool(v: Any) -> float:
+    if isinstance(v, str):
+        return float(v.strip().lower() == "true")
+    return float("nan") if v is None or (isinstance(v, float) and math.isnan(v)) else float(bool(v))
+
+
+def _odds(o: pd.Series) -> dict[str, Any]:
+    """describe/: the odds ratio of a 'she' description per content step (Wald CI, p) and the Firth fit."""
+    m = {"describe/n": o["n"], "describe/n_excluded": o["n_excluded"], "describe/odds_ratio": o["odds_ratio"],
+         "describe/odds_ratio_ci_low": o["ci_low"], "describe/odds_ratio_ci_high": o["ci_high"],
+         "describe/odds_ratio_p": o["p_value"]}
+    firth = {"odds_ratio": "firth_odds_ratio", "odds_ratio_ci_low": "firth_ci_low",
+             "odds_ratio_ci_high": "firth_ci_high", "odds_ratio_p": "firth_p_value"}
+    m.update({f"describe/firth/{k}": o[col] for k, col in firth.items() if col in o.index})
+    return m
+
+
+def _pronouns(p: pd.Series) -> dict[str, Any]:
+    """summarize/: P(she) by content pole (overall and by voice), delta_pp, injection rate."""
+    m = {"summarize/n": p["n"], "summarize/injection_rate": p["injection_rate"], "summarize/delta_pp": p["delta_pp"]}
+    for voice in ("male_voice", "female_voice"):
+        if f"delta_pp_{voice}" in p.index:
+            m[f"summarize/delta_pp/{voice}"] = p[f"delta_pp_{voice}"]
+    for pole in POLES:
+        m[f"summarize/p_she/{pole}"] = p[f"p_she_{pole}"]
+        for voice in ("male_voice", "female_voice"):
+            if f"p_she_{pole}_{voice}" in p.index:
+                m[f"summarize/p_she/{pole}/{voice}"] = p[f"p_she_{pole}_{voice}"]
+    return m
+
+
+def _rq1(rows: pd.DataFrame) -> tuple[dict[str, Any], dict[str, str]]:
+    """rq1/<measure>/<column> for every measure (delta_ and net_) of one system x language x task."""
+    m: dict[str, Any] = {}
+    tags: dict[str, str] = {}
+    for r in rows.to_dict("records"):
+        for col in RQ1_COLUMNS:
+            if col in r:
+                m[f"rq1/{r['measure']}/{col}"] = _bool(r[col]) if col == "converged" else r[col]
+        warning = r.get("warning")
+        if isinstance(warning, str) and warning.strip():
+            tags[f"rq1/{r['measure']}/warning"] = warning.strip()[:5000]
+    return m, tags
+
+
+def _optional(path: Path) -> pd.DataFrame | None:
+    from voicebias.io import read_table
+
+    return read_table(path) if path.exists() else None
+
+
+def _rows(df: pd.DataFrame | None, **keys: str) -> pd.DataFrame:
+    if df is None:
+        return pd.DataFrame()
+    mask = pd.Series(True, index=df.index)
+    for k, v in keys.items():
+        mask &= df[k] == v
+    return df[mask]
+
+
+def _record(system: str, lang: str, task: str, values: dict[str, Any], tags: dict[str, str],
+            tables: dict[str, pd.DataFrame] | None = None) -> dict[str, Any]:
+    skipped = _skipped(values)
+    if skipped:  # not logged: the tag says which the table holds as NaN or infinite
+        tags = {**tags, "voicebias.skipped_metrics": ",".join(skipped)}
+    return {"system": system, "lang": lang, "task": task, "metrics": _metrics(values), "tags": tags,
+            "tables": tables or {}}
+
+
 def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
-    """One record (tags, params, metrics) per system x language x task from the analysis tables."""
+    """One record per system x language x task of the analysis tables: its results as metrics.
+
+    Every child has its compliance counts (compliance/...). describe children add the odds
+    ratio per content step with CI and p and the Firth fit (describe/..., per language and
+    pooled ALL) and the misgender rate per cell type (describe/misgender_rate/<cell>);
+    summarize children P(she) by pole, delta_pp and the injection rate (summarize/...);
+    readback, paraphrase, summarize and translate children the RQ1 mixed-model fit of each
+    measure (rq1/<measure>/...: interaction F and p, the stereotype-signed effect and the
+    misaligned-minus-neutral contrast with CI and p, converged as 0/1), whose rows of
+    rq1_mixed_models.csv go with the record as a table artifact; injection controls add
+    injection/... NaN and infinite values are not logged: the child's tag
+    `voicebias.skipped_metrics` names them.
+    """
     from voicebias.io import read_table
 
     comp = read_table(analysis_dir / "compliance.csv")
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
     rates = read_table(analysis_dir / "describe_misgender.csv")
     pron = read_table(analysis_dir / "summarize_pronouns.csv")
+    pron_lang = _optional(analysis_dir / "summarize_pronouns_by_lang.csv")
+    inject = _optional(analysis_dir / "injection_controls.csv")
+    rq1 = _optional(analysis_dir / "rq1_mixed_models.csv")
+
+    def describe(system: str, lang: str) -> tuple[dict[str, Any], dict[str, str]]:
+        m: dict[str, Any] = {}
+        tags: dict[str, str] = {}
+        for x in _rows(rates, system=system, lang=lang).itertuples():
+            m[f"describe/misgender_rate/{x.cell_type}"] = x.rate
+        o = _rows(odds, system=system, lang=lang)
+        if len(o):
+            m.update(_odds(o.iloc[0]))
+            tags["fit_status"] = str(o.iloc[0]["fit_status"])
+        return m, tags
+
     records = []
     for r in comp.itertuples():
-        m = {"n": r.n, "failed": r.failed, "non_compliant": r.non_compliant}
+        m: dict[str, Any] = {"compliance/n": r.n, "compliance/failed": r.failed,
+                             "compliance/non_compliant": r.non_compliant}
         tags: dict[str, str] = {}
+        tables: dict[str, pd.DataFrame] = {}
         if r.task == "describe":
-            rr = rates[(rates["system"] == r.system) & (rates["lang"] == r.lang)]
-            for x in rr.itertuples():
-                m[f"misgender_rate_{x.cell_type}"] = x.rate
-            o = odds[(odds["system"] == r.system) & (odds["lang"] == r.lang)]
-            if len(o):
-                o = o.iloc[0]
-                m.update(odds_ratio=o["odds_ratio"], or_ci_low=o["ci_low"], or_ci_high=o["ci_high"], or_p=o["p_value"])
-                tags["fit_status"] = str(o["fit_status"])
-        records.append({"system": r.system, "lang": r.lang, "task": r.task, "metrics": _metrics(m), "tags": tags})
+            dm, tags = describe(r.system, r.lang)
+            m.update(dm)
+        else:
+            fit = _rows(rq1, system=r.system, lang=r.lang, task=r.task)
+            if len(fit):
+                fm, tags = _rq1(fit)
+                m.update(fm)
+                tables["rq1_mixed_models.csv"] = fit
+        if r.task == "summarize":
+            p = _rows(pron_lang, system=r.system, lang=r.lang)
+            if len(p):
+                m.update(_pronouns(p.iloc[0]))
+        inj = _rows(inject, system=r.system, lang=r.lang, task=r.task)
+        if len(inj):
+            m.update({"injection/rate": inj.iloc[0]["injection_rate"],
+                      "injection/n_injecting": inj.iloc[0]["n_injecting"]})
+        records.append(_record(r.system, r.lang, r.task, m, tags, tables))
     # pooled (ALL languages) describe and summarize
-    for o in odds[odds["lang"] == "ALL"].itertuples():
-        m = {"odds_ratio": o.odds_ratio, "or_ci_low": o.ci_low, "or_ci_high": o.ci_high, "or_p": o.p_value, "n": o.n,
-             "n_excluded": o.n_excluded}
-        for x in rates[(rates["system"] == o.system) & (rates["lang"] == "ALL")].itertuples():
-            m[f"misgender_rate_{x.cell_type}"] = x.rate
-        records.append({"system": o.system, "lang": "ALL", "task": "describe", "metrics": _metrics(m),
-                        "tags": {"fit_status": str(o.fit_status)}})
-    for p in pron.itertuples():
-        records.append({"system": p.system, "lang": "ALL", "task": "summarize", "tags": {}, "metrics": _metrics({
-            "delta_pp": p.delta_pp, "injection_rate": p.injection_rate, "delta_pp_male_voice": p.delta_pp_male_voice,
-            "delta_pp_female_voice": p.delta_pp_female_voice})})
+    for system in odds.loc[odds["lang"] == "ALL", "system"]:
+        m, tags = describe(system, "ALL")
+        records.append(_record(system, "ALL", "describe", m, tags))
+    for p in pron.to_dict("records"):
+        records.append(_record(p["system"], "ALL", "summarize", _pronouns(pd.Series(p)), {}))
     return records
 
 
@@ -149,14 +274,17 @@ def sc_child_records(params: dict[str, Any], sc_dir: Path, phonation_dir: Path) 
     return records
 
 
-def pipeline_state(params: dict[str, Any], inputs: list[Path], root: Path = ROOT) -> str:
-    """sha256 naming what the tracking stage logs: its params and the bytes of every input.
+def pipeline_state(params: dict[str, Any], inputs: list[Path], root: Path = ROOT, digests: tuple[str, ...] = ()) -> str:
+    """sha256 naming what the tracking stage logs: its params, the bytes of every input and
+    the digests of the dataset inputs (`digests`).
 
     Two runs of the pipeline that produced the same evidence have the same state, so
     tracking them again finds the parent already logged instead of adding a duplicate.
     """
     h = hashlib.sha256()
     h.update(repr((params["base"]["profile"], params["tracking"]["experiment"])).encode())
+    for d in digests:
+        h.update(d.encode())
     for top in inputs:
         top = Path(top)
         files = sorted(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else [top]
@@ -165,6 +293,77 @@ def pipeline_state(params: dict[str, Any], inputs: list[Path], root: Path = ROOT
                 h.update(str(f.relative_to(root) if f.is_relative_to(root) else f.name).encode())
                 h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()
+
+
+def dvc_outs(lock_path: Path) -> dict[str, str]:
+    """path -> md5 of every stage output dvc.lock records (a folder's ends in .dir); {} without a lock."""
+    import yaml
+
+    if not Path(lock_path).exists():
+        return {}
+    lock = yaml.safe_load(Path(lock_path).read_text(encoding="utf-8")) or {}
+    outs = {}
+    for stage in (lock.get("stages") or {}).values():
+        for out in stage.get("outs") or []:
+            if isinstance(out, dict) and out.get("path") and out.get("md5"):
+                outs[str(out["path"]).rstrip("/")] = str(out["md5"])
+    return outs
+
+
+def dataset_input(name: str, path: Path, context: str, outs: dict[str, str], root: Path = ROOT) -> Any | None:
+    """An MLflow dataset input for the table at `path`, or None when it has no digest.
+
+    source is the table's path relative to the repository root (a local source,
+    {"uri": path}); the digest is the DVC hash of the output that holds it: the md5
+    that dvc.lock records for the table itself or, for a table inside a folder output
+    (data/stimuli/manifest.csv in data/stimuli), that folder's .dir md5. Without a
+    dvc.lock entry the digest falls back to the file's own sha256, written
+    `sha256:<first 29 hex digits>` (MLflow's digest holds 36 characters); the profile
+    says which it is and carries the whole sha256. A table with neither is not logged.
+    """
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    path = Path(path)
+    rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    holders = [o for o in outs if rel == o or rel.startswith(o + "/")]
+    if holders:
+        out = max(holders, key=len)
+        digest, profile = outs[out], {"digest": "dvc.lock md5", "dvc_out": out}
+    elif path.is_file():
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest, profile = f"sha256:{sha[:29]}", {"digest": "sha256 (no dvc.lock entry)", "sha256": sha}
+    else:
+        return None
+    dataset = Dataset(name=name, digest=digest, source_type="local", source=json.dumps({"uri": rel}),
+                      profile=json.dumps(profile, sort_keys=True))
+    return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])
+
+
+def responses_table(system: str, task: str) -> Path:
+    """One system x task's responses table (the respond stage writes it in its output folder)."""
+    from voicebias import config
+
+    if task == "continue":
+        return config.continuation_responses(system)
+    return config.responses_dir(system, task) / "responses.csv"
+
+
+def _datasets(records: list[dict[str, Any]], manifest_path: Path, outs: dict[str, str],
+              root: Path) -> tuple[list[Any], dict[tuple[str, str], Any]]:
+    """The parent's dataset inputs (the stimulus set, then every system x task's responses)
+    and the responses input of each (system, task) for its children."""
+    parent = [dataset_input("stimuli", manifest_path, "stimuli", outs, root)]
+    per_task: dict[tuple[str, str], Any] = {}
+    for system, task in sorted({(r["system"], r["task"]) for r in records if r["task"] != "phonation_check"}):
+        table = root / responses_table(system, task).relative_to(ROOT)
+        name = f"continuations/{system}" if task == "continue" else f"responses/{system}/{task}"
+        per_task[(system, task)] = dataset_input(name, table, "responses", outs, root)
+    parent += list(per_task.values())
+    return [d for d in parent if d is not None], {k: v for k, v in per_task.items() if v is not None}
+
+
+#: files of the report stage logged on the parent (under report/) when present
+REPORT_FILES = ("audit_card.md", "audit_card.json", "report.html", "report.md")
 
 
 def store_dir(uri: str) -> Path | None:
@@ -186,8 +385,9 @@ def _experiment(client: Any, name: str, uri: str) -> str:
     return exp_id
 
 
-def _logged_parent(client: Any, exp_id: str, state: str, n_children: int) -> str | None:
-    """The finished parent already logged for `state` with all its children; partial ones are deleted."""
+def _logged_parent(client: Any, exp_id: str, state: str, child_names: list[str]) -> str | None:
+    """The finished parent already logged for `state` with all its children (matched by
+    name); partial ones, and ones whose children carry other names, are deleted."""
     from mlflow.entities import ViewType
 
     found = None
@@ -195,8 +395,8 @@ def _logged_parent(client: Any, exp_id: str, state: str, n_children: int) -> str
                                             "tags.`voicebias.level` = 'pipeline'", run_view_type=ViewType.ACTIVE_ONLY):
         kids = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'",
                                   run_view_type=ViewType.ACTIVE_ONLY, max_results=10000)
-        complete = run.info.status == "FINISHED" and len(kids) == n_children and all(
-            k.info.status == "FINISHED" for k in kids)
+        complete = run.info.status == "FINISHED" and sorted(k.info.run_name for k in kids) == sorted(
+            child_names) and all(k.info.status == "FINISHED" for k in kids)
         if complete and found is None:
             found = run.info.run_id
             continue
@@ -217,10 +417,32 @@ def _run_log_metrics(entries: dict[str, dict[str, Any]]) -> list[Any]:
     return out
 
 
+def _log_tables(client: Any, run_id: str, tables: dict[str, pd.DataFrame]) -> None:
+    """Write each table of a record as a CSV artifact under tables/."""
+    import tempfile
+
+    from voicebias.io import write_table
+
+    if not tables:
+        return
+    with tempfile.TemporaryDirectory(prefix="voicebias-tables-") as tmp:
+        for fname, df in sorted(tables.items()):
+            write_table(Path(tmp) / fname, df)
+            client.log_artifact(run_id, str(Path(tmp) / fname), "tables")
+
+
 def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path,
                      out_path: Path, root: Path = ROOT, sc_dir: Path | None = None,
-                     phonation_dir: Path | None = None, run_log: Path | None = None) -> dict[str, Any]:
+                     phonation_dir: Path | None = None, run_log: Path | None = None,
+                     report_dir: Path | None = None) -> dict[str, Any]:
     """Log the parent run and its children, once per pipeline state.
+
+    The parent carries the carrier gate, the run log's wall-clock facts, the dataset
+    inputs (the stimulus set and every system x task's responses table, digests from
+    dvc.lock: see `dataset_input`) and, when `report_dir` holds them, the audit card and
+    the report as artifacts under report/. Each child, named `<system> / <lang> / <task>`,
+    carries its results as metrics (`child_records`), its responses table as a dataset
+    input and its RQ1 fit rows as tables/rq1_mixed_models.csv.
 
     Writes `out_path` (the store's state marker, a declared DVC output): the pipeline
     state, the experiment and the names of the parent and child runs, all functions of
@@ -245,16 +467,21 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
     if sc_dir is not None and phonation_dir is not None:
         records += sc_child_records(params, sc_dir, phonation_dir)
         inputs += [sc_dir, phonation_dir / "check_metrics.json", phonation_dir / "manipulation_check.csv"]
-    state = pipeline_state(params, inputs, root)
+    report_files = [report_dir / f for f in REPORT_FILES if (report_dir / f).is_file()] if report_dir else []
+    figures = report_dir / "figures" if report_dir is not None and (report_dir / "figures").is_dir() else None
+    inputs += report_files + ([figures] if figures is not None else [])
+    parent_inputs, task_inputs = _datasets(records, manifest_path, dvc_outs(root / "dvc.lock"), root)
+    digests = tuple(f"{d.dataset.name} {d.dataset.digest}" for d in parent_inputs)
+    state = pipeline_state(params, inputs, root, digests)
     stimulus_set = stimulus_set_hash(read_table(manifest_path))
     parent_name = f"pipeline-{stimulus_set[:8]}-{state[:8]}"
-    child_names = [f"{r['system']}/{r['lang']}/{r['task']}" for r in records]
+    child_names = [child_name(r["system"], r["lang"], r["task"]) for r in records]
     marker = {"tracking_uri": uri.split("///")[0] + "///" + os.path.relpath(uri.split("///", 1)[1], root)
               if uri.startswith("sqlite:///") else uri,
               "experiment": name, "pipeline_state": state, "stimulus_set": stimulus_set, "parent_run": parent_name,
               "children": sorted(child_names)}
 
-    pid = _logged_parent(client, exp_id, state, len(records))
+    pid = _logged_parent(client, exp_id, state, child_names)
     reused = pid is not None
     if not reused:
         family = {"voicebias.profile": str(params["base"]["profile"]), "voicebias.stimulus_set": stimulus_set,
@@ -271,7 +498,13 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
                                  Param("seed", str(params["base"]["seed"])),
                                  Param("tts_backend", str(params["tts"]["backend"])),
                                  Param("classifier", str(params["acoustics"]["classifier"]))])
+        if parent_inputs:
+            client.log_inputs(pid, datasets=parent_inputs)
         client.log_artifact(pid, str(gate_dir / "gate.csv"), "carrier_gate")
+        for f in report_files:
+            client.log_artifact(pid, str(f), "report")
+        if figures is not None:
+            client.log_artifacts(pid, str(figures), "report/figures")
         for rec, run_name in zip(records, child_names):
             tags = {**family, "mlflow.parentRunId": pid, "voicebias.level": "system_lang_task",
                     "system": rec["system"], "lang": rec["lang"], "task": rec["task"], **rec["tags"]}
@@ -280,6 +513,10 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
             client.log_batch(run.info.run_id,
                              metrics=[Metric(k, v, 0, 0) for k, v in sorted(rec["metrics"].items())],
                              params=[Param(f"system.{k}", str(v)) for k, v in sorted(_flat(sys_params).items())])
+            responses = task_inputs.get((rec["system"], rec["task"]))
+            if responses is not None:
+                client.log_inputs(run.info.run_id, datasets=[responses])
+            _log_tables(client, run.info.run_id, rec.get("tables", {}))
             for art in rec.get("artifacts", []):
                 client.log_artifact(run.info.run_id, str(art), "tables")
             client.set_terminated(run.info.run_id)

@@ -1,8 +1,12 @@
 """MLflow: one parent run per pipeline state and one child per system x language x task."""
 
+import hashlib
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from voicebias import config
 from voicebias.params import load_params
@@ -27,6 +31,39 @@ def scored_table(system, params, seed):
     return pd.DataFrame(rows)
 
 
+RQ1_MEASURES = ("delta_f0_median_st", "net_f0_median_st")
+
+
+def rq1_rows(system, lang, task, k):
+    """Hand-made rows of rq1_mixed_models.csv for one system x language x task; k varies the numbers."""
+    rows = []
+    for j, measure in enumerate(RQ1_MEASURES):
+        x = 0.1 * (k + 1) + 0.01 * j
+        rows.append({"system": system, "lang": lang, "task": task, "task_group": "same-language", "measure": measure,
+                     "units": "st", "n": 60, "stereotype_effect_est": x, "stereotype_effect_se": 0.05,
+                     "stereotype_effect_df": 27.0, "stereotype_effect_ci_low": x - 0.1,
+                     "stereotype_effect_ci_high": x + 0.1, "stereotype_effect_p": 0.02 + 0.001 * k,
+                     "misaligned_minus_neutral_est": -x, "misaligned_minus_neutral_se": 0.07,
+                     "misaligned_minus_neutral_df": 40.0, "misaligned_minus_neutral_ci_low": -x - 0.14,
+                     "misaligned_minus_neutral_ci_high": -x + 0.14, "misaligned_minus_neutral_p": 0.3,
+                     "chi2_interaction": 6.0 + k, "df": 2, "f_interaction": 3.0 + k, "den_df_interaction": 27.0,
+                     "p_interaction": 0.05 / (k + 1), "converged": j == 0,
+                     "warning": None if j == 0 else "singular fit"})
+    return rows
+
+
+def add_rq1_children(analysis, systems):
+    """readback children (compliance rows) with their RQ1 fits; the last fit has no p (NaN)."""
+    comp = read_table(analysis / "compliance.csv")
+    extra, rows = [], []
+    for k, (system, lang) in enumerate((s, lang) for s in systems for lang in ("en", "es")):
+        extra.append({"system": system, "lang": lang, "task": "readback", "n": 48, "failed": 0, "non_compliant": 1})
+        rows += rq1_rows(system, lang, "readback", k)
+    rows[-1]["p_interaction"] = float("nan")
+    write_table(analysis / "compliance.csv", pd.concat([comp, pd.DataFrame(extra)], ignore_index=True))
+    write_table(analysis / "rq1_mixed_models.csv", pd.DataFrame(rows))
+
+
 @pytest.fixture
 def pipeline_outputs(tmp_path):
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -37,6 +74,7 @@ def pipeline_outputs(tmp_path):
         write_table(p, scored_table(s, params["systems"][s], seed=len(s)))
         paths.append(p)
     run_analysis(params, paths, tmp_path / "analysis")
+    add_rq1_children(tmp_path / "analysis", params["run"]["systems"])
     gate = tmp_path / "gate"
     write_json(gate / "metrics.json", {"passed": True, "flips": 0})
     write_table(gate / "gate.csv", pd.DataFrame([{"lang": "en", "verdict": "pass"}]))
@@ -58,14 +96,152 @@ def test_parent_and_children_carry_the_reported_numbers(pipeline_outputs, monkey
     assert len(parent.data.tags["voicebias.stimulus_set"]) == 64
     runs = client.search_runs([summary["experiment_id"]], f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
                               max_results=1000)
-    # 2 systems x 2 languages x 2 tasks, plus pooled describe and summarize per system
-    assert len(runs) == 2 * 2 * 2 + 2 * 2
-    odds = read_table(tmp / "analysis" / "describe_odds_ratios.csv")
+    # 2 systems x 2 languages x 3 tasks, plus pooled describe and summarize per system
+    assert len(runs) == 2 * 2 * 3 + 2 * 2
+    analysis = tmp / "analysis"
+    odds = read_table(analysis / "describe_odds_ratios.csv")
+    rates = read_table(analysis / "describe_misgender.csv")
+    pron = read_table(analysis / "summarize_pronouns.csv")
+    pron_lang = read_table(analysis / "summarize_pronouns_by_lang.csv")
+    rq1 = read_table(analysis / "rq1_mixed_models.csv")
+    checked = {"describe": 0, "summarize": 0, "readback": 0}
     for r in runs:
-        if r.data.tags["task"] == "describe" and r.data.tags["lang"] == "ALL":
-            expected = odds[(odds["system"] == r.data.tags["system"]) & (odds["lang"] == "ALL")].iloc[0]
-            assert r.data.metrics["odds_ratio"] == pytest.approx(expected["odds_ratio"], rel=1e-9)
-            assert r.data.tags["voicebias.stimulus_set"] == parent.data.tags["voicebias.stimulus_set"]
+        tags, metrics = r.data.tags, r.data.metrics
+        system, lang, task = tags["system"], tags["lang"], tags["task"]
+        assert r.info.run_name == f"{system} / {lang} / {task}"
+        assert tags["voicebias.stimulus_set"] == parent.data.tags["voicebias.stimulus_set"]
+        if task == "describe":
+            o = odds[(odds["system"] == system) & (odds["lang"] == lang)].iloc[0]
+            for metric, col in (("odds_ratio", "odds_ratio"), ("odds_ratio_ci_low", "ci_low"),
+                                ("odds_ratio_ci_high", "ci_high"), ("odds_ratio_p", "p_value")):
+                if pd.notna(o[col]):
+                    assert metrics[f"describe/{metric}"] == pytest.approx(o[col], rel=1e-9)
+            for x in rates[(rates["system"] == system) & (rates["lang"] == lang)].itertuples():
+                assert metrics[f"describe/misgender_rate/{x.cell_type}"] == pytest.approx(x.rate, rel=1e-9)
+            assert tags["fit_status"] == o["fit_status"]
+        elif task == "summarize":
+            table = pron if lang == "ALL" else pron_lang[pron_lang["lang"] == lang]
+            p = table[table["system"] == system].iloc[0]
+            for pole in ("masculine", "neutral", "feminine"):
+                assert metrics[f"summarize/p_she/{pole}"] == pytest.approx(p[f"p_she_{pole}"], rel=1e-9)
+            assert metrics["summarize/delta_pp"] == pytest.approx(p["delta_pp"], rel=1e-9)
+            assert metrics["summarize/injection_rate"] == pytest.approx(p["injection_rate"], rel=1e-9)
+        else:
+            fit = rq1[(rq1["system"] == system) & (rq1["lang"] == lang) & (rq1["task"] == task)]
+            for row in fit.to_dict("records"):
+                for col in ("f_interaction", "stereotype_effect_est", "stereotype_effect_ci_low",
+                            "stereotype_effect_ci_high", "stereotype_effect_p", "misaligned_minus_neutral_est",
+                            "misaligned_minus_neutral_ci_low", "misaligned_minus_neutral_ci_high",
+                            "misaligned_minus_neutral_p"):
+                    assert metrics[f"rq1/{row['measure']}/{col}"] == pytest.approx(row[col], rel=1e-9)
+                assert metrics[f"rq1/{row['measure']}/converged"] == float(row["converged"])
+            # the fit rows travel with the child as a table
+            local = client.download_artifacts(r.info.run_id, "tables/rq1_mixed_models.csv", str(tmp))
+            pd.testing.assert_frame_equal(read_table(local).reset_index(drop=True), fit.reset_index(drop=True))
+        checked[task] += 1
+    assert checked == {"describe": 6, "summarize": 6, "readback": 4}
+
+
+def test_nan_results_are_left_out_and_named_in_a_tag(pipeline_outputs, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    params, tmp, manifest = pipeline_outputs
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    odds_path = tmp / "analysis" / "describe_odds_ratios.csv"
+    odds = read_table(odds_path)
+    row = (odds["system"] == "voice_faithful") & (odds["lang"] == "en")
+    odds.loc[row, ["odds_ratio", "ci_low", "ci_high", "p_value"]] = np.nan
+    odds.loc[row, "fit_status"] = "perfect separation (complete)"
+    odds.loc[row, "firth_ci_high"] = np.inf
+    write_table(odds_path, odds)
+    summary = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp)
+    client = MlflowClient(params["tracking"]["tracking_uri"])
+    kids = {k.info.run_name: k for k in client.search_runs(
+        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'")}
+    sep = kids["voice_faithful / en / describe"]
+    assert "describe/odds_ratio" not in sep.data.metrics and "describe/firth/odds_ratio_ci_high" not in sep.data.metrics
+    assert sep.data.tags["voicebias.skipped_metrics"].split(",") == [
+        "describe/firth/odds_ratio_ci_high", "describe/odds_ratio", "describe/odds_ratio_ci_high",
+        "describe/odds_ratio_ci_low", "describe/odds_ratio_p"]
+    assert sep.data.metrics["describe/firth/odds_ratio"] > 0 and sep.data.tags["fit_status"].startswith("perfect")
+    # the hand-made fit with no interaction p (add_rq1_children) is named, its other numbers logged
+    last = kids["voice_faithful / es / readback"]
+    assert last.data.tags["voicebias.skipped_metrics"] == "rq1/net_f0_median_st/p_interaction"
+    assert "rq1/net_f0_median_st/p_interaction" not in last.data.metrics
+    assert last.data.metrics["rq1/net_f0_median_st/converged"] == 0.0
+    assert last.data.tags["rq1/net_f0_median_st/warning"] == "singular fit"
+    assert "voicebias.skipped_metrics" not in kids["content_driven / en / readback"].data.tags
+
+
+def test_dataset_inputs_carry_the_dvc_hashes_and_the_report_is_on_the_parent(pipeline_outputs, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    params, tmp, _ = pipeline_outputs
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    manifest = tmp / "data" / "stimuli" / "manifest.csv"
+    write_table(manifest, pd.DataFrame({"stimulus_id": ["a", "b"], "sha256": ["1" * 64, "2" * 64]}))
+    # content_driven's responses have dvc.lock entries; voice_faithful's readback table has none but exists
+    outs = {"stimuli": [{"path": "data/stimuli", "hash": "md5", "md5": "a" * 32 + ".dir"}]}
+    for task in ("describe", "summarize", "readback"):
+        outs[f"respond@content_driven-{task}"] = [
+            {"path": f"data/responses/content_driven/{task}", "hash": "md5", "md5": f"{task[:3]:0<32}.dir"},
+            {"path": f"reports/respond/content_driven-{task}.json", "hash": "md5", "md5": "f" * 32}]
+    (tmp / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {
+        name: {"cmd": "python -m stages.x", "outs": o} for name, o in outs.items()}}))
+    vf = tmp / "data" / "responses" / "voice_faithful" / "readback" / "responses.csv"
+    write_table(vf, pd.DataFrame({"stimulus_id": ["a"], "text": ["hello"]}))
+    report = tmp / "report"
+    (report / "figures").mkdir(parents=True)
+    for f in ("audit_card.md", "audit_card.json", "report.html"):
+        (report / f).write_text(f"{f}\n")
+    (report / "figures" / "odds_ratio_forest.png").write_bytes(b"png")
+    summary = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
+                               report_dir=report)
+    client = MlflowClient(params["tracking"]["tracking_uri"])
+    parent = client.get_run(summary["parent_run_id"])
+    got = {d.dataset.name: d for d in parent.inputs.dataset_inputs}
+    vf_sha = hashlib.sha256(vf.read_bytes()).hexdigest()
+    assert {k: d.dataset.digest for k, d in got.items()} == {
+        "stimuli": "a" * 32 + ".dir", "responses/content_driven/describe": "des" + "0" * 29 + ".dir",
+        "responses/content_driven/summarize": "sum" + "0" * 29 + ".dir",
+        "responses/content_driven/readback": "rea" + "0" * 29 + ".dir",
+        "responses/voice_faithful/readback": f"sha256:{vf_sha[:29]}"}  # the tables without either are left out
+    assert json.loads(got["stimuli"].dataset.source) == {"uri": "data/stimuli/manifest.csv"}
+    assert json.loads(got["stimuli"].dataset.profile)["dvc_out"] == "data/stimuli"
+    assert json.loads(got["responses/voice_faithful/readback"].dataset.profile)["sha256"] == vf_sha
+    assert {t.key: t.value for t in got["stimuli"].tags} == {"mlflow.data.context": "stimuli"}
+    kids = {k.info.run_name: k for k in client.search_runs(
+        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'")}
+    for name in ("content_driven / en / readback", "content_driven / ALL / describe"):
+        (d,) = client.get_run(kids[name].info.run_id).inputs.dataset_inputs
+        assert d.dataset.name == "responses/content_driven/" + name.split(" / ")[-1]
+    assert client.get_run(kids["voice_faithful / en / describe"].info.run_id).inputs.dataset_inputs == []
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert arts == {"report/audit_card.md", "report/audit_card.json", "report/report.html", "report/figures"}
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "report/figures")] == [
+        "report/figures/odds_ratio_forest.png"]
+    # the report is part of the pipeline state: a changed card is another parent
+    (report / "audit_card.md").write_text("changed\n")
+    again = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
+                             report_dir=report)
+    assert again["pipeline_state"] != summary["pipeline_state"]
+
+
+def test_a_parent_whose_children_have_other_names_is_replaced(pipeline_outputs, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    params, tmp, manifest = pipeline_outputs
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "state.json", root=tmp)
+    client = MlflowClient(params["tracking"]["tracking_uri"])
+    kid = client.search_runs([first["experiment_id"]], f"tags.mlflow.parentRunId = '{first['parent_run_id']}'")[0]
+    client.set_tag(kid.info.run_id, "mlflow.runName", kid.info.run_name.replace(" / ", "/"))  # an older naming
+    again = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "state.json", root=tmp)
+    assert not again["reused"] and again["pipeline_state"] == first["pipeline_state"]
+    parents = client.search_runs([first["experiment_id"]], "tags.`voicebias.level` = 'pipeline'")
+    assert [p.info.run_id for p in parents] == [again["parent_run_id"]]
+    names = [c["name"] for c in again["children"]]
+    assert names == json.loads((tmp / "state.json").read_text())["children"] and all(" / " in n for n in names)
 
 
 def test_secrets_in_the_environment_never_reach_mlflow(pipeline_outputs, monkeypatch):
