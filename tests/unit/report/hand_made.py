@@ -1,5 +1,6 @@
 """Small hand-made tracking inputs: the analysis tables of one system in en and es, the
-carrier gate, a stimulus manifest and a dvc.lock, as log_pipeline_run reads them.
+carrier gate, a stimulus manifest and a dvc.lock, as log_pipeline_run reads them, and
+the store log_pipeline_run fills from them.
 
 Shared by the tests that read a store logged from them back through `mlflow server`.
 """
@@ -11,7 +12,10 @@ import math
 import pandas as pd
 
 from tests.unit.report.test_tracking import rq1_rows
+from voicebias import config
 from voicebias.io import write_json, write_table
+from voicebias.params import load_params
+from voicebias.report.tracking import log_pipeline_run
 
 SYSTEM = "content_driven"
 NAN = float("nan")
@@ -60,3 +64,15 @@ def hand_made_outputs(root):
 
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
     return analysis, gate, manifest
+
+
+def hand_made_store(root):
+    """(store URI, analysis folder, log_pipeline_run's summary) of a sqlite store under
+    root/mlruns logged from `hand_made_outputs(root)` with the embedded profile."""
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params["run"]["systems"] = [SYSTEM]
+    uri = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+    params["tracking"]["tracking_uri"] = uri
+    analysis, gate, manifest = hand_made_outputs(root)
+    summary = log_pipeline_run(params, analysis, gate, manifest, root / "mlruns" / "pipeline_state.json", root=root)
+    return uri, analysis, summary

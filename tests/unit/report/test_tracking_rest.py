@@ -17,10 +17,8 @@ import pandas as pd
 import pytest
 
 from tests.servers import free_port, get_json, mlflow_server_cmd, post_json, server  # noqa: F401 (server: a fixture)
-from tests.unit.report.hand_made import SYSTEM, hand_made_outputs
-from voicebias import config
-from voicebias.params import load_params
-from voicebias.report.tracking import log_pipeline_run
+from tests.unit.report.hand_made import SYSTEM, hand_made_store
+
 
 def expected_metrics(analysis, lang, task):
     """The child's metrics as the tables give them (NaN left out)."""
@@ -54,17 +52,11 @@ def expected_metrics(analysis, lang, task):
 
 def test_rest_api_returns_each_childs_results_names_and_dataset_digests(tmp_path, server, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
-    params["run"]["systems"] = [SYSTEM]
-    store = tmp_path / "mlruns" / "mlflow.db"
-    params["tracking"]["tracking_uri"] = f"sqlite:///{store}"
-    analysis, gate, manifest = hand_made_outputs(tmp_path)
-    summary = log_pipeline_run(params, analysis, gate, manifest, tmp_path / "mlruns" / "pipeline_state.json",
-                               root=tmp_path)
+    store, analysis, summary = hand_made_store(tmp_path)
 
     port = free_port()
     base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
-    server(mlflow_server_cmd(f"sqlite:///{store}", port, tmp_path / "mlruns" / "artifacts"),
+    server(mlflow_server_cmd(store, port, tmp_path / "mlruns" / "artifacts"),
            f"http://127.0.0.1:{port}/health", tmp_path, timeout=180)
     exp = get_json(f"{base}/experiments/get?experiment_id={summary['experiment_id']}")["experiment"]
     assert {t["key"]: t["value"] for t in exp["tags"]}["mlflow.experimentKind"] == "custom_model_development"
