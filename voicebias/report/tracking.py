@@ -380,9 +380,23 @@ def _experiment(client: Any, name: str, uri: str) -> str:
         exp_id = client.create_experiment(name, artifact_location=location)
     else:
         exp_id = exp.experiment_id
-    # a model-training experiment: the UI opens on its runs table, not the GenAI overview
+    # the experiment's kind: a model-training one. MLflow 3.17's UI does not read it to pick
+    # the page the experiment opens on (its GenAI / Model training switch does): see experiment_ui_path
     client.set_experiment_tag(exp_id, "mlflow.experimentKind", "custom_model_development")
     return exp_id
+
+
+def experiment_ui_path(exp_id: str) -> str:
+    """The MLflow UI address of experiment `exp_id`, after the server's root, that opens on its runs table.
+
+    MLflow 3.17's UI picks an experiment's landing page from its workflow type alone: the
+    `workflowType` query parameter, else the switch (GenAI / Model training) the browser
+    saved, GenAI by default; the experiment's `mlflow.experimentKind` tag is not read. A
+    browser that never used the switch opens `#/experiments/<id>` on the GenAI overview
+    (traces: 0, no data). `workflowType=machine_learning` opens the runs table in any
+    browser and leaves the browser's saved choice as it was.
+    """
+    return f"#/experiments/{exp_id}?workflowType=machine_learning"
 
 
 def _logged_parent(client: Any, exp_id: str, state: str, child_names: list[str]) -> str | None:
@@ -447,7 +461,8 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
     Writes `out_path` (the store's state marker, a declared DVC output): the pipeline
     state, the experiment and the names of the parent and child runs, all functions of
     the inputs. Run ids, the git commit and this run's wall-clock facts (the run log)
-    go to MLflow only, and the ids also to `last_run.json` beside the marker.
+    go to MLflow only, and the ids also to `last_run.json` beside the marker, with the UI
+    address that opens the experiment on its runs table (`experiment_ui_path`).
     """
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
@@ -522,7 +537,7 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
             client.set_terminated(run.info.run_id)
         client.set_terminated(pid)
     kids = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{pid}'", max_results=10000)
-    last = {"experiment_id": exp_id, "parent_run_id": pid, "reused": reused,
+    last = {"experiment_id": exp_id, "ui_path": experiment_ui_path(exp_id), "parent_run_id": pid, "reused": reused,
             "children": sorted(({"run_id": k.info.run_id, "name": k.info.run_name} for k in kids),
                                key=lambda c: c["name"])}
     write_json(Path(out_path).with_name("last_run.json"), last)
