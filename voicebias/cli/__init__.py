@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -188,6 +189,12 @@ def cmd_ui(args: argparse.Namespace) -> int:
     uri = tracking_uri(load_params())
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
     print(" ".join(cmd))
+    # MLflow's UI opens an experiment on its GenAI overview unless the address names the workflow type
+    last = config.TRACKING_MARKER.with_name("last_run.json")
+    if last.exists():
+        ui_path = json.loads(last.read_text(encoding="utf-8")).get("ui_path")
+        if ui_path:
+            print(f"then open http://127.0.0.1:{args.port}/{ui_path}  (the runs table of the last pipeline run)")
     if args.run:
         import subprocess
 

@@ -1,5 +1,7 @@
 """The voicebias command: profiles, preflight and re-analysis from a table alone."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -99,3 +101,16 @@ def test_preflight_explains_the_phonation_and_judge_setup_of_the_paper_profile(t
     assert {c.component for c in checks} >= {"system:spiritlm_base", "system:vae_gslm", "system:speechgpt"}
     embedded = preflight(resolve_profile("embedded"), root=config.ROOT)
     assert [c.ok for c in embedded if c.component.startswith(("phonation:", "sc_judge:"))] == [True, True]
+
+
+def test_ui_prints_the_address_that_opens_the_runs_table(tmp_path, monkeypatch, capsys):
+    from voicebias import config
+    from voicebias.cli import main
+
+    marker = tmp_path / "pipeline_state.json"
+    (tmp_path / "last_run.json").write_text(json.dumps({"ui_path": "#/experiments/7?workflowType=machine_learning"}))
+    monkeypatch.setattr(config, "TRACKING_MARKER", marker)
+    assert main(["ui", "--port", "5123"]) == 0
+    out = capsys.readouterr().out
+    assert "--host 127.0.0.1 --port 5123" in out
+    assert "http://127.0.0.1:5123/#/experiments/7?workflowType=machine_learning" in out
