@@ -276,6 +276,12 @@ class Analyze(Section):
     confidence: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.95
 
 
+class Disaggregate(Section):
+    """The disaggregated table's item-level bootstrap (voicebias.analysis.disaggregated)."""
+
+    resamples: Annotated[int, Field(ge=200)] = 2000
+
+
 class Tracking(Section):
     tracking_uri: str = "sqlite:///mlruns/mlflow.db"
     experiment: str = "voicebias"
@@ -402,6 +408,7 @@ class Params(Section):
     sc_judge: SCJudge = SCJudge()
     tasks: Tasks
     analyze: Analyze = Analyze()
+    disaggregate: Disaggregate = Disaggregate()
     tracking: Tracking = Tracking()
 
 

@@ -1,0 +1,302 @@
+"""Disaggregated results: every rate and mean by group, with item-level bootstrap intervals.
+
+One tidy table for both studies (`disaggregate`): one row per group x metric, where a
+group is system x task x language x voice gender x condition (content pole for the S2S
+study, phonation for the speech-continuation study), also pooled over languages
+(lang 'ALL') and, for the describe rates, over voices by cell type (voice_gender
+'ALL', condition factor 'cell_type'). Each row has the estimate with its interval, and
+the difference and ratio against the reference group of the same system, task,
+language and voice (neutral content; modal phonation; the neutral cell), each with its
+interval.
+
+The unit of resampling is the item (one stimulus, one output): within each group the
+items are drawn with replacement, the group and its reference independently (they
+hold different stimuli). The interval is the expanded percentile interval of
+Hesterberg (2015, "What teachers should know about the bootstrap", The American
+Statistician 69(4), sec. 4.3): the percentile interval taken at the widened level
+alpha' = 2 Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}), which corrects the percentile
+interval's narrowness at small n (n the group's items and n - 1 df; for a difference
+or ratio the smaller group's n and n + m - 2 df). A group whose items are all equal has no bootstrap spread: its
+interval has zero width and ci_method says 'no spread' (a 0/10 rate is not certain
+to be 0; read such a row with its n). Groups of fewer than 2 items get no interval.
+
+Each row's resamples come from its own random stream, seeded by `base.seed` and the
+row's key, so a row's interval does not change when another system or metric is added.
+
+Why not Fairlearn's MetricFrame: its bootstrap draws rows from the whole frame, so the
+size of each design cell varies between replicates (a small cell can vanish from one),
+while this design fixes the cell sizes; and its difference() and ratio() compare the
+extreme groups (max - min, min / max) rather than each group with a named reference
+group, which is the contrast the papers report.
+
+`coverage_simulation` checks the intervals on simulated data with planted values.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from voicebias.analysis.rq1 import ACOUSTIC_TASKS
+from voicebias.analysis.stats import cell_type
+
+#: S2S acoustic measures shown in the report's RQ1 tables (means of per-item deltas)
+RQ1_METRICS = ("delta_composite", "net_composite", "delta_f0_median_st", "net_f0_median_st")
+#: SC speaker and voice-quality measures of the continuations, and judge dimensions
+SC_VQ = ("h1_h2_db", "h1_a3_db", "cpps_db")
+SC_JUDGE = ("semantic_coherence", "sentence_polarity", "agency_competence", "emotionalisation_affect_framing",
+            "appearance_objectification")
+#: metrics whose ratio to the reference group is read (rates and positive scales); for
+#: signed measures (deltas, dB) only the difference is given
+RATIO_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate", "speaker_similarity", *SC_JUDGE})
+
+KEYS = ["study", "system", "task", "lang", "voice_gender", "condition_factor", "condition", "metric"]
+COLUMNS = [*KEYS, "kind", "n", "estimate", "ci_low", "ci_high", "ci_method", "reference", "ref_n", "ref_estimate",
+           "diff", "diff_ci_low", "diff_ci_high", "ratio", "ratio_ci_low", "ratio_ci_high"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    method: str
+
+
+def expanded_alpha(n: int, confidence: float, df: float | None = None) -> float:
+    """The widened two-sided level of the expanded percentile interval for n items.
+
+    `df` is the t quantile's degrees of freedom: n - 1 for one group, n + m - 2 for the
+    difference of two (n then the smaller group's size).
+
+    >>> round(expanded_alpha(10, 0.95), 4), round(expanded_alpha(1000, 0.95), 4)
+    (0.0171, 0.0499)
+    """
+    alpha = 1.0 - confidence
+    t = stats.t.ppf(1.0 - alpha / 2.0, n - 1 if df is None else df)
+    return float(2.0 * stats.norm.sf(np.sqrt(n / (n - 1.0)) * t))
+
+
+def _interval(replicates: np.ndarray, n: int, confidence: float, spread: bool, df: float | None = None) -> Interval:
+    if n < 2:
+        return Interval(np.nan, np.nan, "n<2")
+    if not spread:
+        v = float(replicates[0])
+        return Interval(v, v, "no spread")
+    a = expanded_alpha(n, confidence, df)
+    # no interpolation between order statistics: a ratio's replicates can be inf (reference resampled to 0)
+    lo, hi = np.quantile(replicates, [a / 2.0, 1.0 - a / 2.0], method="inverted_cdf")
+    return Interval(float(lo), float(hi), "expanded percentile")
+
+
+def _rng(seed: int, key: Iterable[Any]) -> np.random.Generator:
+    digest = zlib.crc32("|".join(str(k) for k in key).encode("utf-8"))
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, digest])
+
+
+def _means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    idx = rng.integers(0, len(values), size=(resamples, len(values)))
+    return values[idx].mean(axis=1)
+
+
+def bootstrap_row(values: np.ndarray, ref: np.ndarray | None, rng: np.random.Generator, resamples: int,
+                  confidence: float, ratio: bool) -> dict[str, Any]:
+    """Estimate, difference and ratio against `ref` of the mean of `values`, with their intervals.
+
+    >>> r = bootstrap_row(np.array([0., 1, 1, 0, 1, 1, 1, 0, 1, 1]), np.array([0., 0, 1, 0, 0, 0, 1, 0, 0, 0]),
+    ...                   np.random.default_rng(1), 2000, 0.95, ratio=True)
+    >>> r["estimate"], r["diff"], round(r["ratio"], 3), r["ci_method"]
+    (0.7, 0.5, 3.5, 'expanded percentile')
+    >>> bool(r["ci_low"] < 0.7 < r["ci_high"]) and bool(r["diff_ci_low"] < 0.5 < r["diff_ci_high"])
+    True
+    """
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    est = float(values.mean()) if n else np.nan
+    row: dict[str, Any] = {"n": n, "estimate": est}
+    spread = n > 0 and bool(np.ptp(values) > 0)
+    reps = _means(values, rng, resamples) if n else np.array([np.nan])
+    iv = _interval(reps, n, confidence, spread)
+    row.update(ci_low=iv.low, ci_high=iv.high, ci_method=iv.method)
+    nan = {k: np.nan for k in ("ref_n", "ref_estimate", "diff", "diff_ci_low", "diff_ci_high", "ratio",
+                                "ratio_ci_low", "ratio_ci_high")}
+    row.update(nan)
+    if ref is None:
+        return row
+    ref = np.asarray(ref, dtype=float)
+    m = len(ref)
+    row["ref_n"] = m
+    if not n or not m:
+        return row
+    ref_est = float(ref.mean())
+    ref_reps = _means(ref, rng, resamples)
+    both_spread = spread or bool(np.ptp(ref) > 0)
+    k = min(n, m)
+    d = _interval(reps - ref_reps, k, confidence, both_spread, df=n + m - 2)
+    row.update(ref_estimate=ref_est, diff=est - ref_est, diff_ci_low=d.low, diff_ci_high=d.high)
+    if ratio and ref_est > 0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(ref_reps > 0, reps / np.where(ref_reps > 0, ref_reps, 1.0), np.inf)
+        r = _interval(q, k, confidence, both_spread, df=n + m - 2)
+        row.update(ratio=est / ref_est, ratio_ci_low=r.low, ratio_ci_high=r.high)
+    return row
+
+
+# ------------------------------------------------------------------ item tables
+
+def s2s_items(scored: pd.DataFrame, acoustic: pd.DataFrame | None) -> pd.DataFrame:
+    """Long item table of the S2S study: one row per item x metric with its value.
+
+    describe: misgender_rate (1 when the judged gender is not the voice's, among
+    compliant answers); summarize: injection_rate (1 when the summary injects a
+    gendered pronoun) and p_she (1 for 'she', among summaries with one pronoun gender);
+    each acoustically scored task (ACOUSTIC_TASKS of RQ1): the RQ1 measures (RQ1_METRICS) of the rows measured.
+    """
+    parts = []
+    ok = scored[scored["status"] == "ok"]
+    d = ok[ok["task"] == "describe"]
+    d = d[d["judged_gender"].isin(["male", "female"])]
+    parts.append(d.assign(metric="misgender_rate", value=(d["judged_gender"] != d["voice_gender"]).astype(float)))
+    s = ok[ok["task"] == "summarize"]
+    inj = s["pronoun_choice"].isin(["male", "female", "both"])
+    parts.append(s.assign(metric="injection_rate", value=inj.astype(float)))
+    single = s[s["pronoun_choice"].isin(["male", "female"])]
+    parts.append(single.assign(metric="p_she", value=(single["pronoun_choice"] == "female").astype(float)))
+    if acoustic is not None and len(acoustic):
+        a = acoustic[(acoustic["status"] == "ok") & acoustic["task"].isin(ACOUSTIC_TASKS)]
+        present = [m for m in RQ1_METRICS if m in a]
+        long = a.melt(id_vars=["system", "task", "stimulus_id", "lang", "pole", "voice_gender"], value_vars=present,
+                      var_name="metric", value_name="value").dropna(subset=["value"])
+        parts.append(long)
+    cols = ["system", "task", "stimulus_id", "lang", "pole", "voice_gender", "metric", "value"]
+    items = pd.concat([p[cols] for p in parts], ignore_index=True)
+    return items.rename(columns={"pole": "condition"}).assign(study="s2s", condition_factor="content_pole")
+
+
+def sc_items(scored: pd.DataFrame) -> pd.DataFrame:
+    """Long item table of the SC study, on the stimuli every system continued (as the report).
+
+    speaker_similarity and the continuation's voice quality (SC_VQ, measured rows) and
+    the judge dimensions (SC_JUDGE, judged rows).
+    """
+    from voicebias.analysis.sc_stats import all_systems_succeeded
+
+    common = all_systems_succeeded(scored)
+    parts = []
+    vq = [m for m in ("speaker_similarity", *SC_VQ) if m in common]
+    measured = common if "measure_status" not in common else common[
+        (common["measure_status"] == "ok") | common["measure_status"].isna()]
+    for m in vq:
+        src = common if m == "speaker_similarity" else measured
+        parts.append(src.assign(metric=m, value=src[m]))
+    judged = common[common["judge_status"] == "ok"] if "judge_status" in common else common.iloc[:0]
+    for m in SC_JUDGE:
+        if m in judged:
+            parts.append(judged.assign(metric=m, value=judged[m]))
+    cols = ["system", "stimulus_id", "lang", "phonation", "voice_gender", "metric", "value"]
+    if not parts:
+        return pd.DataFrame(columns=[*cols, "study", "task", "condition_factor"])
+    items = pd.concat([p[cols] for p in parts], ignore_index=True).dropna(subset=["value"])
+    items["value"] = items["value"].astype(float)
+    return items.rename(columns={"phonation": "condition"}).assign(study="sc", task="continuation",
+                                                                    condition_factor="phonation")
+
+
+# ------------------------------------------------------------------ the table
+
+def _pooled(items: pd.DataFrame) -> pd.DataFrame:
+    """The items again as lang 'ALL', and, for describe rates, as cell types over both voices."""
+    out = [items, items.assign(lang="ALL")]
+    d = items[(items["study"] == "s2s") & (items["metric"] == "misgender_rate")]
+    if len(d):
+        cells = [cell_type(p, v) for p, v in zip(d["condition"], d["voice_gender"])]
+        by_cell = d.assign(condition=cells, condition_factor="cell_type", voice_gender="ALL")
+        out += [by_cell, by_cell.assign(lang="ALL")]
+    sc = items[items["study"] == "sc"]
+    if len(sc):  # the SC paper's 'All' row: every phonation together
+        out.append(sc.assign(condition="all"))
+        out.append(sc.assign(condition="all", lang="ALL"))
+    return pd.concat(out, ignore_index=True)
+
+
+REFERENCE = {"content_pole": "neutral", "cell_type": "neutral", "phonation": "modal"}
+
+
+def disaggregate(items: pd.DataFrame, resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """The disaggregated table (COLUMNS) of a long item table (s2s_items / sc_items rows).
+
+    Examples
+    --------
+    >>> items = pd.DataFrame({"study": "s2s", "system": "a", "task": "describe", "lang": "en",
+    ...     "voice_gender": "male", "condition_factor": "content_pole", "metric": "misgender_rate",
+    ...     "condition": ["neutral"] * 4 + ["feminine"] * 4, "stimulus_id": list("abcdefgh"),
+    ...     "value": [0., 0, 1, 0, 1, 1, 0, 1]})
+    >>> t = disaggregate(items, resamples=500, seed=3)
+    >>> t = t[(t["lang"] == "en") & (t["condition_factor"] == "content_pole")]
+    >>> print(t[["condition", "n", "estimate", "reference", "diff", "ratio"]].to_string(index=False))
+    condition  n  estimate reference  diff  ratio
+     feminine  4      0.75   neutral   0.5    3.0
+      neutral  4      0.25   neutral   NaN    NaN
+    """
+    if not len(items):
+        return pd.DataFrame(columns=COLUMNS)
+    pooled = _pooled(items)
+    group_keys = [k for k in KEYS if k != "condition"]
+    rows = []
+    for key, g in pooled.groupby(group_keys, sort=True, dropna=False):
+        meta = dict(zip(group_keys, key))
+        ref_level = REFERENCE.get(meta["condition_factor"])
+        by_level = {lvl: gl["value"].to_numpy(float) for lvl, gl in g.groupby("condition", sort=True)}
+        ref = by_level.get(ref_level)
+        for level, values in by_level.items():
+            full = {**meta, "condition": level}
+            rng = _rng(seed, [full[k] for k in KEYS])
+            use_ref = ref is not None and level not in (ref_level, "all")
+            row = bootstrap_row(values, ref if use_ref else None, rng, resamples, confidence,
+                                ratio=meta["metric"] in RATIO_METRICS)
+            kind = "rate" if meta["metric"] in ("misgender_rate", "p_she", "injection_rate") else "mean"
+            rows.append({**full, "kind": kind, **row, "reference": ref_level if use_ref or level == ref_level
+                         else ""})
+    out = pd.DataFrame(rows)
+    return out[COLUMNS].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------ calibration
+
+def coverage_simulation(runs: int = 1000, n: int = 10, seed: int = 0, resamples: int = 2000,
+                        confidence: float = 0.95) -> pd.DataFrame:
+    """Share of intervals covering the planted value, over `runs` simulated data sets.
+
+    Four planted settings at n items per group (and n in the reference group): a mean of
+    normal items (mean 0.3, SD 1) against a reference of mean 0 (difference 0.3); and a
+    rate of 0.6 against a reference rate of 0.3 (difference 0.3, ratio 2). Returns one
+    row per quantity: setting, quantity, n, planted, runs, covered, coverage and
+    median_width (of the finite intervals).
+    """
+    rng = np.random.default_rng(seed)
+    settings = {
+        "normal mean": (lambda k: rng.normal(0.3, 1.0, k), lambda k: rng.normal(0.0, 1.0, k),
+                        {"estimate": 0.3, "diff": 0.3}, False),
+        "rate": (lambda k: (rng.random(k) < 0.6).astype(float), lambda k: (rng.random(k) < 0.3).astype(float),
+                 {"estimate": 0.6, "diff": 0.3, "ratio": 2.0}, True),
+    }
+    rows = []
+    for name, (draw, draw_ref, planted, ratio) in settings.items():
+        hits = {q: 0 for q in planted}
+        widths = {q: [] for q in planted}
+        for _ in range(runs):
+            r = bootstrap_row(draw(n), draw_ref(n), rng, resamples, confidence, ratio)
+            for q, truth in planted.items():
+                prefix = "" if q == "estimate" else f"{q}_"
+                lo, hi = r[f"{prefix}ci_low"], r[f"{prefix}ci_high"]
+                hits[q] += bool(lo <= truth <= hi)
+                widths[q].append(hi - lo)
+        for q, truth in planted.items():
+            finite = [w for w in widths[q] if np.isfinite(w)]
+            rows.append({"setting": name, "quantity": q, "n": n, "planted": truth, "runs": runs, "covered": hits[q],
+                         "coverage": hits[q] / runs, "median_width": float(np.median(finite)) if finite else np.nan})
+    return pd.DataFrame(rows)
