@@ -9,4 +9,4 @@ if __name__ == "__main__":
     guarded(run_stage, stage_params("tracking"), config.ANALYSIS_DIR, config.CARRIER_GATE_DIR,
             config.STIMULI_MANIFEST, config.TRACKING_MARKER,
             sc_dir=config.SC_REPORTS, phonation_dir=config.PHONATION_REPORTS, report_dir=config.REPORT_DIR,
-            stage="tracking")
+            disaggregated=config.DISAGGREGATED, stage="tracking")

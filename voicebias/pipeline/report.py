@@ -18,7 +18,8 @@ def _metrics(path: Path | None) -> dict[str, Any] | None:
 
 def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
               sc_dir: Path | None = None, phonation_dir: Path | None = None, root: Path = config.ROOT,
-              manifest: Path = config.STIMULI_MANIFEST, cards_dir: Path = config.CARDS_DIR) -> dict:
+              manifest: Path = config.STIMULI_MANIFEST, cards_dir: Path = config.CARDS_DIR,
+              disaggregated: Path | None = None) -> dict:
     """Build the audit card from the analysis tables and the check metrics (carrier_gate/metrics.json,
     phonation/check_metrics.json), write it as audit_card.json and audit_card.md, then the report with
     the card first."""
@@ -30,5 +31,5 @@ def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_m
     write_json(out_dir / "audit_card.json", card)
     (out_dir / "audit_card.md").write_text(render_card_md(card), encoding="utf-8")
     paths = build_report(params, analysis_dir, gate_dir, bank_metrics, out_dir, sc_dir, phonation_dir,
-                         card=card_context(card))
+                         card=card_context(card), disaggregated=disaggregated)
     return {**paths, "card_md": out_dir / "audit_card.md", "card_json": out_dir / "audit_card.json"}

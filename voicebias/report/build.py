@@ -227,29 +227,91 @@ def planted_table(pvr: pd.DataFrame) -> pd.DataFrame:
     return out.map(lambda v: _fmt(v) if not isinstance(v, str) else v)
 
 
-def fig_misgender(rates: pd.DataFrame, path: Path) -> None:
-    d = rates[rates["lang"] == "ALL"].pivot(index="system", columns="cell_type", values="rate")
-    d = d[[c for c in ("aligned", "neutral", "misaligned") if c in d]]
-    ax = d.plot.bar(figsize=(7, 3.6), color=["#4c72b0", "#999999", "#c44e52"], rot=0)
+def misgender_cells(rates: pd.DataFrame, dis: pd.DataFrame | None) -> pd.DataFrame:
+    """Describe misgender rate per system x language x cell type with its 95 % bootstrap CI
+    (the disaggregated table's cell-type rows; without it, the rates with no interval)."""
+    if dis is not None:
+        d = dis[(dis["study"] == "s2s") & (dis["metric"] == "misgender_rate") & (dis["condition_factor"] == "cell_type")]
+        return d.rename(columns={"condition": "cell_type", "estimate": "rate"})[
+            ["system", "lang", "cell_type", "n", "rate", "ci_low", "ci_high"]].reset_index(drop=True)
+    return rates.assign(ci_low=np.nan, ci_high=np.nan)[["system", "lang", "cell_type", "n", "rate", "ci_low",
+                                                          "ci_high"]]
+
+
+def disaggregated_table(dis: pd.DataFrame) -> pd.DataFrame:
+    """The disaggregated table's headline rows, all languages pooled: the describe misgender
+    rate by cell type and the summarize P(she) by voice x content pole, each with its CI and
+    its difference and ratio against the neutral group."""
+    d = dis[(dis["study"] == "s2s") & (dis["lang"] == "ALL") & (
+        ((dis["metric"] == "misgender_rate") & (dis["condition_factor"] == "cell_type"))
+        | (dis["metric"] == "p_she"))].copy()
+
+    def ci(est, lo, hi) -> str:
+        return "" if pd.isna(est) else f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]"
+
+    out = pd.DataFrame({
+        "system": d["system"], "metric": d["metric"], "voice": d["voice_gender"], "group": d["condition"],
+        "n": d["n"].astype(int), "estimate [95% CI]": [ci(*r) for r in zip(d["estimate"], d["ci_low"], d["ci_high"])],
+        "− neutral [95% CI]": [ci(*r) for r in zip(d["diff"], d["diff_ci_low"], d["diff_ci_high"])],
+        "÷ neutral [95% CI]": [ci(*r) for r in zip(d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"])],
+        "interval": d["ci_method"]})
+    return out.reset_index(drop=True)
+
+
+def fig_misgender(cells: pd.DataFrame, path: Path) -> None:
+    """S2S paper Table 2's describe block as bars: aligned and neutral pooled over languages,
+    misaligned pooled and per language, per system, each with its 95 % CI."""
+    langs = sorted(set(cells["lang"]) - {"ALL"})
+    series = [("aligned", "ALL", "aligned, all languages", "#4c72b0"), ("neutral", "ALL", "neutral, all", "#999999"),
+              ("misaligned", "ALL", "misaligned, all", "#c44e52")]
+    shades = ["#e08f8f", "#eab0a0", "#f2cfc4", "#f7e0d8"]
+    series += [("misaligned", lang, f"misaligned, {lang}", shades[i % len(shades)]) for i, lang in enumerate(langs)]
+    systems = sorted(set(cells["system"]))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for j, (ct, lang, label, color) in enumerate(series):
+        d = cells[(cells["cell_type"] == ct) & (cells["lang"] == lang)].set_index("system").reindex(systems)
+        x = np.arange(len(systems)) + (j - (len(series) - 1) / 2) * width
+        err = np.vstack([d["rate"] - d["ci_low"], d["ci_high"] - d["rate"]])
+        ax.bar(x, d["rate"], width, color=color, label=label, edgecolor="white", linewidth=0.5)
+        if np.isfinite(err).any():
+            ax.errorbar(x, d["rate"], yerr=np.nan_to_num(err), fmt="none", ecolor="#333333", capsize=2, lw=0.8)
+    ax.set_xticks(np.arange(len(systems)))
+    ax.set_xticklabels(systems)
     ax.set_ylabel("misgender rate (describe)")
-    ax.set_ylim(0, 1)
-    ax.set_title("Misgender rate by cell type, pooled over languages")
-    ax.legend(title="cell")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Misgender rate by cell, 95% item-bootstrap CI")
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
     plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
 
 
 def fig_forest(odds: pd.DataFrame, path: Path) -> None:
-    d = odds[(odds["fit_status"] == "ok")].copy()
-    d["label"] = d["system"] + " / " + d["lang"]
-    d = d.sort_values(["system", "lang"])
-    fig, ax = plt.subplots(figsize=(7, 0.35 * max(len(d), 3) + 1))
-    y = range(len(d))
-    ax.errorbar(d["odds_ratio"], list(y), xerr=[d["odds_ratio"] - d["ci_low"], d["ci_high"] - d["odds_ratio"]],
-                fmt="o", color="#333333", capsize=3)
-    ax.axvline(1, color="#c44e52", ls="--", lw=1)
-    ax.set_xscale("log"); ax.set_yticks(list(y)); ax.set_yticklabels(d["label"])
-    ax.set_xlabel("odds ratio of a 'female' call per content step (log scale, 95% CI)")
-    ax.set_title("Describe: content effect with the voice held fixed")
+    """Odds ratio per content step with its 95 % profile CI: one panel per language (all
+    languages pooled first), one row per system; a fit without an estimate is named."""
+    langs = ["ALL", *sorted(set(odds["lang"]) - {"ALL"})]
+    langs = [lang for lang in langs if lang in set(odds["lang"])]
+    systems = sorted(set(odds["system"]))
+    fig, axes = plt.subplots(1, len(langs), figsize=(2.6 * len(langs) + 1.4, 0.45 * len(systems) + 1.4),
+                             sharey=True, squeeze=False)
+    finite = odds[(odds["fit_status"] == "ok")][["ci_low", "ci_high"]].to_numpy(float)
+    finite = finite[np.isfinite(finite) & (finite > 0)]
+    lo, hi = (float(finite.min()) / 1.5, float(finite.max()) * 1.5) if finite.size else (0.1, 10.0)
+    for ax, lang in zip(axes[0], langs):
+        d = odds[odds["lang"] == lang].set_index("system").reindex(systems)
+        for y, (sysname, r) in enumerate(d.iterrows()):
+            if r["fit_status"] == "ok" and np.isfinite(r["odds_ratio"]):
+                ax.errorbar([r["odds_ratio"]], [y], xerr=[[r["odds_ratio"] - r["ci_low"]], [r["ci_high"] - r["odds_ratio"]]],
+                            fmt="o", color="#333333", capsize=3, ms=4)
+            else:
+                ax.text(np.sqrt(lo * hi), y, "no estimate:\n" + str(r["fit_status"]).split(" (")[0], ha="center",
+                        va="center", fontsize=6, color="#666666")
+        ax.axvline(1, color="#c44e52", ls="--", lw=1)
+        ax.set_xscale("log"); ax.set_xlim(lo, hi)
+        ax.set_title("all languages" if lang == "ALL" else lang, fontsize=9)
+        ax.set_yticks(range(len(systems))); ax.set_yticklabels(systems)
+    axes[0][0].invert_yaxis()  # first system on top (the axes share y)
+    fig.supxlabel("odds ratio of a 'female' call per content step (log scale, 95% CI)", fontsize=9)
+    fig.suptitle("Describe: content effect with the voice held fixed, per language", fontsize=10)
     plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
 
 
@@ -277,9 +339,28 @@ def manipulation_table(check: pd.DataFrame) -> pd.DataFrame:
     return t.map(lambda v: _fmt(v, 2) if isinstance(v, float) else v)
 
 
-def sc_similarity_table(sim: pd.DataFrame) -> pd.DataFrame:
-    """SC paper Table 2 layout: rows VQ modification, columns system x gender, mean ± SD."""
-    d = sim.assign(cell=[f"{m:.2f} ± {s:.2f}" if pd.notna(s) else f"{m:.2f}" for m, s in zip(sim["mean"], sim["sd"])])
+def _sc_ci(dis: pd.DataFrame | None, metric: str) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(system, phonation, voice_gender) -> the disaggregated table's 95 % CI of an SC metric (all languages)."""
+    if dis is None:
+        return {}
+    d = dis[(dis["study"] == "sc") & (dis["metric"] == metric) & (dis["lang"] == "ALL")]
+    return {(r.system, r.condition, r.voice_gender): (r.ci_low, r.ci_high) for r in d.itertuples(index=False)}
+
+
+def _mean_sd_ci(m: float, sd: float, ci: tuple[float, float] | None, sd_style: str = "±") -> str:
+    cell = f"{m:.2f} ± {sd:.2f}" if sd_style == "±" and pd.notna(sd) else (
+        f"{m:.2f} ({sd:.2f})" if pd.notna(sd) else f"{m:.2f}")
+    if ci is not None and np.isfinite(ci[0]) and np.isfinite(ci[1]):
+        cell += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return cell
+
+
+def sc_similarity_table(sim: pd.DataFrame, dis: pd.DataFrame | None = None) -> pd.DataFrame:
+    """SC paper Table 2 layout: rows VQ modification, columns system x gender, mean ± SD
+    [95 % item-bootstrap CI of the mean, from the disaggregated table when given]."""
+    ci = _sc_ci(dis, "speaker_similarity")
+    d = sim.assign(cell=[_mean_sd_ci(m, s, ci.get((a, p, g))) for m, s, a, p, g in
+                         zip(sim["mean"], sim["sd"], sim["system"], sim["phonation"], sim["voice_gender"])])
     t = d.pivot(index="phonation", columns=["system", "voice_gender"], values="cell")
     t = t.reindex(columns=sorted(t.columns, key=lambda c: (c[0], c[1] != "male")))
     t.columns = [f"{a} {b.capitalize()}" for a, b in t.columns]
@@ -310,9 +391,21 @@ def retention_table(ret: pd.DataFrame) -> pd.DataFrame:
     return out[["system", "measure", "voice_gender", "n_prompts", "retention [95% CI]"]]
 
 
-def judge_table(scores: pd.DataFrame) -> pd.DataFrame:
-    """SC paper Fig. 2 as a table: mean (SD) per dimension x VQ, columns system x gender."""
-    d = scores.assign(cell=[f"{m:.2f} ({s:.2f})" if pd.notna(s) else f"{m:.2f}" for m, s in zip(scores["mean"], scores["sd"])])
+def _judge_ci(scores: pd.DataFrame, dis: pd.DataFrame | None) -> pd.DataFrame:
+    """The judge scores with ci_low/ci_high from the disaggregated table (NaN without it)."""
+    if dis is None:
+        return scores.assign(ci_low=np.nan, ci_high=np.nan)
+    d = dis[(dis["study"] == "sc") & (dis["lang"] == "ALL")].rename(
+        columns={"metric": "dimension", "condition": "phonation"})[["system", "dimension", "phonation",
+                                                                     "voice_gender", "ci_low", "ci_high"]]
+    return scores.merge(d, on=["system", "dimension", "phonation", "voice_gender"], how="left")
+
+
+def judge_table(scores: pd.DataFrame, dis: pd.DataFrame | None = None) -> pd.DataFrame:
+    """SC paper Fig. 2 as a table: mean (SD) [95 % CI] per dimension x VQ, columns system x gender."""
+    scores = _judge_ci(scores, dis)
+    d = scores.assign(cell=[_mean_sd_ci(m, s, (a, b), sd_style="()") for m, s, a, b in
+                            zip(scores["mean"], scores["sd"], scores["ci_low"], scores["ci_high"])])
     t = d.pivot(index=["dimension", "phonation"], columns=["system", "voice_gender"], values="cell")
     t.columns = [f"{a} {b.capitalize()}" for a, b in t.columns]
     t = t.reset_index()
@@ -344,29 +437,38 @@ def fig_vq_preservation(means: pd.DataFrame, path: Path) -> None:
     plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
 
 
-def fig_judge(scores: pd.DataFrame, path: Path) -> None:
+def fig_judge(scores: pd.DataFrame, path: Path, dis: pd.DataFrame | None = None) -> None:
+    """SC paper Fig. 2: heatmap of the mean judge score per VQ x system/gender, each cell
+    with its SD and, given the disaggregated table, its 95 % item-bootstrap CI."""
+    scores = _judge_ci(scores, dis)
     dims = [d for d in JUDGE_FIGURE_DIMS if d in set(scores["dimension"])]
-    fig, axes = plt.subplots(1, len(dims), figsize=(4.8 * len(dims), 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(dims), figsize=(4.8 * len(dims), 3.9), squeeze=False, sharey=True)
     order = [p for p in PHONATION_LABELS if p in set(scores["phonation"])]
+    im = None
     for ax, dim in zip(axes[0], dims):
         d = scores[scores["dimension"] == dim]
-        piv = d.pivot_table(index="phonation", columns=["system", "voice_gender"], values="mean").reindex(order)
-        sd = d.pivot_table(index="phonation", columns=["system", "voice_gender"], values="sd").reindex(order)
+        grid = {k: d.pivot_table(index="phonation", columns=["system", "voice_gender"], values=k).reindex(order)
+                for k in ("mean", "sd", "ci_low", "ci_high")}
+        piv = grid["mean"]
         im = ax.imshow(piv.to_numpy(float), vmin=1, vmax=5, cmap="viridis", aspect="auto")
         for (r, c), v in np.ndenumerate(piv.to_numpy(float)):
             if np.isfinite(v):
-                ax.text(c, r, f"{v:.2f}\n({sd.to_numpy(float)[r, c]:.2f})", ha="center", va="center", fontsize=7,
-                        color="white" if v < 3.5 else "black")
+                lo, hi = grid["ci_low"].to_numpy(float)[r, c], grid["ci_high"].to_numpy(float)[r, c]
+                text = f"{v:.2f} ({grid['sd'].to_numpy(float)[r, c]:.2f})"
+                if np.isfinite(lo) and np.isfinite(hi):
+                    text += f"\n[{lo:.2f}, {hi:.2f}]"
+                ax.text(c, r, text, ha="center", va="center", fontsize=6.5, color="white" if v < 3.5 else "black")
         ax.set_yticks(range(len(order)))
         if ax is axes[0][0]:
             ax.set_yticklabels([PHONATION_LABELS[p] for p in order])
         ax.set_xticks(range(piv.shape[1])); ax.set_xticklabels([f"{a}\n{b}" for a, b in piv.columns], fontsize=7)
         ax.set_title(dim.replace("_", " "), fontsize=9)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="judge score (1-5)")
+    if im is not None:
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="judge score (1-5): mean (SD) [95% CI]")
     plt.savefig(path, dpi=110, bbox_inches="tight"); plt.close()
 
 
-def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> dict[str, Section]:
+def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path, dis: pd.DataFrame | None = None) -> dict[str, Section]:
     """Report sections of the speech-continuation study (empty when its tables are absent)."""
     sections: dict[str, Section] = {}
     check_path = phonation_dir / "manipulation_check.csv"
@@ -384,15 +486,15 @@ def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path) -> dict[str, S
     means = read_table(sc_dir / "vq_means.csv")
     scores = read_table(sc_dir / "judge_scores.csv")
     fig_vq_preservation(means, fig_dir / "vq_preservation.png")
-    fig_judge(scores, fig_dir / "judge_scores.png")
+    fig_judge(scores, fig_dir / "judge_scores.png", dis)
     kept = read_table(sc_dir / "judge_beta_kept.csv")
     steps = read_table(sc_dir / "judge_beta_steps.csv")
     sections.update(
         sc_success=Section(read_table(sc_dir / "success.csv")),
-        sc_similarity=Section(sc_similarity_table(sim)),
+        sc_similarity=Section(sc_similarity_table(sim, dis)),
         sc_vq_preservation=Section(vq_type3_table(read_table(sc_dir / "vq_type3.csv")), "vq_preservation.png"),
         sc_retention=Section(retention_table(read_table(sc_dir / "retention.csv"))),
-        sc_judge=Section(judge_table(scores), "judge_scores.png"),
+        sc_judge=Section(judge_table(scores, dis), "judge_scores.png"),
         sc_judge_beta=Section(pd.concat([steps.assign(step="removed"), kept.assign(step="kept")], ignore_index=True)
                               .map(lambda v: _fmt(v) if isinstance(v, float) else v)),
     )
@@ -447,8 +549,12 @@ def render_report(sections: dict[str, Section], intro_context: dict[str, Any],
 
 def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
                  sc_dir: Path | None = None, phonation_dir: Path | None = None,
-                 card: dict[str, Any] | None = None) -> dict[str, Path]:
-    """Write report.md, report.html and figures/ under `out_dir`; `card` (card_context) is shown first."""
+                 card: dict[str, Any] | None = None, disaggregated: Path | None = None) -> dict[str, Path]:
+    """Write report.md, report.html and figures/ under `out_dir`; `card` (card_context) is shown first.
+
+    `disaggregated` (reports/disaggregated/disaggregated.csv) gives the figures and SC tables
+    their item-bootstrap CIs and the report its disaggregated section; without it they have none.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(exist_ok=True)
@@ -460,7 +566,8 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     pvr = read_table(analysis_dir / "planted_vs_recovered.csv")
     comp = read_table(analysis_dir / "compliance.csv")
     bank = read_json(bank_metrics)
-    fig_misgender(rates, fig_dir / "misgender_by_cell.png")
+    dis = read_table(disaggregated) if disaggregated is not None else None
+    fig_misgender(misgender_cells(rates, dis), fig_dir / "misgender_by_cell.png")
     fig_forest(odds, fig_dir / "odds_ratio_forest.png")
     sections: dict[str, Section] = {"carrier_gate": Section(gate_table(gate))}
     if (analysis_dir / "rq1_pooled.csv").exists():
@@ -482,7 +589,9 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     sections["planted"] = Section(planted_table(pvr))
     sections["compliance"] = Section(comp.groupby("system")[["n", "failed", "non_compliant"]].sum().reset_index())
     if sc_dir is not None and phonation_dir is not None:
-        sections.update(sc_sections(sc_dir, phonation_dir, fig_dir))
+        sections.update(sc_sections(sc_dir, phonation_dir, fig_dir, dis))
+    if dis is not None:
+        sections["disaggregated"] = Section(disaggregated_table(dis))
     intro_context = {"params": params, "bank": bank, "sc_systems": params["run"].get("sc_systems") or [],
                      "phonation": params.get("phonation") or {}, "sc_judge": params.get("sc_judge") or {}}
     rendered = render_report(sections, intro_context, card)

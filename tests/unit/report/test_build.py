@@ -161,3 +161,54 @@ def test_build_report_writes_both_formats_from_the_stage_outputs(tmp_path):
         assert f"<h2>{texts[key]['title']}</h2>" in page
     assert (tmp_path / "figures" / "odds_ratio_forest.png").stat().st_size > 0
     assert texts["sc_success"]["title"] not in md  # no SC directories given
+
+
+def _sc_dis_and_tables():
+    """A disaggregated table of hand-made SC items, and the report's similarity and judge tables of them."""
+    import numpy as np
+
+    from voicebias.analysis.disaggregated import disaggregate, sc_items
+    from voicebias.analysis.sc import judge_score_table
+    from voicebias.analysis.sc_stats import similarity_table
+
+    rng = np.random.default_rng(3)
+    rows = [{"system": "s", "stimulus_id": f"p{i}", "lang": "en", "phonation": ("modal", "breathy")[i % 2],
+             "voice_gender": ("male", "female")[(i // 2) % 2], "status": "ok", "measure_status": "ok",
+             "judge_status": "ok", "speaker_similarity": rng.uniform(0.4, 0.8),
+             "semantic_coherence": float(rng.integers(1, 6))} for i in range(40)]
+    scored = pd.DataFrame(rows)
+    dis = disaggregate(sc_items(scored), resamples=300, seed=1)
+    return dis, similarity_table(scored), judge_score_table(scored, ["semantic_coherence"])
+
+
+def test_sc_table_2_and_fig_2_cells_carry_the_bootstrap_ci():
+    dis, sim, scores = _sc_dis_and_tables()
+    t = report.sc_similarity_table(sim, dis)
+    row = dis[(dis["metric"] == "speaker_similarity") & (dis["lang"] == "ALL") & (dis["condition"] == "breathy")
+              & (dis["voice_gender"] == "female")].iloc[0]
+    cell = t.set_index("VQ Mod.").loc["Breathy", "s Female"]
+    assert cell.startswith(f"{row.estimate:.2f} ± ") and cell.endswith(f"[{row.ci_low:.2f}, {row.ci_high:.2f}]")
+    assert "[" not in report.sc_similarity_table(sim).iloc[0, 1]  # without the table: mean ± SD only
+    j = report.judge_table(scores, dis)
+    assert j["s Male"].str.contains(r"^\d\.\d\d \(\d\.\d\d\) \[\d\.\d\d, \d\.\d\d\]$").all()
+    assert set(j["VQ"]) == {"Unmod.", "Breathy", "All"}
+
+
+def test_figures_draw_with_cis_and_name_a_fit_without_estimate(tmp_path):
+    from voicebias.analysis.disaggregated import disaggregate, s2s_items
+
+    rows = [{"system": sys_, "task": "describe", "stimulus_id": f"{sys_}{lang}{v}{p}{i}", "lang": lang, "pole": p,
+             "voice_gender": v, "status": "ok", "pronoun_choice": None,
+             "judged_gender": ("female", "male")[(i + len(p)) % 2]}
+            for sys_ in ("a", "b") for lang in ("en", "zh") for v in ("male", "female")
+            for p in ("masculine", "neutral", "feminine") for i in range(6)]
+    dis = disaggregate(s2s_items(pd.DataFrame(rows), None), resamples=200, seed=1)
+    cells = report.misgender_cells(pd.DataFrame(), dis)
+    assert set(cells["lang"]) == {"ALL", "en", "zh"} and cells[["ci_low", "ci_high"]].notna().all().all()
+    report.fig_misgender(cells, tmp_path / "m.png")
+    odds = pd.DataFrame({"system": ["a", "a", "b", "b"], "lang": ["ALL", "zh", "ALL", "zh"],
+                         "odds_ratio": [3.0, float("nan"), 1.2, 0.8], "ci_low": [1.5, float("nan"), 0.6, 0.2],
+                         "ci_high": [6.0, float("nan"), 2.4, 3.1],
+                         "fit_status": ["ok", "perfect separation (quasi-complete)", "ok", "ok"]})
+    report.fig_forest(odds, tmp_path / "f.png")
+    assert (tmp_path / "m.png").stat().st_size > 10_000 and (tmp_path / "f.png").stat().st_size > 10_000

@@ -352,7 +352,7 @@ def test_report_stage_writes_the_card_and_hands_it_to_the_report(tmp_path, monke
     (phon / "check_metrics.json").write_text(json.dumps(CHECK))
     seen = {}
 
-    def fake_build(params, analysis_dir, gate, bank, out_dir, sc_dir, phonation_dir, card=None):
+    def fake_build(params, analysis_dir, gate, bank, out_dir, sc_dir, phonation_dir, card=None, disaggregated=None):
         seen["card"] = card
         return {"md": out_dir / "report.md", "html": out_dir / "report.html"}
 
