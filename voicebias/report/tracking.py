@@ -448,7 +448,7 @@ def _log_tables(client: Any, run_id: str, tables: dict[str, pd.DataFrame]) -> No
 def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path,
                      out_path: Path, root: Path = ROOT, sc_dir: Path | None = None,
                      phonation_dir: Path | None = None, run_log: Path | None = None,
-                     report_dir: Path | None = None) -> dict[str, Any]:
+                     report_dir: Path | None = None, disaggregated: Path | None = None) -> dict[str, Any]:
     """Log the parent run and its children, once per pipeline state.
 
     The parent carries the carrier gate, the run log's wall-clock facts, the dataset
@@ -456,7 +456,9 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
     dvc.lock: see `dataset_input`) and, when `report_dir` holds them, the audit card and
     the report as artifacts under report/. Each child, named `<system> / <lang> / <task>`,
     carries its results as metrics (`child_records`), its responses table as a dataset
-    input and its RQ1 fit rows as tables/rq1_mixed_models.csv.
+    input and its RQ1 fit rows as tables/rq1_mixed_models.csv. Given `disaggregated`
+    (reports/disaggregated/disaggregated.csv), the parent carries it under tables/ and
+    each S2S child its own rows (system, task and language) as tables/disaggregated.csv.
 
     Writes `out_path` (the store's state marker, a declared DVC output): the pipeline
     state, the experiment and the names of the parent and child runs, all functions of
@@ -485,6 +487,10 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
     report_files = [report_dir / f for f in REPORT_FILES if (report_dir / f).is_file()] if report_dir else []
     figures = report_dir / "figures" if report_dir is not None and (report_dir / "figures").is_dir() else None
     inputs += report_files + ([figures] if figures is not None else [])
+    dis = None
+    if disaggregated is not None and Path(disaggregated).is_file():
+        inputs.append(Path(disaggregated))
+        dis = read_table(disaggregated)
     parent_inputs, task_inputs = _datasets(records, manifest_path, dvc_outs(root / "dvc.lock"), root)
     digests = tuple(f"{d.dataset.name} {d.dataset.digest}" for d in parent_inputs)
     state = pipeline_state(params, inputs, root, digests)
@@ -520,6 +526,8 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
             client.log_artifact(pid, str(f), "report")
         if figures is not None:
             client.log_artifacts(pid, str(figures), "report/figures")
+        if dis is not None:
+            client.log_artifact(pid, str(disaggregated), "tables")
         for rec, run_name in zip(records, child_names):
             tags = {**family, "mlflow.parentRunId": pid, "voicebias.level": "system_lang_task",
                     "system": rec["system"], "lang": rec["lang"], "task": rec["task"], **rec["tags"]}
@@ -531,7 +539,13 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
             responses = task_inputs.get((rec["system"], rec["task"]))
             if responses is not None:
                 client.log_inputs(run.info.run_id, datasets=[responses])
-            _log_tables(client, run.info.run_id, rec.get("tables", {}))
+            tables = dict(rec.get("tables", {}))
+            if dis is not None:
+                own = dis[(dis["study"] == "s2s") & (dis["system"] == rec["system"]) & (dis["task"] == rec["task"])
+                          & (dis["lang"] == rec["lang"])]
+                if len(own):
+                    tables["disaggregated.csv"] = own
+            _log_tables(client, run.info.run_id, tables)
             for art in rec.get("artifacts", []):
                 client.log_artifact(run.info.run_id, str(art), "tables")
             client.set_terminated(run.info.run_id)

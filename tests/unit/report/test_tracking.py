@@ -227,6 +227,40 @@ def test_dataset_inputs_carry_the_dvc_hashes_and_the_report_is_on_the_parent(pip
     assert again["pipeline_state"] != summary["pipeline_state"]
 
 
+def test_the_disaggregated_table_is_on_the_parent_and_each_child_has_its_rows(pipeline_outputs, monkeypatch):
+    from mlflow.artifacts import download_artifacts
+    from mlflow.tracking import MlflowClient
+
+    from voicebias.analysis.disaggregated import disaggregate, s2s_items
+
+    params, tmp, manifest = pipeline_outputs
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    scored = pd.concat([read_table(p) for p in sorted((tmp / "scored").glob("*.csv"))], ignore_index=True)
+    dis_path = tmp / "disaggregated" / "disaggregated.csv"
+    write_table(dis_path, disaggregate(s2s_items(scored, None), resamples=200, seed=1))
+    summary = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
+                               disaggregated=dis_path)
+    uri = params["tracking"]["tracking_uri"]
+    client = MlflowClient(uri)
+    assert [a.path for a in client.list_artifacts(summary["parent_run_id"], "tables")] == [
+        "tables/disaggregated.csv"]
+    kids = {k.info.run_name: k.info.run_id for k in client.search_runs(
+        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'")}
+    own = pd.read_csv(download_artifacts(run_id=kids["content_driven / es / describe"],
+                                         artifact_path="tables/disaggregated.csv", tracking_uri=uri,
+                                         dst_path=str(tmp / "dl")))
+    full = read_table(dis_path)
+    want = full[(full["system"] == "content_driven") & (full["lang"] == "es") & (full["task"] == "describe")]
+    assert len(own) == len(want) == 9  # 6 voice x pole cells and 3 cell types of the misgender rate
+    assert set(own["metric"]) == {"misgender_rate"}
+    np.testing.assert_allclose(own["estimate"], want["estimate"])
+    # the table is part of the pipeline state
+    write_table(dis_path, full.assign(ci_low=full["ci_low"] - 0.01))
+    again = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
+                             disaggregated=dis_path)
+    assert again["pipeline_state"] != summary["pipeline_state"]
+
+
 def test_a_parent_whose_children_have_other_names_is_replaced(pipeline_outputs, monkeypatch):
     from mlflow.tracking import MlflowClient
 
