@@ -89,9 +89,10 @@ def validate_weights(entries: Any, where: str) -> list[dict[str, Any]]:
 
     ``repo_id``         owner/name on the Hugging Face hub (required)
     ``revision``        the commit (40 hex digits), branch or tag to download (required)
-    ``pinned``          whether `revision` is a commit; defaults to that, and `pinned: true`
-                        with anything but a 40-hex commit is refused. `voicebias fetch` warns
-                        about every entry that is not pinned.
+    ``pinned``          whether `revision` is a commit: true by default for a 40-hex commit;
+                        a branch or tag needs an explicit `pinned: false` (`pinned: true` with
+                        anything but a commit is refused). `voicebias fetch` warns about every
+                        entry that is not pinned.
     ``subdir``          where the repository goes inside the system's weights folder
                         (default: the folder itself)
     ``files``           the files to download (default: the whole repository) ...
@@ -118,6 +119,9 @@ def validate_weights(entries: Any, where: str) -> list[dict[str, Any]]:
         if not isinstance(revision, str) or not revision.strip() or any(c.isspace() for c in revision):
             raise ConfigError(f"{at}: revision must be a commit (40 hex digits), branch or tag, not {revision!r}")
         is_commit = bool(_COMMIT.match(revision))
+        if "pinned" not in entry and not is_commit:
+            raise ConfigError(f"{at}: revision {revision!r} is not a commit (40 lowercase hex digits); pin one, or "
+                              "write pinned: false to fetch whatever the branch or tag holds (fetch warns)")
         pinned = entry.get("pinned", is_commit)
         if not isinstance(pinned, bool):
             raise ConfigError(f"{at}: pinned must be true or false, not {pinned!r}")
