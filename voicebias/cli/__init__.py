@@ -12,6 +12,7 @@
                                    speech-continuation analyses (scored continuation tables)
   voicebias analyze phonation M    the phonation manipulation check from its measures table
   voicebias measure AUDIO...       acoustic measures of any audio files (CSV, one row per file)
+  voicebias fetch [SYSTEM...]      download the hub weights the system cards list, at their revision, and verify them
   voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
   voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from voicebias import config
-from voicebias.cli import compare, measure
+from voicebias.cli import compare, fetch, measure
 from voicebias.params import load_params
 from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out")
     p.set_defaults(fn=cmd_bank)
     measure.add_parser(sub)
+    fetch.add_parser(sub)
     compare.add_parser(sub)
     p = sub.add_parser("ui", help="print (or --run) the MLflow UI command, bound to 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
