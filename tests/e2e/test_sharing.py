@@ -98,10 +98,16 @@ def test_report_renders_in_headless_chromium(workspace, tmp_path):
             "return Array.from(document.querySelectorAll('table'))"
             ".filter(t => t.querySelectorAll('tbody tr').length === 0).length")
         n_tables = browser.execute_script("return document.querySelectorAll('table').length")
+        # readable at a normal window width: the page itself never scrolls sideways (a wide table scrolls in its box)
+        page_width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+        unwrapped = browser.execute_script(
+            "return Array.from(document.querySelectorAll('table')).filter(t => !t.parentElement.classList"
+            ".contains('table-wrap')).length")
         shot = tmp_path / "report.png"
         browser.save_screenshot(str(shot))
     finally:
         browser.quit()
     assert broken == [] and n_images >= 3
     assert n_tables >= 7 and empty_tables == 0
+    assert page_width[0] <= page_width[1] and unwrapped == 0, page_width
     assert shot.stat().st_size > 20_000
