@@ -355,6 +355,19 @@ class QwenOmniParams(SystemParams):
     talker_do_sample: bool | None = None
 
 
+class VLLMOmniParams(SystemParams):
+    """A model served by vLLM-Omni (voicebias.systems.vllm_omni); the card holds the defaults."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    prompt_role: Literal["system", "user"] | None = None
+    #: one vLLM SamplingParams mapping per stage, replacing the card's (the adapter adds the seeds)
+    sampling_params_list: list[dict[str, Any]] | None = None
+    #: deploy settings merged over the card's (e.g. batch_invariant: false for a server run without it)
+    deploy: dict[str, Any] | None = None
+
+
 class RepositoryParams(SystemParams):
     """A model run from the user's checkout of its repository, in its own environment."""
 
@@ -382,6 +395,7 @@ ADAPTER_PARAMS: dict[str, type[SystemParams]] = {
     "openai_compatible": APIParams,
     "gemini_live": APIParams,
     "qwen_omni": QwenOmniParams,
+    "vllm_omni": VLLMOmniParams,
     "kimi_audio": RepositoryParams,
     "glm4_voice": RepositoryParams,
     "step_audio2": RepositoryParams,

@@ -14,6 +14,7 @@ reference                 planted-truth systems of the embedded default
 reference_continuation    planted-truth speech-continuation system (embedded default)
 openai_audio              OpenAI audio chat completions (gpt-4o-audio / gpt-audio)
 openai_compatible         any OpenAI-compatible audio endpoint (e.g. vLLM), base_url
+vllm_omni                 models served by vLLM-Omni (audio_url in, per-stage sampling)
 gemini_live               Gemini Live native audio (google-genai, voice Kore)
 qwen_omni                 Qwen2.5-Omni through transformers (local weights)
 kimi_audio, glm4_voice,   speech-to-speech models run from the user's checkout of
@@ -49,6 +50,7 @@ ADAPTERS = Registry("adapter", {
     "reference_continuation": "voicebias.systems.reference_continuation:ReferenceContinuationSystem",
     "openai_audio": "voicebias.systems.openai_audio:OpenAIAudioSystem",
     "openai_compatible": "voicebias.systems.openai_compatible:OpenAICompatibleSystem",
+    "vllm_omni": "voicebias.systems.vllm_omni:VLLMOmniSystem",
     "gemini_live": "voicebias.systems.gemini_live:GeminiLiveSystem",
     "qwen_omni": "voicebias.systems.qwen_omni:QwenOmniSystem",
     "kimi_audio": "voicebias.systems.kimi_audio:KimiAudioSystem",

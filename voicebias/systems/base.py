@@ -206,3 +206,15 @@ def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
     """A path from a card or params, relative to the repository root unless absolute."""
     p = Path(value).expanduser()
     return p if p.is_absolute() or root is None else Path(root) / p
+
+
+def item_seed(base: int, item_id: str) -> int:
+    """A seed of its own for one item (a stimulus id), derived from the run's base seed.
+
+    base + the first 32 bits of sha256(item_id), modulo 2**32: the same rule the
+    phonation stage uses for its per-stimulus seeds, so the two agree. Deterministic
+    across processes and machines (no Python hash randomisation).
+    """
+    import hashlib
+
+    return (int(base) + int(hashlib.sha256(str(item_id).encode()).hexdigest()[:8], 16)) % (2 ** 32)

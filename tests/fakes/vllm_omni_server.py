@@ -1,0 +1,219 @@
+"""A fake vLLM-Omni server for tests (127.0.0.1 only), speaking its OpenAI-compatible protocol over real HTTP.
+
+- ``GET /version`` -> ``{"version": <vLLM version>}``;
+- ``GET /v1/models`` -> ``{"object": "list", "data": [{"id", "object": "model", "root", "max_model_len", ...}]}``;
+- ``POST /v1/chat/completions`` checks the request as vLLM-Omni's examples define it: the
+  served model's name; exactly one ``audio_url`` part whose url is a
+  ``data:audio/wav;base64,`` URI holding a WAV file; ``modalities`` among text and audio;
+  ``sampling_params_list`` with one mapping per stage, each with an integer ``seed``.
+  A request that breaks this gets vLLM's error object with status 400 (404 for an unknown
+  model). Otherwise it answers as vLLM-Omni does: one choice with the text in
+  ``message.content`` and one with ``message.audio`` (base64 24 kHz WAV, empty transcript).
+
+Faults are planned per input, as in :mod:`tests.fakes.openai_server`: ``plan[fingerprint]``
+lists the outcome of each successive attempt ("ok", "noaudio", "notwav", "429", "500",
+"503", "400", "timeout"); past the end of the list the input gets "ok". Every chat request
+is logged with its body, fingerprint and outcome.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import soundfile as sf
+
+from tests.fakes.http import send_json
+from tests.fakes.openai_server import fingerprint_samples, reply_audio
+
+DATA_URI = "data:audio/wav;base64,"
+
+
+@dataclass
+class Logged:
+    fingerprint: str
+    outcome: str
+    body: dict = field(repr=False, default_factory=dict)
+
+
+class FakeVLLMOmniServer:
+    """Run with ``with FakeVLLMOmniServer(model) as srv:``; ``srv.base_url`` ends in /v1."""
+
+    def __init__(self, model: str, stages: int = 3, vllm_version: str = "0.11.0", root: str | None = None,
+                 plan: dict[str, list[str]] | None = None, api_key: str | None = None, hang_s: float = 2.0,
+                 max_model_len: int = 32768):
+        self.model, self.stages, self.vllm_version = model, stages, vllm_version
+        self.root = root or model
+        self.max_model_len = max_model_len
+        self.plan = {k: list(v) for k, v in (plan or {}).items()}
+        self.api_key, self.hang_s = api_key, hang_s
+        self.log: list[Logged] = []
+        self.gets: list[str] = []
+        self.attempts: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                server._get(self)
+
+            def do_POST(self):
+                server._post(self)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "FakeVLLMOmniServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def chats(self) -> list[Logged]:
+        with self._lock:
+            return list(self.log)
+
+    # -- protocol ----------------------------------------------------------------
+    def _error(self, h, status: int, message: str, etype: str = "BadRequestError", headers: dict | None = None):
+        send_json(h, status, {"error": {"message": message, "type": etype, "param": None, "code": status}}, headers)
+
+    def _authorised(self, h) -> bool:
+        if self.api_key is None or h.headers.get("Authorization") == f"Bearer {self.api_key}":
+            return True
+        self._error(h, 401, "Unauthorized", "Unauthorized")
+        return False
+
+    def _get(self, h) -> None:
+        with self._lock:
+            self.gets.append(h.path)
+        if h.path == "/version":
+            send_json(h, 200, {"version": self.vllm_version})  # vLLM's /version needs no key
+        elif h.path == "/v1/models":
+            if self._authorised(h):
+                send_json(h, 200, {"object": "list", "data": [{
+                    "id": self.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                    "root": self.root, "parent": None, "max_model_len": self.max_model_len, "permission": []}]})
+        else:
+            self._error(h, 404, "Not Found", "NotFoundError")
+
+    def _check(self, body: dict) -> tuple[int, str] | None:
+        """(status, message) for the first way the request breaks the protocol, or None."""
+        if body.get("model") != self.model:
+            return 404, f"The model `{body.get('model')}` does not exist."
+        mods = body.get("modalities")
+        if mods is not None and (not isinstance(mods, list) or not set(mods) <= {"text", "audio"}):
+            return 400, f"unsupported modalities {mods!r}"
+        spl = body.get("sampling_params_list")
+        if not isinstance(spl, list) or len(spl) != self.stages:
+            return 400, f"sampling_params_list must hold {self.stages} stage mappings"
+        for i, sp in enumerate(spl):
+            if not isinstance(sp, dict) or not isinstance(sp.get("seed"), int) or isinstance(sp["seed"], bool):
+                return 400, f"sampling_params_list[{i}] has no integer seed"
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return 400, "messages are required"
+        parts = [p for m in msgs if isinstance(m.get("content"), list) for p in m["content"]]
+        audio = [p for p in parts if p.get("type") == "audio_url"]
+        if len(audio) != 1:
+            return 400, "exactly one audio_url part is required"
+        url = (audio[0].get("audio_url") or {}).get("url", "")
+        if not url.startswith(DATA_URI):
+            return 400, "audio_url.url must be a data:audio/wav;base64 URI"
+        try:
+            raw = base64.b64decode(url[len(DATA_URI):], validate=True)
+        except (binascii.Error, ValueError):
+            return 400, "audio_url data is not base64"
+        if raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
+            return 400, "audio_url data is not a WAV file"
+        last = msgs[-1]
+        if last.get("role") == "assistant" and not body.get("continue_final_message"):
+            return 400, "a final assistant message needs continue_final_message"
+        return None
+
+    @staticmethod
+    def fingerprint(body: dict) -> str:
+        for m in body["messages"]:
+            for p in m.get("content") if isinstance(m.get("content"), list) else []:
+                if p.get("type") == "audio_url":
+                    raw = base64.b64decode(p["audio_url"]["url"][len(DATA_URI):])
+                    x, _ = sf.read(io.BytesIO(raw), dtype="int16", always_2d=True)
+                    return fingerprint_samples(x[:, 0])
+        raise ValueError("no audio")
+
+    def _post(self, h) -> None:
+        raw = h.rfile.read(int(h.headers.get("Content-Length", 0)))
+        if not self._authorised(h):
+            return
+        if h.path != "/v1/chat/completions":
+            self._error(h, 404, "Not Found", "NotFoundError")
+            return
+        try:
+            body = json.loads(raw)
+            problem = self._check(body)
+            fp = self.fingerprint(body) if problem is None else "?"
+        except Exception as exc:  # malformed request
+            body, problem, fp = {}, (400, f"malformed request: {exc}"), "?"
+        if problem:
+            status, message = problem
+            self._error(h, status, message, "NotFoundError" if status == 404 else "BadRequestError")
+            self._record(fp, str(status), body)
+            return
+        with self._lock:
+            n = self.attempts[fp]
+            self.attempts[fp] += 1
+            steps = self.plan.get(fp, [])
+            outcome = steps[n] if n < len(steps) else "ok"
+        if outcome == "429":
+            self._error(h, 429, "Too many requests", "RateLimitError", {"Retry-After": "0"})
+        elif outcome in ("500", "503"):
+            self._error(h, int(outcome), "EngineCore encountered an issue.", "InternalServerError")
+        elif outcome == "400":
+            self._error(h, 400, "audio is too long for this model", "BadRequestError")
+        elif outcome == "timeout":
+            time.sleep(self.hang_s)
+            try:
+                self._error(h, 500, "too late", "InternalServerError")
+            except OSError:
+                pass
+        else:
+            send_json(h, 200, self._completion(body, fp, outcome))
+        self._record(fp, outcome, body)
+
+    def _completion(self, body: dict, fp: str, outcome: str) -> dict:
+        now = int(time.time())
+        seed = body["sampling_params_list"][0]["seed"]
+        text = {"role": "assistant", "content": f"reply to {fp[:12]} seed {seed}", "reasoning_content": None,
+                "tool_calls": []}
+        choices = [{"index": 0, "message": text, "logprobs": None, "finish_reason": "stop", "stop_reason": None}]
+        if outcome in ("ok", "notwav"):
+            data = reply_audio(fp) if outcome == "ok" else b"ID3\x03not a wav at all"
+            audio = {"id": f"audio-{fp[:16]}", "data": base64.b64encode(data).decode(), "expires_at": now + 86400,
+                     "transcript": ""}
+            choices.append({"index": 0, "message": {"role": "assistant", "content": None, "audio": audio,
+                                                    "tool_calls": []},
+                            "logprobs": None, "finish_reason": "stop", "stop_reason": None})
+        return {"id": f"chatcmpl-{fp[:20]}", "object": "chat.completion", "created": now, "model": self.model,
+                "choices": choices, "usage": {"prompt_tokens": 90, "completion_tokens": 30, "total_tokens": 120}}
+
+    def _record(self, fp: str, outcome: str, body: dict) -> None:
+        with self._lock:
+            self.log.append(Logged(fp, outcome, body))

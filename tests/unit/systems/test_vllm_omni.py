@@ -1,0 +1,269 @@
+"""vLLM-Omni adapter against a local fake server speaking vLLM-Omni's chat-completions protocol.
+
+What users rely on: the request has the documented shape (audio_url data URI, the task
+prompt, modalities, one sampling mapping per stage with the item's own seed); text and
+audio are read from their two choices; a reply without audio is a recorded failure;
+HTTP errors retry through the runner's policy; and the cache key follows exactly what
+changes an answer: model revision, engine version, sampling parameters, deploy settings,
+seed, and nothing that only steers the call.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pandas as pd
+import pytest
+import soundfile as sf
+import yaml
+
+from tests.fakes.openai_server import fingerprint_file
+from tests.fakes.stimuli import make_stimuli
+from tests.fakes.vllm_omni_server import DATA_URI, FakeVLLMOmniServer
+from voicebias.config import CARDS_DIR
+from voicebias.params import ParamsError
+from voicebias.systems import SetupError, build_system, load_card
+from voicebias.systems.base import S2SRequest, item_seed
+from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, run_task, validate_responses
+from voicebias.tasks import load_tasks
+
+PIN = "0123456789abcdef0123456789abcdef01234567"
+QWEN = "Qwen/Qwen2.5-Omni-7B"
+
+
+def cards_with(tmp_path, name="qwen2_5_omni_vllm", **changes):
+    """A cards folder holding the committed card `name`, pinned, with `changes` applied (dotted keys)."""
+    cards = tmp_path / "cards"
+    cards.mkdir(exist_ok=True)
+    card = load_card(name) | {"revision": PIN}
+    for dotted, value in changes.items():
+        *path, last = dotted.split(".")
+        node = card
+        for k in path:
+            node = node[k]
+        node[last] = value
+    (cards / f"{name}.yaml").write_text(yaml.safe_dump(card, allow_unicode=True))
+    return cards
+
+
+def request_for(tmp_path, stim, i=0, task="describe", seed=7):
+    s = stim.iloc[i]
+    t = load_tasks()[task]
+    return S2SRequest(stimulus_id=s.stimulus_id, lang=s.lang, target_lang=t.target_lang(s.lang), task=task,
+                      prompt=t.prompt(s.lang), audio_path=str(tmp_path / s.path), audio_sha256=s.sha256, seed=seed)
+
+
+def system(server, cards, name="qwen2_5_omni_vllm", root=None, **params):
+    return build_system(name, {"base_url": server.base_url, "timeout_s": 5.0, **params}, cards_dir=cards, root=root)
+
+
+def test_request_has_the_documented_shape_and_reply_is_parsed(tmp_path):
+    stim = make_stimuli(tmp_path, 1, langs=("es",))
+    req = request_for(tmp_path, stim)
+    cards = cards_with(tmp_path)
+    with FakeVLLMOmniServer(QWEN, vllm_version="0.11.0") as server:
+        resp = system(server, cards).respond(req)
+    assert server.gets == ["/version", "/v1/models"]  # asked what it runs, once, before the call
+    [logged] = server.chats()
+    body = logged.body
+    card = load_card("qwen2_5_omni_vllm")
+    assert body["model"] == QWEN and body["modalities"] == ["text", "audio"]
+    system_msg, user_msg = body["messages"]
+    assert system_msg == {"role": "system", "content": [{"type": "text", "text": card["request"]["system_prompt"]}]}
+    audio_part, text_part = user_msg["content"]
+    assert audio_part["type"] == "audio_url" and audio_part["audio_url"]["url"].startswith(DATA_URI)
+    raw = base64.b64decode(audio_part["audio_url"]["url"][len(DATA_URI):])
+    assert sf.info(io.BytesIO(raw)).format == "WAV"
+    assert logged.fingerprint == fingerprint_file(tmp_path / stim.path[0])  # samples sent unchanged
+    assert text_part == {"type": "text", "text": load_tasks()["describe"].prompt("es")}
+    seed = item_seed(7, req.stimulus_id)
+    assert seed != 7
+    assert body["sampling_params_list"] == [dict(s, seed=seed) for s in card["request"]["sampling_params_list"]]
+    assert "continue_final_message" not in body
+    # the reply: text from one choice, audio (24 kHz WAV) from the other
+    assert resp.status == "ok" and resp.transcript == f"reply to {logged.fingerprint[:12]} seed {seed}"
+    assert resp.sample_rate == 24000 and resp.audio.size == 7200
+    prov = resp.provenance
+    assert prov["model_revision"] == PIN and prov["seed"] == seed
+    assert prov["engine"] == {"name": "vllm-omni", "vllm_version": "0.11.0", "deploy_engine_version": "0.30.0"}
+    assert prov["served"]["root"] == QWEN and prov["deploy"]["batch_invariant"] is True
+    assert prov["endpoint"].startswith("http://127.0.0.1:")
+
+
+def test_step_audio2_opens_the_assistant_turn_with_tts_start(tmp_path):
+    stim = make_stimuli(tmp_path, 1)
+    req = request_for(tmp_path, stim, task="readback")
+    cards = cards_with(tmp_path, "step_audio2_vllm")
+    with FakeVLLMOmniServer("stepfun-ai/Step-Audio-2-mini", stages=2) as server:
+        resp = system(server, cards, "step_audio2_vllm").respond(req)
+    body = server.chats()[0].body
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant"]
+    assert body["messages"][0]["content"] == [{"type": "text", "text": req.prompt}]  # the task prompt
+    assert [p["type"] for p in body["messages"][1]["content"]] == ["audio_url"]
+    assert body["messages"][2] == {"role": "assistant", "content": "<tts_start>"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert len(body["sampling_params_list"]) == 2 and resp.status == "ok"
+
+
+def test_reply_without_audio_is_a_recorded_failure(tmp_path):
+    stim = make_stimuli(tmp_path, 3)
+    fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
+    cards = cards_with(tmp_path)
+    task = load_tasks()["describe"]
+    cache = ResponseCache(tmp_path / "cache")
+    with FakeVLLMOmniServer(QWEN, plan={fps[0]: ["noaudio"], fps[1]: ["notwav"], fps[2]: ["noaudio"]}) as server:
+        s = system(server, cards)
+        resp = s.respond(request_for(tmp_path, stim, 0))
+        assert resp.status == "failed" and resp.audio is None and resp.transcript is None
+        assert "no audio" in resp.error and "the model wrote: reply to" in resp.error
+        table, counts = run_task(s, task, stim, tmp_path / "out", cache, 1, tmp_path, progress=False)
+        by_id = table.set_index("stimulus_id")
+        # the first stimulus got past its plan; the second's reply audio is no WAV, the third's has none
+        assert by_id.loc[stim.stimulus_id[0], "status"] == "ok"
+        assert "not a WAV" in by_id.loc[stim.stimulus_id[1], "error"]
+        assert by_id.loc[stim.stimulus_id[2], "error"].startswith("reply has no audio (1 choice(s), text only)")
+        for i in (1, 2):
+            row = by_id.loc[stim.stimulus_id[i]]
+            assert row.status == "failed" and pd.isna(row.output_audio) and pd.isna(row.transcript)
+        assert counts["failed"] == 2
+        n = len(server.chats())
+        # a failure is not cached: the next run asks again, the successes come from the cache
+        table2, counts2 = run_task(s, task, stim, tmp_path / "out2", cache, 1, tmp_path, progress=False)
+    assert counts2["cache_hits"] == 1 and counts2["calls"] == 2 and len(server.chats()) == n + 2
+    assert (table2.status == "ok").all()
+
+
+def test_http_errors_retry_through_the_runner_policy(tmp_path):
+    stim = make_stimuli(tmp_path, 5)
+    fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
+    plan = {fps[0]: ["503"], fps[1]: ["429", "500"], fps[2]: ["400"], fps[3]: ["timeout"],
+            fps[4]: ["500", "500", "500"]}
+    cards = cards_with(tmp_path)
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
+    with FakeVLLMOmniServer(QWEN, plan=plan, hang_s=1.5) as server:
+        s = system(server, cards, timeout_s=0.5)
+        table, counts = run_task(s, load_tasks()["describe"], stim, tmp_path / "o", ResponseCache(tmp_path / "c"),
+                                 1, tmp_path, policy=policy, progress=False)
+    by_id = table.set_index("stimulus_id")
+    attempts = {0: 2, 1: 3, 2: 1, 3: 2, 4: 3}
+    for i, n in attempts.items():
+        assert by_id.loc[stim.stimulus_id[i], "attempts"] == n, i
+    assert set(table.loc[table.status == "failed", "stimulus_id"]) == {stim.stimulus_id[2], stim.stimulus_id[4]}
+    assert "HTTP 400: audio is too long" in by_id.loc[stim.stimulus_id[2], "error"]
+    assert "transient error after 3 attempts: HTTP 500" in by_id.loc[stim.stimulus_id[4], "error"]
+
+
+def keys(tmp_path, tag, *, vllm_version="0.11.0", seed=7, card_changes=None, **params):
+    """The cache key of one request for a system built from its own cards folder and server."""
+    stim = make_stimuli(tmp_path, 1)
+    (tmp_path / tag).mkdir()
+    cards = cards_with(tmp_path / tag, **(card_changes or {}))
+    with FakeVLLMOmniServer(QWEN, vllm_version=vllm_version) as server:
+        s = system(server, cards, **params)
+        return cache_key(s, request_for(tmp_path, stim, seed=seed))
+
+
+def test_cache_key_follows_what_changes_an_answer_and_nothing_else(tmp_path):
+    base = keys(tmp_path, "base")
+    sampling = load_card("qwen2_5_omni_vllm")["request"]["sampling_params_list"]
+    hotter = [dict(sampling[0], temperature=0.7)] + sampling[1:]
+    changed = {
+        "revision": keys(tmp_path, "rev", card_changes={"revision": "f" * 40}),
+        "engine version": keys(tmp_path, "eng", vllm_version="0.11.1"),
+        "sampling (params)": keys(tmp_path, "spl", sampling_params_list=hotter),
+        "sampling (card)": keys(tmp_path, "spc", card_changes={"request.sampling_params_list": hotter}),
+        "batch invariance": keys(tmp_path, "bi", deploy={"batch_invariant": False}),
+        "deploy (card)": keys(tmp_path, "dep", card_changes={"deploy.engine_version": "0.31.0"}),
+        "seed": keys(tmp_path, "seed", seed=8),
+    }
+    assert all(k != base for k in changed.values()), [n for n, k in changed.items() if k == base]
+    assert len(set(changed.values())) == len(changed)
+    # another server (port), timeout and concurrency, the same deploy default spelled out: the same key
+    same = keys(tmp_path, "same", timeout_s=9.0, max_concurrency=2, deploy={"batch_invariant": True})
+    assert same == base
+
+
+def test_per_item_seeds_are_derived_from_base_seed_and_stimulus_id():
+    assert item_seed(1, "en-a") == item_seed(1, "en-a")
+    assert len({item_seed(1, f"en-{i}") for i in range(50)}) == 50
+    assert item_seed(1, "en-a") != item_seed(2, "en-a")
+
+
+def test_runs_through_the_runner_over_stimuli_with_outputs_written(tmp_path):
+    stim = make_stimuli(tmp_path, 4, langs=("en", "es"))
+    cards = cards_with(tmp_path)
+    task = load_tasks()["describe"]
+    cache = ResponseCache(tmp_path / "cache")
+    with FakeVLLMOmniServer(QWEN) as server:
+        s = system(server, cards, max_concurrency=3)
+        table, counts = run_task(s, task, stim, tmp_path / "out", cache, 11, tmp_path, progress=False)
+        validate_responses(table)
+        table2, counts2 = run_task(s, task, stim, tmp_path / "out2", cache, 11, tmp_path, progress=False)
+    assert (table.status == "ok").all() and counts["calls"] == 8 and counts["failed"] == 0
+    for row in table.itertuples():
+        out = tmp_path / row.output_audio
+        assert out.exists() and sf.info(str(out)).samplerate == 24000
+        prov = json.loads(row.provenance)
+        assert prov["seed"] == item_seed(11, row.stimulus_id)
+        assert row.transcript.endswith(f"seed {prov['seed']}") and row.model_revision == PIN
+    seeds = {b.body["sampling_params_list"][0]["seed"] for b in server.chats()}
+    assert len(seeds) == 8  # each stimulus its own seed
+    assert counts2["cache_hits"] == 8 and counts2["calls"] == 0 and len(server.chats()) == 8
+    assert table2.output_sha256.tolist() == table.output_sha256.tolist()
+
+
+def test_setup_errors_name_what_is_wrong(tmp_path):
+    unpinned = tmp_path / "unpinned"
+    unpinned.mkdir()
+    (unpinned / "qwen2_5_omni_vllm.yaml").write_text((CARDS_DIR / "qwen2_5_omni_vllm.yaml").read_text())
+    with pytest.raises(SetupError, match="--revision"):
+        build_system("qwen2_5_omni_vllm", {}, cards_dir=unpinned)
+    cards = cards_with(tmp_path)
+    stim = make_stimuli(tmp_path, 1)
+    with FakeVLLMOmniServer("Qwen/Qwen3-Omni-30B-A3B-Instruct") as server:
+        with pytest.raises(SetupError, match="serves Qwen/Qwen3-Omni-30B-A3B-Instruct, not Qwen/Qwen2.5-Omni-7B"):
+            system(server, cards).respond(request_for(tmp_path, stim))
+    with FakeVLLMOmniServer(QWEN, root=f"/hf/models--Qwen--Qwen2.5-Omni-7B/snapshots/{'e' * 40}") as server:
+        with pytest.raises(SetupError, match="card pins"):
+            cache_key(system(server, cards), request_for(tmp_path, stim))
+    with FakeVLLMOmniServer(QWEN) as server:
+        url = server.base_url
+    with pytest.raises(SetupError, match="no vLLM-Omni server answers"):
+        build_system("qwen2_5_omni_vllm", {"base_url": url}, cards_dir=cards).server_info()
+    with FakeVLLMOmniServer(QWEN, api_key="k-0123456789abcdef0123") as server:
+        with pytest.raises(SetupError, match="VLLM_KEY"):
+            system(server, cards, api_key_env="VLLM_KEY", root=tmp_path)
+
+
+def test_api_key_is_sent_when_named(tmp_path, monkeypatch):
+    key = "k-0123456789abcdef0123"
+    monkeypatch.setenv("VLLM_KEY", key)
+    stim = make_stimuli(tmp_path, 1)
+    with FakeVLLMOmniServer(QWEN, api_key=key) as server:
+        resp = system(server, cards_with(tmp_path), api_key_env="VLLM_KEY", root=tmp_path).respond(
+            request_for(tmp_path, stim))
+    assert resp.status == "ok"
+
+
+def test_settings_are_checked(tmp_path):
+    cards = cards_with(tmp_path)
+    with pytest.raises(ParamsError, match="sampling_param_list"):
+        build_system("qwen2_5_omni_vllm", {"sampling_param_list": []}, cards_dir=cards)
+    seeded = [dict(s, seed=1) for s in load_card("qwen2_5_omni_vllm")["request"]["sampling_params_list"]]
+    with pytest.raises(ValueError, match="sets a seed"):
+        build_system("qwen2_5_omni_vllm", {"sampling_params_list": seeded}, cards_dir=cards)
+    with pytest.raises(ValueError, match="2 sampling parameter sets for 3 stages"):
+        build_system("qwen2_5_omni_vllm", {"sampling_params_list": seeded[:2]}, cards_dir=cards)
+
+
+def test_committed_cards_load_and_name_their_checked_sources():
+    for name, model in (("qwen2_5_omni_vllm", QWEN), ("qwen3_omni_vllm", "Qwen/Qwen3-Omni-30B-A3B-Instruct"),
+                        ("step_audio2_vllm", "stepfun-ai/Step-Audio-2-mini")):
+        card = load_card(name)
+        assert card["adapter"] == "vllm_omni" and card["checkpoint"] == model
+        assert card["deploy"]["batch_invariant"] is True and "--omni" in card["deploy"]["command"]
+        assert len(card["request"]["sampling_params_list"]) == len(card["request"]["stages"])
+        v = card["verified_against"]
+        assert v["repository"] == "vllm-project/vllm-omni" and len(v["commit"]) == 40
