@@ -324,6 +324,14 @@ class ReferenceContinuationParams(SystemParams):
     continuation_s: Annotated[float, Field(gt=0.0)] = 6.0
 
 
+class Endpoint(Section):
+    """One server of a system (voicebias.clients.endpoints): where, how often, how many at once."""
+
+    url: str
+    weight: Annotated[float, Field(gt=0.0)] = 1.0
+    max_concurrency: PositiveInt | None = None
+
+
 class APIParams(SystemParams):
     """OpenAI audio, OpenAI-compatible endpoints and Gemini Live."""
 
@@ -340,6 +348,18 @@ class APIParams(SystemParams):
     send_seed: bool = False
     seed_in_config: bool = False
     extra_body: dict[str, Any] | None = None
+
+
+class OpenAIParams(APIParams):
+    """OpenAI audio and OpenAI-compatible endpoints: one `base_url` or several `endpoints`."""
+
+    endpoints: Annotated[list[Endpoint], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_address(self) -> "OpenAIParams":
+        if self.endpoints and self.base_url:
+            raise ValueError("name either 'base_url' or 'endpoints', not both")
+        return self
 
 
 class QwenOmniParams(SystemParams):
@@ -391,8 +411,8 @@ class RepositoryParams(SystemParams):
 ADAPTER_PARAMS: dict[str, type[SystemParams]] = {
     "reference": ReferenceParams,
     "reference_continuation": ReferenceContinuationParams,
-    "openai_audio": APIParams,
-    "openai_compatible": APIParams,
+    "openai_audio": OpenAIParams,
+    "openai_compatible": OpenAIParams,
     "gemini_live": APIParams,
     "qwen_omni": QwenOmniParams,
     "vllm_omni": VLLMOmniParams,

@@ -12,6 +12,10 @@ successive attempt for that input ("ok", "429", "500", "503", "400", "401echo",
 fingerprint of an input is the sha256 of its 16-bit PCM samples
 (:func:`fingerprint_samples`), so a test can compute it from the stimulus file.
 Every request is logged with its fingerprint and outcome.
+
+:meth:`FakeOpenAIAudioServer.kill` stops the server the way a crashed one stops: new
+connections are refused and every request still open is dropped without an answer
+(logged as "killed").
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class FakeOpenAIAudioServer:
         self._lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.killed = False
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -105,6 +110,13 @@ class FakeOpenAIAudioServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def kill(self) -> None:
+        """Crash: refuse new connections; requests already open are dropped unanswered."""
+        with self._lock:
+            self.killed = True
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -165,8 +177,19 @@ class FakeOpenAIAudioServer:
                         return fingerprint_samples(x[:, 0])
         raise ValueError("no input audio")
 
+    def _drop(self, h: BaseHTTPRequestHandler) -> None:
+        h.close_connection = True
+        try:
+            h.connection.shutdown(2)
+        except OSError:
+            pass
+
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         t0 = time.perf_counter()
+        if self.killed:  # a kept-alive connection of a crashed server
+            self._drop(h)
+            self._record("?", "killed", t0, {})
+            return
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -215,14 +238,17 @@ class FakeOpenAIAudioServer:
             except OSError:
                 pass
         elif outcome == "drop":
-            h.close_connection = True
-            h.connection.shutdown(2)
+            self._drop(h)
         elif outcome == "noaudio":
             self._send_json(h, 200, self._completion(body, fp, audio=False))
         else:
             if self.latency_s:
                 time.sleep(self.latency_s)
-            self._send_json(h, 200, self._completion(body, fp, audio=True))
+            if self.killed:  # crashed while working on it: no answer
+                self._drop(h)
+                outcome = "killed"
+            else:
+                self._send_json(h, 200, self._completion(body, fp, audio=True))
         self._record(fp, outcome, t0, body)
 
     def _completion(self, body: dict, fp: str, audio: bool) -> dict:

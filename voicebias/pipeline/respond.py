@@ -68,7 +68,7 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
         counts.update(annotate(system, sys_params))
     tracked, run_facts = split_counts(counts)
     write_json(stats_path, tracked)
-    record_run(stage or f"respond@{system_name}-{task_name}", run_facts)
+    record_run(stage or f"respond@{system_name}-{task_name}", {**run_facts, **system.run_facts()})
     print(f"{stage or f'respond {system_name}/{task_name}'}: {counts['requests']} requests, {counts['calls']} calls, "
           f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
     return table

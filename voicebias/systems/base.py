@@ -37,9 +37,18 @@ CONTINUATION_OUTPUT_S = (5.0, 8.0)
 #: Parameter keys that steer how the runner calls a system, not what the system says:
 #: they are left out of the cache key, so tuning them never repeats a finished call.
 RUNNER_KEYS = frozenset({
-    "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "api_key_env", "python", "checkout",
-    "weights", "device", "asr", "startup_timeout_s",
+    "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "endpoints", "api_key_env", "python",
+    "checkout", "weights", "device", "asr", "startup_timeout_s",
 })
+
+#: Card keys that say where a system is served, not what it is: left out of the cache key,
+#: so moving a model to other servers (or to several) never repeats a finished call.
+DEPLOY_CARD_KEYS = frozenset({"base_url", "endpoints", "api_key_env"})
+
+#: Provenance keys that name where a call went (the endpoint's address): they change with
+#: the number of endpoints and which one answered, so they stay in the cache entry
+#: (untracked) and are left out of the responses table, which must not depend on them.
+DEPLOY_PROVENANCE = frozenset({"endpoint"})
 
 
 class TransientError(VoicebiasError, RuntimeError):
@@ -163,6 +172,10 @@ class SystemUnderTest(ABC):
     def generation_settings(self) -> dict[str, Any]:
         """Everything besides the request that changes the output (part of the cache key)."""
         return {k: v for k, v in self.params.items() if k not in RUNNER_KEYS}
+
+    def run_facts(self) -> dict[str, Any]:
+        """Facts of this run only (e.g. requests per endpoint): they go to the run log, never to a tracked output."""
+        return {}
 
     def close(self) -> None:
         """Release clients, worker processes or GPU memory (the runner calls this at the end)."""

@@ -18,10 +18,19 @@ chat template drops system messages.
 Params (params.yaml `systems.<name>`): `model` (else the card's checkpoint), `voice`
 (else the card's output voice per language), `temperature`, `max_completion_tokens`,
 `send_seed` (pass the request seed; default false), `prompt_role`, `extra_body`;
-runner knobs `max_concurrency`, `timeout_s` (default 120), `retry`, `base_url`,
+runner knobs `max_concurrency`, `timeout_s` (default 120), `retry`, `base_url` or
+`endpoints` (several servers of the same model, see :mod:`voicebias.clients.endpoints`),
 `api_key_env` (default OPENAI_API_KEY). The key is read from the environment or
 .env, handed to the client and never stored, logged or echoed: server messages
 are redacted before they are recorded.
+
+Every call goes through an :class:`~voicebias.clients.endpoints.EndpointPool`, one
+endpoint or several: a request goes to one endpoint at a time, an unreachable one
+(refused or dropped connection, timeout) is set aside for a cool-down and the request
+moves to another, and the runner's concurrency is the sum of the endpoints'
+`max_concurrency`. The answering endpoint's address is kept in the provenance of the
+cache entry (untracked) and left out of the responses table (see
+:data:`voicebias.systems.base.DEPLOY_PROVENANCE`).
 """
 
 from __future__ import annotations
@@ -30,11 +39,11 @@ import base64
 import io
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
+from voicebias.clients.endpoints import AllEndpointsDown, EndpointPool, Unreachable, resolve_endpoints, safe_url
 from voicebias.clients.retry import retry_after_s
 from voicebias.secrets import require_secret
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact
@@ -85,23 +94,31 @@ class OpenAIAudioSystem(S2SSystem):
         if self.prompt_role not in ("system", "user"):
             raise ValueError(f"system '{name}': prompt_role must be 'system' or 'user', got {self.prompt_role!r}")
         self.timeout_s = float(params.get("timeout_s") or 120.0)
-        self.base_url = self._base_url()
+        self.endpoints, self.endpoints_source = resolve_endpoints(name, params, card, root, self.max_concurrency)
+        self._check_endpoints()
+        self.max_concurrency = sum(e.max_concurrency for e in self.endpoints)  # the runner's thread count
+        self.pool = EndpointPool(self.endpoints, name=name)
         key = self._api_key(root)
         self._secrets = [key]
-        self.client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
+        self.clients = [openai.OpenAI(api_key=key, base_url=e.url, timeout=self.timeout_s, max_retries=0)
+                        for e in self.endpoints]
+        self.client = self.clients[0]
+        self.base_url = self.endpoints[0].url
 
     # -- configuration -------------------------------------------------------
-    def _base_url(self) -> str | None:
-        return self.params.get("base_url") or self.card.get("base_url") or None
+    def _check_endpoints(self) -> None:
+        """Hook: an adapter that needs an explicit address says so here."""
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env") or self.default_key_env
         return require_secret(f"system '{self.name}'", var, root, error=SetupError)
 
-    def endpoint(self) -> str:
-        """Where calls go (scheme and host only: no credentials, no query)."""
-        u = urlsplit(str(self.client.base_url))
-        return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}{u.path}"
+    def endpoint(self, i: int = 0) -> str:
+        """Where endpoint `i`'s calls go (scheme, host, port and path only: no credentials, no query)."""
+        return safe_url(self.clients[i].base_url)
+
+    def run_facts(self) -> dict[str, Any]:
+        return {"endpoints": self.pool.stats()} if len(self.endpoints) > 1 else {}
 
     # -- the call ------------------------------------------------------------
     def messages(self, request: S2SRequest) -> list[dict[str, Any]]:
@@ -128,25 +145,32 @@ class OpenAIAudioSystem(S2SSystem):
         return kwargs
 
     def respond(self, request: S2SRequest) -> S2SResponse:
-        openai = self._openai
         kwargs = self.create_kwargs(request)
         try:
-            completion = self.client.chat.completions.create(**kwargs)
+            i, completion = self.pool.call(lambda i: self._create(i, kwargs))
+        except AllEndpointsDown as exc:
+            raise TransientError(str(exc), retry_after_s=exc.retry_after_s) from exc
+        return self.parse(completion, kwargs["audio"]["voice"], endpoint=i)
+
+    def _create(self, i: int, kwargs: dict[str, Any]) -> Any:
+        """One try at endpoint `i`: a timeout or a failed connection raises Unreachable (try another)."""
+        openai = self._openai
+        try:
+            return self.clients[i].chat.completions.create(**kwargs)
         except openai.APITimeoutError as exc:
-            raise TransientError(f"timeout after {self.timeout_s:g} s") from exc
+            raise Unreachable(f"timeout after {self.timeout_s:g} s") from exc
         except openai.APIConnectionError as exc:
-            raise TransientError(redact(f"connection error: {exc}", self._secrets)) from exc
+            raise Unreachable(redact(f"connection error: {exc}", self._secrets)) from exc
         except openai.APIStatusError as exc:
             msg = redact(f"HTTP {exc.status_code}: {exc.message}", self._secrets)
             if exc.status_code in TRANSIENT_STATUS or exc.status_code >= 500:
                 raise TransientError(msg, retry_after_s=retry_after_s(exc.response.headers)) from exc
             raise RuntimeError(msg) from None
-        return self.parse(completion, kwargs["audio"]["voice"])
 
-    def parse(self, completion: Any, voice: str) -> S2SResponse:
+    def parse(self, completion: Any, voice: str, endpoint: int = 0) -> S2SResponse:
         """Turn a chat completion into a response; a reply without audio is a recorded failure."""
         prov = {"model": self.model, "model_revision": getattr(completion, "model", None) or self.model,
-                "response_id": getattr(completion, "id", None), "voice": voice, "endpoint": self.endpoint(),
+                "response_id": getattr(completion, "id", None), "voice": voice, "endpoint": self.endpoint(endpoint),
                 "system_fingerprint": getattr(completion, "system_fingerprint", None)}
         usage = getattr(completion, "usage", None)
         if usage is not None:
@@ -171,4 +195,5 @@ class OpenAIAudioSystem(S2SSystem):
         return S2SResponse(status="ok", transcript=transcript, audio=audio, sample_rate=sr, provenance=prov)
 
     def close(self) -> None:
-        self.client.close()
+        for client in self.clients:
+            client.close()

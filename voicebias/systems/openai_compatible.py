@@ -2,15 +2,18 @@
 
 Same call as :mod:`voicebias.systems.openai_audio` (modalities text + audio, a
 fixed voice, input_audio as base64 WAV), sent to `base_url` from the system's
-params or card. This is how an audit scales past one GPU box: point it at the
-serving infrastructure that already hosts the model, and raise `max_concurrency`.
+params or card, or shared across several servers of the same model named by
+`endpoints: [{url, weight, max_concurrency}, ...]` (params, card, or the untracked
+endpoints file; see :mod:`voicebias.clients.endpoints`). This is how an audit scales
+past one GPU box: point it at the serving infrastructure that already hosts the
+model, and raise `max_concurrency` or add endpoints.
 
 The server must return audio in the reply. Plain vLLM takes audio input but its
 chat endpoint answers in text only; speech output needs a server built for it,
 such as vLLM-Omni (`vllm serve <model> --omni`, e.g. Qwen2.5-Omni). A text-only
 server's replies carry no audio and are recorded as failures.
 
-Differences from the OpenAI adapter: `base_url` is required; a key is optional
+Differences from the OpenAI adapter: `base_url` (or `endpoints`) is required; a key is optional
 (`api_key_env` names the variable; without one the conventional placeholder
 'EMPTY' is sent, as local vLLM servers accept); a reply without a transcript is
 accepted with none (the runner transcribes it when the system's params name an
@@ -20,7 +23,6 @@ accepted with none (the runner transcribes it when the system's params name an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from voicebias.secrets import require_secret
 from voicebias.systems.base import SetupError
@@ -35,11 +37,10 @@ class OpenAICompatibleSystem(OpenAIAudioSystem):
     max_concurrency = 8
     default_key_env = None
 
-    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):
-        if not (params.get("base_url") or card.get("base_url")):
-            raise ValueError(f"system '{name}' (openai_compatible) needs 'base_url' in its params or card, "
-                             "e.g. http://gpu-box:8000/v1")
-        super().__init__(name, card, params, root=root)
+    def _check_endpoints(self) -> None:
+        if self.endpoints_source == "default":
+            raise ValueError(f"system '{self.name}' (openai_compatible) needs 'base_url' or 'endpoints' in its "
+                             "params or card, e.g. base_url: http://gpu-box:8000/v1")
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env")

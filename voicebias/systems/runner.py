@@ -13,9 +13,13 @@ systems get `batch_size` requests per call (the adapter's batching hook). Every
 response carries its provenance in the responses table: the prompt sent, the model
 revision, the adapter's own provenance (settings, seed, served version) and the
 attempts of the call that produced it, read from the cache entry so a cached answer
-reads the same as a fresh one. Latency and UTC timestamps stay in the cache entry;
-this run's call counts and wall time go to the run log (voicebias.runlog), never into
-a tracked output.
+reads the same as a fresh one. Latency, UTC timestamps and the address of the endpoint
+that answered stay in the cache entry; this run's call counts and wall time go to the
+run log (voicebias.runlog), never into a tracked output.
+
+The table has one row per stimulus in stimulus-id order, whatever order the calls
+finished in, and each row is built from its cache entry alone, so the table and the
+output audio are byte-identical however many threads or endpoints served the run.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from voicebias.cache import JsonCache, atomic_write_json, content_key
 from voicebias.exceptions import ConfigError
 from voicebias.clients.retry import backoff_s
 from voicebias.systems.base import (
-    ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest, TransientError,
+    DEPLOY_CARD_KEYS, DEPLOY_PROVENANCE, ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest,
+    TransientError,
 )
 from voicebias.tasks import Task
 from voicebias.validation import ValidationReport, expectations, require_valid, where
@@ -71,8 +76,10 @@ class RetryPolicy:
 
 
 def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest) -> str:
+    """The call's content key. Where the system is served (the card's base_url, endpoints) is no part of it."""
+    card = {k: v for k, v in system.card.items() if k not in DEPLOY_CARD_KEYS}
     payload = {
-        "card": system.card, "settings": system.generation_settings(), "task": request.task,
+        "card": card, "settings": system.generation_settings(), "task": request.task,
         "prompt": request.prompt, "audio_sha256": request.audio_sha256, "target_lang": request.target_lang,
         "seed": request.seed,
     }
@@ -332,7 +339,8 @@ def run_task(
             "system": system.name, "task": req.task, "stimulus_id": req.stimulus_id, "lang": req.lang,
             "target_lang": req.target_lang, "prompt": req.prompt, "cache_key": key,
             "adapter": str(system.card.get("adapter", "")),
-            "provenance": json.dumps(record.get("provenance") or {}, sort_keys=True, ensure_ascii=False, default=str),
+            "provenance": json.dumps({k: v for k, v in (record.get("provenance") or {}).items()
+                                      if k not in DEPLOY_PROVENANCE}, sort_keys=True, ensure_ascii=False, default=str),
             **{k: record.get(k) for k in ("transcript", "status", "error", "model_revision", "attempts")},
             "transcript_source": record.get("transcript_source")
             or ("system" if record.get("transcript") is not None else "none"),
