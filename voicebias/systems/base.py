@@ -173,6 +173,12 @@ class SystemUnderTest(ABC):
         """Everything besides the request that changes the output (part of the cache key)."""
         return {k: v for k, v in self.params.items() if k not in RUNNER_KEYS}
 
+    def request_settings(self, request: Any) -> dict[str, Any]:
+        """What this adapter derives per request that changes its answer beyond the request's
+        own fields (part of the cache key; empty by default): e.g. a seed per item, which
+        keeps two stimuli with the same audio from sharing one answer."""
+        return {}
+
     def run_facts(self) -> dict[str, Any]:
         """Facts of this run only (e.g. requests per endpoint): they go to the run log, never to a tracked output."""
         return {}

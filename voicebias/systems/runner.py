@@ -85,6 +85,9 @@ def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest
     }
     if isinstance(request, ContinuationRequest):
         payload["continuation_s"] = request.continuation_s
+    per_request = system.request_settings(request)
+    if per_request:  # only then: the keys of adapters without any stay as they were
+        payload["request_settings"] = per_request
     return content_key(payload)
 
 

@@ -242,6 +242,10 @@ class VLLMOmniSystem(S2SSystem):
     def seed_for(self, request: S2SRequest) -> int:
         return item_seed(request.seed, request.stimulus_id)
 
+    def request_settings(self, request: S2SRequest) -> dict[str, Any]:
+        """The item's own seed is in the cache key: two stimuli with the same audio get two answers."""
+        return {"item_seed": self.seed_for(request)}
+
     def body(self, request: S2SRequest) -> dict[str, Any]:
         seed = self.seed_for(request)
         body: dict[str, Any] = {

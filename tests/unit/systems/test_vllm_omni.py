@@ -267,3 +267,16 @@ def test_committed_cards_load_and_name_their_checked_sources():
         assert len(card["request"]["sampling_params_list"]) == len(card["request"]["stages"])
         v = card["verified_against"]
         assert v["repository"] == "vllm-project/vllm-omni" and len(v["commit"]) == 40
+
+
+def test_two_stimuli_with_the_same_audio_get_their_own_seeded_answers(tmp_path):
+    """The item seed is in the cache key: identical audio under two stimulus ids is asked twice."""
+    stim = make_stimuli(tmp_path, 2)
+    twin = request_for(tmp_path, stim, i=0)
+    other_id = S2SRequest(**{**twin.__dict__, "stimulus_id": "twin-of-" + twin.stimulus_id})
+    (tmp_path / "c").mkdir()
+    cards = cards_with(tmp_path / "c")
+    with FakeVLLMOmniServer(QWEN) as server:
+        s = system(server, cards)
+        assert cache_key(s, twin) != cache_key(s, other_id)
+        assert s.request_settings(other_id) == {"item_seed": item_seed(twin.seed, other_id.stimulus_id)}
