@@ -4,8 +4,8 @@ fake OpenAI audio servers on loopback (the real protocol, a fixed latency per re
 What users rely on: with several endpoints every request is answered exactly once, even
 when an endpoint dies mid-run; none is lost or filled in; the responses table and the
 audio files are byte-identical to a one-endpoint run; no endpoint holds more requests
-than its max_concurrency; weights steer the shares; and the run gets faster with more
-endpoints.
+than its max_concurrency; and weights steer the shares (the speed-up with more endpoints
+is measured by benchmarks/bench_endpoints.py).
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def requests_per_server(servers):
     return [len(s.log) for s in servers]
 
 
-def test_three_endpoints_answer_once_byte_identical_bounded_and_faster(tmp_path, cards):
-    n, latency = 36, 0.15
+def test_three_endpoints_answer_once_byte_identical_and_bounded(tmp_path, cards):
+    n, latency = 36, 0.05
     stim = make_stimuli(tmp_path, n)
     fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
     with FakeOpenAIAudioServer("EMPTY", latency_s=latency) as one:
@@ -115,12 +115,7 @@ def test_three_endpoints_answer_once_byte_identical_bounded_and_faster(tmp_path,
     for name in files1:
         assert files3[name] == files1[name], name
     assert "127.0.0.1" not in files3["responses.csv"].decode()  # no endpoint address in a tracked output
-
-    speedup = wall1 / wall3
-    ratio = speedup / 3
-    print(f"\nsharding throughput at {latency:g} s per request, {n} items: 1 endpoint {wall1 / n * 1000:.1f} ms/item, "
-          f"3 endpoints {wall3 / n * 1000:.1f} ms/item, speedup {speedup:.2f}x, ratio to ideal (3x) {ratio:.2f}")
-    assert ratio >= 0.6
+    # the speed-up with more endpoints is measured in benchmarks/bench_endpoints.py, not here
 
 
 def test_an_endpoint_killed_mid_run_loses_nothing_and_changes_no_byte(tmp_path, cards):
