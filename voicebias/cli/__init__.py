@@ -14,6 +14,8 @@
   voicebias measure AUDIO...       acoustic measures of any audio files (CSV, one row per file)
   voicebias fetch [SYSTEM...]      download the hub weights the system cards list, at their revision, and verify them
   voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
+  voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems (--replicas, --gpus) outside
+                                   DVC and write the endpoints file; voicebias serve --stop ends them
   voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
 """
 
@@ -27,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from voicebias import config
-from voicebias.cli import compare, fetch, measure
+from voicebias.cli import compare, fetch, measure, serve
 from voicebias.params import load_params
 from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError
@@ -231,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     measure.add_parser(sub)
     fetch.add_parser(sub)
     compare.add_parser(sub)
+    serve.add_parser(sub)
     p = sub.add_parser("ui", help="print (or --run) the MLflow UI command, bound to 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--run", action="store_true")
