@@ -1,0 +1,131 @@
+"""Benchmark: README command 1 (`dvc repro` on the embedded default) from a fresh clone, stage by stage.
+
+Clones the repository into a new folder, installs it into a new virtual environment the
+way the README does (timed apart), then runs the pipeline one stage at a time in DVC's
+own order (`dvc repro --dry`), each as `dvc repro --single-item STAGE`, and records per
+stage its wall time, the CPU time of its processes (user + system, from the children's
+resource usage) and its share of the pipeline's wall time. The sum is the pipeline's
+time; running stage by stage adds one `dvc` start-up per stage (about a second each), which
+the `dvc` row of the table reports from a no-op `dvc repro --dry`.
+
+Usage: python benchmarks/bench_pipeline.py [--repo .] [--workdir DIR] [--keep] [--json out.json]
+       python benchmarks/bench_pipeline.py --in-place   # the current checkout, every stage forced
+Prints a markdown table and writes the JSON when asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE_LINE = re.compile(r"^Running stage '([^']+)'")
+
+
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str], log) -> tuple[float, float, int]:
+    """(wall s, CPU s of the command's process tree, exit code)."""
+    cpu0, t0 = _children_cpu_s(), time.perf_counter()
+    rc = subprocess.call(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return time.perf_counter() - t0, _children_cpu_s() - cpu0, rc
+
+
+def stage_order(clone: Path, env: dict[str, str], force: bool) -> list[str]:
+    """The stages `dvc repro` would run, in its order."""
+    cmd = ["dvc", "repro", "--dry", *(["--force"] if force else [])]
+    out = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, check=True).stdout
+    return [m.group(1) for line in out.splitlines() if (m := STAGE_LINE.match(line))]
+
+
+def install(clone: Path, log) -> tuple[float, dict[str, str]]:
+    """README's install into clone/.venv; (wall s, the environment with the venv first on PATH)."""
+    t0 = time.perf_counter()
+    venv = clone / ".venv"
+    subprocess.check_call([sys.executable, "-m", "venv", str(venv)], stdout=log, stderr=subprocess.STDOUT)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.check_call([*pip, "-c", "requirements.lock", "-e", "."], cwd=clone, stdout=log, stderr=subprocess.STDOUT)
+    subprocess.check_call([*pip, "--no-deps", "-r", "requirements-nodeps.txt"], cwd=clone, stdout=log,
+                          stderr=subprocess.STDOUT)
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
+    return time.perf_counter() - t0, env
+
+
+def run(clone: Path, env: dict[str, str], force: bool, log) -> dict:
+    cores = os.cpu_count() or 1
+    order = stage_order(clone, env, force)
+    dvc_wall, dvc_cpu, _ = timed(["dvc", "repro", "--dry"], clone, env, log)
+    rows = []
+    for stage in order:
+        wall, cpu, rc = timed(["dvc", "repro", "--single-item", *(["--force"] if force else []), stage], clone, env, log)
+        if rc != 0:
+            raise SystemExit(f"stage {stage} failed (exit {rc}); see the log")
+        rows.append({"stage": stage, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)})
+    total = sum(r["wall_s"] for r in rows)
+    for r in rows:
+        r["cpu_use_pct"] = round(100 * r["cpu_s"] / r["wall_s"], 1) if r["wall_s"] else 0.0  # of one core
+        r["share_pct"] = round(100 * r["wall_s"] / total, 1) if total else 0.0
+    return {"cores": cores, "stages": rows, "pipeline_wall_s": round(total, 1),
+            "pipeline_cpu_s": round(sum(r["cpu_s"] for r in rows), 1),
+            "dvc_startup_s": round(dvc_wall, 2), "dvc_startup_cpu_s": round(dvc_cpu, 2)}
+
+
+def table(result: dict) -> str:
+    lines = ["| stage | wall (s) | CPU (s) | CPU use (% of one core) | share of total |", "|---|---|---|---|---|"]
+    for r in sorted(result["stages"], key=lambda r: -r["wall_s"]):
+        lines.append(f"| {r['stage']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_use_pct']:.0f} | "
+                     f"{r['share_pct']:.1f} % |")
+    lines.append(f"| **pipeline** | **{result['pipeline_wall_s']:.1f}** | {result['pipeline_cpu_s']:.1f} | "
+                 f"{100 * result['pipeline_cpu_s'] / max(result['pipeline_wall_s'], 1e-9):.0f} | 100 % |")
+    lines.append(f"| dvc start-up (one `dvc repro --dry`) | {result['dvc_startup_s']:.1f} | "
+                 f"{result['dvc_startup_cpu_s']:.1f} | | |")
+    head = f"{result['cores']} cores"
+    if "install_s" in result:
+        head += f"; install {result['install_s']:.0f} s (not in the pipeline time)"
+    return head + "\n\n" + "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repo", type=Path, default=ROOT, help="repository to clone (default: this one)")
+    ap.add_argument("--workdir", type=Path, help="folder for the clone (default: a new temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep the clone")
+    ap.add_argument("--in-place", action="store_true", help="run in the current checkout, every stage forced")
+    ap.add_argument("--json", type=Path, help="write the result as JSON here")
+    a = ap.parse_args()
+    if a.in_place:
+        (ROOT / "logs").mkdir(exist_ok=True)
+        with open(ROOT / "logs" / "bench_pipeline.log", "w") as log:
+            result = run(ROOT, dict(os.environ), force=True, log=log)
+    else:
+        work = a.workdir or Path(tempfile.mkdtemp(prefix="voicebias-bench-"))
+        clone = work / "clone"
+        if clone.exists():
+            shutil.rmtree(clone)
+        subprocess.check_call(["git", "clone", "-q", str(a.repo), str(clone)])
+        with open(work / "bench_pipeline.log", "w") as log:
+            install_s, env = install(clone, log)
+            result = run(clone, env, force=False, log=log)
+        result["install_s"] = round(install_s, 1)
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(table(result))
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
