@@ -16,7 +16,7 @@ from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError, NotFound, VoicebiasError
 
 # modules that run in another environment or need optional heavy packages to import
-SKIP = ("voicebias.stimuli.phonation.external", "voicebias.systems.drivers")
+SKIP = ("voicebias.stimuli.phonation.external", "voicebias.systems.drivers", "voicebias.serving.shim")
 
 
 def package_modules() -> list[str]:

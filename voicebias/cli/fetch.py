@@ -43,14 +43,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from voicebias import config
-from voicebias.exceptions import ConfigError
+from voicebias.exceptions import ConfigError, VoicebiasError
 
 DEFAULT_DEST = "models/weights"
 MANIFEST = "fetched.json"
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
-class FetchFailed(Exception):
+class FetchFailed(VoicebiasError):
     """One system could not be fetched; the message says why, in plain words."""
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 def run_stage(params: dict[str, Any], scored_paths: list[Path], acoustic_paths: list[Path], sc_paths: list[Path],
               out_dir: Path) -> dict[str, Any]:
     """Stage 'disaggregate': every rate and mean by group with bootstrap intervals
-    (voicebias.analysis.disaggregated) in out_dir/disaggregated.csv, counts in metrics.json."""
+    (voicebias.analysis.disaggregated) in out_dir/disaggregated.csv, its row counts per system in metrics.json."""
     from voicebias.analysis.disaggregated import disaggregate, s2s_items, sc_items
     from voicebias.io import read_table, write_json, write_table
 
@@ -25,8 +25,9 @@ def run_stage(params: dict[str, Any], scored_paths: list[Path], acoustic_paths: 
                          confidence=float(params["analyze"]["confidence"]), seed=int(params["base"]["seed"]))
     out_dir = Path(out_dir)
     write_table(out_dir / "disaggregated.csv", table)
-    metrics = {"rows": int(len(table)), "items": int(items["stimulus_id"].nunique()),
-               "no_spread_rows": int((table["ci_method"] == "no spread").sum()),
-               "no_interval_rows": int((table["ci_method"] == "n<2").sum())}
+    # per system, so a change to one system changes only that system's metrics
+    metrics = {system: {"rows": int(len(g)), "no_spread_rows": int((g["ci_method"] == "no spread").sum()),
+                        "no_interval_rows": int((g["ci_method"] == "n<2").sum())}
+               for system, g in table.groupby("system", sort=True)}
     write_json(out_dir / "metrics.json", metrics)
     return metrics
