@@ -87,18 +87,32 @@ def hawks_miller_bandwidth(formant_hz, f0_hz) -> np.ndarray:
     return scale * np.where(F < 500.0, low, high)
 
 
-def _peak_level(freqs: np.ndarray, level_db: np.ndarray, lo: float, hi: float) -> tuple[float, float]:
-    """Highest level (dB) and its frequency (Hz) in [lo, hi], parabolic-interpolated."""
-    i0, i1 = np.searchsorted(freqs, lo), np.searchsorted(freqs, hi, side="right")
-    if i1 - i0 < 1:
-        return np.nan, np.nan
-    k = i0 + int(np.argmax(level_db[i0:i1]))
-    if 0 < k < len(level_db) - 1:
-        a, b, c = level_db[k - 1], level_db[k], level_db[k + 1]
-        denom = a - 2 * b + c
-        p = 0.5 * (a - c) / denom if denom < 0 else 0.0
-        return float(b - 0.25 * (a - c) * p), float(freqs[k] + p * (freqs[1] - freqs[0]))
-    return float(level_db[k]), float(freqs[k])
+def _peak_levels(freqs: np.ndarray, level_db: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `level_db` (frames, bins, on the bin frequencies `freqs` in Hz): the
+    highest level (dB) in [lo, hi] Hz and its frequency (Hz), parabolic-interpolated
+    (the first bin of a tie; the bin itself at the spectrum's edges). NaN where the
+    range holds no bin or a bound is NaN."""
+    n_bins = level_db.shape[1]
+    finite = np.isfinite(lo) & np.isfinite(hi)
+    i0 = np.searchsorted(freqs, np.where(finite, lo, 0.0))
+    i1 = np.searchsorted(freqs, np.where(finite, hi, 0.0), side="right")
+    empty = ~finite | (i1 - i0 < 1)
+    width = int(max(1, np.max(np.where(empty, 1, i1 - i0))))
+    idx = i0[:, None] + np.arange(width)[None, :]
+    rows = np.arange(len(level_db))[:, None]
+    cand = np.where(idx < i1[:, None], level_db[rows, np.minimum(idx, n_bins - 1)], -np.inf)
+    k = np.minimum(i0 + np.argmax(cand, axis=1), n_bins - 1)
+    r = np.arange(len(level_db))
+    inner = (k > 0) & (k < n_bins - 1)
+    a = level_db[r, np.maximum(k - 1, 0)]
+    b = level_db[r, k]
+    c = level_db[r, np.minimum(k + 1, n_bins - 1)]
+    denom = a - 2 * b + c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(inner & (denom < 0), 0.5 * (a - c) / np.where(denom < 0, denom, -1.0), 0.0)
+    peak = np.where(inner, b - 0.25 * (a - c) * p, b)
+    at = freqs[k] + p * (freqs[1] - freqs[0])
+    return np.where(empty, np.nan, peak), np.where(empty, np.nan, at)
 
 
 def harmonic_levels(
@@ -113,33 +127,61 @@ def harmonic_levels(
     None = Hawks & Miller bandwidths from F1-F3 and f0.
     Returns one row per frame: time_s, f0_hz, h1_db, h2_db, a3_db, a3_hz, the
     corrected h1c_db, h2c_db, a3c_db, and h1_h2_db, h1_a3_db, h1_h2_corrected_db,
-    h1_a3_corrected_db.
+    h1_a3_corrected_db. Frames whose window would run past either end of the signal
+    are left out.
+
+    The frames are analysed together: frames that share an FFT length (a power of two
+    at least eight times the window) are windowed into one zero-padded array and
+    transformed at once, and the peak searches and corrections run on whole arrays.
     """
     x = np.asarray(x, dtype=np.float64)
-    formants = np.asarray(formants, dtype=float)
+    times = np.asarray(times, dtype=float)
+    f0 = np.asarray(f0, dtype=float)
+    formants = np.asarray(formants, dtype=float).reshape(len(f0), 3)
     if bandwidths is None:
-        bandwidths = hawks_miller_bandwidth(formants, np.asarray(f0, dtype=float)[:, None])
-    rows = []
-    for t, f, fm, bw in zip(times, f0, formants, bandwidths):
-        n = int(round(n_periods * sr / f))
-        start = int(round(t * sr)) - n // 2
-        if start < 0 or start + n > len(x) or not np.isfinite(f):
-            continue
-        frame = x[start:start + n] * np.hanning(n)
-        nfft = 1 << int(np.ceil(np.log2(8 * n)))
-        spec = np.abs(np.fft.rfft(frame, nfft))
-        level = 20 * np.log10(np.maximum(spec, 1e-12))
-        freqs = np.fft.rfftfreq(nfft, 1.0 / sr)
-        h1, fh1 = _peak_level(freqs, level, 0.9 * f, 1.1 * f)
-        h2, fh2 = _peak_level(freqs, level, 1.9 * f, 2.1 * f)
-        f3 = fm[2]
-        a3, fa3 = _peak_level(freqs, level, 0.9 * f3, 1.1 * f3) if np.isfinite(f3) else (np.nan, np.nan)
-        c12 = lambda fr: sum(iseli_correction_db(fr, fm[i], bw[i], sr) for i in (0, 1))  # noqa: E731
-        h1c, h2c = h1 - c12(fh1), h2 - c12(fh2)
-        a3c = a3 - c12(fa3) - iseli_correction_db(fa3, fm[2], bw[2], sr)
-        rows.append({"time_s": float(t), "f0_hz": float(f), "h1_db": h1, "h2_db": h2, "a3_db": a3, "a3_hz": fa3,
-                     "h1c_db": float(h1c), "h2c_db": float(h2c), "a3c_db": float(a3c)})
-    df = pd.DataFrame(rows, columns=["time_s", "f0_hz", "h1_db", "h2_db", "a3_db", "a3_hz", "h1c_db", "h2c_db", "a3c_db"])
+        bandwidths = hawks_miller_bandwidth(formants, f0[:, None])
+    bandwidths = np.asarray(bandwidths, dtype=float).reshape(len(f0), 3)
+    columns = ["time_s", "f0_hz", "h1_db", "h2_db", "a3_db", "a3_hz", "h1c_db", "h2c_db", "a3c_db"]
+    good = np.isfinite(f0) & (f0 > 0)
+    n = np.zeros(len(f0), dtype=int)
+    n[good] = np.round(n_periods * sr / f0[good]).astype(int)
+    start = np.round(times * sr).astype(int) - n // 2
+    keep = np.flatnonzero(good & (start >= 0) & (start + n <= len(x)))
+    out = {c: np.full(len(keep), np.nan) for c in columns}
+    out["time_s"], out["f0_hz"] = times[keep], f0[keep]
+    nfft = np.array([1 << int(np.ceil(np.log2(8 * m))) for m in n[keep]], dtype=int)
+    windows: dict[int, np.ndarray] = {}
+    for size in np.unique(nfft):
+        sel = np.flatnonzero(nfft == size)
+        rows = keep[sel]
+        frames = np.zeros((len(rows), int(n[rows].max())))
+        for j, i in enumerate(rows):
+            m = int(n[i])
+            w = windows.get(m)
+            if w is None:
+                w = windows[m] = np.hanning(m)
+            frames[j, :m] = x[start[i]:start[i] + m] * w
+        freqs = np.fft.rfftfreq(int(size), 1.0 / sr)
+        f, fm, bw = f0[rows], formants[rows], bandwidths[rows]
+        # levels only up to the bin past the highest band searched (A3's, else H2's)
+        top = np.nanmax(np.concatenate([2.1 * f, 1.1 * fm[:, 2]]))
+        last = min(len(freqs), int(np.searchsorted(freqs, top, side="right")) + 2)
+        spec = np.fft.rfft(frames, int(size), axis=1)[:, :last]
+        level = 20 * np.log10(np.maximum(np.abs(spec), 1e-12))
+        freqs = freqs[:last]
+        h1, fh1 = _peak_levels(freqs, level, 0.9 * f, 1.1 * f)
+        h2, fh2 = _peak_levels(freqs, level, 1.9 * f, 2.1 * f)
+        a3, fa3 = _peak_levels(freqs, level, 0.9 * fm[:, 2], 1.1 * fm[:, 2])
+
+        def c12(fr: np.ndarray) -> np.ndarray:
+            return iseli_correction_db(fr, fm[:, 0], bw[:, 0], sr) + iseli_correction_db(fr, fm[:, 1], bw[:, 1], sr)
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            vals = {"h1_db": h1, "h2_db": h2, "a3_db": a3, "a3_hz": fa3, "h1c_db": h1 - c12(fh1),
+                    "h2c_db": h2 - c12(fh2), "a3c_db": a3 - c12(fa3) - iseli_correction_db(fa3, fm[:, 2], bw[:, 2], sr)}
+        for c, v in vals.items():
+            out[c][sel] = v
+    df = pd.DataFrame(out, columns=columns)
     df["h1_h2_db"] = df["h1_db"] - df["h2_db"]
     df["h1_a3_db"] = df["h1_db"] - df["a3_db"]
     df["h1_h2_corrected_db"] = df["h1c_db"] - df["h2c_db"]
