@@ -6,4 +6,4 @@ from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("acoustics"), config.STIMULI_MANIFEST, config.INPUT_MEASURES,
-            config.COMPOSITE_REFERENCE, config.ROOT, stage="acoustics")
+            config.COMPOSITE_REFERENCE, config.ROOT, config.MEASURE_CACHE, stage="acoustics")

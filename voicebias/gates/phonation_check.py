@@ -29,8 +29,6 @@ reports/phonation/classifier_flips.csv, and any flip fails the stage.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +36,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from voicebias.instruments.acoustics import MeasureSettings, measure_signal
-from voicebias.audio import AudioError, load_for_analysis
+from voicebias.audio import AudioError
+from voicebias.instruments.acoustics import MeasureSettings, measure_files
 from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_MEASURES
 from voicebias.stimuli.phonation.presets import presets_from_params
 from voicebias.validation import ValidationReport, expectations, require_valid
@@ -51,35 +49,32 @@ CHECK_COLUMNS = ["lang", "voice_gender", "voice_id", "phonation", "measure", "co
                  "mean_change", "sd_change", "signed_change", "ok"]
 
 
-def _measure_parts(job: tuple[str, str, MeasureSettings]) -> dict[str, Any]:
-    key, path, settings = job
-    row: dict[str, Any] = {"stimulus_id": key, "measure_status": "ok", "measure_error": ""}
-    try:
-        loaded = load_for_analysis(path, checks=settings.checks())
-        x, sr = loaded.x, loaded.sr
-        h = len(x) // 2
-        for part, seg in zip(PARTS, (x, x[:h], x[h:])):
-            m = measure_signal(seg, sr, settings)
+def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Path, workers: int | None = None,
+                    cache_dir: Path | None = None) -> pd.DataFrame:
+    """Whole-file and half-file measures of every stimulus (one row each, on all cores,
+    through the measurement cache under `cache_dir` when given). A stimulus is excluded
+    (measure_status 'excluded', measure_error '<code>: <message>') at the first of its
+    parts that cannot be measured; the parts before it keep their values."""
+    settings = {r.stimulus_id: MeasureSettings.for_gender(acoustics, r.voice_gender)
+                for r in manifest.itertuples(index=False)}
+    jobs = [(f"{r.stimulus_id}\t{part}", str(Path(root) / r.path), settings[r.stimulus_id], part)
+            for r in manifest.itertuples(index=False) for part in PARTS]
+    measured = measure_files(jobs, workers=workers, desc="manipulation check", cache_dir=cache_dir)
+    by_id = {k: r for k, r in zip(measured["id"], measured.to_dict("records"))}
+    rows = []
+    for sid in manifest["stimulus_id"]:
+        row: dict[str, Any] = {"stimulus_id": sid, "measure_status": "ok", "measure_error": ""}
+        for part in PARTS:
+            m = by_id[f"{sid}\t{part}"]
+            if m["status"] != "ok":
+                row.update(measure_status="excluded", measure_error=f"{m['reason']}: {m['error']}")
+                break
             if part == "whole":  # what the gender classifiers read (F0, formants)
                 row.update({k: m[k] for k in ("f0_median_hz", "f0_median_st", "f1_hz", "f2_hz", "f3_hz",
                                               "formant_index")})
             for col in (*SC_MEASURES, F0_ST):
                 row[f"{col}_{part}"] = m[col]
-    except AudioError as exc:
-        row.update(measure_status="excluded", measure_error=f"{exc.code}: {exc}")
-    return row
-
-
-def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Path, workers: int | None = None) -> pd.DataFrame:
-    """Whole-file and half-file measures of every stimulus (one row each, on all cores)."""
-    jobs = [(r.stimulus_id, str(Path(root) / r.path), MeasureSettings.for_gender(acoustics, r.voice_gender))
-            for r in manifest.itertuples(index=False)]
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(jobs) < 4:
-        rows = [_measure_parts(j) for j in tqdm(jobs, desc="manipulation check")]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            rows = list(tqdm(pool.map(_measure_parts, jobs, chunksize=2), total=len(jobs), desc="manipulation check"))
+        rows.append(row)
     return manifest.merge(pd.DataFrame(rows), on="stimulus_id", how="left")
 
 

@@ -33,7 +33,7 @@ conversions applied to accepted files (stereo to mono, resampling) are in `note`
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,6 @@ import numpy as np
 import pandas as pd
 import parselmouth
 from parselmouth.praat import call
-from tqdm import tqdm
 
 from voicebias.audio import AudioChecks, AudioError, load_for_analysis
 from voicebias.contract import MEASURE_COLUMNS, VOICE_QUALITY_MEASURES
@@ -280,40 +279,98 @@ def formant_index(f1, f2, f3) -> np.ndarray:
     return np.mean(np.log2(np.stack([f1, f2, f3], axis=-1) / np.array(MALE_FORMANT_NORMS)), axis=-1)
 
 
-def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[str, float]:
-    """Measure one mono signal (sample rate `sr` Hz); raises AudioError when it holds no
-    voiced speech. Returns the MEASURE_COLUMNS (units in the module docstring)."""
-    if sr < 2 * settings.max_formant:
-        raise AudioError(f"sample rate {sr} Hz is below twice the formant ceiling ({settings.max_formant:g} Hz)",
-                         code="low_sample_rate")
-    snd = parselmouth.Sound(x.astype(np.float64), sampling_frequency=sr)
-    pitch = snd.to_pitch(settings.time_step, settings.pitch_floor, settings.pitch_ceiling)
-    f0 = pitch.selected_array["frequency"]
-    voiced = f0 > 0
-    if voiced.sum() < 3:
-        raise AudioError("no voiced frames found: silent, noise-only or non-speech audio", code="no_voicing")
-    times = pitch.xs()[voiced]
-    f0_voiced = f0[voiced]
-    if settings.octave_check_st > 0:
-        f0_voiced, _ = correct_octave_jumps(f0_voiced, settings.octave_check_st)
-    if settings.bandwidths not in ("hawks_miller", "measured"):
-        raise ConfigError(f"acoustics.bandwidths must be 'hawks_miller' or 'measured', not '{settings.bandwidths}'")
-    if settings.formant_method == "dap":
-        tracks, measured_bw = dap_formants(x, sr, times, f0_voiced, settings.max_formant)
-    elif settings.formant_method == "burg":
-        formant = snd.to_formant_burg(settings.time_step, 5, settings.max_formant, 0.025, 50.0)
-        # Formant tracks at the voiced pitch frames (nearest formant frame).
-        idx = np.clip(np.round((times - formant.x1) / formant.dx).astype(int), 0, formant.nx - 1)
-        tracks = np.stack([call(formant, "To Matrix", i).values[0][idx] for i in (1, 2, 3)], axis=1)
-        tracks[tracks <= 0] = np.nan
-        if settings.bandwidths == "measured":
-            ftimes = formant.x1 + idx * formant.dx
-            measured_bw = np.array([[formant.get_bandwidth_at_time(i, t) for i in (1, 2, 3)] for t in ftimes],
-                                   dtype=float)
-            measured_bw[~(measured_bw > 0)] = np.nan
-    else:
-        raise ConfigError(f"acoustics.formant_method must be 'dap' or 'burg', not '{settings.formant_method}'")
-    bandwidths = measured_bw if settings.bandwidths == "measured" else None
+#: the parts of the measure set, in the order a file is measured. Each is a unit of the
+#: measurement cache (voicebias.instruments.measure_cache): its own settings, its own code.
+COMPONENTS = ("pitch", "formants", "harmonics", "cpps", "hnr")
+#: the measures (MEASURE_COLUMNS) each component gives; duration_s comes with every read
+COMPONENT_MEASURES = {
+    "pitch": ("voiced_fraction", "f0_median_hz", "f0_median_st"),
+    "formants": ("f1_hz", "f2_hz", "f3_hz", "formant_index"),
+    "harmonics": ("h1_h2_db", "h1_h2_corrected_db", "h1_a3_db", "h1_a3_corrected_db"),
+    "cpps": ("cpps_db",),
+    "hnr": ("hnr_db",),
+}
+#: the MeasureSettings fields each component reads itself (it also depends on those of the
+#: components it builds on: COMPONENT_INPUTS)
+COMPONENT_SETTINGS = {
+    "pitch": ("pitch_floor", "pitch_ceiling", "time_step", "octave_check_st"),
+    "formants": ("max_formant", "formant_method"),
+    "harmonics": ("bandwidths",),
+    "cpps": ("cpps_time_step",),
+    "hnr": (),
+}
+COMPONENT_INPUTS = {"pitch": (), "formants": ("pitch",), "harmonics": ("pitch", "formants"), "cpps": ("pitch",),
+                    "hnr": ("pitch",)}
+
+
+def components_for(settings: MeasureSettings) -> tuple[str, ...]:
+    """The components a file is measured with: all of them, or pitch and formants alone
+    when `voice_quality` is off."""
+    return COMPONENTS if settings.voice_quality else COMPONENTS[:2]
+
+
+class _Analysis:
+    """One signal's shared intermediate results (pitch track, formant tracks), computed
+    once, on first use, whichever components ask for them."""
+
+    def __init__(self, x: np.ndarray, sr: int, settings: MeasureSettings):
+        self.x, self.sr, self.s = x, sr, settings
+        self._snd = self._pitch = self._formants = None
+
+    @property
+    def snd(self) -> parselmouth.Sound:
+        if self._snd is None:
+            self._snd = parselmouth.Sound(self.x.astype(np.float64), sampling_frequency=self.sr)
+        return self._snd
+
+    def pitch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(all frame times, voiced mask, voiced times, voiced f0 in Hz); AudioError when
+        fewer than three frames are voiced."""
+        if self._pitch is None:
+            s = self.s
+            pitch = self.snd.to_pitch(s.time_step, s.pitch_floor, s.pitch_ceiling)
+            f0 = pitch.selected_array["frequency"]
+            voiced = f0 > 0
+            if voiced.sum() < 3:
+                raise AudioError("no voiced frames found: silent, noise-only or non-speech audio", code="no_voicing")
+            f0_voiced = f0[voiced]
+            if s.octave_check_st > 0:
+                f0_voiced, _ = correct_octave_jumps(f0_voiced, s.octave_check_st)
+            self._pitch = (pitch.xs(), voiced, pitch.xs()[voiced], f0_voiced)
+        return self._pitch
+
+    def formants(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(F1-F3 tracks at the voiced frames, measured bandwidths or None), Hz."""
+        if self._formants is None:
+            s, x, sr = self.s, self.x, self.sr
+            _, _, times, f0_voiced = self.pitch()
+            measured_bw = None
+            if s.formant_method == "dap":
+                tracks, measured_bw = dap_formants(x, sr, times, f0_voiced, s.max_formant)
+            else:
+                formant = self.snd.to_formant_burg(s.time_step, 5, s.max_formant, 0.025, 50.0)
+                # Formant tracks at the voiced pitch frames (nearest formant frame).
+                idx = np.clip(np.round((times - formant.x1) / formant.dx).astype(int), 0, formant.nx - 1)
+                tracks = np.stack([call(formant, "To Matrix", i).values[0][idx] for i in (1, 2, 3)], axis=1)
+                tracks[tracks <= 0] = np.nan
+                if s.bandwidths == "measured":
+                    ftimes = formant.x1 + idx * formant.dx
+                    measured_bw = np.array([[formant.get_bandwidth_at_time(i, t) for i in (1, 2, 3)] for t in ftimes],
+                                           dtype=float)
+                    measured_bw[~(measured_bw > 0)] = np.nan
+            self._formants = (tracks, measured_bw if s.bandwidths == "measured" else None)
+        return self._formants
+
+
+def _pitch_measures(a: _Analysis) -> dict[str, float]:
+    _, voiced, _, f0_voiced = a.pitch()
+    f0_med = float(np.median(f0_voiced))
+    return {"voiced_fraction": float(voiced.mean()), "f0_median_hz": f0_med,
+            "f0_median_st": float(hz_to_semitones(f0_med))}
+
+
+def _formant_measures(a: _Analysis) -> dict[str, float]:
+    tracks, _ = a.formants()
     frames = tracks[np.isfinite(tracks).all(axis=1)]
     if len(frames) < 3:
         raise AudioError("no voiced frames with three measurable formants", code="no_voicing")
@@ -322,36 +379,80 @@ def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[st
     # frame distribution is bimodal (front vs back vowels), so an index built from
     # per-formant medians jumps with the vowel mix of the text.
     index = float(np.median(np.mean(np.log2(frames / np.array(MALE_FORMANT_NORMS)), axis=1)))
-    f0_med = float(np.median(f0_voiced))
-    basic = {
-        "duration_s": float(len(x) / sr),
-        "voiced_fraction": float(voiced.mean()),
-        "f0_median_hz": f0_med,
-        "f0_median_st": float(hz_to_semitones(f0_med)),
-        "f1_hz": formants[0],
-        "f2_hz": formants[1],
-        "f3_hz": formants[2],
-        "formant_index": index,
-    }
-    if not settings.voice_quality:
-        return {**basic, **{c: float("nan") for c in VOICE_QUALITY_MEASURES}}
-    harmonics = harmonic_levels(x, sr, times, f0_voiced, tracks, bandwidths)
+    return {"f1_hz": formants[0], "f2_hz": formants[1], "f3_hz": formants[2], "formant_index": index}
+
+
+def _harmonic_measures(a: _Analysis) -> dict[str, float]:
+    _, _, times, f0_voiced = a.pitch()
+    tracks, bandwidths = a.formants()
+    harmonics = harmonic_levels(a.x, a.sr, times, f0_voiced, tracks, bandwidths)
 
     def med(col: str) -> float:
         v = harmonics[col].to_numpy(float)
         v = v[np.isfinite(v)]
         return float(np.median(v)) if v.size else float("nan")
 
-    intervals = voiced_intervals(pitch.xs(), voiced, settings.time_step)
-    return {
-        **basic,
-        "h1_h2_db": med("h1_h2_db"),
-        "h1_h2_corrected_db": med("h1_h2_corrected_db"),
-        "h1_a3_db": med("h1_a3_db"),
-        "h1_a3_corrected_db": med("h1_a3_corrected_db"),
-        "cpps_db": cpps_db(snd, intervals, CPPSSettings(time_step=settings.cpps_time_step)),
-        "hnr_db": hnr_db(snd, times, settings.time_step, settings.pitch_floor),
-    }
+    return {c: med(c) for c in COMPONENT_MEASURES["harmonics"]}
+
+
+def _cpps_measures(a: _Analysis) -> dict[str, float]:
+    xs, voiced, _, _ = a.pitch()
+    intervals = voiced_intervals(xs, voiced, a.s.time_step)
+    return {"cpps_db": cpps_db(a.snd, intervals, CPPSSettings(time_step=a.s.cpps_time_step))}
+
+
+def _hnr_measures(a: _Analysis) -> dict[str, float]:
+    _, _, times, _ = a.pitch()
+    return {"hnr_db": hnr_db(a.snd, times, a.s.time_step, a.s.pitch_floor)}
+
+
+_COMPONENT_FUNCTIONS = {"pitch": _pitch_measures, "formants": _formant_measures, "harmonics": _harmonic_measures,
+                        "cpps": _cpps_measures, "hnr": _hnr_measures}
+
+
+def check_settings(settings: MeasureSettings) -> None:
+    """ConfigError for a formant method or bandwidth source the instrument does not know."""
+    if settings.bandwidths not in ("hawks_miller", "measured"):
+        raise ConfigError(f"acoustics.bandwidths must be 'hawks_miller' or 'measured', not '{settings.bandwidths}'")
+    if settings.formant_method not in ("dap", "burg"):
+        raise ConfigError(f"acoustics.formant_method must be 'dap' or 'burg', not '{settings.formant_method}'")
+
+
+def measure_components(x: np.ndarray, sr: int, settings: MeasureSettings,
+                       components: tuple[str, ...] | list[str]) -> dict[str, dict[str, Any]]:
+    """Measure the given components of one mono signal (sample rate `sr` Hz), in COMPONENTS
+    order, sharing the pitch and formant tracks between them.
+
+    Returns {component: {"values": {measure: value}}} for each component measured, or
+    {"excluded": [code, message]} for the first one that cannot be measured (an
+    AudioError: no voicing, no formants); components after it are not measured."""
+    check_settings(settings)
+    if sr < 2 * settings.max_formant:
+        raise AudioError(f"sample rate {sr} Hz is below twice the formant ceiling ({settings.max_formant:g} Hz)",
+                         code="low_sample_rate")
+    a = _Analysis(x, sr, settings)
+    out: dict[str, dict[str, Any]] = {}
+    for name in COMPONENTS:
+        if name not in components:
+            continue
+        try:
+            out[name] = {"values": _COMPONENT_FUNCTIONS[name](a)}
+        except AudioError as exc:
+            out[name] = {"excluded": [exc.code, str(exc)]}
+            break
+    return out
+
+
+def measure_signal(x: np.ndarray, sr: int, settings: MeasureSettings) -> dict[str, float]:
+    """Measure one mono signal (sample rate `sr` Hz); raises AudioError when it holds no
+    voiced speech. Returns the MEASURE_COLUMNS (units in the module docstring)."""
+    measured = measure_components(x, sr, settings, components_for(settings))
+    row: dict[str, float] = {"duration_s": float(len(x) / sr)}
+    for name, rec in measured.items():
+        if "excluded" in rec:
+            raise AudioError(rec["excluded"][1], code=rec["excluded"][0])
+        row.update(rec["values"])
+    return {c: row.get(c, float("nan")) for c in MEASURE_COLUMNS}
 
 
 def measure_file(path: Path | str, settings: MeasureSettings, sample_rate: int = 16000) -> dict[str, Any]:
@@ -362,38 +463,42 @@ def measure_file(path: Path | str, settings: MeasureSettings, sample_rate: int =
     return {**measure_signal(loaded.x, loaded.sr, settings), "note": "; ".join(loaded.notes)}
 
 
-def _measure_job(job: tuple[str, str, MeasureSettings, int]) -> dict[str, Any]:
-    key, path, settings, sr = job
-    try:
-        return {"id": key, "status": "ok", "reason": "", "error": "", **measure_file(path, settings, sr)}
-    except AudioError as exc:
-        return {"id": key, "status": "excluded", "reason": exc.code, "error": str(exc), "note": ""}
-
-
 def measure_files(
-    jobs: list[tuple[str, str | Path, MeasureSettings]],
+    jobs: list[tuple],
     sample_rate: int = 16000,
     workers: int | None = None,
     desc: str = "measuring",
+    cache_dir: Path | str | None = None,
 ) -> pd.DataFrame:
     """Measure many files on all cores (one process per core, with a progress bar).
 
-    jobs: (id, path, settings). Returns one row per id: id, status ('ok' or
-    'excluded'), reason (code), error (readable), note, then MEASURE_COLUMNS (NaN
-    for excluded files). A failing file never stops the rest of the batch.
+    jobs: (id, path, settings) or (id, path, settings, part), part one of
+    voicebias.instruments.measure_cache.PARTS ('whole', the default; 'first_half',
+    'second_half': the halves of the file as read). Returns one row per id: id, status
+    ('ok' or 'excluded'), reason (code), error (readable), note, then MEASURE_COLUMNS
+    (NaN for excluded files). A failing file never stops the rest of the batch.
+
+    With `cache_dir`, every component of every file is looked up in the measurement
+    cache there first (keyed by the audio's sha256, the part, the sample rate, the
+    component's settings and code) and only missing components are measured; the
+    counts go to `measure_files.last_counts` and to stderr.
     """
-    workers = workers or os.cpu_count() or 1
-    full = [(k, str(p), s, sample_rate) for k, p, s in jobs]
-    if workers == 1 or len(full) < 4:
-        rows = [_measure_job(j) for j in tqdm(full, desc=desc)]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            rows = list(tqdm(pool.map(_measure_job, full, chunksize=max(1, min(4, len(full) // (4 * workers)))),
-                             total=len(full), desc=desc))
+    from voicebias.instruments.measure_cache import MeasureCache, measure_jobs
+
+    cache = MeasureCache(cache_dir) if cache_dir is not None else None
+    rows, counts = measure_jobs(jobs, sample_rate, workers or os.cpu_count() or 1, desc, cache)
+    measure_files.last_counts = counts
+    if cache is not None:
+        print(f"{desc}: {counts['files']} files; " + ", ".join(
+            f"{c} {counts['measured'][c]} measured / {counts['cached'][c]} cached" for c in COMPONENTS
+            if counts['measured'][c] or counts['cached'][c]), file=sys.stderr)
     df = pd.DataFrame(rows, columns=["id", *STATUS_COLUMNS, *MEASURE_COLUMNS])
     for col in ("reason", "error", "note"):
         df[col] = df[col].fillna("").astype(str)
     return df
+
+
+measure_files.last_counts = {}
 
 
 def exclusion_counts(measures: pd.DataFrame) -> pd.DataFrame:
@@ -413,14 +518,14 @@ def exclusion_counts(measures: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure_table(table: pd.DataFrame, path_col: str, id_col: str, gender_col: str, params: dict[str, Any],
-                  root: Path, sample_rate: int, desc: str) -> pd.DataFrame:
+                  root: Path, sample_rate: int, desc: str, cache_dir: Path | None = None) -> pd.DataFrame:
     """Measure every file of a table with the analysis settings of its voice gender.
 
     Returns the table joined with the measures, status, reason, error and note columns.
     """
     jobs = [(r[id_col], root / r[path_col], MeasureSettings.for_gender(params, r[gender_col]))
             for _, r in table.iterrows()]
-    measures = measure_files(jobs, sample_rate=sample_rate, desc=desc).rename(columns={"id": id_col})
+    measures = measure_files(jobs, sample_rate=sample_rate, desc=desc, cache_dir=cache_dir).rename(columns={"id": id_col})
     return table.merge(measures, on=id_col, how="left")
 
 

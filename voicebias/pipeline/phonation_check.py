@@ -9,14 +9,15 @@ import pandas as pd
 from voicebias.gates.phonation_check import classifier_flips, measure_stimuli, paired_changes, speaker_similarities, summarise, validate_check, validate_flips
 
 
-def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
+def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path,
+              measure_cache: Path | None = None) -> pd.DataFrame:
     """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics."""
     from voicebias.instruments.embeddings import embedder_from_params
     from voicebias.io import read_table, write_json, write_table
 
     presets = presets_from_params(params["phonation"])
     manifest = read_table(manifest_path)
-    measured = measure_stimuli(manifest, params["acoustics"], root)
+    measured = measure_stimuli(manifest, params["acoustics"], root, cache_dir=measure_cache)
     own, between = speaker_similarities(manifest, embedder_from_params(params["acoustics"], root),
                                         root)
     margins, flips = classifier_flips(measured, params["acoustics"], root)

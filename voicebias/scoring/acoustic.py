@@ -104,26 +104,11 @@ def output_settings(params: dict[str, Any], gender: str | None) -> MeasureSettin
 
 
 def measure_cached(paths: pd.DataFrame, settings: MeasureSettings, sample_rate: int, cache_dir: Path) -> pd.DataFrame:
-    """Measure files (columns id, path, sha256), reusing cached results keyed by sha256 + settings."""
-    from voicebias.cache import JsonCache, content_key
-
-    cache = JsonCache(cache_dir, default=float)
-    tag = content_key([settings.__dict__, sample_rate])[:16]
-    rows, todo = [], []
-    for r in paths.itertuples(index=False):
-        hit = cache.get(f"{r.sha256}-{tag}")
-        if hit is not None:
-            rows.append({"id": r.id, **hit})
-        else:
-            todo.append(r)
-    if todo:
-        fresh = measure_files([(r.id, r.path, settings) for r in todo], sample_rate=sample_rate, desc="measuring outputs")
-        by_id = {r.id: r.sha256 for r in todo}
-        for rec in fresh.to_dict("records"):
-            key = rec.pop("id")
-            cache.put(f"{by_id[key]}-{tag}", rec)
-            rows.append({"id": key, **rec})
-    return pd.DataFrame(rows)
+    """Measure files (columns id, path) through the measurement cache under cache_dir
+    (voicebias.instruments.measure_cache: keyed by each file's sha256, the settings and
+    the instrument's code), so identical audio is measured once across systems."""
+    return measure_files([(r.id, r.path, settings) for r in paths.itertuples(index=False)], sample_rate=sample_rate,
+                         desc="measuring outputs", cache_dir=cache_dir)
 
 
 def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.DataFrame, params: dict[str, Any],

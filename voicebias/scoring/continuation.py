@@ -65,7 +65,7 @@ def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[
 
 def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params: dict[str, Any], root: Path,
                         judge: Any | None = None, embedder: Any | None = None,
-                        cache_dir: Path | None = None) -> pd.DataFrame:
+                        cache_dir: Path | None = None, measure_cache: Path | None = None) -> pd.DataFrame:
     """One row per continuation: contract columns, voice quality, similarity, judge scores."""
     from voicebias.instruments.acoustics import measure_table
     from voicebias.instruments.embeddings import embedder_from_params, speaker_similarity
@@ -76,7 +76,7 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
         meta.rename(columns={"text": "prompt_text", "path": "prompt_audio"}), on="stimulus_id", how="left")
     ok = df[df["status"] == "ok"].copy()
     measured = measure_table(ok, "output_audio", "stimulus_id", "voice_gender", params["acoustics"], Path(root),
-                             16000, desc="continuation voice quality")
+                             16000, desc="continuation voice quality", cache_dir=measure_cache)
     measured = measured.rename(columns={"status_y": "measure_status"})
     if "measure_status" not in measured:
         measured = measured.rename(columns={"status": "measure_status"})

@@ -1,0 +1,259 @@
+"""The measurement cache: each component of the measure set is measured once per audio.
+
+Every stage that measures audio (acoustics, phonation_check, acoustic_scoring,
+sc_scoring, `voicebias measure` when asked) goes through
+:func:`voicebias.instruments.acoustics.measure_files`, which keeps its results here.
+An entry holds one component (voicebias.instruments.acoustics.COMPONENTS: pitch,
+formants, harmonics, cpps, hnr) of one file and is keyed by
+
+- the sha256 of the file's bytes, the part measured (the whole file or one half) and
+  the sample rate it is read at;
+- the settings that component reads, and those of the components it builds on
+  (COMPONENT_SETTINGS, COMPONENT_INPUTS: the formants are taken at the pitch frames,
+  the harmonic levels need both);
+- the code of that component and of its inputs: the source text of the functions that
+  compute it (COMPONENT_CODE), the reader's, and the versions of parselmouth and Praat.
+
+So the same audio is measured once across stages and systems (a system that returns its
+input, or two systems with the same output, cost nothing the second time), and a change
+to one setting or one component's code re-measures that component and those built on
+it, nothing else: a new `cpps_time_step` re-measures CPPS only (the pitch track it
+needs is recomputed, at a few hundredths of a second per file, but not stored as a
+measurement). What reading a file gave (its duration and conversion notes, after the
+audio checks passed) is kept the same way, keyed by the checks' settings. A refusal by
+the reader (missing, unreadable, clipped, ...) is never stored: its message names the
+file, and it costs nothing to find again. A component the signal does not allow (no
+voicing, no formants) is stored as excluded with its reason.
+
+Entries are JSON files under `<cache_dir>/components/<key[:2]>/<key>.json`, written
+atomically (voicebias.cache.JsonCache); an unreadable entry is a miss. A cached value
+is the float the measurement gave (JSON keeps it exactly), so a table built from the
+cache is byte-identical to one measured afresh. The cache is not a DVC output: deleting
+it costs time, never results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from voicebias.cache import JsonCache, content_key
+from voicebias.exceptions import ConfigError
+
+#: the parts of a file that can be measured: all of it, or either half of the signal as read
+PARTS = ("whole", "first_half", "second_half")
+
+
+def _code_objects() -> dict[str, list[Any]]:
+    from voicebias import audio
+    from voicebias.instruments import acoustics as ac
+    from voicebias.instruments import units, voice_quality as vq
+
+    return {
+        "read": [audio.load_for_analysis, audio.resample, audio.rms_dbfs, audio.clipped_fraction, audio._open,
+                 audio._decode, audio._wav_truncation, audio.AudioChecks, _read_part],
+        "pitch": [ac._Analysis.pitch, ac.correct_octave_jumps, ac._pitch_measures, units.hz_to_semitones],
+        "formants": [ac._Analysis.formants, ac.dap_formants, ac.harmonic_power, ac.harmonic_window_s,
+                     ac.discrete_all_pole, ac.poles_to_formants, ac._formant_measures,
+                     repr((ac.DAP_ORDER, ac.DAP_MIN_FORMANT_HZ, ac.DAP_MAX_BANDWIDTH_HZ, ac.DAP_ITERATIONS,
+                           ac.DAP_FRAMES_PER_CHUNK, ac.MALE_FORMANT_NORMS))],
+        "harmonics": [vq.harmonic_levels, vq._peak_levels, vq.iseli_correction_db, vq.hawks_miller_bandwidth,
+                      repr((vq._HM_LOW, vq._HM_HIGH)), ac._harmonic_measures],
+        "cpps": [vq.cpps_db, vq.voiced_intervals, vq.CPPSSettings, ac._cpps_measures],
+        "hnr": [vq.hnr_db, ac._hnr_measures],
+    }
+
+
+@lru_cache(maxsize=1)
+def component_code() -> dict[str, str]:
+    """sha256 (hex) of the code of each component and of the reader: the source text of
+    its functions and constants, with the parselmouth and Praat versions."""
+    import parselmouth
+
+    out = {}
+    for name, objects in _code_objects().items():
+        h = hashlib.sha256(f"parselmouth {parselmouth.VERSION} praat {parselmouth.PRAAT_VERSION}\n".encode())
+        for obj in objects:
+            h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
+        out[name] = h.hexdigest()
+    return out
+
+
+def _lineage(component: str) -> tuple[str, ...]:
+    from voicebias.instruments.acoustics import COMPONENT_INPUTS
+
+    return (*COMPONENT_INPUTS[component], component)
+
+
+def read_key(sha256: str, part: str, sample_rate: int, settings: Any) -> str:
+    """Key of what reading the file gave (duration, notes) under these audio checks."""
+    checks = settings.checks()
+    return content_key({"entry": "read", "sha256": sha256, "part": part, "sample_rate": int(sample_rate),
+                        "checks": checks.__dict__, "code": component_code()["read"]})
+
+
+def component_key(component: str, sha256: str, part: str, sample_rate: int, settings: Any) -> str:
+    """Key of one component of one file: audio, part, rate, the settings and code of the
+    component and of the components it builds on."""
+    from voicebias.instruments.acoustics import COMPONENT_SETTINGS
+
+    code = component_code()
+    lineage = _lineage(component)
+    return content_key({
+        "entry": component, "sha256": sha256, "part": part, "sample_rate": int(sample_rate),
+        "settings": {f: getattr(settings, f) for c in lineage for f in COMPONENT_SETTINGS[c]},
+        "code": {c: code[c] for c in ("read", *lineage)},
+    })
+
+
+class MeasureCache:
+    """Component entries under `<root>/components/`, with hit and miss counts."""
+
+    def __init__(self, root: Path | str):
+        self.store = JsonCache(Path(root) / "components", shard=2, check=lambda v: isinstance(v, dict))
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.store.get(key)
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put(key, value)
+
+
+def _read_part(path: str, settings: Any, sample_rate: int, part: str) -> tuple[np.ndarray, int, dict[str, Any]]:
+    """The signal of one part of a file as the instrument reads it (checked, mono,
+    resampled), with {duration_s, note}. Raises AudioError."""
+    from voicebias.audio import load_for_analysis
+
+    loaded = load_for_analysis(path, target_sr=sample_rate, checks=settings.checks())
+    x = loaded.x
+    h = len(x) // 2
+    x = x if part == "whole" else x[:h] if part == "first_half" else x[h:]
+    return x, loaded.sr, {"duration_s": float(len(x) / loaded.sr), "note": "; ".join(loaded.notes)}
+
+
+def _work(job: tuple[str, Any, int, str, tuple[str, ...]]) -> dict[str, Any]:
+    """Worker: read one part of one file and measure the components asked for."""
+    from voicebias.audio import AudioError
+    from voicebias.instruments.acoustics import measure_components
+
+    path, settings, sample_rate, part, components = job
+    try:
+        x, sr, read = _read_part(path, settings, sample_rate, part)
+    except AudioError as exc:
+        return {"refused": [exc.code, str(exc)]}
+    try:
+        measured = measure_components(x, sr, settings, components)
+    except AudioError as exc:  # the signal cannot be analysed at all (sample rate)
+        return {"refused": [exc.code, str(exc)]}
+    return {"read": read, "components": measured}
+
+
+def _row(key: str, read: dict[str, Any] | None, refused: list[str] | None, recs: dict[str, dict[str, Any]],
+         order: tuple[str, ...]) -> dict[str, Any]:
+    from voicebias.contract import MEASURE_COLUMNS
+
+    if refused is not None:
+        return {"id": key, "status": "excluded", "reason": refused[0], "error": refused[1], "note": ""}
+    row: dict[str, Any] = {"id": key, "status": "ok", "reason": "", "error": "", "note": read["note"],
+                           "duration_s": read["duration_s"]}
+    for c in order:
+        rec = recs[c]
+        if "excluded" in rec:
+            return {"id": key, "status": "excluded", "reason": rec["excluded"][0], "error": rec["excluded"][1],
+                    "note": ""}
+        row.update(rec["values"])
+    return {**row, **{c: row.get(c, float("nan")) for c in MEASURE_COLUMNS}}
+
+
+def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str,
+                 cache: MeasureCache | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows (in job order) and counts for measure_files; see its docstring."""
+    from tqdm import tqdm
+
+    from voicebias.audio import sha256_file
+    from voicebias.instruments.acoustics import COMPONENTS, check_settings, components_for
+
+    plans = []
+    for job in jobs:
+        key, path, settings, *rest = job
+        part = rest[0] if rest else "whole"
+        if part not in PARTS:
+            raise ConfigError(f"measure part must be one of {', '.join(PARTS)}, not '{part}'")
+        check_settings(settings)
+        order = components_for(settings)
+        plan = {"id": key, "path": str(path), "settings": settings, "part": part, "order": order,
+                "read": None, "recs": {}, "need": list(order), "sha": None}
+        if cache is not None and os.path.isfile(path):
+            sha = plan["sha"] = sha256_file(path)
+            plan["read"] = cache.get(read_key(sha, part, sample_rate, settings))
+            need = []
+            for c in order:
+                rec = cache.get(component_key(c, sha, part, sample_rate, settings))
+                if rec is None:
+                    need.append(c)
+                    continue
+                plan["recs"][c] = rec
+                if "excluded" in rec:
+                    break
+            # components after a cached exclusion are not measured; a read must happen if
+            # anything is measured, or if the read itself is not cached
+            if any("excluded" in r for r in plan["recs"].values()):
+                cut = next(i for i, c in enumerate(order) if "excluded" in plan["recs"].get(c, {}))
+                need = [c for c in need if order.index(c) < cut]
+            plan["need"] = need
+        plans.append(plan)
+
+    # one unit of work per distinct (audio, part, settings, components); largest files first
+    work: dict[Any, dict[str, Any]] = {}
+    for i, p in enumerate(plans):
+        if p["read"] is not None and not p["need"]:
+            continue
+        ident = (p["sha"], p["part"], p["settings"], tuple(p["need"])) if p["sha"] else ("job", i)
+        work.setdefault(ident, {"job": (p["path"], p["settings"], sample_rate, p["part"], tuple(p["need"])),
+                                "plans": [], "size": os.path.getsize(p["path"]) if os.path.isfile(p["path"]) else 0})
+        work[ident]["plans"].append(i)
+    units = sorted(work.values(), key=lambda u: -u["size"])
+    jobs_to_run = [u["job"] for u in units]
+    if workers <= 1 or len(jobs_to_run) < 4:
+        results = [_work(j) for j in tqdm(jobs_to_run, desc=desc)]
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs_to_run))) as pool:
+            results = list(tqdm(pool.map(_work, jobs_to_run, chunksize=1), total=len(jobs_to_run), desc=desc))
+
+    counts = {"files": len(plans), "measured": {c: 0 for c in COMPONENTS}, "cached": {c: 0 for c in COMPONENTS},
+              "refused": 0}
+    refused: dict[int, list[str]] = {}
+    fresh: set[tuple[int, str]] = set()
+    for unit, result in zip(units, results):
+        first = plans[unit["plans"][0]]
+        if "refused" in result:
+            for i in unit["plans"]:
+                refused[i] = result["refused"]
+            continue
+        if cache is not None and first["sha"]:
+            cache.put(read_key(first["sha"], first["part"], sample_rate, first["settings"]), result["read"])
+        for c, rec in result["components"].items():
+            if cache is not None and first["sha"]:
+                cache.put(component_key(c, first["sha"], first["part"], sample_rate, first["settings"]), rec)
+            fresh.add((unit["plans"][0], c))
+        for i in unit["plans"]:
+            plans[i]["read"] = result["read"]
+            plans[i]["recs"].update(result["components"])
+
+    rows = []
+    for i, p in enumerate(plans):
+        if i in refused:
+            counts["refused"] += 1
+        else:
+            for c in p["order"]:
+                if c in p["recs"]:
+                    counts["measured" if (i, c) in fresh else "cached"][c] += 1
+        rows.append(_row(p["id"], p["read"], refused.get(i), p["recs"], p["order"]))
+    return rows, counts
