@@ -91,9 +91,14 @@ def responses_dir(system: str, task: str) -> Path:
     return system_responses(system) / task
 
 
+def respond_reports(system: str) -> Path:
+    """Folder of one system's request counts, one JSON per task (an output of respond@SYSTEM)."""
+    return RESPOND_REPORTS / system
+
+
 def respond_report(system: str, task: str) -> Path:
     """Requests, shared and failed counts of one system x task."""
-    return RESPOND_REPORTS / f"{system}-{task}.json"
+    return respond_reports(system) / f"{task}.json"
 
 
 def scored_table(system: str) -> Path:
