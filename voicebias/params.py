@@ -68,6 +68,8 @@ class ASR(Section):
     device: str = "cpu"
     max_new_tokens: PositiveInt = 200
     beams: PositiveInt = 1
+    #: clips per generate call (default 8 on a GPU, 1 on the CPU); transcripts do not depend on it
+    batch_size: PositiveInt | None = None
 
 
 class LLMEndpoint(Section):
@@ -228,6 +230,8 @@ class Acoustics(Section):
     silence_dbfs: float = -60.0
     speaker_embedding: Literal["resemblyzer", "ecapa"] = "resemblyzer"
     speaker_embedding_weights: str | None = None
+    #: ECAPA clips per padded batch (default 8 on a GPU, 1 on the CPU); embeddings do not depend on it
+    speaker_embedding_batch_size: PositiveInt | None = None
 
 
 class TextControl(Section):

@@ -81,18 +81,13 @@ def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Pat
 def speaker_similarities(manifest: pd.DataFrame, embedder: Any, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per converted stimulus: similarity to its modal original; per prompt x gender:
     similarity between the two modal voices of that gender)."""
-    from voicebias.audio import read_audio
-    from voicebias.instruments.embeddings import cosine_similarity
+    from voicebias.instruments.embeddings import cosine_similarity, embed_files
 
-    emb: dict[str, np.ndarray | None] = {}
-    errors: dict[str, str] = {}
-    for r in tqdm(list(manifest.itertuples(index=False)), desc="speaker embeddings"):
-        try:
-            x, sr = read_audio(Path(root) / r.path)
-            emb[r.stimulus_id] = embedder.embed(x, sr)
-        except AudioError as exc:
-            emb[r.stimulus_id] = None
-            errors[r.stimulus_id] = str(exc)
+    rows = list(manifest.itertuples(index=False))
+    # in batches where the embedder batches (ECAPA on a GPU); a bad file excludes only itself
+    by_path, path_errors = embed_files([str(r.path) for r in rows], embedder, Path(root), desc="speaker embeddings")
+    emb: dict[str, np.ndarray | None] = {r.stimulus_id: by_path.get(str(r.path)) for r in rows}
+    errors: dict[str, str] = {r.stimulus_id: path_errors[str(r.path)] for r in rows if str(r.path) in path_errors}
     modal = manifest[manifest["phonation"] == "modal"].set_index("source_stimulus_id")["stimulus_id"]
     own = []
     for r in manifest[manifest["phonation"] != "modal"].itertuples(index=False):
