@@ -26,13 +26,40 @@ import io
 import json
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import soundfile as sf
+import yaml
 
 from tests.fakes.http import CrashableServer, Logged, send_json
 from tests.fakes.openai_server import fingerprint_samples, reply_audio
 
 DATA_URI = "data:audio/wav;base64,"
+#: the revision the test cards pin (the committed cards pin none: the adapter refuses them)
+PIN = "0123456789abcdef0123456789abcdef01234567"
+
+
+def pinned_cards(folder: Path, name: str = "qwen2_5_omni_vllm", **changes) -> Path:
+    """A cards folder under `folder` holding the committed card `name`, pinned to PIN, with `changes`
+    applied (dotted keys: ``**{"deploy.engine_version": "0.31.0"}``)."""
+    from voicebias.systems import load_card
+
+    cards = Path(folder) / "cards"
+    cards.mkdir(exist_ok=True)
+    card = load_card(name) | {"revision": PIN}
+    for dotted, value in changes.items():
+        *path, last = dotted.split(".")
+        node = card
+        for k in path:
+            node = node[k]
+        node[last] = value
+    (cards / f"{name}.yaml").write_text(yaml.safe_dump(card, allow_unicode=True))
+    return cards
+
+
+def snapshot_root(home: str, model: str, commit: str = PIN) -> str:
+    """The `root` vLLM reports for a model loaded from a Hugging Face cache under `home`."""
+    return f"{home}/.cache/huggingface/hub/models--{model.replace('/', '--')}/snapshots/{commit}"
 
 
 class FakeVLLMOmniServer(CrashableServer):
