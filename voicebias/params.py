@@ -393,10 +393,13 @@ class VLLMOmniParams(Served, SystemParams):
     deploy: dict[str, Any] | None = None
 
 
-class RepositoryParams(SystemParams):
-    """A model run from the user's checkout of its repository, in its own environment."""
+class RepositoryParams(Served, SystemParams):
+    """A model run from the user's checkout of its repository, in its own environment; or served by shims
+    of that driver (`base_url` or `endpoints`, else the endpoints file of `voicebias serve`)."""
 
     python: str | None = None
+    #: a driver script of one's own replacing the shipped one (same line protocol); its sha256 is in the key
+    driver: str | None = None
     checkout: str | None = None
     weights: str | None = None
     device: str = "cuda"

@@ -39,6 +39,7 @@ CONTINUATION_OUTPUT_S = (5.0, 8.0)
 RUNNER_KEYS = frozenset({
     "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "endpoints", "api_key_env", "python",
     "checkout", "weights", "device", "asr", "startup_timeout_s",
+    "driver",  # a path: the repository adapters put the driver's sha256 in the key instead
 })
 
 #: Card keys that say where a system is served, not what it is: left out of the cache key,
