@@ -11,25 +11,21 @@ is measured by benchmarks/bench_endpoints.py).
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.vllm_omni_server import FakeVLLMOmniServer, pinned_cards, snapshot_root
-from voicebias.io import write_table
+from tests.respond import run
 from voicebias.params import ParamsError
 from voicebias.systems import SetupError, build_system, load_card
 from voicebias.systems.base import S2SRequest
-from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, run_task, validate_responses
+from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, validate_responses
 from voicebias.tasks import load_tasks
-
-OUT = Path("data") / "responses" / "served" / "describe"
 
 
 @pytest.fixture
@@ -48,20 +44,6 @@ def served(cards, root, **params):
 def shards(servers, caps, weights=None):
     weights = weights or [1] * len(servers)
     return [{"url": s.base_url, "weight": w, "max_concurrency": c} for s, c, w in zip(servers, caps, weights)]
-
-
-def run(system, stim, root, cache_dir, policy=None):
-    """Run the describe task the way the respond stage does; (table, counts, wall s, output bytes by path)."""
-    out = root / OUT
-    if out.exists():
-        shutil.rmtree(out)
-    t0 = time.perf_counter()
-    table, counts = run_task(system, load_tasks()["describe"], stim, out, ResponseCache(cache_dir), 1, root,
-                             policy=policy, progress=False)
-    wall = time.perf_counter() - t0
-    write_table(out / "responses.csv", table)
-    files = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    return table, counts, wall, files
 
 
 def kill_after(victim, n: int) -> threading.Thread:
