@@ -67,6 +67,7 @@ PROFILES_DIR = ROOT / "profiles"
 CACHE_DIR = Path(os.environ.get("VOICEBIAS_CACHE", ROOT / ".cache"))
 RESPONSE_CACHE = CACHE_DIR / "responses"
 MEASURE_CACHE = CACHE_DIR / "measures"
+EMBEDDING_CACHE = CACHE_DIR / "embeddings"
 JUDGE_CACHE = CACHE_DIR / "judge"
 #: the MLflow store (sqlite database, artifacts, state marker); an output of the tracking stage
 MLFLOW_DIR = ROOT / "mlruns"

@@ -78,14 +78,17 @@ def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Pat
     return manifest.merge(pd.DataFrame(rows), on="stimulus_id", how="left")
 
 
-def speaker_similarities(manifest: pd.DataFrame, embedder: Any, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def speaker_similarities(manifest: pd.DataFrame, embedder: Any, root: Path,
+                         cache_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per converted stimulus: similarity to its modal original; per prompt x gender:
-    similarity between the two modal voices of that gender)."""
+    similarity between the two modal voices of that gender). Embeddings go through the
+    embedding cache under `cache_dir` when given."""
     from voicebias.instruments.embeddings import cosine_similarity, embed_files
 
     rows = list(manifest.itertuples(index=False))
     # in batches where the embedder batches (ECAPA on a GPU); a bad file excludes only itself
-    by_path, path_errors = embed_files([str(r.path) for r in rows], embedder, Path(root), desc="speaker embeddings")
+    by_path, path_errors = embed_files([str(r.path) for r in rows], embedder, Path(root), desc="speaker embeddings",
+                                         cache_dir=cache_dir)
     emb: dict[str, np.ndarray | None] = {r.stimulus_id: by_path.get(str(r.path)) for r in rows}
     errors: dict[str, str] = {r.stimulus_id: path_errors[str(r.path)] for r in rows if str(r.path) in path_errors}
     modal = manifest[manifest["phonation"] == "modal"].set_index("source_stimulus_id")["stimulus_id"]

@@ -22,6 +22,7 @@ alone (to float rounding; see `EcapaEmbedder`).
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,6 +38,14 @@ REGISTRY = Registry("speaker embedding", {
     "resemblyzer": "voicebias.instruments.embeddings:ResemblyzerEmbedder",
     "ecapa": "voicebias.instruments.embeddings:EcapaEmbedder",
 })
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 CHECKPOINTS: dict[str, str] = {"ecapa": "speechbrain/spkrec-ecapa-voxceleb"}
 
 
@@ -46,6 +55,20 @@ class SpeakerEmbedder(ABC):
     name: str
     dim: int
     sampling_rate: int = 16000
+
+    def identity(self) -> dict[str, Any]:
+        """What decides an embedding besides the audio: the embedder's name, the sha256 of
+        its weights and of its code, and settings that change the floats (device, batch).
+        Part of every embedding-cache key (`embed_files`)."""
+        import inspect
+
+        code = hashlib.sha256()
+        for obj in (type(self), SpeakerEmbedder, resample):
+            code.update(inspect.getsource(obj).encode())
+        return {"name": self.name, "code": code.hexdigest(), **self._identity()}
+
+    def _identity(self) -> dict[str, Any]:
+        return {}
 
     @abstractmethod
     def _embed16k(self, x: np.ndarray) -> np.ndarray:
@@ -111,6 +134,13 @@ class ResemblyzerEmbedder(SpeakerEmbedder):
             raise StageFailed("the 'resemblyzer' embedder needs the resemblyzer package "
                                "(pip install --no-deps resemblyzer==0.1.4 webrtcvad-wheels librosa)") from exc
         self.encoder = VoiceEncoder(device, verbose=False)
+        self.device = device
+
+    def _identity(self) -> dict[str, Any]:
+        import resemblyzer
+
+        weights = Path(resemblyzer.__file__).parent / "pretrained.pt"
+        return {"weights_sha256": _file_sha256(weights), "device": str(self.device)}
 
     def _embed16k(self, x: np.ndarray) -> np.ndarray:
         from resemblyzer import preprocess_wav
@@ -157,6 +187,7 @@ class EcapaEmbedder(SpeakerEmbedder):
             raise ConfigError("the 'ecapa' embedder needs a local weights folder: set "
                              "acoustics.speaker_embedding_weights in params.yaml")
         folder = Path(weights).resolve()
+        self.folder = folder
         hint = f" (download {source} there, e.g. `huggingface-cli download {source} --local-dir {folder}`)"
         if not folder.is_dir():
             raise FileNotFoundError(f"speaker embedding 'ecapa': weights folder {folder} not found{hint}")
@@ -182,6 +213,11 @@ class EcapaEmbedder(SpeakerEmbedder):
         self.batch_size = int(batch_size) if batch_size else (8 if str(self.device).startswith("cuda") else 1)
         self._reflect_pads = _reflect_pads(self.model.mods.embedding_model)
         self._reflect_index: Any = None  # set only while a padded batch runs
+
+    def _identity(self) -> dict[str, Any]:
+        files = sorted(p for p in Path(self.folder).iterdir() if p.is_file() and p.suffix in (".ckpt", ".yaml", ".txt"))
+        return {"weights_sha256": {p.name: _file_sha256(p) for p in files}, "device": str(self.device),
+                "batch_size": int(self.batch_size)}
 
     def _embed16k(self, x: np.ndarray) -> np.ndarray:
         import torch
@@ -317,25 +353,54 @@ def cosine_matrix(A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
 
 
 def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, chunk: int = 64,
-                desc: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+                desc: str | None = None, cache_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Embeddings of audio files, and the error of each file that has none.
 
     Files are read `chunk` at a time and handed to the embedder's `embed_each` (batched
     for ECAPA), or to its `embed` one at a time for an embedder with only that. A file
     that cannot be read, or has no usable signal (AudioError), is excluded, not the rest.
     Returns ({path: embedding}, {path: error message}); each path appears once.
+
+    With `cache_dir`, embeddings are kept there by content: the sha256 of the file's
+    bytes and the embedder's `identity()` (weights, code, device, batch size), so the
+    same audio is embedded once across stages (the phonation check's stimuli are the
+    continuation prompts) and across runs. The float64 values read back are the ones
+    computed. Exclusions are not kept: they are found again.
     """
     from tqdm import tqdm
 
-    from voicebias.audio import read_audio
+    from voicebias.audio import read_audio, sha256_file
+    from voicebias.cache import JsonCache, content_key
 
     unique = list(dict.fromkeys(str(p) for p in paths))
     embs: dict[str, np.ndarray] = {}
     errors: dict[str, str] = {}
+    keys: dict[str, str] = {}
+    cache = JsonCache(Path(cache_dir), shard=2, check=lambda v: isinstance(v, list)) if cache_dir else None
+    if cache is not None:
+        ident = embedder.identity() if hasattr(embedder, "identity") else {"name": type(embedder).__name__}
+        for path in unique:
+            full = (Path(root) / path) if root else Path(path)
+            if full.is_file():
+                keys[path] = content_key({"entry": "speaker_embedding", "sha256": sha256_file(full), "embedder": ident})
+                hit = cache.get(keys[path])
+                if hit is not None:
+                    embs[path] = np.asarray(hit, dtype=np.float64)
+    # one embedding per distinct audio: a path whose bytes another path holds waits for it
+    first_of: dict[str, str] = {}
+    twins: dict[str, str] = {}
+    for p in unique:
+        if p in embs or p not in keys:
+            continue
+        if keys[p] in first_of:
+            twins[p] = first_of[keys[p]]
+        else:
+            first_of[keys[p]] = p
+    todo = [p for p in unique if p not in embs and p not in twins]
     each = getattr(embedder, "embed_each", None)
-    bar = tqdm(total=len(unique), desc=desc, disable=desc is None or not unique)
-    for start in range(0, len(unique), max(1, int(chunk))):
-        part = unique[start:start + max(1, int(chunk))]
+    bar = tqdm(total=len(todo), desc=desc, disable=desc is None or not todo)
+    for start in range(0, len(todo), max(1, int(chunk))):
+        part = todo[start:start + max(1, int(chunk))]
         read: list[str] = []
         signals, rates = [], []
         for path in part:
@@ -361,22 +426,31 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
                 errors[path] = str(r)
             else:
                 embs[path] = r
+                if cache is not None and path in keys:
+                    cache.put(keys[path], [float(v) for v in np.asarray(r, dtype=np.float64).reshape(-1)])
         bar.update(len(part))
     bar.close()
+    for p, q in twins.items():
+        if q in embs:
+            embs[p] = embs[q]
+        else:
+            errors[p] = errors[q]
     return embs, errors
 
 
 def speaker_similarity(pairs: pd.DataFrame, embedder: SpeakerEmbedder, reference_col: str = "reference_path",
-                       output_col: str = "output_path", root: Path | None = None) -> pd.DataFrame:
+                       output_col: str = "output_path", root: Path | None = None,
+                       cache_dir: Path | None = None) -> pd.DataFrame:
     """Cosine speaker similarity for each (reference, output) pair of audio files.
 
     Returns the pairs table with `speaker_similarity` (cosine), `status` ('ok' or
     'excluded') and `error`; a bad file excludes its pair, not the batch. Every file is
-    embedded once (`embed_files`: in batches where the embedder batches).
+    embedded once (`embed_files`: in batches where the embedder batches, through the
+    embedding cache under `cache_dir` when given).
     """
     refs = [str(p) for p in pairs[reference_col]]
     outs = [str(p) for p in pairs[output_col]]
-    embs, file_errors = embed_files([p for ab in zip(refs, outs) for p in ab], embedder, root)
+    embs, file_errors = embed_files([p for ab in zip(refs, outs) for p in ab], embedder, root, cache_dir=cache_dir)
     sims, status, errors = [], [], []
     for a, b in zip(refs, outs):
         bad = next((file_errors[p] for p in (a, b) if p in file_errors), None)

@@ -65,7 +65,8 @@ def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[
 
 def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params: dict[str, Any], root: Path,
                         judge: Any | None = None, embedder: Any | None = None,
-                        cache_dir: Path | None = None, measure_cache: Path | None = None) -> pd.DataFrame:
+                        cache_dir: Path | None = None, measure_cache: Path | None = None,
+                        embedding_cache: Path | None = None) -> pd.DataFrame:
     """One row per continuation: contract columns, voice quality, similarity, judge scores."""
     from voicebias.instruments.acoustics import measure_table
     from voicebias.instruments.embeddings import embedder_from_params, speaker_similarity
@@ -84,7 +85,8 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
     df = df.merge(measured[[c for c in cols if c in measured]], on="stimulus_id", how="left")
     embedder = embedder or embedder_from_params(params["acoustics"], root)
     sims = speaker_similarity(ok[["stimulus_id", "prompt_audio", "output_audio"]], embedder,
-                              reference_col="prompt_audio", output_col="output_audio", root=Path(root))
+                              reference_col="prompt_audio", output_col="output_audio", root=Path(root),
+                              cache_dir=embedding_cache)
     df = df.merge(sims[["stimulus_id", "speaker_similarity"]], on="stimulus_id", how="left")
     judge_params = params.get("sc_judge") or {}
     judge = judge or get_judge(judge_params)
