@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from voicebias.audio import AudioError
 from voicebias.instruments.acoustics import MeasureSettings, measure_files
-from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_MEASURES
+from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_COMPONENTS, SC_MEASURES
 from voicebias.stimuli.phonation.presets import presets_from_params
 from voicebias.validation import ValidationReport, expectations, require_valid
 
@@ -59,7 +59,8 @@ def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Pat
                 for r in manifest.itertuples(index=False)}
     jobs = [(f"{r.stimulus_id}\t{part}", str(Path(root) / r.path), settings[r.stimulus_id], part)
             for r in manifest.itertuples(index=False) for part in PARTS]
-    measured = measure_files(jobs, workers=workers, desc="manipulation check", cache_dir=cache_dir)
+    measured = measure_files(jobs, workers=workers, desc="manipulation check", cache_dir=cache_dir,
+                             components=SC_COMPONENTS)
     by_id = {k: r for k, r in zip(measured["id"], measured.to_dict("records"))}
     rows = []
     for sid in manifest["stimulus_id"]:

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from voicebias.contract import F0_ST, SC_MEASURES, SC_SCORED_COLUMNS
+from voicebias.contract import F0_ST, SC_COMPONENTS, SC_MEASURES, SC_SCORED_COLUMNS
 
 
 def _judge_key(judge_params: dict[str, Any], rubric: dict[str, Any], prompt: str, text: str) -> str:
@@ -77,7 +77,8 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
         meta.rename(columns={"text": "prompt_text", "path": "prompt_audio"}), on="stimulus_id", how="left")
     ok = df[df["status"] == "ok"].copy()
     measured = measure_table(ok, "output_audio", "stimulus_id", "voice_gender", params["acoustics"], Path(root),
-                             16000, desc="continuation voice quality", cache_dir=measure_cache)
+                             16000, desc="continuation voice quality", cache_dir=measure_cache,
+                             components=SC_COMPONENTS)
     measured = measured.rename(columns={"status_y": "measure_status"})
     if "measure_status" not in measured:
         measured = measured.rename(columns={"status": "measure_status"})
