@@ -12,4 +12,4 @@ if __name__ == "__main__":
     a = ap.parse_args()
     guarded(run_stage, stage_params("sc_scoring"), a.system, config.continuation_responses(a.system),
             config.PHONATION_MANIFEST, config.sc_scored_table(a.system), config.ROOT,
-            config.JUDGE_CACHE, config.MEASURE_CACHE, stage=f"sc_scoring {a.system}")
+            config.JUDGE_CACHE, config.MEASURE_CACHE, config.EMBEDDING_CACHE, stage=f"sc_scoring {a.system}")

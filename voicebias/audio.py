@@ -40,7 +40,6 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from scipy.signal import resample_poly
 
 from voicebias.exceptions import VoicebiasError
 
@@ -91,6 +90,8 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     """Polyphase resampling (anti-aliased) from sr_in to sr_out Hz."""
     if sr_in == sr_out:
         return x.astype(np.float32, copy=False)
+    from scipy.signal import resample_poly  # imported here: ~1 s, and most readers never resample
+
     frac = Fraction(sr_out, sr_in).limit_denominator(1000)
     return resample_poly(x, frac.numerator, frac.denominator).astype(np.float32)
 

@@ -67,6 +67,7 @@ PROFILES_DIR = ROOT / "profiles"
 CACHE_DIR = Path(os.environ.get("VOICEBIAS_CACHE", ROOT / ".cache"))
 RESPONSE_CACHE = CACHE_DIR / "responses"
 MEASURE_CACHE = CACHE_DIR / "measures"
+EMBEDDING_CACHE = CACHE_DIR / "embeddings"
 JUDGE_CACHE = CACHE_DIR / "judge"
 #: the MLflow store (sqlite database, artifacts, state marker); an output of the tracking stage
 MLFLOW_DIR = ROOT / "mlruns"
@@ -91,9 +92,14 @@ def responses_dir(system: str, task: str) -> Path:
     return system_responses(system) / task
 
 
+def respond_reports(system: str) -> Path:
+    """Folder of one system's request counts, one JSON per task (an output of respond@SYSTEM)."""
+    return RESPOND_REPORTS / system
+
+
 def respond_report(system: str, task: str) -> Path:
     """Requests, shared and failed counts of one system x task."""
-    return RESPOND_REPORTS / f"{system}-{task}.json"
+    return respond_reports(system) / f"{task}.json"
 
 
 def scored_table(system: str) -> Path:

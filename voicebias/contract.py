@@ -50,6 +50,9 @@ VOICE_QUALITY_MEASURES = [H1_H2, H1_H2_CORRECTED, H1_A3, H1_A3_CORRECTED, CPPS, 
 MEASURE_COLUMNS = [DURATION, VOICED_FRACTION, F0_HZ, F0_ST, F1, F2, F3, FORMANT_INDEX, *VOICE_QUALITY_MEASURES]
 #: the voice-quality measures of the SC study (manipulation check, continuation scoring, preservation)
 SC_MEASURES = (H1_H2, H1_A3, CPPS)
+#: the instrument's components (voicebias.instruments.acoustics.COMPONENTS) the SC stages
+#: measure: F0 and formants, the harmonic levels (H1-H2, H1-A3) and CPPS; not HNR
+SC_COMPONENTS = ("pitch", "formants", "harmonics", "cpps")
 
 # ------------------------------------------------------------------ tables
 

@@ -68,6 +68,8 @@ class ASR(Section):
     device: str = "cpu"
     max_new_tokens: PositiveInt = 200
     beams: PositiveInt = 1
+    #: clips per generate call (default 8 on a GPU, 1 on the CPU); transcripts do not depend on it
+    batch_size: PositiveInt | None = None
 
 
 class LLMEndpoint(Section):
@@ -228,6 +230,8 @@ class Acoustics(Section):
     silence_dbfs: float = -60.0
     speaker_embedding: Literal["resemblyzer", "ecapa"] = "resemblyzer"
     speaker_embedding_weights: str | None = None
+    #: ECAPA clips per padded batch (default 8 on a GPU, 1 on the CPU); embeddings do not depend on it
+    speaker_embedding_batch_size: PositiveInt | None = None
 
 
 class TextControl(Section):
@@ -350,16 +354,21 @@ class APIParams(SystemParams):
     extra_body: dict[str, Any] | None = None
 
 
-class OpenAIParams(APIParams):
-    """OpenAI audio and OpenAI-compatible endpoints: one `base_url` or several `endpoints`."""
+class Served(Section):
+    """Where a served system's requests go: one `base_url` or several `endpoints` (voicebias.clients.endpoints)."""
 
+    base_url: str | None = None
     endpoints: Annotated[list[Endpoint], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
-    def _one_address(self) -> "OpenAIParams":
+    def _one_address(self) -> "Served":
         if self.endpoints and self.base_url:
             raise ValueError("name either 'base_url' or 'endpoints', not both")
         return self
+
+
+class OpenAIParams(Served, APIParams):
+    """OpenAI audio and OpenAI-compatible endpoints: one `base_url` or several `endpoints`."""
 
 
 class QwenOmniParams(SystemParams):
@@ -375,11 +384,11 @@ class QwenOmniParams(SystemParams):
     talker_do_sample: bool | None = None
 
 
-class VLLMOmniParams(SystemParams):
-    """A model served by vLLM-Omni (voicebias.systems.vllm_omni); the card holds the defaults."""
+class VLLMOmniParams(Served, SystemParams):
+    """A model served by vLLM-Omni (voicebias.systems.vllm_omni): one `base_url` or several `endpoints`;
+    the card holds the defaults."""
 
     model: str | None = None
-    base_url: str | None = None
     api_key_env: str | None = None
     prompt_role: Literal["system", "user"] | None = None
     #: one vLLM SamplingParams mapping per stage, replacing the card's (the adapter adds the seeds)
@@ -388,10 +397,13 @@ class VLLMOmniParams(SystemParams):
     deploy: dict[str, Any] | None = None
 
 
-class RepositoryParams(SystemParams):
-    """A model run from the user's checkout of its repository, in its own environment."""
+class RepositoryParams(Served, SystemParams):
+    """A model run from the user's checkout of its repository, in its own environment; or served by shims
+    of that driver (`base_url` or `endpoints`, else the endpoints file of `voicebias serve`)."""
 
     python: str | None = None
+    #: a driver script of one's own replacing the shipped one (same line protocol); its sha256 is in the key
+    driver: str | None = None
     checkout: str | None = None
     weights: str | None = None
     device: str = "cuda"

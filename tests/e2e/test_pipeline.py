@@ -97,7 +97,7 @@ def test_one_system_parameter_reruns_only_that_system(workspace):
     status = json.loads(sh("dvc status --json", repo).stdout)
     changed = set(status)
     # the params check re-runs on any change; its record is unchanged, so only the readers of the change follow
-    assert changed == {f"respond@voice_faithful-{t}" for t in params["tasks"]["names"]} | {"analysis", "params"}
+    assert changed == {"respond@voice_faithful", "analysis", "params"}
     res = sh("dvc repro", repo)
     ran = {line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")}
     assert not any(name in s for s in ran for name in ("content_driven", "mixed", "drifting"))

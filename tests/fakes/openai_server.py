@@ -24,17 +24,15 @@ import base64
 import hashlib
 import io
 import json
-import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Callable
 
 import numpy as np
 import soundfile as sf
 
-from tests.fakes.http import send_json
+from tests.fakes.http import CrashableServer, send_json
 
 OUT_RATE = 24000
 
@@ -58,90 +56,20 @@ def reply_audio(fp: str, seconds: float = 0.3) -> bytes:
     return buf.getvalue()
 
 
-@dataclass
-class Logged:
-    fingerprint: str
-    outcome: str
-    t_start: float
-    t_end: float
-    body: dict = field(repr=False, default_factory=dict)
-
-
-class FakeOpenAIAudioServer:
+class FakeOpenAIAudioServer(CrashableServer):
     """Run with `with FakeOpenAIAudioServer(key) as srv:`; `srv.base_url` ends in /v1."""
 
     def __init__(self, api_key: str, plan: dict[str, list[str]] | None = None, latency_s: float = 0.0,
                  hang_s: float = 2.0, transcript: Callable[[str, dict], str] | None = None,
                  with_transcript: bool = True):
+        super().__init__()
         self.api_key = api_key
         self.plan = {k: list(v) for k, v in (plan or {}).items()}
         self.latency_s = latency_s
         self.hang_s = hang_s
         self.transcript = transcript or (lambda fp, body: f"reply to {fp[:12]}")
         self.with_transcript = with_transcript
-        self.log: list[Logged] = []
         self.attempts: dict[str, int] = defaultdict(int)
-        self._lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.killed = False
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # keep test output quiet
-                pass
-
-            def do_POST(self):
-                server._handle(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.request_queue_size = 128
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> "FakeOpenAIAudioServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def kill(self) -> None:
-        """Crash: refuse new connections; requests already open are dropped unanswered."""
-        with self._lock:
-            self.killed = True
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    # -- what tests read ---------------------------------------------------------
-    def wait_idle(self, timeout_s: float = 10.0) -> None:
-        """Block until no request is being handled, so the log holds every request received so far.
-
-        A request the client gave up on (a hang past its timeout) is logged when the server
-        finishes it, which can be after the client has moved on.
-        """
-        deadline = time.perf_counter() + timeout_s
-        while time.perf_counter() < deadline:
-            with self._lock:
-                if self.in_flight == 0:
-                    return
-            time.sleep(0.01)
-        raise TimeoutError(f"{self.in_flight} requests still in flight after {timeout_s} s")
-
-    def delivered(self) -> dict[str, int]:
-        """Per input: how many successful (200 with audio) replies were delivered."""
-        out: dict[str, int] = defaultdict(int)
-        for e in self.log:
-            if e.outcome == "ok":
-                out[e.fingerprint] += 1
-        return dict(out)
 
     # -- protocol ----------------------------------------------------------------
     def _send_json(self, h: BaseHTTPRequestHandler, status: int, obj: dict, headers: dict | None = None) -> None:
@@ -177,34 +105,12 @@ class FakeOpenAIAudioServer:
                         return fingerprint_samples(x[:, 0])
         raise ValueError("no input audio")
 
-    def _drop(self, h: BaseHTTPRequestHandler) -> None:
-        h.close_connection = True
-        try:
-            h.connection.shutdown(2)
-        except OSError:
-            pass
-
-    def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        t0 = time.perf_counter()
-        if self.killed:  # a kept-alive connection of a crashed server
-            self._drop(h)
-            self._record("?", "killed", t0, {})
-            return
-        with self._lock:
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            self._serve(h, t0)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-
-    def _serve(self, h: BaseHTTPRequestHandler, t0: float) -> None:
+    def _post(self, h: BaseHTTPRequestHandler, t0: float) -> None:
         length = int(h.headers.get("Content-Length", 0))
         raw = h.rfile.read(length)
         if h.headers.get("Authorization") != f"Bearer {self.api_key}":
             self._error(h, 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
-            self._record("?", "401", t0, {})
+            self.record("?", "401", t0, {})
             return
         try:
             body = json.loads(raw)
@@ -214,7 +120,7 @@ class FakeOpenAIAudioServer:
             body, problem, fp = {}, f"malformed request: {exc}", "?"
         if problem:
             self._error(h, 400, problem, "invalid_request_error", None)
-            self._record(fp, "400", t0, body)
+            self.record(fp, "400", t0, body)
             return
         with self._lock:
             n = self.attempts[fp]
@@ -238,18 +144,17 @@ class FakeOpenAIAudioServer:
             except OSError:
                 pass
         elif outcome == "drop":
-            self._drop(h)
+            self.drop(h)
         elif outcome == "noaudio":
             self._send_json(h, 200, self._completion(body, fp, audio=False))
         else:
             if self.latency_s:
                 time.sleep(self.latency_s)
-            if self.killed:  # crashed while working on it: no answer
-                self._drop(h)
+            if self.dead(h):  # crashed while working on it: no answer
                 outcome = "killed"
             else:
                 self._send_json(h, 200, self._completion(body, fp, audio=True))
-        self._record(fp, outcome, t0, body)
+        self.record(fp, outcome, t0, body)
 
     def _completion(self, body: dict, fp: str, audio: bool) -> dict:
         now = int(time.time())
@@ -265,7 +170,3 @@ class FakeOpenAIAudioServer:
                 "choices": [{"index": 0, "message": message, "logprobs": None,
                              "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 120, "completion_tokens": 40, "total_tokens": 160}}
-
-    def _record(self, fp: str, outcome: str, t0: float, body: dict) -> None:
-        with self._lock:
-            self.log.append(Logged(fp, outcome, t0, time.perf_counter(), body))

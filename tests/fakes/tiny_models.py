@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 
-def build_tiny_whisper(folder: Path, with_special_tokens: bool = True, dtype: str = "float32") -> Path:
+def build_tiny_whisper(folder: Path, with_special_tokens: bool = True, dtype: str = "float32",
+                       init_std: float = 0.02) -> Path:
     """A 1-layer WhisperForConditionalGeneration with a byte-level tokenizer, saved to `folder`.
 
     `dtype` is the dtype the weights are saved in and the config declares (whisper-large-v3
-    declares float16, which transformers then loads by default)."""
+    declares float16, which transformers then loads by default). `init_std` spreads the random
+    weights: at the default 0.02 the tiny model's output hardly depends on its input."""
     from transformers import (WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration,
                               WhisperProcessor, WhisperTokenizer, GenerationConfig)
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -36,7 +38,7 @@ def build_tiny_whisper(folder: Path, with_special_tokens: bool = True, dtype: st
                         max_source_positions=1500, max_target_positions=64, pad_token_id=ids["<|endoftext|>"],
                         bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
                         decoder_start_token_id=ids["<|startoftranscript|>"], begin_suppress_tokens=None,
-                        suppress_tokens=None)
+                        suppress_tokens=None, init_std=init_std)
     import torch
     torch.manual_seed(0)
     model = WhisperForConditionalGeneration(cfg).to(getattr(torch, dtype))

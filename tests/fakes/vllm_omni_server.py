@@ -13,7 +13,9 @@
 Faults are planned per input, as in :mod:`tests.fakes.openai_server`: ``plan[fingerprint]``
 lists the outcome of each successive attempt ("ok", "noaudio", "notwav", "429", "500",
 "503", "400", "timeout"); past the end of the list the input gets "ok". Every chat request
-is logged with its body, fingerprint and outcome.
+is logged with its body, fingerprint and outcome. ``latency_s`` delays each answer;
+:meth:`~tests.fakes.http.CrashableServer.kill` crashes the server (new connections refused,
+requests still being worked on dropped unanswered, logged as "killed").
 """
 
 from __future__ import annotations
@@ -22,71 +24,58 @@ import base64
 import binascii
 import io
 import json
-import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import soundfile as sf
+import yaml
 
-from tests.fakes.http import send_json
+from tests.fakes.http import CrashableServer, Logged, send_json
 from tests.fakes.openai_server import fingerprint_samples, reply_audio
 
 DATA_URI = "data:audio/wav;base64,"
+#: the revision the test cards pin (the committed cards pin none: the adapter refuses them)
+PIN = "0123456789abcdef0123456789abcdef01234567"
 
 
-@dataclass
-class Logged:
-    fingerprint: str
-    outcome: str
-    body: dict = field(repr=False, default_factory=dict)
+def pinned_cards(folder: Path, name: str = "qwen2_5_omni_vllm", **changes) -> Path:
+    """A cards folder under `folder` holding the committed card `name`, pinned to PIN, with `changes`
+    applied (dotted keys: ``**{"deploy.engine_version": "0.31.0"}``)."""
+    from voicebias.systems import load_card
+
+    cards = Path(folder) / "cards"
+    cards.mkdir(exist_ok=True)
+    card = load_card(name) | {"revision": PIN}
+    for dotted, value in changes.items():
+        *path, last = dotted.split(".")
+        node = card
+        for k in path:
+            node = node[k]
+        node[last] = value
+    (cards / f"{name}.yaml").write_text(yaml.safe_dump(card, allow_unicode=True))
+    return cards
 
 
-class FakeVLLMOmniServer:
+def snapshot_root(home: str, model: str, commit: str = PIN) -> str:
+    """The `root` vLLM reports for a model loaded from a Hugging Face cache under `home`."""
+    return f"{home}/.cache/huggingface/hub/models--{model.replace('/', '--')}/snapshots/{commit}"
+
+
+class FakeVLLMOmniServer(CrashableServer):
     """Run with ``with FakeVLLMOmniServer(model) as srv:``; ``srv.base_url`` ends in /v1."""
 
     def __init__(self, model: str, stages: int = 3, vllm_version: str = "0.11.0", root: str | None = None,
                  plan: dict[str, list[str]] | None = None, api_key: str | None = None, hang_s: float = 2.0,
-                 max_model_len: int = 32768):
+                 max_model_len: int = 32768, latency_s: float = 0.0):
+        super().__init__()
         self.model, self.stages, self.vllm_version = model, stages, vllm_version
         self.root = root or model
         self.max_model_len = max_model_len
         self.plan = {k: list(v) for k, v in (plan or {}).items()}
-        self.api_key, self.hang_s = api_key, hang_s
-        self.log: list[Logged] = []
+        self.api_key, self.hang_s, self.latency_s = api_key, hang_s, latency_s
         self.gets: list[str] = []
         self.attempts: dict[str, int] = defaultdict(int)
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                server._get(self)
-
-            def do_POST(self):
-                server._post(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> "FakeVLLMOmniServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     def chats(self) -> list[Logged]:
         with self._lock:
@@ -159,7 +148,7 @@ class FakeVLLMOmniServer:
                     return fingerprint_samples(x[:, 0])
         raise ValueError("no audio")
 
-    def _post(self, h) -> None:
+    def _post(self, h, t0: float) -> None:
         raw = h.rfile.read(int(h.headers.get("Content-Length", 0)))
         if not self._authorised(h):
             return
@@ -175,7 +164,7 @@ class FakeVLLMOmniServer:
         if problem:
             status, message = problem
             self._error(h, status, message, "NotFoundError" if status == 404 else "BadRequestError")
-            self._record(fp, str(status), body)
+            self.record(fp, str(status), t0, body)
             return
         with self._lock:
             n = self.attempts[fp]
@@ -195,8 +184,13 @@ class FakeVLLMOmniServer:
             except OSError:
                 pass
         else:
-            send_json(h, 200, self._completion(body, fp, outcome))
-        self._record(fp, outcome, body)
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            if self.dead(h):  # crashed while working on it: no answer
+                outcome = "killed"
+            else:
+                send_json(h, 200, self._completion(body, fp, outcome))
+        self.record(fp, outcome, t0, body)
 
     def _completion(self, body: dict, fp: str, outcome: str) -> dict:
         now = int(time.time())
@@ -213,7 +207,3 @@ class FakeVLLMOmniServer:
                             "logprobs": None, "finish_reason": "stop", "stop_reason": None})
         return {"id": f"chatcmpl-{fp[:20]}", "object": "chat.completion", "created": now, "model": self.model,
                 "choices": choices, "usage": {"prompt_tokens": 90, "completion_tokens": 30, "total_tokens": 120}}
-
-    def _record(self, fp: str, outcome: str, body: dict) -> None:
-        with self._lock:
-            self.log.append(Logged(fp, outcome, body))

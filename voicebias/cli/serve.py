@@ -14,8 +14,10 @@ one up per replica):
   system's own interpreter (params `python`, else `<checkout>/.venv/bin/python`, as
   voicebias.systems.repository resolves it; `--python` overrides), the checkout as working
   directory and on PYTHONPATH, the allow-listed environment, and the system's shipped
-  driver with the configuration the repository adapter would hand it. `--driver` replaces
-  the shipped driver with a script of one's own speaking the same line protocol.
+  driver with the configuration the repository adapter would hand it. `--driver` (else the
+  system's params `driver`) replaces the shipped driver with a script of one's own speaking
+  the same line protocol. The repository adapter then sends the system's requests to these
+  shims (voicebias.systems.repository, "Served").
 
 With `--gpus`, each replica gets `CUDA_VISIBLE_DEVICES` from that list round-robin
 (`--gpus-per-replica` devices each), across all systems started by the call.
@@ -142,7 +144,6 @@ def plan(systems: Sequence[str], params: dict[str, dict[str, Any]], root: Path, 
     """Every replica to start: its command line, environment, port and log (nothing is started)."""
     from voicebias.secrets import child_env
     from voicebias.systems import build_system, load_card
-    from voicebias.systems.repository import DRIVERS
 
     if replicas < 1:
         raise ServeError("--replicas must be at least 1")
@@ -168,7 +169,7 @@ def plan(systems: Sequence[str], params: dict[str, dict[str, Any]], root: Path, 
             continue
         if python:
             sp["python"] = python
-        built = build_system(system, sp, root=root, **kw)
+        built = build_system(system, sp, root=root, local=True, **kw)
         try:
             backend = getattr(built, "backend", None)
             if backend is None:
@@ -176,7 +177,7 @@ def plan(systems: Sequence[str], params: dict[str, dict[str, Any]], root: Path, 
                                  "starts vllm_omni cards and repository systems")
             if backend.command is not None and driver is None:
                 raise ServeError(f"system '{system}' runs a 'command' per request; the shim serves drivers only")
-            script = Path(driver).resolve() if driver else DRIVERS / str(backend.driver)
+            script = Path(driver).resolve() if driver else backend.driver_path
             if not script.is_file():
                 raise ServeError(f"system '{system}': driver {script} not found")
             config = json.dumps(backend.driver_config())

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from voicebias.audio import AudioError
 from voicebias.instruments.acoustics import MeasureSettings, measure_files
-from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_MEASURES
+from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_COMPONENTS, SC_MEASURES
 from voicebias.stimuli.phonation.presets import presets_from_params
 from voicebias.validation import ValidationReport, expectations, require_valid
 
@@ -59,7 +59,8 @@ def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Pat
                 for r in manifest.itertuples(index=False)}
     jobs = [(f"{r.stimulus_id}\t{part}", str(Path(root) / r.path), settings[r.stimulus_id], part)
             for r in manifest.itertuples(index=False) for part in PARTS]
-    measured = measure_files(jobs, workers=workers, desc="manipulation check", cache_dir=cache_dir)
+    measured = measure_files(jobs, workers=workers, desc="manipulation check", cache_dir=cache_dir,
+                             components=SC_COMPONENTS)
     by_id = {k: r for k, r in zip(measured["id"], measured.to_dict("records"))}
     rows = []
     for sid in manifest["stimulus_id"]:
@@ -78,21 +79,19 @@ def measure_stimuli(manifest: pd.DataFrame, acoustics: dict[str, Any], root: Pat
     return manifest.merge(pd.DataFrame(rows), on="stimulus_id", how="left")
 
 
-def speaker_similarities(manifest: pd.DataFrame, embedder: Any, root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def speaker_similarities(manifest: pd.DataFrame, embedder: Any, root: Path,
+                         cache_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per converted stimulus: similarity to its modal original; per prompt x gender:
-    similarity between the two modal voices of that gender)."""
-    from voicebias.audio import read_audio
-    from voicebias.instruments.embeddings import cosine_similarity
+    similarity between the two modal voices of that gender). Embeddings go through the
+    embedding cache under `cache_dir` when given."""
+    from voicebias.instruments.embeddings import cosine_similarity, embed_files
 
-    emb: dict[str, np.ndarray | None] = {}
-    errors: dict[str, str] = {}
-    for r in tqdm(list(manifest.itertuples(index=False)), desc="speaker embeddings"):
-        try:
-            x, sr = read_audio(Path(root) / r.path)
-            emb[r.stimulus_id] = embedder.embed(x, sr)
-        except AudioError as exc:
-            emb[r.stimulus_id] = None
-            errors[r.stimulus_id] = str(exc)
+    rows = list(manifest.itertuples(index=False))
+    # in batches where the embedder batches (ECAPA on a GPU); a bad file excludes only itself
+    by_path, path_errors = embed_files([str(r.path) for r in rows], embedder, Path(root), desc="speaker embeddings",
+                                         cache_dir=cache_dir)
+    emb: dict[str, np.ndarray | None] = {r.stimulus_id: by_path.get(str(r.path)) for r in rows}
+    errors: dict[str, str] = {r.stimulus_id: path_errors[str(r.path)] for r in rows if str(r.path) in path_errors}
     modal = manifest[manifest["phonation"] == "modal"].set_index("source_stimulus_id")["stimulus_id"]
     own = []
     for r in manifest[manifest["phonation"] != "modal"].itertuples(index=False):

@@ -303,10 +303,18 @@ COMPONENT_INPUTS = {"pitch": (), "formants": ("pitch",), "harmonics": ("pitch", 
                     "hnr": ("pitch",)}
 
 
-def components_for(settings: MeasureSettings) -> tuple[str, ...]:
-    """The components a file is measured with: all of them, or pitch and formants alone
-    when `voice_quality` is off."""
-    return COMPONENTS if settings.voice_quality else COMPONENTS[:2]
+def components_for(settings: MeasureSettings, wanted: tuple[str, ...] | list[str] | None = None) -> tuple[str, ...]:
+    """The components a file is measured with: `wanted` (default all of them) in
+    COMPONENTS order, pitch and formants alone when `voice_quality` is off. Pitch and
+    formants are always measured: every other component is taken at their frames, and
+    a file without them is excluded."""
+    chosen = COMPONENTS if wanted is None else tuple(c for c in COMPONENTS if c in wanted)
+    unknown = sorted(set(wanted or ()) - set(COMPONENTS))
+    if unknown:
+        raise ConfigError(f"unknown measure components {unknown}; the instrument has {', '.join(COMPONENTS)}")
+    if chosen[:2] != COMPONENTS[:2]:
+        raise ConfigError(f"measure components must include pitch and formants, got {list(chosen)}")
+    return chosen if settings.voice_quality else COMPONENTS[:2]
 
 
 class _Analysis:
@@ -469,6 +477,7 @@ def measure_files(
     workers: int | None = None,
     desc: str = "measuring",
     cache_dir: Path | str | None = None,
+    components: tuple[str, ...] | list[str] | None = None,
 ) -> pd.DataFrame:
     """Measure many files on all cores (one process per core, with a progress bar).
 
@@ -481,12 +490,14 @@ def measure_files(
     With `cache_dir`, every component of every file is looked up in the measurement
     cache there first (keyed by the audio's sha256, the part, the sample rate, the
     component's settings and code) and only missing components are measured; the
-    counts go to `measure_files.last_counts` and to stderr.
+    counts go to `measure_files.last_counts` and to stderr. `components` (default all)
+    names the components a stage uses (components_for); the measures of the others are
+    NaN in the table, not measured.
     """
     from voicebias.instruments.measure_cache import MeasureCache, measure_jobs
 
     cache = MeasureCache(cache_dir) if cache_dir is not None else None
-    rows, counts = measure_jobs(jobs, sample_rate, workers or os.cpu_count() or 1, desc, cache)
+    rows, counts = measure_jobs(jobs, sample_rate, workers or os.cpu_count() or 1, desc, cache, components)
     measure_files.last_counts = counts
     if cache is not None:
         print(f"{desc}: {counts['files']} files; " + ", ".join(
@@ -518,14 +529,16 @@ def exclusion_counts(measures: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure_table(table: pd.DataFrame, path_col: str, id_col: str, gender_col: str, params: dict[str, Any],
-                  root: Path, sample_rate: int, desc: str, cache_dir: Path | None = None) -> pd.DataFrame:
+                  root: Path, sample_rate: int, desc: str, cache_dir: Path | None = None,
+                  components: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
     """Measure every file of a table with the analysis settings of its voice gender.
 
     Returns the table joined with the measures, status, reason, error and note columns.
     """
     jobs = [(r[id_col], root / r[path_col], MeasureSettings.for_gender(params, r[gender_col]))
             for _, r in table.iterrows()]
-    measures = measure_files(jobs, sample_rate=sample_rate, desc=desc, cache_dir=cache_dir).rename(columns={"id": id_col})
+    measures = measure_files(jobs, sample_rate=sample_rate, desc=desc, cache_dir=cache_dir,
+                             components=components).rename(columns={"id": id_col})
     return table.merge(measures, on=id_col, how="left")
 
 

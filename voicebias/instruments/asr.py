@@ -8,6 +8,16 @@ transcript into an empty string.
 
 Transcripts are cached by the runner per (system call, ASR configuration), so a new
 ASR model never repeats a system call.
+
+Batches (`WhisperASR.transcribe_many`, `batch_size`: default 8 on a GPU, 1 on the
+CPU): the feature extractor pads (or cuts) every clip to Whisper's 30 s window on
+its own, exactly as for one clip, and Whisper's encoder takes no attention mask
+(transformers keeps the argument only for long-form audio, which this module does
+not use: clips are cut at 30 s as before). A batch holds clips decoded in one
+language, so every row starts from the same decoder prompt and needs no decoder
+padding; rows that finish early are filled with the pad token, which decoding
+drops. A clip's tokens therefore do not depend on its batch, up to float rounding
+in batched matrix products (float16 on a GPU can, rarely, tip a near-tie).
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ import hashlib
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -41,9 +51,12 @@ class WhisperASR:
     device : 'cpu' or 'cuda'.
     max_new_tokens : cap on generated tokens per clip.
     beams : beam width (1 = greedy, deterministic).
+    batch_size : clips per `generate` call in `transcribe_many` (default 8 on a GPU, 1 on
+        the CPU); not part of `cache_id`, as it does not change the transcripts.
     """
 
-    def __init__(self, model_dir: str | Path, device: str = "cpu", max_new_tokens: int = 200, beams: int = 1):
+    def __init__(self, model_dir: str | Path, device: str = "cpu", max_new_tokens: int = 200, beams: int = 1,
+                 batch_size: int | None = None):
         self.model_dir = Path(model_dir)
         if not self.model_dir.is_dir():
             raise ASRSetupError(f"Whisper model folder {self.model_dir} not found. Download a Whisper checkpoint "
@@ -76,6 +89,7 @@ class WhisperASR:
         self.device = device
         self.max_new_tokens = int(max_new_tokens)
         self.beams = int(beams)
+        self.batch_size = int(batch_size) if batch_size else (8 if str(device).startswith("cuda") else 1)
         self.name = self.model_dir.name
         weights = sorted(self.model_dir.glob("*.safetensors")) or sorted(self.model_dir.glob("*.bin"))
         h = hashlib.sha256(config.read_bytes())
@@ -88,15 +102,66 @@ class WhisperASR:
 
     def transcribe(self, audio: np.ndarray, sample_rate: int, language: str | None = None) -> str:
         """Text of one clip (mono float samples at `sample_rate` Hz); `language` forces the decoding language."""
+        return self.transcribe_many([audio], sample_rate, [language])[0]
+
+    def transcribe_many(self, audios: Sequence[np.ndarray], sample_rate: int | Sequence[int],
+                        languages: Sequence[str | None] | None = None) -> list[str]:
+        """Texts of several clips, in input order, decoded `batch_size` at a time.
+
+        `sample_rate`: one rate or one per clip; `languages`: per clip, the forced decoding
+        language (None: Whisper's own detection); clips are batched per language.
+        """
+        ids = self.token_ids(audios, sample_rate, languages)
+        return [t.strip() for t in self.processor.batch_decode(ids, skip_special_tokens=True)]
+
+    def token_ids(self, audios: Sequence[np.ndarray], sample_rate: int | Sequence[int],
+                  languages: Sequence[str | None] | None = None, first_logits: bool = False
+                  ) -> list[list[int]] | tuple[list[list[int]], np.ndarray]:
+        """Generated token ids per clip (decoder prompt included, cut after the end-of-text
+        token), in input order; with `first_logits`, also the logits of the first generated
+        token, shape (n_clips, vocab), as a check that batching leaves them alone."""
         import torch
 
-        x = resample(np.asarray(audio, dtype=np.float32), int(sample_rate), SAMPLE_RATE)
-        feats = self.processor(x, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
-        # the model runs in the dtype its config declares (float16 for whisper-large-v3)
-        feats = feats.to(device=self.model.device, dtype=self.model.dtype)
-        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "num_beams": self.beams, "do_sample": False}
-        if language:
-            kwargs.update(language=language, task="transcribe")
-        with self._lock, torch.no_grad():  # one model, shared by the runner's threads
-            ids = self.model.generate(feats, **kwargs)
-        return self.processor.batch_decode(ids, skip_special_tokens=True)[0].strip()
+        n = len(audios)
+        rates = [int(sample_rate)] * n if np.ndim(sample_rate) == 0 else [int(r) for r in sample_rate]  # type: ignore
+        langs = list(languages) if languages is not None else [None] * n
+        if len(rates) != n or len(langs) != n:
+            raise ValueError(f"{n} clips, {len(rates)} sample rates, {len(langs)} languages")
+        by_lang: dict[str | None, list[int]] = {}
+        for i, lang in enumerate(langs):
+            by_lang.setdefault(lang or None, []).append(i)
+        out: list[list[int]] = [[] for _ in range(n)]
+        logits: list[Any] = [None] * n
+        eos = self.model.generation_config.eos_token_id
+        eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        for lang, ids in by_lang.items():
+            for start in range(0, len(ids), self.batch_size):
+                part = ids[start:start + self.batch_size]
+                clips = [resample(np.asarray(audios[i], dtype=np.float32), rates[i], SAMPLE_RATE) for i in part]
+                # each clip padded or cut to 30 s by itself, as when it is alone
+                inputs = self.processor(clips, sampling_rate=SAMPLE_RATE, return_tensors="pt",
+                                        return_attention_mask=True)
+                # the model runs in the dtype its config declares (float16 for whisper-large-v3)
+                feats = inputs.input_features.to(device=self.model.device, dtype=self.model.dtype)
+                # the mask (audio frames vs padding) changes nothing in short-form decoding: the
+                # encoder ignores it; passed so that generate knows the batch is not unmasked padding
+                kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "num_beams": self.beams,
+                                          "do_sample": False,
+                                          "attention_mask": inputs.attention_mask.to(self.model.device)}
+                if lang:
+                    kwargs.update(language=lang, task="transcribe")
+                if first_logits:
+                    kwargs.update(return_dict_in_generate=True, output_logits=True)
+                with self._lock, torch.no_grad():  # one model, shared by the runner's threads
+                    gen = self.model.generate(feats, **kwargs)
+                seqs = gen.sequences if first_logits else gen
+                for row, i in enumerate(part):
+                    toks = [int(t) for t in seqs[row].tolist()]
+                    # after the prompt, the first end-of-text ends the clip (a batch pads finished rows with it)
+                    end = next((k for k in range(1, len(toks)) if toks[k] in eos), len(toks) - 1)
+                    out[i] = toks[:end + 1]
+                    if first_logits:
+                        logits[i] = gen.logits[0][row].float().cpu().numpy()
+        if first_logits:
+            return out, np.stack(logits) if n else np.zeros((0, 0))
+        return out

@@ -10,6 +10,10 @@ Two kinds of backend sit behind one interface (`GenderClassifier.margins`):
 - `w2v2_librispeech`, `w2v2_commonvoice` (paper profile): wav2vec2 sequence
   classifiers that listen to the audio (16 kHz mono), loaded only from a local
   folder (`acoustics.classifier_weights.<name>` in params.yaml), never from a hub.
+  They score clips in batches (`acoustics.classifier_batch_size`, default 8):
+  zero-padded with an attention mask for layer-norm feature encoders, of equal
+  lengths only for group-norm ones (`Wav2Vec2GenderClassifier`); a clip's margin
+  does not depend on its batch.
 
 Backends are imported lazily through REGISTRY ("module:Class"), so the embedded
 default never imports torch or transformers.
@@ -136,12 +140,24 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
     loaded with local_files_only=True: nothing is fetched at run time. The label map
     (config.id2label) is checked at load and the female/male indices taken from it.
 
-    Inference: 16 kHz mono input, batches of `batch_size` on the GPU when one is
-    visible. Checkpoints whose feature extractor returns an attention mask
-    (layer-norm feature encoders, e.g. XLS-R large) are batched with zero padding and
-    the mask; the others (group-norm encoders such as wav2vec2-base) see padding as
-    signal, so they are batched only with clips of identical length. Either way a
-    clip's margin does not depend on the batch it is in.
+    Inference: 16 kHz mono input, batches of `batch_size` (on the GPU when one is
+    visible), returned in input order. How clips are batched depends on the
+    checkpoint's feature encoder (`config.feat_extract_norm`):
+
+    - "layer" (e.g. XLS-R large): clips are sorted by length, so a batch holds
+      clips of similar length, zero-padded to the longest, and the attention mask
+      goes with them (`return_attention_mask=True`, whatever the checkpoint's
+      preprocessor_config says). The mask keeps padding out of the input
+      normalisation, the positional convolution and the attention, and
+      `Wav2Vec2ForSequenceClassification` pools only the unpadded frames, so a
+      padded clip scores as it does alone (to float rounding).
+    - "group" (e.g. wav2vec2-base): the first convolution's group norm
+      normalises each channel over the whole padded length, so padding changes
+      the output with or without a mask (the transformers docs say such models
+      take zero padding and no mask). These are batched only with clips of
+      identical length, i.e. mostly one at a time.
+
+    Either way a clip's margin does not depend on the batch it is in.
     """
 
     needs_audio = True
@@ -169,6 +185,8 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
         self.model.eval().to(self.device)
         self.female_index, self.male_index = label_indices(self.model.config.id2label, labels)
         self.sampling_rate = int(self.extractor.sampling_rate)
+        #: padded batches with an attention mask (layer-norm feature encoders only; see the class docstring)
+        self.masked_batches = getattr(self.model.config, "feat_extract_norm", "group") == "layer"
 
     def logits(self, audio: Sequence[np.ndarray], sample_rate: int = 16000) -> np.ndarray:
         """Pre-softmax logits, shape (n_clips, 2), in the checkpoint's class order."""
@@ -178,18 +196,21 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
 
         clips = [resample(np.asarray(a, dtype=np.float32), sample_rate, self.sampling_rate) for a in audio]
         out = np.full((len(clips), 2), np.nan)
-        if self.extractor.return_attention_mask:
+        if self.masked_batches:
+            # sorted by length: each batch pads its clips to the longest of similar lengths
             order = sorted(range(len(clips)), key=lambda i: len(clips[i]))
             batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            mask: dict[str, bool] = {"return_attention_mask": True}
         else:
             by_len: dict[int, list[int]] = {}
             for i, c in enumerate(clips):
                 by_len.setdefault(len(c), []).append(i)
             batches = [ids[i:i + self.batch_size] for ids in by_len.values() for i in range(0, len(ids), self.batch_size)]
+            mask = {}  # equal lengths, nothing padded: the extractor's own setting
         with torch.inference_mode():
             for ids in batches:
                 feats = self.extractor([clips[i] for i in ids], sampling_rate=self.sampling_rate, padding=True,
-                                       return_tensors="pt")
+                                       return_tensors="pt", **mask)
                 # float inputs in the dtype the model loaded in (its config may declare float16)
                 feats = {k: v.to(self.device, dtype=self.model.dtype) if v.is_floating_point() else v.to(self.device)
                          for k, v in feats.items()}

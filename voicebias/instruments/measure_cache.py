@@ -172,8 +172,8 @@ def _row(key: str, read: dict[str, Any] | None, refused: list[str] | None, recs:
     return {**row, **{c: row.get(c, float("nan")) for c in MEASURE_COLUMNS}}
 
 
-def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str,
-                 cache: MeasureCache | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, cache: MeasureCache | None,
+                 components: tuple[str, ...] | list[str] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows (in job order) and counts for measure_files; see its docstring."""
     from tqdm import tqdm
 
@@ -187,7 +187,7 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str,
         if part not in PARTS:
             raise ConfigError(f"measure part must be one of {', '.join(PARTS)}, not '{part}'")
         check_settings(settings)
-        order = components_for(settings)
+        order = components_for(settings, components)
         plan = {"id": key, "path": str(path), "settings": settings, "part": part, "order": order,
                 "read": None, "recs": {}, "need": list(order), "sha": None}
         if cache is not None and os.path.isfile(path):

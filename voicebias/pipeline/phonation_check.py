@@ -10,7 +10,7 @@ from voicebias.gates.phonation_check import classifier_flips, measure_stimuli, p
 
 
 def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path,
-              measure_cache: Path | None = None) -> pd.DataFrame:
+              measure_cache: Path | None = None, embedding_cache: Path | None = None) -> pd.DataFrame:
     """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics."""
     from voicebias.instruments.embeddings import embedder_from_params
     from voicebias.io import read_table, write_json, write_table
@@ -19,7 +19,7 @@ def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metric
     manifest = read_table(manifest_path)
     measured = measure_stimuli(manifest, params["acoustics"], root, cache_dir=measure_cache)
     own, between = speaker_similarities(manifest, embedder_from_params(params["acoustics"], root),
-                                        root)
+                                        root, cache_dir=embedding_cache)
     margins, flips = classifier_flips(measured, params["acoustics"], root)
     changes = paired_changes(measured, presets)
     summary = summarise(changes, own, between, manifest)

@@ -18,7 +18,7 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
               task: Task | None = None, gate: str = "the carrier gate", kind: str | None = None,
               context: dict[str, Any] | None = None, stage: str | None = None,
               annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None) -> pd.DataFrame:
-    """Stage 'respond': one system x one task over all stimuli of the task's languages.
+    """One system x one task over all stimuli of the task's languages.
 
     The keyword arguments let another stage run a system over its own stimulus table
     through the same runner (voicebias.pipeline.sc_continue does): `task`, a task that is not
@@ -27,9 +27,37 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
     kind of system the stage takes; `context`, what the system is built with besides
     the stimulus table and root (default: the passages of passages_path and
     tts.rate_wpm; passages_path may be None where context is given); `stage`, the
-    stage's name in the run log and progress line; `annotate(system, system params)`,
+    name in the run log and progress line; `annotate(system, system params)`,
     tracked facts added to the stats record (a reference system's planted truth).
     """
+    tables = run_tasks(params, system_name, [task_name], manifest_path, passages_path, gate_metrics,
+                       lambda _: out_dir, lambda _: stats_path, cache_dir, root,
+                       tasks={task_name: task} if task is not None else None, gate=gate, kind=kind, context=context,
+                       stage=(lambda _: stage) if stage else None, annotate=annotate)
+    return tables[task_name]
+
+
+def run_system_stage(params: dict[str, Any], system_name: str, manifest_path: Path, passages_path: Path,
+                     gate_metrics: Path, out_dir_for: Callable[[str], Path], stats_path_for: Callable[[str], Path],
+                     cache_dir: Path, root: Path, task_names: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Stage 'respond@SYSTEM': one system over every task of `tasks.names` (or `task_names`),
+    built once (a model is loaded once for all its tasks), each task's table and stats
+    written to `out_dir_for(task)` and `stats_path_for(task)` (DVC clears the stage's two
+    folders before it runs, so no table or record of a task no longer listed survives)."""
+    names = list(task_names or params["tasks"]["names"])
+    return run_tasks(params, system_name, names, manifest_path, passages_path, gate_metrics, out_dir_for,
+                     stats_path_for, cache_dir, root)
+
+
+def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], manifest_path: Path,
+              passages_path: Path | None, gate_metrics: Path, out_dir_for: Callable[[str], Path],
+              stats_path_for: Callable[[str], Path], cache_dir: Path, root: Path, *,
+              tasks: dict[str, Task] | None = None, gate: str = "the carrier gate", kind: str | None = None,
+              context: dict[str, Any] | None = None, stage: Callable[[str], str] | None = None,
+              annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
+              ) -> dict[str, pd.DataFrame]:
+    """Build the system once and run it on each task in turn (see run_stage for the keywords;
+    `tasks` maps task names to Task objects that are not in data/tasks/prompts.yaml)."""
     from voicebias.io import read_json, read_table, write_json, write_table
     from voicebias.runlog import record as record_run
     from voicebias.runlog import split_counts
@@ -44,31 +72,41 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
     sys_params = params["systems"].get(system_name)
     if sys_params is None:
         raise KeyError(f"params.yaml has no 'systems.{system_name}' section")
-    if task is None:
-        tasks = load_tasks()
-        if task_name not in tasks:
-            raise KeyError(f"unknown task '{task_name}'; data/tasks/prompts.yaml defines {', '.join(sorted(tasks))}")
-        task = tasks[task_name]
+    chosen: dict[str, Task] = {}
+    for name in task_names:
+        if tasks is not None and tasks.get(name) is not None:
+            chosen[name] = tasks[name]
+            continue
+        known = load_tasks()
+        if name not in known:
+            raise KeyError(f"unknown task '{name}'; data/tasks/prompts.yaml defines {', '.join(sorted(known))}")
+        chosen[name] = known[name]
     system = build_system(system_name, sys_params, stimuli=manifest, root=root, **context)
+    results: dict[str, pd.DataFrame] = {}
     try:
         if kind is not None and system.kind != kind:
             raise ValueError(f"system '{system_name}' is a {system.kind} system; this stage needs a {kind} system")
         policy = RetryPolicy.from_params(sys_params)
         asr = build_asr(sys_params, root)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)  # the stage's output is rebuilt from the cache, never half-stale
-        table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir),
-                                 int(params["base"]["seed"]), root, policy=policy, asr=asr,
-                                 continuation_s=float(system.params["continuation_s"]) if system.kind == "continuation" else 0.0)
+        for name, task in chosen.items():
+            out_dir, stats_path = Path(out_dir_for(name)), Path(stats_path_for(name))
+            label = stage(name) if stage else f"respond@{system_name}-{name}"
+            if out_dir.exists():
+                shutil.rmtree(out_dir)  # the task's output is rebuilt from the cache, never half-stale
+            table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir),
+                                     int(params["base"]["seed"]), root, policy=policy, asr=asr,
+                                     continuation_s=float(system.params["continuation_s"])
+                                     if system.kind == "continuation" else 0.0)
+            validate_responses(table, system.kind)
+            write_table(out_dir / "responses.csv", table)
+            if annotate is not None:
+                counts.update(annotate(system, sys_params))
+            tracked, run_facts = split_counts(counts)
+            write_json(stats_path, tracked)
+            record_run(label, {**run_facts, **system.run_facts()})
+            print(f"{label}: {counts['requests']} requests, {counts['calls']} calls, "
+                  f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
+            results[name] = table
     finally:
         system.close()
-    validate_responses(table, system.kind)
-    write_table(out_dir / "responses.csv", table)
-    if annotate is not None:
-        counts.update(annotate(system, sys_params))
-    tracked, run_facts = split_counts(counts)
-    write_json(stats_path, tracked)
-    record_run(stage or f"respond@{system_name}-{task_name}", {**run_facts, **system.run_facts()})
-    print(f"{stage or f'respond {system_name}/{task_name}'}: {counts['requests']} requests, {counts['calls']} calls, "
-          f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
-    return table
+    return results

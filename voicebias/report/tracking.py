@@ -319,7 +319,9 @@ def dataset_input(name: str, path: Path, context: str, outs: dict[str, str], roo
     (data/stimuli/manifest.csv in data/stimuli), that folder's .dir md5. Without a
     dvc.lock entry the digest falls back to the file's own sha256, written
     `sha256:<first 29 hex digits>` (MLflow's digest holds 36 characters); the profile
-    says which it is and carries the whole sha256. A table with neither is not logged.
+    says which it is and carries the whole sha256 of any table that exists (the tasks of
+    one system share their folder output, data/responses/<system>, and its md5). A table
+    with neither is not logged.
     """
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
@@ -329,6 +331,8 @@ def dataset_input(name: str, path: Path, context: str, outs: dict[str, str], roo
     if holders:
         out = max(holders, key=len)
         digest, profile = outs[out], {"digest": "dvc.lock md5", "dvc_out": out}
+        if path.is_file():
+            profile["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     elif path.is_file():
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
         digest, profile = f"sha256:{sha[:29]}", {"digest": "sha256 (no dvc.lock entry)", "sha256": sha}

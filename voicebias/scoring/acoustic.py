@@ -25,6 +25,7 @@ output) are measured once.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,43 +55,58 @@ def render_controls(rows: pd.DataFrame, spec: dict[str, Any], root: Path, cache_
     """Render each row's transcript (columns id, transcript, target_lang) in the control
     voice of its language; one row per id: ctrl_path (relative to root), ctrl_sha256,
     ctrl_error ('' when rendered). Renderings are kept under cache_dir keyed by
-    (backend, voice, rate, text), so a transcript is synthesised once."""
+    (backend, voice, rate, text), so a transcript is synthesised once; the ones not yet
+    there are synthesised on every core."""
     from voicebias.audio import sha256_file, write_audio
     from voicebias.cache import content_key
+    from voicebias.parallel import ItemFailed, map_processes
     from voicebias.tts import get_backend
 
     out_dir = Path(cache_dir) / "text_control"
     out_dir.mkdir(parents=True, exist_ok=True)
-    tts = None
-    recs = []
+    plan: list[tuple[Any, str | None, Path | None]] = []
+    todo: dict[Path, tuple[str, str]] = {}
     for r in rows.itertuples(index=False):
         voice = spec["voices"].get(r.target_lang)
         text = r.transcript if isinstance(r.transcript, str) else ""
         if voice is None:
-            recs.append({"id": r.id, "ctrl_path": None, "ctrl_sha256": None,
-                         "ctrl_error": f"no text-control voice for language '{r.target_lang}'"})
+            plan.append((r.id, f"no text-control voice for language '{r.target_lang}'", None))
             continue
         if not text.strip():
-            recs.append({"id": r.id, "ctrl_path": None, "ctrl_sha256": None, "ctrl_error": "empty transcript"})
+            plan.append((r.id, "empty transcript", None))
             continue
-        key = content_key([spec["backend"], voice, spec["rate_wpm"], text])
-        dest = out_dir / f"{key}.flac"
+        dest = out_dir / f"{content_key([spec['backend'], voice, spec['rate_wpm'], text])}.flac"
         if not dest.exists():
-            try:
-                tts = tts or get_backend(spec["backend"], rate_wpm=spec["rate_wpm"])
-                audio, sr = tts.synthesize(text, voice)
-            except (ValueError, RuntimeError) as exc:
-                recs.append({"id": r.id, "ctrl_path": None, "ctrl_sha256": None, "ctrl_error": f"text control: {exc}"})
-                continue
-            tmp = dest.with_suffix(".tmp.flac")
+            todo.setdefault(dest, (text, voice))
+        plan.append((r.id, None, dest))
+    failed: dict[Path, str] = {}
+    if todo:
+        tts = get_backend(spec["backend"], rate_wpm=spec["rate_wpm"])
+
+        def render(job: tuple[Path, str, str]) -> None:
+            dest, text, voice = job
+            audio, sr = tts.synthesize(text, voice)
+            tmp = dest.with_name(f".{dest.stem}.{os.getpid()}.tmp.flac")
             write_audio(tmp, audio, sr)
             tmp.replace(dest)
+
+        jobs = [(d, t, v) for d, (t, v) in todo.items()]
+        results = map_processes(render, jobs, size=lambda j: len(j[1]), desc="text controls", failures="return")
+        failed = {j[0]: r.error for j, r in zip(jobs, results) if isinstance(r, ItemFailed)}
+    recs = []
+    for rid, error, dest in plan:
+        if dest is not None and dest in failed:
+            error = f"text control: {failed[dest]}"
+        if error is not None:
+            recs.append({"id": rid, "ctrl_path": None, "ctrl_sha256": None, "ctrl_error": error})
+            continue
         try:
             rel = str(dest.relative_to(root))
         except ValueError:
             rel = str(dest)
-        recs.append({"id": r.id, "ctrl_path": rel, "ctrl_sha256": sha256_file(dest), "ctrl_error": ""})
+        recs.append({"id": rid, "ctrl_path": rel, "ctrl_sha256": sha256_file(dest), "ctrl_error": ""})
     return pd.DataFrame(recs, columns=["id", "ctrl_path", "ctrl_sha256", "ctrl_error"])
+
 
 def output_settings(params: dict[str, Any], gender: str | None) -> MeasureSettings:
     """Settings of a fixed output voice's gender ('male' or 'female'), gender-neutral

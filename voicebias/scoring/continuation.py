@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from voicebias.contract import F0_ST, SC_MEASURES, SC_SCORED_COLUMNS
+from voicebias.contract import F0_ST, SC_COMPONENTS, SC_MEASURES, SC_SCORED_COLUMNS
 
 
 def _judge_key(judge_params: dict[str, Any], rubric: dict[str, Any], prompt: str, text: str) -> str:
@@ -65,7 +65,8 @@ def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[
 
 def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params: dict[str, Any], root: Path,
                         judge: Any | None = None, embedder: Any | None = None,
-                        cache_dir: Path | None = None, measure_cache: Path | None = None) -> pd.DataFrame:
+                        cache_dir: Path | None = None, measure_cache: Path | None = None,
+                        embedding_cache: Path | None = None) -> pd.DataFrame:
     """One row per continuation: contract columns, voice quality, similarity, judge scores."""
     from voicebias.instruments.acoustics import measure_table
     from voicebias.instruments.embeddings import embedder_from_params, speaker_similarity
@@ -76,7 +77,8 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
         meta.rename(columns={"text": "prompt_text", "path": "prompt_audio"}), on="stimulus_id", how="left")
     ok = df[df["status"] == "ok"].copy()
     measured = measure_table(ok, "output_audio", "stimulus_id", "voice_gender", params["acoustics"], Path(root),
-                             16000, desc="continuation voice quality", cache_dir=measure_cache)
+                             16000, desc="continuation voice quality", cache_dir=measure_cache,
+                             components=SC_COMPONENTS)
     measured = measured.rename(columns={"status_y": "measure_status"})
     if "measure_status" not in measured:
         measured = measured.rename(columns={"status": "measure_status"})
@@ -84,7 +86,8 @@ def score_continuations(responses: pd.DataFrame, manifest: pd.DataFrame, params:
     df = df.merge(measured[[c for c in cols if c in measured]], on="stimulus_id", how="left")
     embedder = embedder or embedder_from_params(params["acoustics"], root)
     sims = speaker_similarity(ok[["stimulus_id", "prompt_audio", "output_audio"]], embedder,
-                              reference_col="prompt_audio", output_col="output_audio", root=Path(root))
+                              reference_col="prompt_audio", output_col="output_audio", root=Path(root),
+                              cache_dir=embedding_cache)
     df = df.merge(sims[["stimulus_id", "speaker_similarity"]], on="stimulus_id", how="left")
     judge_params = params.get("sc_judge") or {}
     judge = judge or get_judge(judge_params)

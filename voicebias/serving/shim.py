@@ -8,7 +8,10 @@ It starts the driver as a worker process speaking the driver line protocol
 one JSON answer line per JSON request line) and serves:
 
 - ``GET /health``: 200 once the worker is ready, 503 before;
-- ``GET /v1/models``: the one served model (its ``info`` is what the driver reported);
+- ``GET /v1/models``: the one served model: its ``info`` (what the driver reported when it
+  got ready), its ``driver`` (file name and sha256), its ``config`` (the driver's
+  configuration: checkpoint, checkout, weights, device, settings) and the ``python`` that
+  runs it, which the repository adapter checks before its first call;
 - ``POST /v1/chat/completions``: the request the ``openai_compatible`` adapter sends
   (voicebias/systems/openai_audio.py): the task prompt as the system message, or as a
   ``text`` part of the user turn; the stimulus as an ``input_audio`` part
@@ -45,6 +48,7 @@ import argparse
 import base64
 import binascii
 import collections
+import hashlib
 import io
 import json
 import os
@@ -247,9 +251,22 @@ def _audio_part(part):
     return raw
 
 
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 class Shim:
     def __init__(self, args):
         self.model = args.model
+        try:
+            self.config = json.loads(args.config)
+        except ValueError as exc:
+            raise SystemExit(f"shim: --config is not JSON: {exc}") from None
+        self.driver = {"name": os.path.basename(args.driver), "sha256": _sha256(args.driver)}
         driver_argv = [sys.executable, args.driver, args.config]
         self.worker = Worker(driver_argv, args.startup_timeout_s, args.timeout_s)
         self.workdir = tempfile.mkdtemp(prefix="voicebias-shim-")
@@ -259,7 +276,9 @@ class Shim:
 
     def models(self):
         return {"object": "list", "data": [{"id": self.model, "object": "model", "created": self.created,
-                                            "owned_by": "voicebias-shim", "info": self.worker.info}]}
+                                            "owned_by": "voicebias-shim", "info": self.worker.info,
+                                            "driver": self.driver, "config": self.config,
+                                            "python": sys.executable}]}
 
     def complete(self, body):
         if not isinstance(body, dict):

@@ -18,8 +18,9 @@ vllm_omni                 models served by vLLM-Omni (audio_url in, per-stage sa
 gemini_live               Gemini Live native audio (google-genai, voice Kore)
 qwen_omni                 Qwen2.5-Omni through transformers (local weights)
 kimi_audio, glm4_voice,   speech-to-speech models run from the user's checkout of
-step_audio2               their repository, in its own environment (subprocess)
-spiritlm, speechgpt,      speech-continuation models, same route
+step_audio2               their repository, in its own environment (subprocess), or
+                          over HTTP from the shims `voicebias serve` starts
+spiritlm, speechgpt,      speech-continuation models, same routes
 vae_gslm
 ========================  =========================================================
 """

@@ -39,16 +39,18 @@ CONTINUATION_OUTPUT_S = (5.0, 8.0)
 RUNNER_KEYS = frozenset({
     "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "endpoints", "api_key_env", "python",
     "checkout", "weights", "device", "asr", "startup_timeout_s",
+    "driver",  # a path: the repository adapters put the driver's sha256 in the key instead
 })
 
 #: Card keys that say where a system is served, not what it is: left out of the cache key,
 #: so moving a model to other servers (or to several) never repeats a finished call.
 DEPLOY_CARD_KEYS = frozenset({"base_url", "endpoints", "api_key_env"})
 
-#: Provenance keys that name where a call went (the endpoint's address): they change with
-#: the number of endpoints and which one answered, so they stay in the cache entry
-#: (untracked) and are left out of the responses table, which must not depend on them.
-DEPLOY_PROVENANCE = frozenset({"endpoint"})
+#: Provenance keys that name where a call went (the endpoint's address, and the model's path
+#: on that server's machine): they change with the number of endpoints and which one
+#: answered, so they stay in the cache entry (untracked) and are left out of the responses
+#: table, which must not depend on them.
+DEPLOY_PROVENANCE = frozenset({"endpoint", "served_root"})
 
 
 class TransientError(VoicebiasError, RuntimeError):

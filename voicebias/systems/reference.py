@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 
 from voicebias.contract import GENDERS, POLE_ORDINAL, POLES
+from voicebias.parallel import ProcessBatched
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem
 from voicebias.tts import get_backend
 
@@ -81,6 +81,8 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
         truth["odds_ratio_per_step"] = float("nan")
         truth["separable"] = True
     else:
+        import statsmodels.api as sm
+
         X = sm.add_constant(cells[["content_step", "voice_female"]])
         with warnings.catch_warnings():  # an exactly fitting planted table triggers 'perfect prediction'
             warnings.simplefilter("ignore")
@@ -107,7 +109,7 @@ def _rng(*parts: Any) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:16], "little"))
 
 
-class ReferenceSystem(S2SSystem):
+class ReferenceSystem(ProcessBatched, S2SSystem):
     """A planted-truth system; see the module docstring for its rules."""
 
     max_concurrency = 1

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from voicebias.contract import GENDERS
+from voicebias.parallel import ProcessBatched
 from voicebias.systems.base import ContinuationRequest, ContinuationSystem, S2SResponse
 from voicebias.tts import get_backend
 
@@ -72,7 +73,7 @@ def topic_word(prompt_text: str) -> str:
     return max(words, key=len) if words else "it"
 
 
-class ReferenceContinuationSystem(ContinuationSystem):
+class ReferenceContinuationSystem(ProcessBatched, ContinuationSystem):
     """Planted-truth continuation system; see the module docstring."""
 
     max_concurrency = 1

@@ -7,25 +7,51 @@ imported here: each runs in a subprocess with the interpreter of its own
 environment (`python` in the system's params), with the checkout as working
 directory and on PYTHONPATH.
 
-Two routes:
+Three routes:
 
 - **worker** (every shipped system): a small driver script shipped in
   :mod:`voicebias.systems.drivers` (``<system>_driver.py``, never named like the
-  package it imports, since a script's folder comes first on sys.path) loads the
-  model once and then answers one JSON line per request on stdin/stdout (audio in as a 16 kHz WAV path,
-  audio out as a file path plus the model's text). Model loading happens at the
-  first call that is not a cache hit, so a fully cached re-run never loads it.
+  package it imports, since a script's folder comes first on sys.path; params `driver`
+  names a script of one's own instead) loads the model once and then answers one JSON
+  line per request on stdin/stdout (audio in as a 16 kHz WAV path, audio out as a file
+  path plus the model's text). Model loading happens at the first call that is not a
+  cache hit, so a fully cached re-run never loads it.
 - **command** (any system with `command` in its params, which replaces its driver):
   one process per request from a command template, for a wrapper of the user's own
   (docs/repository-systems.md). Placeholders: {audio} (input WAV),
   {out} (output WAV to write), {text_out} (optional text file), {prompt}, {seed},
   {continuation_s}, {weights}, {checkout}.
+- **served** (any system with endpoints: the endpoints file ``voicebias serve <system>``
+  writes, else params `endpoints` or `base_url`, else the card): the same driver runs
+  behind the shim (:mod:`voicebias.serving.shim`), on this machine or another, and each
+  request goes over HTTP to one endpoint of an
+  :class:`~voicebias.clients.endpoints.EndpointPool` (fail-over, a bound per endpoint;
+  the runner's concurrency is the sum of the endpoints' `max_concurrency`). No
+  checkout, environment or weights are needed on this side.
 
 A missing checkout, environment or weights raises :class:`SetupError` with what to
 do; a worker that cannot start raises SetupError with the tail of its stderr (the
 stage stops: nothing could run); a worker that dies or hangs mid-run is restarted
 and the call retried (TransientError); an error the driver reports for one input is
 recorded as that input's failure.
+
+The served route's request carries what the worker route hands the driver: the same
+16 kHz 16-bit WAV bytes, the prompt, the seed, the task, the languages and the
+continuation settings; the shim passes them to the driver unchanged and returns the
+driver's WAV and text, which are read as the worker route reads them. So the answer is
+the same function of the same inputs, and the cache key is the worker route's: a
+cached answer of one route serves the other. Before the first cache key is computed
+every endpoint is asked (``GET /health``, ``GET /v1/models``) what it runs, and an
+endpoint that breaks the premise is a setup error naming it: it must be a voicebias
+shim serving the card's checkpoint, its driver must run with the settings this
+system's params give, and every endpoint must run the same driver code and report the
+same model revision. The one thing the key takes from the servers is the driver: a
+driver other than the shipped one (``voicebias serve --driver``; params `driver` for
+the worker route) puts its sha256 in the key. Where a call was served (`endpoint`)
+stays in the cache entry and out of the responses table. A driver error for one input
+(HTTP 422) is recorded as that input's failure with the driver's message, as in the
+worker route; a reply without audio is a recorded failure; 503, 504 and other 5xx (the
+worker died, hung or is loading) and 429 are retried by the runner.
 """
 
 from __future__ import annotations
@@ -42,15 +68,21 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from voicebias.audio import read_audio, write_audio
+from voicebias.audio import read_audio, sha256_file, write_audio
+from voicebias.clients.endpoints import AllEndpointsDown, EndpointPool, Unreachable, resolve_endpoints, safe_url
+from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
 from voicebias.secrets import child_env
 from voicebias.systems.base import (
-    ContinuationRequest, ContinuationSystem, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError,
-    resolve_path,
+    ContinuationRequest, ContinuationSystem, S2SRequest, S2SResponse, S2SSystem, SetupError, SystemUnderTest,
+    TransientError, resolve_path,
 )
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 INPUT_RATE = 16000
+#: what the shim reports as its models' owner (voicebias/serving/shim.py)
+SHIM_OWNER = "voicebias-shim"
+#: seconds a served request may take beyond the driver's own limit (the shim answers 504 at that limit)
+HTTP_MARGIN_S = 60.0
 
 
 def _tail(lines: deque[str], n: int = 12) -> str:
@@ -159,15 +191,35 @@ class Worker:
 
 
 class RepositoryBackend:
-    """Setup checks, input/output files and the subprocess for one repository-based system."""
+    """Setup checks, input/output files and the subprocess (or the shims serving it) for one repository-based system.
 
-    def __init__(self, system: Any, repo: str, driver: str | None, root: Path | None):
+    `local` runs the driver here even when endpoints are named (what ``voicebias serve`` does
+    to start the servers themselves).
+    """
+
+    def __init__(self, system: Any, repo: str, driver: str | None, root: Path | None, local: bool = False):
         self.system = system
         self.name = system.name
         self.repo = repo
         params, card = system.params, system.card
         req = card.get("requires") or {}
         self.root = Path(root) if root else None
+        self.timeout_s = float(params.get("timeout_s") or 600.0)
+        self.command = params.get("command")
+        self.shipped = DRIVERS / driver if driver else None
+        self.driver_path = resolve_path(params["driver"], self.root) if params.get("driver") else self.shipped
+        self.driver = self.driver_path.name if self.driver_path else None
+        self._lock = threading.Lock()
+        self.worker: Worker | None = None
+        self.served: ShimClient | None = None
+        endpoints, source = resolve_endpoints(self.name, params, card, self.root, system.max_concurrency)
+        if source != "default" and not local:
+            if self.command is not None:
+                raise SetupError(f"system '{self.name}' runs a 'command' per request, which a shim does not serve; "
+                                 f"drop 'command' or its endpoints (from {source})")
+            self.served = ShimClient(self, endpoints, source)
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"voicebias-{self.name}-"))
+            return
         checkout = params.get("checkout") or req.get("checkout")
         weights = params.get("weights") or req.get("weights")
         if not checkout:
@@ -178,7 +230,8 @@ class RepositoryBackend:
             raise SetupError(
                 f"system '{self.name}' runs from a checkout of {repo}, expected at {checkout}, which is missing. "
                 f"Clone it there (git clone https://github.com/{repo} {checkout}), create its own environment as its "
-                f"README says, and set systems.{self.name}.python to that environment's interpreter.")
+                f"README says, and set systems.{self.name}.python to that environment's interpreter; or serve it "
+                f"on the machine that has them (voicebias serve {self.name}) and name that server's endpoints.")
         if self.weights is not None and not self.weights.exists():
             raise SetupError(f"system '{self.name}': model weights expected at {weights} are missing; download "
                              f"{card.get('checkpoint', 'the checkpoint')} there (see models/cards/{self.name}.yaml)")
@@ -193,16 +246,30 @@ class RepositoryBackend:
             self.python = str(guess)
         if not Path(self.python).exists() and shutil.which(self.python) is None:
             raise SetupError(f"system '{self.name}': the interpreter {python} does not exist")
-        self.timeout_s = float(params.get("timeout_s") or 600.0)
-        self.command = params.get("command")
-        self.driver = driver
-        if self.command is None and driver is None:
+        if self.command is None and self.driver_path is None:
             raise SetupError(f"system '{self.name}': {repo} has no importable inference API; set "
                              f"systems.{self.name}.command to the command that runs its inference script on one "
                              "prompt (placeholders {audio}, {out}, {text_out}, {seed}, {continuation_s}, {weights})")
+        if self.command is None and not self.driver_path.is_file():
+            raise SetupError(f"system '{self.name}': driver {self.driver_path} not found")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"voicebias-{self.name}-"))
-        self._lock = threading.Lock()
-        self.worker: Worker | None = None
+
+    # -- what changes the answer ---------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """The settings handed to the driver: the params without the runner's knobs."""
+        return SystemUnderTest.generation_settings(self.system)
+
+    def key_settings(self) -> dict[str, Any]:
+        """What the cache key adds to the settings: the sha256 of the driver that answers, when it is not
+        the shipped one (the shims' driver when served, else params `driver`). Asks the shims on first use."""
+        if self.served is not None:
+            sha = self.served.info()["driver_sha256"]
+        elif self.command is None and self.driver_path != self.shipped:
+            sha = sha256_file(self.driver_path)
+        else:
+            return {}
+        shipped = sha256_file(self.shipped) if self.shipped is not None and self.shipped.is_file() else None
+        return {} if sha == shipped else {"driver_sha256": sha}
 
     def env(self) -> dict[str, str]:
         """The allow-listed environment (voicebias.secrets.child_env) with the checkout on PYTHONPATH:
@@ -212,39 +279,46 @@ class RepositoryBackend:
                           "PYTHONUNBUFFERED": "1"})
 
     def driver_config(self) -> dict[str, Any]:
-        settings = self.system.generation_settings()
+        settings = self.settings()
         return {"weights": str(self.weights) if self.weights else None, "checkout": str(self.checkout),
                 "checkpoint": str(self.system.card.get("checkpoint", "")),
                 "device": self.system.params["device"], "settings": settings}
 
     def _worker(self) -> Worker:
         if self.worker is None:
-            argv = [self.python, str(DRIVERS / self.driver), json.dumps(self.driver_config())]
+            argv = [self.python, str(self.driver_path), json.dumps(self.driver_config())]
             self.worker = Worker(argv, self.checkout, self.env(), f"system '{self.name}' ({self.repo})",
                                  float(self.system.params["startup_timeout_s"]))
         return self.worker
 
     def run(self, request: S2SRequest | ContinuationRequest, extra: dict[str, Any]) -> S2SResponse:
+        if self.served is not None:  # the shims bound their own concurrency
+            return self._run(request, extra)
         with self._lock:  # one model process: one request at a time
-            x, sr = read_audio(request.audio_path, target_sr=INPUT_RATE)
-            tag = f"{request.stimulus_id}-{time.monotonic_ns()}"
-            wav_in = self.workdir / f"{tag}-in.wav"
-            out = self.workdir / f"{tag}-out.wav"
-            text_out = self.workdir / f"{tag}-out.txt"
-            import soundfile as sf
+            return self._run(request, extra)
 
-            sf.write(str(wav_in), x, sr, subtype="PCM_16", format="WAV")
-            payload = {"audio": str(wav_in), "out": str(out), "prompt": request.prompt, "seed": int(request.seed),
-                       "lang": request.lang, "target_lang": request.target_lang, **extra}
-            try:
-                if self.command is not None:
-                    reply = self._run_command(payload, text_out)
-                else:
-                    reply = self._worker().request(payload, self.timeout_s)
-                return self._response(reply, out)
-            finally:
-                for p in (wav_in, out, text_out):
-                    p.unlink(missing_ok=True)
+    def _run(self, request: S2SRequest | ContinuationRequest, extra: dict[str, Any]) -> S2SResponse:
+        x, sr = read_audio(request.audio_path, target_sr=INPUT_RATE)
+        tag = f"{request.stimulus_id}-{time.monotonic_ns()}-{threading.get_ident()}"
+        wav_in = self.workdir / f"{tag}-in.wav"
+        out = self.workdir / f"{tag}-out.wav"
+        text_out = self.workdir / f"{tag}-out.txt"
+        import soundfile as sf
+
+        sf.write(str(wav_in), x, sr, subtype="PCM_16", format="WAV")
+        payload = {"audio": str(wav_in), "out": str(out), "prompt": request.prompt, "seed": int(request.seed),
+                   "lang": request.lang, "target_lang": request.target_lang, **extra}
+        try:
+            if self.served is not None:
+                return self.served.run(payload, wav_in, out)
+            if self.command is not None:
+                reply = self._run_command(payload, text_out)
+            else:
+                reply = self._worker().request(payload, self.timeout_s)
+            return self._response(reply, out)
+        finally:
+            for p in (wav_in, out, text_out):
+                p.unlink(missing_ok=True)
 
     def _run_command(self, payload: dict[str, Any], text_out: Path) -> dict[str, Any]:
         fields = {**payload, "text_out": str(text_out), "weights": str(self.weights or ""),
@@ -269,12 +343,12 @@ class RepositoryBackend:
         text = text_out.read_text(encoding="utf-8").strip() if text_out.exists() else None
         return {"status": "ok", "text": text}
 
-    def _response(self, reply: dict[str, Any], out: Path) -> S2SResponse:
-        prov = {"repository": self.repo, "checkout": str(self.checkout), "python": self.python}
-        if self.worker is not None:
-            prov.update(self.worker.info)
-            if self.worker.info.get("revision"):
-                prov["model_revision"] = self.worker.info["revision"]
+    def _response(self, reply: dict[str, Any], out: Path, prov: dict[str, Any] | None = None) -> S2SResponse:
+        """The response from the driver's reply and output file; `prov` is the provenance (default: this
+        machine's checkout and interpreter, and what the worker reported)."""
+        if prov is None:
+            info = self.worker.info if self.worker is not None else {}
+            prov = provenance(self.repo, str(self.checkout), self.python, info)
         if reply.get("status") != "ok":
             return S2SResponse.failed(str(reply.get("error") or "the driver reported a failure"), **prov)
         if not out.exists():
@@ -290,40 +364,214 @@ class RepositoryBackend:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-class RepositoryS2SSystem(S2SSystem):
-    """A speech-to-speech system run from its own repository (see the module docstring)."""
+def provenance(repo: str, checkout: str, python: str, info: dict[str, Any]) -> dict[str, Any]:
+    """A response's provenance: the repository, the checkout and interpreter that ran the driver, what the
+    driver reported when it got ready, and its revision as the model revision."""
+    prov = {"repository": repo, "checkout": checkout, "python": python, **info}
+    if info.get("revision"):
+        prov["model_revision"] = info["revision"]
+    return prov
+
+
+class ShimClient:
+    """The served route of one repository system: its shims' endpoints, what they run, and one call."""
+
+    def __init__(self, backend: RepositoryBackend, endpoints: list[Any], source: str):
+        self.backend = backend
+        self.name = backend.name
+        self.endpoints, self.source = endpoints, source
+        self.urls = [str(e.url).rstrip("/") for e in endpoints]
+        self.pool = EndpointPool(endpoints, name=self.name)
+        self.model = str(backend.system.card.get("checkpoint") or self.name)
+        self._info: dict[str, Any] | None = None
+        self._served: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def endpoint(self, i: int) -> str:
+        return safe_url(self.urls[i])
+
+    # -- what the shims run --------------------------------------------------
+    def _get(self, i: int, path: str) -> tuple[int, Any]:
+        import requests
+
+        base = self.urls[i]
+        url = f"{base.removesuffix('/v1')}{path}" if path == "/health" else f"{base}{path}"  # /health is at the root
+        try:
+            r = requests.get(url, timeout=30.0)
+        except requests.RequestException as exc:
+            raise SetupError(f"system '{self.name}': endpoint {self.endpoint(i)}: no shim answers at {safe_url(url)} "
+                             f"({type(exc).__name__}); start it with `voicebias serve {self.name}` on the machine "
+                             f"that has the checkout and weights, or name the servers that run (these came from "
+                             f"{self.source})") from None
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        return r.status_code, body
+
+    def info(self) -> dict[str, Any]:
+        """What every endpoint runs, asked once (see the module docstring); a broken premise is a SetupError."""
+        with self._lock:
+            if self._info is None:
+                served = [self._ask(i) for i in range(len(self.urls))]
+                first = served[0]
+                for i, s in enumerate(served[1:], start=1):
+                    for what, key in (("driver (sha256)", "driver_sha256"), ("model revision", "revision")):
+                        if s[key] != first[key]:
+                            raise SetupError(f"system '{self.name}': endpoint {self.endpoint(i)} runs {what} "
+                                             f"{s[key]!r}, {self.endpoint(0)} runs {first[key]!r}; every endpoint "
+                                             "of a system must run the same driver and model")
+                self._served = served
+                self._info = {"driver_sha256": first["driver_sha256"], "revision": first["revision"]}
+            return self._info
+
+    def _ask(self, i: int) -> dict[str, Any]:
+        at = f"system '{self.name}': endpoint {self.endpoint(i)}"
+        status, body = self._get(i, "/health")
+        if status != 200:
+            raise SetupError(f"{at} is not ready (GET /health answered HTTP {status}: its driver is loading or "
+                             f"failed; see the server's log)")
+        status, body = self._get(i, "/models")
+        entries = body.get("data") if isinstance(body, dict) else None
+        if status != 200 or not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+            raise SetupError(f"{at}: GET /v1/models answered HTTP {status} without a model list")
+        entry = entries[0]
+        driver = entry.get("driver") if isinstance(entry.get("driver"), dict) else {}
+        config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
+        if entry.get("owned_by") != SHIM_OWNER or not driver.get("sha256"):
+            raise SetupError(f"{at} is not a voicebias shim of this version (it serves {entry.get('id')!r}, owned by "
+                             f"{entry.get('owned_by')!r}, and reports no driver); serve a repository system with "
+                             f"`voicebias serve {self.name}`")
+        if entry.get("id") != self.model or config.get("checkpoint") != self.model:
+            raise SetupError(f"{at} serves {entry.get('id')!r}, not {self.model} (the card's checkpoint)")
+        mine = self.backend.settings()
+        theirs = config.get("settings")
+        if theirs != mine:
+            raise SetupError(f"{at} runs its driver with settings {json.dumps(theirs, sort_keys=True)}; this "
+                             f"system's params give {json.dumps(mine, sort_keys=True)}. The answers would differ from "
+                             f"what the cache key says: restart it with these params (voicebias serve --stop "
+                             f"{self.name}; voicebias serve {self.name})")
+        info = entry.get("info") if isinstance(entry.get("info"), dict) else {}
+        return {"driver_sha256": str(driver["sha256"]), "revision": info.get("revision"), "info": info,
+                "checkout": str(config.get("checkout") or ""), "python": str(entry.get("python") or "")}
+
+    # -- one call ------------------------------------------------------------
+    def body(self, payload: dict[str, Any], wav: bytes) -> dict[str, Any]:
+        """The chat-completions request the shim takes, holding what the worker route hands the driver."""
+        import base64
+
+        audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode("ascii"),
+                                                        "format": "wav"}}
+        messages: list[dict[str, Any]] = [{"role": "user", "content": [audio]}]
+        if payload["prompt"]:
+            messages.insert(0, {"role": "system", "content": payload["prompt"]})
+        passed = {k: v for k, v in payload.items() if k not in ("audio", "out", "prompt")}
+        return {"model": self.model, "messages": messages, "modalities": ["text", "audio"], **passed}
+
+    def run(self, payload: dict[str, Any], wav_in: Path, out: Path) -> S2SResponse:
+        self.info()
+        body = self.body(payload, wav_in.read_bytes())
+        try:
+            i, (status, reply) = self.pool.call(lambda i: self._post(i, body))
+        except AllEndpointsDown as exc:
+            raise TransientError(str(exc), retry_after_s=exc.retry_after_s) from exc
+        served = self._served[i]
+        prov = provenance(self.backend.repo, served["checkout"], served["python"], served["info"])
+        prov["endpoint"] = self.endpoint(i)
+        if status == 422:  # the driver's error for this input, as the worker route records it
+            return self.backend._response({"status": "failed", "error": _message(reply)}, out, prov)
+        message = ((reply.get("choices") or [{}])[0].get("message") or {}) if isinstance(reply, dict) else {}
+        audio = message.get("audio") if isinstance(message.get("audio"), dict) else {}
+        if not audio.get("data"):
+            return S2SResponse.failed("the shim's reply has no audio" + (f" (it wrote: {str(message.get('content'))[:200]})"
+                                                                         if message.get("content") else ""), **prov)
+        import base64
+        import binascii
+
+        try:
+            out.write_bytes(base64.b64decode(str(audio["data"]), validate=True))
+        except (binascii.Error, ValueError) as exc:
+            return S2SResponse.failed(f"the shim's reply audio is not base64: {exc}", **prov)
+        return self.backend._response({"status": "ok", "text": audio.get("transcript")}, out, prov)
+
+    def _post(self, i: int, body: dict[str, Any]) -> tuple[int, Any]:
+        """One try at endpoint `i`: (status, reply) for 200 and 422; a timeout or a failed connection raises
+        Unreachable (try another); 429 and 5xx are transient; other answers fail the item."""
+        import requests
+
+        timeout = self.backend.timeout_s + HTTP_MARGIN_S
+        try:
+            r = requests.post(f"{self.urls[i]}/chat/completions", json=body, timeout=(10.0, timeout))
+        except requests.Timeout as exc:
+            raise Unreachable(f"timeout after {timeout:g} s") from exc
+        except requests.RequestException as exc:
+            raise Unreachable(f"connection error: {exc}") from exc
+        try:
+            reply = r.json()
+        except ValueError:
+            reply = None
+        if r.status_code in (200, 422):
+            if not isinstance(reply, dict):
+                raise RuntimeError(f"the shim's reply is not a JSON object: {r.text[:200]!r}")
+            return r.status_code, reply
+        msg = f"HTTP {r.status_code}: {_message(reply) or r.text[:300]}"
+        if r.status_code in RETRYABLE_STATUS or r.status_code >= 500:
+            raise TransientError(msg, retry_after_s=retry_after_s(r.headers))
+        raise RuntimeError(msg)
+
+
+def _message(reply: Any) -> str:
+    err = reply.get("error") if isinstance(reply, dict) else None
+    return str(err.get("message") or "") if isinstance(err, dict) else ""
+
+
+class _Repository:
+    """What both kinds of repository system share: the backend, the cache key's driver part, the run facts."""
 
     repo: str = ""
     driver: str | None = None
 
-    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):
-        super().__init__(name, card, params)
-        self.backend = RepositoryBackend(self, self.repo, self.driver, root)
+    def _setup(self, root: Path | None, local: bool) -> None:
+        self.backend = RepositoryBackend(self, self.repo, self.driver, root, local=local)
+        if self.backend.served is not None:
+            self.max_concurrency = self.backend.served.pool.capacity  # the runner's thread count
 
-    def respond(self, request: S2SRequest) -> S2SResponse:
-        return self.backend.run(request, {"task": request.task})
+    def generation_settings(self) -> dict[str, Any]:
+        return super().generation_settings() | self.backend.key_settings()
+
+    def run_facts(self) -> dict[str, Any]:
+        served = self.backend.served
+        return {"endpoints": served.pool.stats()} if served is not None and len(served.endpoints) > 1 else {}
 
     def close(self) -> None:
         self.backend.close()
 
 
-class RepositoryContinuationSystem(ContinuationSystem):
+class RepositoryS2SSystem(_Repository, S2SSystem):
+    """A speech-to-speech system run from its own repository (see the module docstring)."""
+
+    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None,
+                 local: bool = False):
+        S2SSystem.__init__(self, name, card, params)
+        self._setup(root, local)
+
+    def respond(self, request: S2SRequest) -> S2SResponse:
+        return self.backend.run(request, {"task": request.task})
+
+
+class RepositoryContinuationSystem(_Repository, ContinuationSystem):
     """A speech-continuation system run from its own repository (see the module docstring)."""
 
-    repo: str = ""
-    driver: str | None = None
-
-    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):
-        super().__init__(name, card, params)
-        self.backend = RepositoryBackend(self, self.repo, self.driver, root)
+    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None,
+                 local: bool = False):
+        ContinuationSystem.__init__(self, name, card, params)
+        self._setup(root, local)
         self.text_stream = bool(params.get("text_stream", card.get("text_stream", type(self).text_stream)))
 
     def continue_speech(self, request: ContinuationRequest) -> S2SResponse:
         return self.backend.run(request, {"task": request.task, "continuation_s": request.continuation_s,
                                           "text_stream": self.text_stream})
 
-    def close(self) -> None:
-        self.backend.close()
 
-
-__all__ = ["RepositoryBackend", "RepositoryContinuationSystem", "RepositoryS2SSystem", "Worker", "write_audio"]
+__all__ = ["RepositoryBackend", "RepositoryContinuationSystem", "RepositoryS2SSystem", "ShimClient", "Worker",
+           "provenance", "write_audio"]

@@ -377,20 +377,41 @@ def run_task(
 
 
 def _transcribe_missing(records: dict[str, dict[str, Any]], cache: ResponseCache, asr: Any, bump) -> None:
-    """Fill transcripts of ok outputs that came without text, with the ASR (cached per ASR config)."""
+    """Fill transcripts of ok outputs that came without text, with the ASR (cached per ASR config).
+
+    Outputs not in the cache are transcribed `asr.batch_size` at a time, grouped by language
+    (`transcribe_many`); an ASR with only `transcribe` gets them one at a time."""
     from voicebias.audio import read_audio
 
+    todo: list[str] = []
     for key, record in records.items():
         if record["status"] != "ok" or record.get("transcript") is not None:
             continue
         text = cache.get_asr(key, asr.cache_id)
         if text is None:
-            audio, sr = read_audio(cache.audio_path(key))
-            text = asr.transcribe(audio, sr, language=record.get("request", {}).get("lang"))
-            cache.put_asr(key, asr.cache_id, text)
-            bump("asr_calls")
+            todo.append(key)
+            continue
         record["transcript"] = text
         record["transcript_source"] = f"asr:{asr.name}"
+
+    def lang(key: str) -> str | None:
+        return records[key].get("request", {}).get("lang")
+
+    many = getattr(asr, "transcribe_many", None)
+    step = max(1, int(getattr(asr, "batch_size", 1) or 1)) if many is not None else 1
+    todo.sort(key=lambda k: str(lang(k) or ""))  # stable: one language per batch where possible
+    for start in range(0, len(todo), step):
+        part = todo[start:start + step]
+        clips = [read_audio(cache.audio_path(k)) for k in part]
+        if many is not None:
+            texts = many([a for a, _ in clips], [sr for _, sr in clips], [lang(k) for k in part])
+        else:
+            texts = [asr.transcribe(clips[0][0], clips[0][1], language=lang(part[0]))]
+        for key, text in zip(part, texts):
+            cache.put_asr(key, asr.cache_id, text)
+            bump("asr_calls")
+            records[key]["transcript"] = text
+            records[key]["transcript_source"] = f"asr:{asr.name}"
 
 
 def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationReport:

@@ -31,15 +31,27 @@ model's text as part of the reason, never filled in. Connection failures, timeou
 408, 429 and 5xx raise :class:`TransientError` (with the server's Retry-After hint), so
 the runner's retry policy retries them; other HTTP errors fail the item at once.
 
-Before the first call the adapter asks the server what it runs: ``GET /version``
+Calls go through an :class:`~voicebias.clients.endpoints.EndpointPool`, as for the
+OpenAI adapters: the endpoints come from the endpoints file ``voicebias serve`` writes,
+else params `endpoints` or `base_url`, else the card, else the default address; each
+request goes to one endpoint at a time, an unreachable one (refused or dropped
+connection, timeout) is set aside and the request moves to another, and the runner's
+concurrency is the sum of the endpoints' `max_concurrency`.
+
+Before the first call the adapter asks every endpoint what it runs: ``GET /version``
 (vLLM's version; vLLM-Omni serves through vLLM's app and reports no version of its
-own) and ``GET {base_url}/models`` (the served model ids, their `root` and
-`max_model_len`). A server that does not serve the card's model, or serves it from a
-snapshot other than the card's pinned `revision`, is a setup error. What the server
-reports, the deploy settings (the card's `deploy`, with `batch_invariant: true`
-unless set otherwise, overridden by params `deploy`) and the full sampling parameters
-are part of :meth:`generation_settings`, hence of every cache key, beside the card and
-the base seed the runner already puts there.
+own) and ``GET {url}/models`` (the served model ids, their `root` and
+`max_model_len`). An endpoint that does not answer, does not serve the card's model,
+serves it from a snapshot other than the card's pinned `revision`, or reports other
+facts (vLLM version, snapshot, context length) than the first endpoint is a setup error
+naming that endpoint. What the servers report (the snapshot commit read from `root`,
+not the path itself, which is a fact of the machine), the deploy settings (the card's
+`deploy`, with `batch_invariant: true` unless set otherwise, overridden by params
+`deploy`) and the full sampling parameters are part of :meth:`generation_settings`,
+hence of every cache key, beside the card and the base seed the runner already puts
+there. Where a call was served (`endpoint`, and the server's `root` as `served_root`)
+stays in the cache entry and out of the responses table
+(:data:`voicebias.systems.base.DEPLOY_PROVENANCE`).
 
 Card keys (besides the common ones): `revision` (the 40-hex Hugging Face commit the
 server runs, `vllm serve ... --revision <commit>`), `deploy` (how the server was
@@ -49,9 +61,10 @@ started: engine, engine_version, command, batch_invariant, ...), `request`
 server was started with ``--served-model-name``), `prompt_role`,
 `sampling_params_list` (replaces the card's), `deploy` (merged over the card's);
 runner knobs `base_url` (default http://127.0.0.1:8091/v1, the port vLLM-Omni's
-examples use), `api_key_env` (when the server was started with ``--api-key``),
-`timeout_s` (default 300), `max_concurrency`, `retry`. docs/serving.md has the
-serve commands.
+examples use) or `endpoints` (several servers of the model, docs/endpoints.md),
+`api_key_env` (when the servers were started with ``--api-key``; one key for all),
+`timeout_s` (default 300), `max_concurrency` (per endpoint), `retry`. docs/serving.md
+has the serve commands.
 """
 
 from __future__ import annotations
@@ -63,11 +76,11 @@ import re
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
+from voicebias.clients.endpoints import AllEndpointsDown, EndpointPool, Unreachable, resolve_endpoints, safe_url
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
 from voicebias.secrets import require_secret
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, item_seed, redact
@@ -138,12 +151,18 @@ class VLLMOmniSystem(S2SSystem):
                        **dict(params.get("deploy") or {})}
         if not isinstance(self.deploy["batch_invariant"], bool):
             raise ValueError(f"system '{name}': deploy.batch_invariant must be true or false")
-        self.base_url = str(params.get("base_url") or DEFAULT_BASE_URL).rstrip("/")
+        self.endpoints, self.endpoints_source = resolve_endpoints(name, params, card, root, self.max_concurrency,
+                                                                  default_url=DEFAULT_BASE_URL)
+        self.urls = [str(e.url).rstrip("/") for e in self.endpoints]
+        self.base_url = self.urls[0]
+        self.max_concurrency = sum(e.max_concurrency for e in self.endpoints)  # the runner's thread count
+        self.pool = EndpointPool(self.endpoints, name=name)
         self.timeout_s = float(params.get("timeout_s") or 300.0)
-        var = params.get("api_key_env")
+        var = params.get("api_key_env") or card.get("api_key_env")
         self._key = require_secret(f"system '{name}'", var, root, error=SetupError) if var else NO_KEY
         self._secrets = [self._key] if var else []
         self._server: dict[str, Any] | None = None
+        self._roots: list[Any] = []
         self._lock = threading.Lock()
 
     def _sampling(self, spec: Any) -> list[dict[str, Any]]:
@@ -159,64 +178,85 @@ class VLLMOmniSystem(S2SSystem):
                                  "every stage's seed from base.seed and the stimulus id")
         return copy.deepcopy(spec)
 
-    # -- what the server runs ----------------------------------------------------
-    @property
-    def server_root(self) -> str:
-        """The server's address without the API prefix (/version lives there)."""
-        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+    # -- what the servers run ---------------------------------------------------
+    @staticmethod
+    def server_root(url: str) -> str:
+        """A server's address without the API prefix (/version lives there)."""
+        return url[:-3] if url.endswith("/v1") else url
 
-    def endpoint(self) -> str:
-        u = urlsplit(self.base_url)
-        return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}{u.path}"
+    def endpoint(self, i: int = 0) -> str:
+        """Where endpoint `i`'s calls go (scheme, host, port and path only: no credentials, no query)."""
+        return safe_url(self.urls[i])
+
+    def run_facts(self) -> dict[str, Any]:
+        return {"endpoints": self.pool.stats()} if len(self.endpoints) > 1 else {}
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"}
 
-    def _get(self, url: str) -> Any:
+    def _get(self, i: int, path: str) -> Any:
+        """GET `path` of endpoint `i` (``/version`` of the server's root, else under the API prefix)."""
         import requests
 
+        url = f"{self.server_root(self.urls[i])}{path}" if path == "/version" else f"{self.urls[i]}{path}"
+        at = f"system '{self.name}': endpoint {self.endpoint(i)}"
         try:
             r = requests.get(url, headers=self._headers(), timeout=min(self.timeout_s, 30.0))
         except requests.RequestException as exc:
-            raise SetupError(redact(f"system '{self.name}': no vLLM-Omni server answers at {url} ({exc}); start "
-                                    f"it as docs/serving.md says ({self.deploy.get('command', 'vllm serve ... --omni')})"
-                                    ", or set base_url in params.yaml", self._secrets)) from None
+            raise SetupError(redact(f"{at}: no vLLM-Omni server answers at {safe_url(url)} ({exc}); start it as "
+                                    "docs/serving.md says (voicebias serve, or "
+                                    f"{self.deploy.get('command', 'vllm serve ... --omni')}), or name the servers "
+                                    f"that run (base_url or endpoints; these came from {self.endpoints_source})",
+                                    self._secrets)) from None
         if r.status_code != 200:
-            raise SetupError(redact(f"system '{self.name}': GET {url} answered HTTP {r.status_code}: "
+            raise SetupError(redact(f"{at}: GET {safe_url(url)} answered HTTP {r.status_code}: "
                                     f"{_error_message(_json(r), r.text[:200])}", self._secrets))
         body = _json(r)
         if body is None:
-            raise SetupError(f"system '{self.name}': GET {url} did not answer JSON")
+            raise SetupError(f"{at}: GET {safe_url(url)} did not answer JSON")
         return body
 
     def server_info(self) -> dict[str, Any]:
-        """What the server reports about itself and the served model (asked once, then kept)."""
+        """What the servers report about themselves and the served model (asked once, then kept): the
+        facts every endpoint shares, without paths of the server machines."""
         with self._lock:
             if self._server is None:
-                self._server = self._ask_server()
+                asked = [self._ask_server(i) for i in range(len(self.urls))]
+                first = asked[0][0]
+                for i, (facts, _) in enumerate(asked[1:], start=1):
+                    if facts != first:
+                        diff = "; ".join(f"{k}: {v!r} there, {first.get(k)!r} at {self.endpoint(0)}"
+                                         for k, v in _flat(facts).items() if _flat(first).get(k) != v)
+                        raise SetupError(f"system '{self.name}': endpoint {self.endpoint(i)} does not serve what "
+                                         f"{self.endpoint(0)} serves ({diff}); every endpoint of a system must run "
+                                         "the same model, revision and engine")
+                self._roots = [root for _, root in asked]
+                self._server = first
             return self._server
 
-    def _ask_server(self) -> dict[str, Any]:
-        version = self._get(f"{self.server_root}/version")
-        models = self._get(f"{self.base_url}/models")
+    def _ask_server(self, i: int) -> tuple[dict[str, Any], Any]:
+        """(the facts endpoint `i` reports, its model's `root`)."""
+        version = self._get(i, "/version")
+        models = self._get(i, "/models")
         entries = [m for m in (models.get("data") or []) if isinstance(m, dict)] if isinstance(models, dict) else []
         served = {str(m.get("id")): m for m in entries}
         if self.model not in served:
-            raise SetupError(f"system '{self.name}': the server at {self.base_url} serves "
+            raise SetupError(f"system '{self.name}': the server at {self.endpoint(i)} serves "
                              f"{', '.join(sorted(served)) or 'no model'}, not {self.model}")
         entry = served[self.model]
         root = entry.get("root")
         m = SNAPSHOT.search(str(root or ""))
         if m and m.group(1) != self.revision:
-            raise SetupError(f"system '{self.name}': the server runs snapshot {m.group(1)} of {self.model}; the "
-                             f"card pins {self.revision}")
-        return {"vllm_version": version.get("version") if isinstance(version, dict) else None,
-                "model": {"id": self.model, "root": root, "max_model_len": entry.get("max_model_len"),
-                          "owned_by": entry.get("owned_by")}}
+            raise SetupError(f"system '{self.name}': the server at {self.endpoint(i)} runs snapshot {m.group(1)} of "
+                             f"{self.model}; the card pins {self.revision}")
+        facts = {"vllm_version": version.get("version") if isinstance(version, dict) else None,
+                 "model": {"id": self.model, "snapshot": m.group(1) if m else None,
+                           "max_model_len": entry.get("max_model_len"), "owned_by": entry.get("owned_by")}}
+        return facts, root
 
     def generation_settings(self) -> dict[str, Any]:
-        """Params (runner knobs left out), the deploy settings, the sampling parameters and what the server
-        reports: engine version, served model id, root and context length. Asks the server on first use."""
+        """Params (runner knobs left out), the deploy settings, the sampling parameters and what the servers
+        report: engine version, served model id, snapshot and context length. Asks them on first use."""
         return super().generation_settings() | {
             "engine": ENGINE, "deploy": self.deploy, "sampling_params_list": self.sampling,
             "modalities": self.modalities, "server": self.server_info(),
@@ -257,17 +297,25 @@ class VLLMOmniSystem(S2SSystem):
         return body
 
     def respond(self, request: S2SRequest) -> S2SResponse:
-        import requests
-
         server = self.server_info()
         body = self.body(request)
-        url = f"{self.base_url}/chat/completions"
         try:
-            r = requests.post(url, json=body, headers=self._headers(), timeout=self.timeout_s)
+            i, reply = self.pool.call(lambda i: self._post(i, body))
+        except AllEndpointsDown as exc:
+            raise TransientError(str(exc), retry_after_s=exc.retry_after_s) from exc
+        return self.parse(reply, body, server, endpoint=i)
+
+    def _post(self, i: int, body: dict[str, Any]) -> dict[str, Any]:
+        """One try at endpoint `i`: a timeout or a failed connection raises Unreachable (try another)."""
+        import requests
+
+        try:
+            r = requests.post(f"{self.urls[i]}/chat/completions", json=body, headers=self._headers(),
+                              timeout=self.timeout_s)
         except requests.Timeout as exc:
-            raise TransientError(f"timeout after {self.timeout_s:g} s") from exc
+            raise Unreachable(f"timeout after {self.timeout_s:g} s") from exc
         except requests.RequestException as exc:
-            raise TransientError(redact(f"connection error: {exc}", self._secrets)) from exc
+            raise Unreachable(redact(f"connection error: {exc}", self._secrets)) from exc
         if r.status_code != 200:
             msg = redact(f"HTTP {r.status_code}: {_error_message(_json(r), r.text[:300])}", self._secrets)
             if r.status_code in TRANSIENT_STATUS or r.status_code >= 500:
@@ -276,14 +324,16 @@ class VLLMOmniSystem(S2SSystem):
         reply = _json(r)
         if not isinstance(reply, dict):
             raise RuntimeError(f"the reply is not a JSON object: {r.text[:200]!r}")
-        return self.parse(reply, body, server)
+        return reply
 
-    def parse(self, reply: dict[str, Any], body: dict[str, Any], server: dict[str, Any]) -> S2SResponse:
+    def parse(self, reply: dict[str, Any], body: dict[str, Any], server: dict[str, Any],
+              endpoint: int = 0) -> S2SResponse:
         """Text and audio from a vLLM-Omni reply; a reply without audio is a recorded failure."""
         seed = body["sampling_params_list"][0]["seed"]
         prov: dict[str, Any] = {
             "model": self.model, "model_revision": self.revision, "served_model": reply.get("model"),
-            "response_id": reply.get("id"), "endpoint": self.endpoint(),
+            "response_id": reply.get("id"), "endpoint": self.endpoint(endpoint),
+            "served_root": self._roots[endpoint] if endpoint < len(self._roots) else None,
             "engine": {"name": ENGINE, "vllm_version": server.get("vllm_version"),
                        "deploy_engine_version": self.deploy.get("engine_version")},
             "served": server.get("model"), "deploy": self.deploy, "seed": seed,
@@ -319,3 +369,14 @@ def _json(r: Any) -> Any:
         return r.json()
     except ValueError:
         return None
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: the keys a difference is named by."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

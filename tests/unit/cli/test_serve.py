@@ -2,10 +2,11 @@
 
 The shim must run where voicebias is not installed (a system's own environment), so the
 test makes a virtual environment with the standard library alone (`venv --without-pip`)
-and a stand-in driver of its own (written here, never shipped) that speaks the driver
-line protocol: it answers with the input audio reversed and a transcript naming the
-hash of the input samples, and refuses any prompt holding FAIL. Two replicas are started
-with the CLI, asked through the real openai_compatible adapter, and stopped again.
+and a stand-in driver (tests/fakes/stand_in_driver.py, never shipped) that speaks the
+driver line protocol: it answers with the input audio reversed and a transcript naming
+the hash of the input samples, and refuses any prompt holding FAIL. Two replicas are
+started with the CLI, asked through the real openai_compatible adapter, and stopped again
+(tests/unit/systems/test_repository_served.py asks them through the repository adapter).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -25,6 +25,7 @@ import pytest
 import soundfile as sf
 import yaml
 
+from tests.fakes.stand_in_driver import bare_python, stand_in_driver
 from tests.servers import free_port
 from voicebias.cli import main
 from voicebias.cli.serve import ServeError, plan, vllm_command
@@ -32,37 +33,6 @@ from voicebias.config import CARDS_DIR
 from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
 from voicebias.systems.runner import RetryPolicy, call_with_retries
-
-STAND_IN_DRIVER = r'''
-import array, hashlib, importlib.util, json, os, sys, wave
-
-config = json.loads(sys.argv[1])
-info = {"revision": "stand-in-1", "python": sys.executable,
-        "voicebias_importable": importlib.util.find_spec("voicebias") is not None,
-        "checkout": config["checkout"]}
-print(json.dumps({"ready": True, "info": info}), flush=True)
-for line in sys.stdin:
-    req = json.loads(line)
-    if "FAIL" in req["prompt"]:
-        print(json.dumps({"id": req["id"], "status": "failed", "error": "the stand-in refuses this input"}),
-              flush=True)
-        continue
-    with wave.open(req["audio"], "rb") as w:
-        rate, frames = w.getframerate(), w.readframes(w.getnframes())
-    samples = array.array("h", frames)
-    samples.reverse()
-    with wave.open(req["out"], "wb") as w:
-        w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate); w.writeframes(samples.tobytes())
-    text = f"input {hashlib.sha256(frames).hexdigest()[:16]} seed {req['seed']} prompt {req['prompt']}"
-    print(json.dumps({"id": req["id"], "status": "ok", "text": text}), flush=True)
-'''
-
-
-def _bare_python(tmp_path: Path) -> str:
-    env_dir = tmp_path / "system-env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=60)
-    return str(env_dir / "bin" / "python")
-
 
 def _pids(root: Path) -> dict:
     return json.loads((root / ".cache" / "serve" / "pids.json").read_text())
@@ -91,9 +61,8 @@ def test_serve_starts_replicas_of_a_repository_system_in_its_own_environment(tmp
     root = tmp_path / "proj"
     (root / "external" / "Kimi-Audio").mkdir(parents=True)
     (root / "models" / "weights" / "Kimi-Audio-7B-Instruct").mkdir(parents=True)
-    driver = tmp_path / "stand_in_driver.py"
-    driver.write_text(STAND_IN_DRIVER)
-    python = _bare_python(tmp_path)
+    driver = stand_in_driver(tmp_path)
+    python = bare_python(tmp_path)
     for var in ("PYTHONPATH", "VOICEBIAS_ENDPOINTS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("VOICEBIAS_ROOT", str(root))

@@ -166,3 +166,47 @@ def test_cosine_helpers_closed_forms():
         cosine_similarity([1, 2], [1, 2, 3])
     with pytest.raises(ValueError, match="zero vector"):
         cosine_similarity([0, 0], [1, 2])
+
+
+class CountingEmbedder:
+    """A deterministic stand-in (spectral band energies) that counts its calls."""
+
+    name, dim = "counting", 4
+
+    def __init__(self, tag="a"):
+        self.calls, self.tag = 0, tag
+
+    def identity(self):
+        return {"name": self.name, "tag": self.tag}
+
+    def embed(self, x, sr):
+        self.calls += 1
+        spec = np.abs(np.fft.rfft(np.asarray(x, dtype=np.float64)))
+        return np.array([b.sum() for b in np.array_split(spec, 4)]) / (spec.sum() + 1e-12) + np.pi / 7
+
+
+def test_embedding_cache_embeds_each_audio_once_and_reads_back_the_same_floats(tmp_path):
+    import soundfile as sf
+
+    from voicebias.instruments.embeddings import embed_files
+
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        sf.write(tmp_path / f"{name}.wav", rng.normal(0, 0.1, 8000).astype(np.float32), 16000, subtype="FLOAT")
+    (tmp_path / "a_copy.wav").write_bytes((tmp_path / "a.wav").read_bytes())
+    (tmp_path / "bad.wav").write_bytes(b"no audio")
+    paths = ["a.wav", "b.wav", "a_copy.wav", "bad.wav"]
+    cache = tmp_path / "cache"
+    fresh, fresh_err = embed_files(paths, CountingEmbedder(), tmp_path)
+    emb = CountingEmbedder()
+    first, first_err = embed_files(paths, emb, tmp_path, cache_dir=cache)
+    assert emb.calls == 2  # a_copy holds a's bytes
+    again = CountingEmbedder()
+    second, second_err = embed_files(paths, again, tmp_path, cache_dir=cache)
+    assert again.calls == 0
+    for p in ("a.wav", "b.wav", "a_copy.wav"):
+        assert fresh[p].tobytes() == first[p].tobytes() == second[p].tobytes()
+    assert set(fresh_err) == set(first_err) == set(second_err) == {"bad.wav"}
+    other = CountingEmbedder(tag="other weights")
+    embed_files(paths, other, tmp_path, cache_dir=cache)
+    assert other.calls == 2  # another embedder identity is another key

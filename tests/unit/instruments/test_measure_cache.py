@@ -131,3 +131,16 @@ def test_an_unreadable_entry_is_a_miss_and_is_replaced(files, tmp_path):
     again, counts = run(files, SETTINGS, cache, names=("a",))
     assert measured(counts) == {c: 1 for c in COMPONENTS}
     assert again.to_csv(index=False) == first.to_csv(index=False)
+
+
+def test_a_stage_measures_only_the_components_it_uses(files, tmp_path):
+    df = measure_files([(n, files[n], SETTINGS) for n in ("a", "b")], workers=1, cache_dir=tmp_path / "c",
+                       components=("pitch", "formants", "harmonics", "cpps")).set_index("id")
+    assert measured(measure_files.last_counts) == {"pitch": 2, "formants": 2, "harmonics": 2, "cpps": 2}
+    assert df["hnr_db"].isna().all() and df["cpps_db"].notna().all()
+    full = measure_files([(n, files[n], SETTINGS) for n in ("a", "b")], workers=1).set_index("id")
+    assert df.drop(columns="hnr_db").equals(full.drop(columns="hnr_db"))
+    with pytest.raises(ValueError, match="must include pitch and formants"):
+        measure_files([("a", files["a"], SETTINGS)], workers=1, components=("pitch", "cpps"))
+    with pytest.raises(ValueError, match="unknown measure components"):
+        measure_files([("a", files["a"], SETTINGS)], workers=1, components=("pitch", "formants", "jitter"))

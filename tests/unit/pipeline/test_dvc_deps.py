@@ -127,7 +127,7 @@ def test_dropping_one_module_from_a_stage_is_caught():
 # Path functions of config, with the dvc.yaml placeholders they are called with.
 PATH_FUNCTIONS = {
     "card_path": ("${item}",), "system_responses": ("${item}",), "responses_dir": ("${item.system}", "${item.task}"),
-    "respond_report": ("${item.system}", "${item.task}"), "scored_table": ("${item}",), "acoustic_table": ("${item}",),
+    "respond_report": ("${item.system}", "${item.task}"), "respond_reports": ("${item}",), "scored_table": ("${item}",), "acoustic_table": ("${item}",),
     "continuations_dir": ("${item}",), "continuation_responses": ("${item}",), "continuation_report": ("${item}",),
     "sc_scored_table": ("${item}",),
 }

@@ -57,9 +57,9 @@ def hand_made_outputs(root):
     write_table(manifest, pd.DataFrame({"stimulus_id": ["a", "b"], "sha256": ["1" * 64, "2" * 64]}))
     lock = {"schema": "2.0", "stages": {"stimuli": {"cmd": "python -m stages.stimuli", "outs": [
         {"path": "data/stimuli", "hash": "md5", "md5": "5" * 32 + ".dir", "size": 10, "nfiles": 3}]}}}
-    for i, task in enumerate(("describe", "summarize", "readback")):
-        lock["stages"][f"respond@{SYSTEM}-{task}"] = {"cmd": "python -m stages.respond", "outs": [
-            {"path": f"data/responses/{SYSTEM}/{task}", "hash": "md5", "md5": f"{i}" * 32 + ".dir"}]}
+    lock["stages"][f"respond@{SYSTEM}"] = {"cmd": "python -m stages.respond", "outs": [
+        {"path": f"data/responses/{SYSTEM}", "hash": "md5", "md5": "0" * 32 + ".dir"},
+        {"path": f"reports/respond/{SYSTEM}", "hash": "md5", "md5": "1" * 32 + ".dir"}]}
     import yaml
 
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))

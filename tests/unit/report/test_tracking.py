@@ -182,10 +182,9 @@ def test_dataset_inputs_carry_the_dvc_hashes_and_the_report_is_on_the_parent(pip
     write_table(manifest, pd.DataFrame({"stimulus_id": ["a", "b"], "sha256": ["1" * 64, "2" * 64]}))
     # content_driven's responses have dvc.lock entries; voice_faithful's readback table has none but exists
     outs = {"stimuli": [{"path": "data/stimuli", "hash": "md5", "md5": "a" * 32 + ".dir"}]}
-    for task in ("describe", "summarize", "readback"):
-        outs[f"respond@content_driven-{task}"] = [
-            {"path": f"data/responses/content_driven/{task}", "hash": "md5", "md5": f"{task[:3]:0<32}.dir"},
-            {"path": f"reports/respond/content_driven-{task}.json", "hash": "md5", "md5": "f" * 32}]
+    outs["respond@content_driven"] = [
+        {"path": "data/responses/content_driven", "hash": "md5", "md5": "c" * 32 + ".dir"},
+        {"path": "reports/respond/content_driven", "hash": "md5", "md5": "f" * 32 + ".dir"}]
     (tmp / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {
         name: {"cmd": "python -m stages.x", "outs": o} for name, o in outs.items()}}))
     vf = tmp / "data" / "responses" / "voice_faithful" / "readback" / "responses.csv"
@@ -202,12 +201,15 @@ def test_dataset_inputs_carry_the_dvc_hashes_and_the_report_is_on_the_parent(pip
     got = {d.dataset.name: d for d in parent.inputs.dataset_inputs}
     vf_sha = hashlib.sha256(vf.read_bytes()).hexdigest()
     assert {k: d.dataset.digest for k, d in got.items()} == {
-        "stimuli": "a" * 32 + ".dir", "responses/content_driven/describe": "des" + "0" * 29 + ".dir",
-        "responses/content_driven/summarize": "sum" + "0" * 29 + ".dir",
-        "responses/content_driven/readback": "rea" + "0" * 29 + ".dir",
+        "stimuli": "a" * 32 + ".dir", "responses/content_driven/describe": "c" * 32 + ".dir",
+        "responses/content_driven/summarize": "c" * 32 + ".dir",
+        "responses/content_driven/readback": "c" * 32 + ".dir",
         "responses/voice_faithful/readback": f"sha256:{vf_sha[:29]}"}  # the tables without either are left out
     assert json.loads(got["stimuli"].dataset.source) == {"uri": "data/stimuli/manifest.csv"}
     assert json.loads(got["stimuli"].dataset.profile)["dvc_out"] == "data/stimuli"
+    assert json.loads(got["stimuli"].dataset.profile)["sha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
+    assert json.loads(got["responses/content_driven/readback"].dataset.profile)["dvc_out"] == \
+        "data/responses/content_driven"
     assert json.loads(got["responses/voice_faithful/readback"].dataset.profile)["sha256"] == vf_sha
     assert {t.key: t.value for t in got["stimuli"].tags} == {"mlflow.data.context": "stimuli"}
     kids = {k.info.run_name: k for k in client.search_runs(

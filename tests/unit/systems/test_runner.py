@@ -249,7 +249,7 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
         done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         second_run = [e.fingerprint for e in server.log[n_log:]]
-    stats = json.loads((root / "reports" / "respond" / "gpt_audio-describe.json").read_text())
+    stats = json.loads((root / "reports" / "respond" / "gpt_audio" / "describe.json").read_text())
     # this run's call counts are in the run log, not in the tracked stage metrics
     assert set(stats) == {"requests", "shared", "failed"} and stats["requests"] == 30 and stats["failed"] == 0
     from voicebias.runlog import latest

@@ -1,5 +1,5 @@
 """One system's requests sharded across several endpoints, end to end through the runner against
-fake OpenAI audio servers on loopback (the real protocol, a fixed latency per request).
+fake OpenAI audio and vLLM-Omni servers on loopback (the real protocols, a fixed latency per request).
 
 What users rely on: with several endpoints every request is answered exactly once, even
 when an endpoint dies mid-run; none is lost or filled in; the responses table and the
@@ -11,30 +11,21 @@ is measured by benchmarks/bench_endpoints.py).
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
-from voicebias.io import write_table
+from tests.fakes.vllm_omni_server import FakeVLLMOmniServer, pinned_cards, snapshot_root
+from tests.respond import run
 from voicebias.params import ParamsError
-from voicebias.systems import build_system, load_card
+from voicebias.systems import SetupError, build_system, load_card
 from voicebias.systems.base import S2SRequest
-from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, run_task, validate_responses
+from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, validate_responses
 from voicebias.tasks import load_tasks
-
-OUT = Path("data") / "responses" / "served" / "describe"
-
-
-@pytest.fixture(autouse=True)
-def no_endpoints_file(tmp_path, monkeypatch):
-    """Keep a developer's own .cache/endpoints.json out of these tests."""
-    monkeypatch.setenv("VOICEBIAS_ENDPOINTS", str(tmp_path / "no-endpoints.json"))
 
 
 @pytest.fixture
@@ -55,18 +46,17 @@ def shards(servers, caps, weights=None):
     return [{"url": s.base_url, "weight": w, "max_concurrency": c} for s, c, w in zip(servers, caps, weights)]
 
 
-def run(system, stim, root, cache_dir, policy=None):
-    """Run the describe task the way the respond stage does; (table, counts, wall s, output bytes by path)."""
-    out = root / OUT
-    if out.exists():
-        shutil.rmtree(out)
-    t0 = time.perf_counter()
-    table, counts = run_task(system, load_tasks()["describe"], stim, out, ResponseCache(cache_dir), 1, root,
-                             policy=policy, progress=False)
-    wall = time.perf_counter() - t0
-    write_table(out / "responses.csv", table)
-    files = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    return table, counts, wall, files
+def kill_after(victim, n: int) -> threading.Thread:
+    """A thread that kills `victim` once it has delivered `n` answers (started; join it after the run)."""
+    def kill():
+        deadline = time.perf_counter() + 20
+        while sum(victim.delivered().values()) < n and time.perf_counter() < deadline:
+            time.sleep(0.002)
+        victim.kill()
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    return killer
 
 
 def answered_once(servers, fps):
@@ -130,14 +120,7 @@ def test_an_endpoint_killed_mid_run_loses_nothing_and_changes_no_byte(tmp_path, 
     with FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as a, \
             FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as victim, \
             FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as c:
-        def kill_after_a_few():
-            deadline = time.perf_counter() + 20
-            while sum(victim.delivered().values()) < 3 and time.perf_counter() < deadline:
-                time.sleep(0.002)
-            victim.kill()
-
-        killer = threading.Thread(target=kill_after_a_few)
-        killer.start()
+        killer = kill_after(victim, 3)
         system = served(cards, tmp_path, endpoints=shards([a, victim, c], [2, 2, 2]))
         table3, counts3, _, files3 = run(system, stim, tmp_path, tmp_path / "cache3")
         killer.join()
@@ -225,3 +208,106 @@ def test_endpoints_are_no_part_of_the_cache_key_and_stay_in_the_cache_entry(tmp_
     assert "endpoint" not in json.loads(table.provenance.iloc[0])
     entry = ResponseCache(tmp_path / "cache").get(table.cache_key.iloc[0])
     assert entry["provenance"]["endpoint"].rstrip("/") == server.base_url  # kept where it is untracked
+
+
+QWEN = "Qwen/Qwen2.5-Omni-7B"
+
+
+def omni(cards, root, **params):
+    return build_system("qwen2_5_omni_vllm", {"timeout_s": 10.0, **params}, cards_dir=cards, root=root)
+
+
+def omni_server(home, **kw):
+    """A fake vLLM-Omni server of QWEN at the pinned snapshot, loaded from the Hugging Face cache under `home`."""
+    return FakeVLLMOmniServer(QWEN, root=snapshot_root(home, QWEN), **kw)
+
+
+def test_vllm_omni_endpoint_killed_mid_run_loses_nothing_and_changes_no_byte(tmp_path):
+    n = 30
+    stim = make_stimuli(tmp_path, n)
+    fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
+    cards = pinned_cards(tmp_path)
+    with omni_server("/home/one") as one:
+        system = omni(cards, tmp_path, base_url=one.base_url, max_concurrency=4)
+        table1, counts1, _, files1 = run(system, stim, tmp_path, tmp_path / "cache1")
+        system.close()
+    answered_once([one], fps)
+    assert counts1["failed"] == 0
+
+    # three servers on three machines (each its own Hugging Face cache path), one killed mid-run
+    with omni_server("/home/a", latency_s=0.05) as a, omni_server("/root", latency_s=0.05) as victim, \
+            omni_server("/srv/c", latency_s=0.05) as c:
+        system = omni(cards, tmp_path, endpoints=shards([a, victim, c], [2, 2, 2]))
+        assert system.max_concurrency == 6
+        killer = kill_after(victim, 3)
+        table3, counts3, _, files3 = run(system, stim, tmp_path, tmp_path / "cache3")
+        killer.join()
+        facts = {e["endpoint"]: e for e in system.run_facts()["endpoints"]}
+        system.close()
+        for s in (a, victim, c):  # every endpoint asked what it runs, once, before the first call
+            assert s.gets == ["/version", "/v1/models"]
+
+    dead = facts[victim.base_url]
+    victim.wait_idle()
+    assert 3 <= sum(victim.delivered().values()) < n and dead["unreachable"] >= 1, "not killed mid-run"
+    answered_once([a, victim, c], fps)  # every request answered exactly once over the three; none lost
+    assert (table3.status == "ok").all() and counts3["failed"] == 0 and counts3["calls"] == n
+    assert sum(e["answered"] for e in facts.values()) == n
+    assert (table3["attempts"] == 1).all()  # moved to another endpoint within the call, not retried later
+    assert max(a.max_in_flight, victim.max_in_flight, c.max_in_flight) <= 2
+    validate_responses(table3)
+    # responses.csv and every audio file byte for byte as with one endpoint (the cache keys included)
+    assert sorted(files3) == sorted(files1) and len(files1) == n + 1
+    for name in files1:
+        assert files3[name] == files1[name], name
+    csv = files3["responses.csv"].decode()
+    assert "127.0.0.1" not in csv and "/home/" not in csv and "snapshots/" not in csv
+    entry = ResponseCache(tmp_path / "cache3").get(table3.cache_key.iloc[0])
+    assert entry["provenance"]["endpoint"] in {s.base_url for s in (a, victim, c)}  # kept where it is untracked
+    assert entry["provenance"]["served_root"].endswith(f"snapshots/{entry['model_revision']}")
+
+
+def test_vllm_omni_endpoints_must_serve_the_same_model_and_revision(tmp_path):
+    cards = pinned_cards(tmp_path)
+    stim = make_stimuli(tmp_path, 1)
+    task = load_tasks()["describe"]
+    s = stim.iloc[0]
+    req = S2SRequest(s.stimulus_id, "en", "en", "describe", task.prompt("en"), str(tmp_path / s.path), s.sha256, 1)
+    with omni_server("/home/a") as a, omni_server("/home/b", vllm_version="0.11.1") as b:
+        system = omni(cards, tmp_path, endpoints=shards([a, b], [1, 1]))
+        with pytest.raises(SetupError, match=f"endpoint {b.base_url} does not serve what {a.base_url} serves "
+                                             r"\(vllm_version: '0.11.1' there, '0.11.0'"):
+            cache_key(system, req)
+    with omni_server("/home/a") as a, omni_server("/home/b", max_model_len=8192) as b:
+        with pytest.raises(SetupError, match=f"{b.base_url} does not serve .*model.max_model_len: 8192"):
+            omni(cards, tmp_path, endpoints=shards([a, b], [1, 1])).respond(req)
+    with omni_server("/home/a") as a, FakeVLLMOmniServer(QWEN, root=snapshot_root("/home/b", QWEN, "e" * 40)) as b:
+        with pytest.raises(SetupError, match=f"the server at {b.base_url} runs snapshot e{{40}}"):
+            omni(cards, tmp_path, endpoints=shards([a, b], [1, 1])).server_info()
+    with omni_server("/home/a") as a, FakeVLLMOmniServer("Qwen/Qwen3-Omni-30B-A3B-Instruct") as b:
+        with pytest.raises(SetupError, match=f"the server at {b.base_url} serves Qwen/Qwen3-Omni"):
+            omni(cards, tmp_path, endpoints=shards([a, b], [1, 1])).server_info()
+    with omni_server("/home/b") as gone:
+        url = gone.base_url
+    with omni_server("/home/a") as a:
+        with pytest.raises(SetupError, match=f"endpoint {url}: no vLLM-Omni server answers at {url[:-3]}/version"):
+            omni(cards, tmp_path, endpoints=[{"url": a.base_url}, {"url": url}]).server_info()
+
+
+def test_vllm_omni_endpoints_are_no_part_of_the_cache_key(tmp_path, monkeypatch):
+    cards = pinned_cards(tmp_path)
+    stim = make_stimuli(tmp_path, 1)
+    s = stim.iloc[0]
+    req = S2SRequest(s.stimulus_id, "en", "en", "describe", "p", str(tmp_path / s.path), s.sha256, 1)
+    with omni_server("/home/a") as a, omni_server("/root") as b, omni_server("/srv/c") as c:
+        one = omni(cards, tmp_path, base_url=a.base_url)
+        many = omni(cards, tmp_path, endpoints=shards([b, c], [3, 1], weights=[2, 1]))
+        endpoints_file = tmp_path / "endpoints.json"
+        endpoints_file.write_text(json.dumps({"qwen2_5_omni_vllm": shards([c], [2])}))
+        monkeypatch.setenv("VOICEBIAS_ENDPOINTS", str(endpoints_file))
+        from_file = omni(cards, tmp_path)
+        assert from_file.endpoints_source == str(endpoints_file) and from_file.max_concurrency == 2
+        assert cache_key(one, req) == cache_key(many, req) == cache_key(from_file, req)
+        assert many.max_concurrency == 4
+    with pytest.raises(ParamsError, match="not both"):
+        omni(cards, tmp_path, base_url="http://a/v1", endpoints=[{"url": "http://b/v1"}])

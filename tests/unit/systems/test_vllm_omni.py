@@ -17,11 +17,10 @@ import json
 import pandas as pd
 import pytest
 import soundfile as sf
-import yaml
 
 from tests.fakes.openai_server import fingerprint_file
 from tests.fakes.stimuli import make_stimuli
-from tests.fakes.vllm_omni_server import DATA_URI, FakeVLLMOmniServer
+from tests.fakes.vllm_omni_server import DATA_URI, PIN, FakeVLLMOmniServer, pinned_cards
 from voicebias.config import CARDS_DIR
 from voicebias.params import ParamsError
 from voicebias.systems import SetupError, build_system, load_card
@@ -29,23 +28,7 @@ from voicebias.systems.base import S2SRequest, item_seed
 from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, run_task, validate_responses
 from voicebias.tasks import load_tasks
 
-PIN = "0123456789abcdef0123456789abcdef01234567"
 QWEN = "Qwen/Qwen2.5-Omni-7B"
-
-
-def cards_with(tmp_path, name="qwen2_5_omni_vllm", **changes):
-    """A cards folder holding the committed card `name`, pinned, with `changes` applied (dotted keys)."""
-    cards = tmp_path / "cards"
-    cards.mkdir(exist_ok=True)
-    card = load_card(name) | {"revision": PIN}
-    for dotted, value in changes.items():
-        *path, last = dotted.split(".")
-        node = card
-        for k in path:
-            node = node[k]
-        node[last] = value
-    (cards / f"{name}.yaml").write_text(yaml.safe_dump(card, allow_unicode=True))
-    return cards
 
 
 def request_for(tmp_path, stim, i=0, task="describe", seed=7):
@@ -62,7 +45,7 @@ def system(server, cards, name="qwen2_5_omni_vllm", root=None, **params):
 def test_request_has_the_documented_shape_and_reply_is_parsed(tmp_path):
     stim = make_stimuli(tmp_path, 1, langs=("es",))
     req = request_for(tmp_path, stim)
-    cards = cards_with(tmp_path)
+    cards = pinned_cards(tmp_path)
     with FakeVLLMOmniServer(QWEN, vllm_version="0.11.0") as server:
         resp = system(server, cards).respond(req)
     assert server.gets == ["/version", "/v1/models"]  # asked what it runs, once, before the call
@@ -88,14 +71,15 @@ def test_request_has_the_documented_shape_and_reply_is_parsed(tmp_path):
     prov = resp.provenance
     assert prov["model_revision"] == PIN and prov["seed"] == seed
     assert prov["engine"] == {"name": "vllm-omni", "vllm_version": "0.11.0", "deploy_engine_version": "0.30.0"}
-    assert prov["served"]["root"] == QWEN and prov["deploy"]["batch_invariant"] is True
+    assert prov["served"] == {"id": QWEN, "snapshot": None, "max_model_len": 32768, "owned_by": "vllm"}
+    assert prov["served_root"] == QWEN and prov["deploy"]["batch_invariant"] is True
     assert prov["endpoint"].startswith("http://127.0.0.1:")
 
 
 def test_step_audio2_opens_the_assistant_turn_with_tts_start(tmp_path):
     stim = make_stimuli(tmp_path, 1)
     req = request_for(tmp_path, stim, task="readback")
-    cards = cards_with(tmp_path, "step_audio2_vllm")
+    cards = pinned_cards(tmp_path, "step_audio2_vllm")
     with FakeVLLMOmniServer("stepfun-ai/Step-Audio-2-mini", stages=2) as server:
         resp = system(server, cards, "step_audio2_vllm").respond(req)
     body = server.chats()[0].body
@@ -110,7 +94,7 @@ def test_step_audio2_opens_the_assistant_turn_with_tts_start(tmp_path):
 def test_reply_without_audio_is_a_recorded_failure(tmp_path):
     stim = make_stimuli(tmp_path, 3)
     fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
-    cards = cards_with(tmp_path)
+    cards = pinned_cards(tmp_path)
     task = load_tasks()["describe"]
     cache = ResponseCache(tmp_path / "cache")
     with FakeVLLMOmniServer(QWEN, plan={fps[0]: ["noaudio"], fps[1]: ["notwav"], fps[2]: ["noaudio"]}) as server:
@@ -140,7 +124,7 @@ def test_http_errors_retry_through_the_runner_policy(tmp_path):
     fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
     plan = {fps[0]: ["503"], fps[1]: ["429", "500"], fps[2]: ["400"], fps[3]: ["timeout"],
             fps[4]: ["500", "500", "500"]}
-    cards = cards_with(tmp_path)
+    cards = pinned_cards(tmp_path)
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
     with FakeVLLMOmniServer(QWEN, plan=plan, hang_s=1.5) as server:
         s = system(server, cards, timeout_s=0.5)
@@ -159,7 +143,7 @@ def keys(tmp_path, tag, *, vllm_version="0.11.0", seed=7, card_changes=None, **p
     """The cache key of one request for a system built from its own cards folder and server."""
     stim = make_stimuli(tmp_path, 1)
     (tmp_path / tag).mkdir()
-    cards = cards_with(tmp_path / tag, **(card_changes or {}))
+    cards = pinned_cards(tmp_path / tag, **(card_changes or {}))
     with FakeVLLMOmniServer(QWEN, vllm_version=vllm_version) as server:
         s = system(server, cards, **params)
         return cache_key(s, request_for(tmp_path, stim, seed=seed))
@@ -193,7 +177,7 @@ def test_per_item_seeds_are_derived_from_base_seed_and_stimulus_id():
 
 def test_runs_through_the_runner_over_stimuli_with_outputs_written(tmp_path):
     stim = make_stimuli(tmp_path, 4, langs=("en", "es"))
-    cards = cards_with(tmp_path)
+    cards = pinned_cards(tmp_path)
     task = load_tasks()["describe"]
     cache = ResponseCache(tmp_path / "cache")
     with FakeVLLMOmniServer(QWEN) as server:
@@ -220,7 +204,7 @@ def test_setup_errors_name_what_is_wrong(tmp_path):
     (unpinned / "qwen2_5_omni_vllm.yaml").write_text((CARDS_DIR / "qwen2_5_omni_vllm.yaml").read_text())
     with pytest.raises(SetupError, match="--revision"):
         build_system("qwen2_5_omni_vllm", {}, cards_dir=unpinned)
-    cards = cards_with(tmp_path)
+    cards = pinned_cards(tmp_path)
     stim = make_stimuli(tmp_path, 1)
     with FakeVLLMOmniServer("Qwen/Qwen3-Omni-30B-A3B-Instruct") as server:
         with pytest.raises(SetupError, match="serves Qwen/Qwen3-Omni-30B-A3B-Instruct, not Qwen/Qwen2.5-Omni-7B"):
@@ -242,13 +226,13 @@ def test_api_key_is_sent_when_named(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_KEY", key)
     stim = make_stimuli(tmp_path, 1)
     with FakeVLLMOmniServer(QWEN, api_key=key) as server:
-        resp = system(server, cards_with(tmp_path), api_key_env="VLLM_KEY", root=tmp_path).respond(
+        resp = system(server, pinned_cards(tmp_path), api_key_env="VLLM_KEY", root=tmp_path).respond(
             request_for(tmp_path, stim))
     assert resp.status == "ok"
 
 
 def test_settings_are_checked(tmp_path):
-    cards = cards_with(tmp_path)
+    cards = pinned_cards(tmp_path)
     with pytest.raises(ParamsError, match="sampling_param_list"):
         build_system("qwen2_5_omni_vllm", {"sampling_param_list": []}, cards_dir=cards)
     seeded = [dict(s, seed=1) for s in load_card("qwen2_5_omni_vllm")["request"]["sampling_params_list"]]
@@ -275,7 +259,7 @@ def test_two_stimuli_with_the_same_audio_get_their_own_seeded_answers(tmp_path):
     twin = request_for(tmp_path, stim, i=0)
     other_id = S2SRequest(**{**twin.__dict__, "stimulus_id": "twin-of-" + twin.stimulus_id})
     (tmp_path / "c").mkdir()
-    cards = cards_with(tmp_path / "c")
+    cards = pinned_cards(tmp_path / "c")
     with FakeVLLMOmniServer(QWEN) as server:
         s = system(server, cards)
         assert cache_key(s, twin) != cache_key(s, other_id)

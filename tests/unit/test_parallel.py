@@ -1,0 +1,66 @@
+"""Process-parallel work: results in input order whatever order the workers finish in,
+one item's failure kept to that item, and a batched reference system answering exactly
+as it does one request at a time."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from voicebias.parallel import ItemFailed, ProcessBatched, map_processes
+
+
+def slow_square(x: int) -> tuple[int, int]:
+    time.sleep(0.02 * (5 - x % 5))  # later items finish first
+    return x * x, os.getpid()
+
+
+def test_results_come_back_in_input_order_from_several_processes():
+    out = map_processes(slow_square, range(12), workers=2, size=lambda x: x)
+    assert [v for v, _ in out] == [x * x for x in range(12)]
+    assert len({pid for _, pid in out}) == 2 and os.getpid() not in {pid for _, pid in out}
+
+
+def test_a_failing_item_is_returned_or_raised_without_losing_the_others():
+    def fn(x):
+        if x == 3:
+            raise ValueError("three is bad")
+        return x
+
+    out = map_processes(fn, range(6), workers=2, failures="return")
+    assert out[:3] == [0, 1, 2] and out[4:] == [4, 5]
+    assert isinstance(out[3], ItemFailed) and out[3].error == "ValueError: three is bad"
+    with pytest.raises(RuntimeError, match="1 of 6 items failed; first: ValueError: three is bad"):
+        map_processes(fn, range(6), workers=2)
+
+
+def test_one_worker_runs_in_this_process():
+    assert map_processes(lambda x: os.getpid(), [1, 2, 3], workers=1) == [os.getpid()] * 3
+
+
+class Base:
+    def __init__(self):
+        self.params = {}
+
+    def close(self):
+        self.closed = True
+
+
+class Doubler(ProcessBatched, Base):
+    def call(self, request):
+        if request < 0:
+            raise ValueError("negative")
+        return np.full(3, 2.0 * request), os.getpid()
+
+
+def test_process_batched_call_batch_answers_in_order_on_other_processes_and_closes():
+    s = Doubler()
+    got = s.call_batch(list(range(8)))
+    assert [a.tolist() for a, _ in got] == [[2.0 * i] * 3 for i in range(8)]
+    if os.cpu_count() and len(os.sched_getaffinity(0)) > 1:
+        assert os.getpid() not in {pid for _, pid in got}
+    with pytest.raises(RuntimeError, match="1 of 3 requests failed; first: ValueError: negative"):
+        s.call_batch([1, -1, 2])
+    s.close()
+    assert s.closed and s._pool is None

@@ -1,0 +1,117 @@
+"""Independent CPU work on every core, in input order.
+
+`map_processes(fn, items)` runs `fn` on each item in worker processes forked from this
+one (so they start with what the caller has already built: a system's tables, a TTS
+backend, imported libraries) and returns the results in the order of `items`, so a
+table built from them does not depend on which worker finished first. The largest
+items go first when `size` says how large each is, which keeps every core busy to the
+end. An exception raised by `fn` for one item is returned in that item's place as an
+`ItemFailed` (with the message) when `failures="return"`, or raised after the other
+items have finished when `failures="raise"`.
+
+`ProcessBatched` gives a locally computed system (the reference systems) a `call_batch`
+that answers a batch on every core from one pool that lives as long as the system.
+Answers do not depend on the batching: each request's answer is a function of that
+request alone (its own seed), so the responses are byte-identical on any number of cores.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+_STATE: dict[int, Any] = {}
+
+
+@dataclass
+class ItemFailed:
+    """What `fn` raised for one item: the exception's type name and message."""
+
+    error: str
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _run(job: tuple[int, int, Any]) -> Any:
+    token, _, item = job
+    fn = _STATE[token]
+    try:
+        return fn(item)
+    except Exception as exc:  # one item's failure is that item's result
+        return ItemFailed(f"{type(exc).__name__}: {exc}")
+
+
+def map_processes(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | None = None,
+                  size: Callable[[Any], float] | None = None, desc: str | None = None,
+                  failures: str = "raise") -> list[Any]:
+    """[fn(item) for item in items], computed on `workers` forked processes (default:
+    every core); see the module docstring. One worker (or fewer than two items) runs in
+    this process."""
+    from tqdm import tqdm
+
+    items = list(items)
+    workers = min(workers or cores(), len(items))
+    token = id(fn)
+    _STATE[token] = fn
+    try:
+        if workers <= 1:
+            results = [_run((token, i, it)) for i, it in enumerate(tqdm(items, desc=desc, disable=desc is None))]
+        else:
+            order = sorted(range(len(items)), key=lambda i: -size(items[i])) if size else list(range(len(items)))
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                done = list(tqdm(pool.map(_run, [(token, i, items[i]) for i in order], chunksize=1),
+                                 total=len(items), desc=desc, disable=desc is None))
+            results = [None] * len(items)
+            for i, r in zip(order, done):
+                results[i] = r
+    finally:
+        _STATE.pop(token, None)
+    if failures == "raise":
+        bad = [r for r in results if isinstance(r, ItemFailed)]
+        if bad:
+            raise RuntimeError(f"{len(bad)} of {len(items)} items failed; first: {bad[0].error}")
+    return results
+
+
+class ProcessBatched:
+    """Mixin for a system computed locally on the CPU: `call_batch` answers the batch's
+    requests on every core, in order, from one pool of forked workers created at the first batch and closed with
+    the system. A request whose call raises fails the batch as the runner expects
+    (it then retries the items one by one)."""
+
+    #: requests per batch: enough to keep every worker busy
+    batch_size: int = 32
+    _pool: ProcessPoolExecutor | None = None
+
+    def _workers(self) -> int:
+        return cores()
+
+    def call_batch(self, requests: Sequence[Any]) -> list[Any]:
+        if len(requests) < 2 or self._workers() == 1:
+            return [self.call(r) for r in requests]
+        if self._pool is None:
+            _STATE[id(self)] = self.call
+            self._pool = ProcessPoolExecutor(max_workers=self._workers(),
+                                             mp_context=multiprocessing.get_context("fork"))
+        results = list(self._pool.map(_run, [(id(self), i, r) for i, r in enumerate(requests)], chunksize=1))
+        bad = [r for r in results if isinstance(r, ItemFailed)]
+        if bad:
+            raise RuntimeError(f"{len(bad)} of {len(requests)} requests failed; first: {bad[0].error}")
+        return results
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+            _STATE.pop(id(self), None)
+        super().close()
