@@ -4,12 +4,15 @@ Synthesises N stimuli with eSpeak NG (passages of the shipped bank, both voices,
 all languages, loudness-normalised 16 kHz FLAC as the stimuli stage writes them),
 then times, in one run:
 
-1. voicebias.instruments.acoustics.measure_files on every core (F0, F1-F3, formant index,
-   H1-H2, H1-A3 and their corrected forms, CPPS, HNR);
+1. voicebias.instruments.acoustics.measure_files in one process: the full measure set (F0,
+   F1-F3, formant index, H1-H2, H1-A3 and their corrected forms, CPPS, HNR), the set the SC
+   stages measure (no HNR), the set the S2S inputs get (pitch, formants); and the full set
+   on every core;
 2. openSMILE eGeMAPSv02 functionals (88 features), one process, and with as
    many workers as cores.
 
-Prints wall times, seconds of audio per second, the ratio, and the agreement of
+Prints wall times, seconds of audio per second, the ratios, the cost of each component
+of the measure set (one process), and the agreement of
 the measures both tools share (median F0, H1-H2) as a cross-check. Not a test:
 run it by hand,
 
@@ -57,6 +60,24 @@ def synthesise(n_files: int, out_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def component_costs(files: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """Mean seconds per file of each component of the measure set, in one process."""
+    from voicebias.audio import load_for_analysis
+    from voicebias.instruments import acoustics as ac
+
+    totals = {c: 0.0 for c in ac.COMPONENTS}
+    for r in files.itertuples():
+        settings = ac.MeasureSettings.for_gender(params, r.voice_gender)
+        loaded = load_for_analysis(r.path, target_sr=16000, checks=settings.checks())
+        a = ac._Analysis(loaded.x, loaded.sr, settings)
+        for c in ac.COMPONENTS:
+            t = time.perf_counter()
+            ac._COMPONENT_FUNCTIONS[c](a)
+            totals[c] += time.perf_counter() - t
+    return pd.DataFrame([{"component": c, "s_per_file": v / len(files), "share": v / sum(totals.values())}
+                         for c, v in totals.items()])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=40, help="number of stimuli to synthesise (default 40)")
@@ -67,6 +88,7 @@ def main() -> None:
     import opensmile
 
     from voicebias import config
+    from voicebias.contract import SC_COMPONENTS
     from voicebias.instruments.acoustics import MeasureSettings, measure_files
 
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")["acoustics"]
@@ -79,9 +101,15 @@ def main() -> None:
     print(f"synthesised {len(files)} files, {audio_s:.0f} s of audio, in {time.perf_counter() - t:.1f} s")
 
     jobs = [(r.id, r.path, MeasureSettings.for_gender(params, r.voice_gender)) for r in files.itertuples()]
-    t = time.perf_counter()
-    ours = measure_files(jobs, 16000, workers=args.workers, desc="voicebias").set_index("id")
-    t_ours = time.perf_counter() - t
+    runs = [("full measure set", None, 1), ("SC stages' set (no HNR)", SC_COMPONENTS, 1),
+            ("S2S inputs' set (pitch, formants)", ("pitch", "formants"), 1),
+            (f"full measure set, {args.workers} processes", None, args.workers)]
+    rows, ours = [], None
+    for label, components, workers in runs:
+        t = time.perf_counter()
+        out = measure_files(jobs, 16000, workers=workers, desc=label, components=components).set_index("id")
+        rows.append({"extractor": f"voicebias: {label}", "wall_s": time.perf_counter() - t})
+        ours = out if components is None and ours is None else ours
 
     smile = opensmile.Smile(feature_set=opensmile.FeatureSet.eGeMAPSv02, feature_level=opensmile.FeatureLevel.Functionals)
     t = time.perf_counter()
@@ -93,17 +121,16 @@ def main() -> None:
     t = time.perf_counter()
     smile_n.process_files(list(files["path"]))
     t_smilen = time.perf_counter() - t
-
-    table = pd.DataFrame([
-        {"extractor": f"voicebias acoustics ({args.workers} processes)", "wall_s": t_ours},
-        {"extractor": "openSMILE eGeMAPSv02 functionals (1 process)", "wall_s": t_smile1},
-        {"extractor": f"openSMILE eGeMAPSv02 functionals ({args.workers} processes)", "wall_s": t_smilen},
-    ])
+    rows += [{"extractor": "openSMILE eGeMAPSv02 functionals (1 process)", "wall_s": t_smile1},
+             {"extractor": f"openSMILE eGeMAPSv02 functionals ({args.workers} processes)", "wall_s": t_smilen}]
+    table = pd.DataFrame(rows)
     table["audio_s_per_s"] = audio_s / table["wall_s"]
     table["ratio_to_opensmile_1proc"] = table["wall_s"] / t_smile1
     print(f"\n{len(files)} files, {audio_s:.0f} s of audio, {os.cpu_count()} cores")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    print(f"\nratio voicebias / openSMILE: {t_ours / t_smile1:.1f}x (1 process), {t_ours / t_smilen:.1f}x ({args.workers} processes)")
+    print(f"\nratio voicebias full set / openSMILE, one process each: {rows[0]['wall_s'] / t_smile1:.2f}")
+    print("\nper component, one process (s per file; pitch and formant tracks counted where first computed):")
+    print(component_costs(files, params).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
     # cross-check on the measures both tools report
     ref = ref.reset_index()
