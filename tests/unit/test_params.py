@@ -28,6 +28,13 @@ def test_committed_profiles_validate():
     paper = validate_params(resolve_profile("paper"))
     assert embedded["systems"]["mixed"]["content_weight"] == 0.5
     assert paper["sc_judge"]["backend"] == "gemini" and paper["phonation"]["backend"] == "vqvc"
+    full = validate_params(resolve_profile("sc_full"))
+    # every NOP_set prompt: 15 categories x 10, in 4 voices and 4 conditions = 2,400 stimuli
+    assert full["phonation"]["prompts_per_category"] is None and full["base"]["profile"] == "sc_full"
+    assert full["sc_stimuli"]["nop_categories"] * full["sc_stimuli"]["nop_per_category"] == 150
+    assert len(full["phonation"]["conditions"]) * sum(len(v) for v in full["sc_stimuli"]["voices"].values()) == 16
+    assert {k: v for k, v in full.items() if k not in ("phonation", "base")} == \
+        {k: v for k, v in embedded.items() if k not in ("phonation", "base")}
 
 
 def test_a_misspelt_key_is_refused_with_its_path_and_the_likely_key():
