@@ -153,3 +153,59 @@ def test_responses_gate_with_repeats(tmp_path):
         validate_responses(dup)
     with pytest.raises(ValidationFailed):
         validate_responses(table.drop(columns="sample").iloc[::2].pipe(lambda t: pd.concat([t, t])))
+
+
+# ---------------------------------------------------------------------------
+# scoring carries the sample through
+
+def test_text_scoring_scores_every_sample(tmp_path):
+    from voicebias.scoring.text import score_responses
+
+    table, _ = run_task(SeedEcho(), TASK, stimuli(tmp_path), tmp_path / "o", ResponseCache(tmp_path / "c"), 5,
+                        tmp_path, progress=False, samples=3)
+    scored = score_responses(table)
+    assert list(scored["sample"]) == list(table["sample"]) and list(scored.columns)[3] == "sample"
+    assert list(scored["judged_gender"]) == list(table["transcript"])  # the echo says 'male' or 'female'
+
+
+def test_acoustic_scoring_measures_every_sample(tmp_path):
+    """Each sample's delta is its own output minus the common input; one row per item x sample."""
+    from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
+    from voicebias import config
+    from voicebias.audio import write_audio
+    from voicebias.instruments.acoustics import hz_to_semitones
+    from voicebias.instruments.composite import composite_measures, femininity_composite, reference_stats
+    from voicebias.params import load_params
+    from voicebias.scoring.acoustic import score_outputs
+
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
+    params["acoustic_scoring"]["text_control"]["enabled"] = False
+    f0 = {("p1-m", 0): 110.0, ("p1-m", 1): 220.0, ("p1-f", 0): 150.0, ("p1-f", 1): None}
+    rows, inputs = [], []
+    (tmp_path / "out").mkdir()
+    for (sid, s), hz in f0.items():
+        base = {"system": "s", "task": "readback", "stimulus_id": sid, "sample": s, "passage_id": "p1", "lang": "en",
+                "target_lang": "en", "pole": "neutral", "voice_gender": "male" if sid.endswith("m") else "female",
+                "transcript": "An answer."}
+        if hz is None:
+            rows.append({**base, "status": "failed", "output_audio": "", "output_sha256": ""})
+            continue
+        rel = f"out/{sid}.sample{s}.wav"
+        write_audio(tmp_path / rel, synthetic_vowel(hz, MALE_VOWEL_FORMANTS["a"], seconds=1.0, sr=16000), 16000)
+        rows.append({**base, "status": "ok", "output_audio": rel, "output_sha256": f"sha-{sid}-{s}"})
+    for i, (sid, hz) in enumerate((("p1-m", 110.0), ("p1-f", 120.0))):
+        inputs.append({"stimulus_id": sid, "lang": "en", "status": "ok", "f0_median_st": float(hz_to_semitones(hz)),
+                       "formant_index": 0.01 * i, "margin_acoustic_norms": 0.5 * i - 1.0, "duration_s": 1.0,
+                       "voiced_fraction": 0.9})
+    inputs = pd.DataFrame(inputs)
+    names = composite_measures(params["acoustics"]["classifier"])
+    reference = reference_stats(inputs, names)
+    inputs["composite"] = femininity_composite(inputs, reference, names)
+    t = score_outputs(pd.DataFrame(rows[::-1]), inputs, reference, params, {"output_voice_gender": None}, tmp_path,
+                      tmp_path / "cache")
+    assert list(zip(t["stimulus_id"], t["sample"])) == [("p1-f", 0), ("p1-f", 1), ("p1-m", 0), ("p1-m", 1)]
+    assert list(t.columns)[3] == "sample"
+    d = t.set_index(["stimulus_id", "sample"])["delta_f0_median_st"]
+    assert d[("p1-m", 0)] == pytest.approx(0.0, abs=0.2) and d[("p1-m", 1)] == pytest.approx(12.0, abs=0.2)
+    assert d[("p1-f", 0)] == pytest.approx(12 * np.log2(150 / 120), abs=0.2)
+    assert t.set_index(["stimulus_id", "sample"]).loc[("p1-f", 1), "status"] == "failed"
