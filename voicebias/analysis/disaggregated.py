@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from voicebias.analysis.repeats import has_repeats
+from voicebias.analysis.repeats import has_repeats, item_means
 from voicebias.analysis.rq1 import ACOUSTIC_TASKS
 from voicebias.analysis.stats import cell_type
 from voicebias.contract import SAMPLE
@@ -236,11 +236,8 @@ def item_values(items: pd.DataFrame) -> pd.DataFrame:
     """A long item table with repeats (a sample column) as one row per item x metric: the mean
     of the item's samples (rows without a sample, SC items, are kept as they are). Items keep
     the order of their first row, so each item is resampled with all its samples."""
-    keys = ["study", "system", "task", "stimulus_id", "metric"]
-    grouped = items.drop(columns=[SAMPLE]).groupby(keys, sort=False, dropna=False)
-    out = grouped.first()
-    out["value"] = grouped["value"].mean()
-    return out.reset_index()[[c for c in items.columns if c != SAMPLE]]
+    means = item_means(items, ["value"], keys=["study", "system", "task", "stimulus_id", "metric"])
+    return means[[c for c in items.columns if c != SAMPLE]]
 
 
 def disaggregate(items: pd.DataFrame, resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:

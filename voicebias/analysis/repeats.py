@@ -42,7 +42,9 @@ def has_repeats(table: pd.DataFrame) -> bool:
 def item_means(table: pd.DataFrame, values: Iterable[str], keys: Iterable[str] = ITEM_KEYS) -> pd.DataFrame:
     """One row per item: each column of `values` averaged over the item's samples (missing values
     left out), every other column the item's first non-missing value, and n_samples the rows
-    averaged. Items keep the order of their first row; the sample column is dropped.
+    averaged. Items keep the order of their first row; the sample column is dropped. The mean
+    is taken about the item's first value, so an item whose samples agree keeps that value
+    to the last bit.
 
     Examples
     --------
@@ -55,10 +57,12 @@ def item_means(table: pd.DataFrame, values: Iterable[str], keys: Iterable[str] =
          s readback           b feminine              1.0          1
     """
     keys, values = list(keys), list(values)
-    grouped = table.drop(columns=[SAMPLE], errors="ignore").groupby(keys, sort=False)
+    t = table.drop(columns=[SAMPLE], errors="ignore")
+    grouped = t.groupby(keys, sort=False)
     out = grouped.first()
     for v in values:
-        out[v] = grouped[v].mean()
+        offset = (t[v] - grouped[v].transform("first")).groupby([t[k] for k in keys], sort=False).mean()
+        out[v] = out[v] + offset
     out["n_samples"] = grouped.size()
     return out.reset_index()
 
@@ -86,11 +90,14 @@ def variance_components(values: np.ndarray, items: np.ndarray) -> dict[str, floa
     {'within_variance': 1.0, 'between_variance': 7.6667, 'total_variance': 8.6667, 'within_share': 0.1154}
     """
     values = np.asarray(values, float)
-    codes, idx = np.unique(np.asarray(items), return_inverse=True)
+    codes, first, idx = np.unique(np.asarray(items), return_index=True, return_inverse=True)
     n, N = len(codes), len(values)
     k = np.bincount(idx, minlength=n).astype(float)
-    means = np.bincount(idx, weights=values, minlength=n) / k
-    ssw = float(np.sum((values - means[idx]) ** 2))
+    # about each item's first value, so the samples of an item that agree add exactly 0
+    dev = values - values[first][idx]
+    mean_dev = np.bincount(idx, weights=dev, minlength=n) / k
+    means = values[first] + mean_dev
+    ssw = float(np.sum((dev - mean_dev[idx]) ** 2))
     within = ssw / (N - n) if N > n else np.nan
     if n > 1 and np.isfinite(within):
         grand = float(values.mean())
