@@ -151,8 +151,11 @@ def test_responses_gate_with_repeats(tmp_path):
     dup.loc[1, "sample"] = 0  # two rows of one item x sample
     with pytest.raises(ValidationFailed, match="stimulus_id"):
         validate_responses(dup)
-    with pytest.raises(ValidationFailed):
-        validate_responses(table.drop(columns="sample").iloc[::2].pipe(lambda t: pd.concat([t, t])))
+    # without a sample column a stimulus may appear once only
+    one_per_item = table.drop(columns="sample").iloc[::2]
+    validate_responses(one_per_item)
+    with pytest.raises(ValidationFailed, match="stimulus_id"):
+        validate_responses(pd.concat([one_per_item, one_per_item]))
 
 
 # ---------------------------------------------------------------------------
