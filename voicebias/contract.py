@@ -85,6 +85,17 @@ RESPONSE_COLUMNS = [
     "model_revision", "attempts", "cache_key",
     "adapter", "transcript_source", "provenance",
 ]
+#: repeat index of an answer (0 .. run.samples_per_item - 1): a column of the responses, scored and
+#: acoustic tables only when more than one answer is drawn per item, right after stimulus_id
+SAMPLE = "sample"
+
+
+def with_sample(columns: list[str]) -> list[str]:
+    """`columns` with the sample column after stimulus_id (the layout of a table with repeats)."""
+    i = columns.index("stimulus_id") + 1
+    return [*columns[:i], SAMPLE, *columns[i:]]
+
+
 #: stimulus columns the responses table carries when the stimulus table has them
 RESPONSE_STIMULUS_COLUMNS = ["passage_id", "pole", "voice_gender", "voice_id", "phonation"]
 #: data/continuations/<system>/responses.csv: a responses table of the phonation stimuli

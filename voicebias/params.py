@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, GENDERS, LANGUAGES, POLES
@@ -254,6 +254,19 @@ class CarrierGate(Section):
 class Run(Section):
     systems: list[str]
     sc_systems: list[str] = []
+    #: answers drawn per item (stimulus) from each speech-to-speech system in the respond
+    #: stage; sample s has its own seed (voicebias.systems.base.sample_seed), sample 0 the
+    #: run's own, so 1 is a run without repeats (docs/repeats.md)
+    samples_per_item: int = 1
+
+    @field_validator("samples_per_item", mode="before")
+    @classmethod
+    def _at_least_one_sample(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected a whole number of answers per item (1, 2, 3, ...)")
+        if value < 1:
+            raise ValueError("must be at least 1: the number of answers drawn per item (1 = one answer, no repeats)")
+        return value
 
 
 class SCJudge(Section):
@@ -513,7 +526,7 @@ def _messages(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, .
         elif kind == "literal_error":
             out.append(f"{path}: {err.get('input')!r} is not one of {err['ctx']['expected']}")
         else:
-            out.append(f"{path}: {err['msg']} (got {err.get('input')!r})")
+            out.append(f"{path}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})")
     return out
 
 
@@ -524,6 +537,11 @@ def validate_section(model: type[Section], data: Any, path: str, exclude_none: b
     except ValidationError as exc:
         lines = _messages(exc, model, tuple(path.split(".")))
         raise ParamsError("; ".join(lines)) from None
+
+
+def samples_per_item(params: dict[str, Any]) -> int:
+    """`run.samples_per_item` of a parameter mapping (the schema's default where the mapping has none)."""
+    return int(validate_section(Run, params.get("run"), "run")["samples_per_item"])
 
 
 def validate_system(name: str, adapter: str, data: Any) -> dict[str, Any]:

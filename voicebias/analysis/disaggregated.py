@@ -9,8 +9,9 @@ the difference and ratio against the reference group of the same system, task,
 language and voice (neutral content; modal phonation; the neutral cell), each with its
 interval.
 
-The unit of resampling is the item (one stimulus, one output): within each group the
-items are drawn with replacement, the group and its reference independently (they
+The unit of resampling is the item (one stimulus, one output; with repeats, one
+stimulus with all its samples, entering with the mean of its samples' values, so the
+samples of an item are drawn together): within each group the items are drawn with replacement, the group and its reference independently (they
 hold different stimuli). The interval is the expanded percentile interval of
 Hesterberg (2015, "What teachers should know about the bootstrap", The American
 Statistician 69(4), sec. 4.3): the percentile interval taken at the widened level
@@ -42,8 +43,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from voicebias.analysis.repeats import has_repeats, item_means
 from voicebias.analysis.rq1 import ACOUSTIC_TASKS
 from voicebias.analysis.stats import cell_type
+from voicebias.contract import SAMPLE
 
 #: S2S acoustic measures shown in the report's RQ1 tables (means of per-item deltas)
 RQ1_METRICS = ("delta_composite", "net_composite", "delta_f0_median_st", "net_f0_median_st")
@@ -155,6 +158,7 @@ def s2s_items(scored: pd.DataFrame, acoustic: pd.DataFrame | None) -> pd.DataFra
     compliant answers); summarize: injection_rate (1 when the summary injects a
     gendered pronoun) and p_she (1 for 'she', among summaries with one pronoun gender);
     each acoustically scored task (ACOUSTIC_TASKS of RQ1): the RQ1 measures (RQ1_METRICS) of the rows measured.
+    With repeats there is one row per answer (a sample column); `disaggregate` averages them per item.
     """
     parts = []
     ok = scored[scored["status"] == "ok"]
@@ -169,11 +173,13 @@ def s2s_items(scored: pd.DataFrame, acoustic: pd.DataFrame | None) -> pd.DataFra
     if acoustic is not None and len(acoustic):
         a = acoustic[(acoustic["status"] == "ok") & acoustic["task"].isin(ACOUSTIC_TASKS)]
         present = [m for m in RQ1_METRICS if m in a]
-        long = a.melt(id_vars=["system", "task", "stimulus_id", "lang", "pole", "voice_gender"], value_vars=present,
-                      var_name="metric", value_name="value").dropna(subset=["value"])
+        ids = ["system", "task", "stimulus_id", *([SAMPLE] if has_repeats(a) else []), "lang", "pole", "voice_gender"]
+        long = a.melt(id_vars=ids, value_vars=present, var_name="metric", value_name="value").dropna(subset=["value"])
         parts.append(long)
-    cols = ["system", "task", "stimulus_id", "lang", "pole", "voice_gender", "metric", "value"]
-    items = pd.concat([p[cols] for p in parts], ignore_index=True)
+    repeats = any(has_repeats(p) for p in parts)
+    cols = ["system", "task", "stimulus_id", *([SAMPLE] if repeats else []), "lang", "pole", "voice_gender", "metric",
+            "value"]
+    items = pd.concat([p.reindex(columns=cols) for p in parts], ignore_index=True)
     return items.rename(columns={"pole": "condition"}).assign(study="s2s", condition_factor="content_pole")
 
 
@@ -226,8 +232,17 @@ def _pooled(items: pd.DataFrame) -> pd.DataFrame:
 REFERENCE = {"content_pole": "neutral", "cell_type": "neutral", "phonation": "modal"}
 
 
+def item_values(items: pd.DataFrame) -> pd.DataFrame:
+    """A long item table with repeats (a sample column) as one row per item x metric: the mean
+    of the item's samples (rows without a sample, SC items, are kept as they are). Items keep
+    the order of their first row, so each item is resampled with all its samples."""
+    means = item_means(items, ["value"], keys=["study", "system", "task", "stimulus_id", "metric"])
+    return means[[c for c in items.columns if c != SAMPLE]]
+
+
 def disaggregate(items: pd.DataFrame, resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """The disaggregated table (COLUMNS) of a long item table (s2s_items / sc_items rows).
+    """The disaggregated table (COLUMNS) of a long item table (s2s_items / sc_items rows); with
+    repeats the samples of an item are first averaged (`item_values`), so n counts items.
 
     Examples
     --------
@@ -244,6 +259,8 @@ def disaggregate(items: pd.DataFrame, resamples: int = 2000, confidence: float =
     """
     if not len(items):
         return pd.DataFrame(columns=COLUMNS)
+    if has_repeats(items):
+        items = item_values(items)
     pooled = _pooled(items)
     group_keys = [k for k in KEYS if k != "condition"]
     rows = []

@@ -8,6 +8,11 @@ masculine content; `signed_contrast` multiplies by it, so a positive value alway
 means 'toward the stereotype'. Describe is not scored acoustically (its output is
 the judgment word itself); translate changes the phoneme inventory and is
 reported separately (`task_group`).
+
+Repeats (a `sample` column, run.samples_per_item > 1): every function here first
+averages each item's samples (the deltas of one system x task x stimulus, measured
+samples only, voicebias.analysis.repeats.item_means), so the models see one value per
+item, as without repeats; the samples' spread enters through the item means.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
 from scipy import stats
+
+from voicebias.analysis.repeats import has_repeats, item_means
 
 ACOUSTIC_TASKS = ("readback", "paraphrase", "summarize", "translate")
 MISALIGNED = {"male": "feminine", "female": "masculine"}
@@ -36,8 +43,13 @@ def cohens_d(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _ok(acoustic: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """The measured rows of the acoustic tasks with a finite `measure`; with repeats one row per
+    item, its measure the mean over those of its samples."""
     d = acoustic[(acoustic["status"] == "ok") & acoustic["task"].isin(ACOUSTIC_TASKS)]
-    return d[np.isfinite(d[measure].astype(float))]
+    d = d[np.isfinite(d[measure].astype(float))]
+    if has_repeats(d):
+        d = item_means(d, [measure])
+    return d
 
 
 def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> pd.DataFrame:

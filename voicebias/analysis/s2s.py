@@ -11,6 +11,12 @@ inject. P(she | content) is taken among outputs that inject exactly one gender
 ('male' or 'female'); outputs with both are counted (n_both) but commit to
 neither. Slopes Delta_pp are in percentage points (100 x the difference of two
 proportions); P(she) and rates are proportions.
+
+Repeats (a `sample` column, run.samples_per_item > 1): the item (system x task x
+stimulus) stays the unit. Each item counts once, with the share of its answers that
+do a thing (inject, say 'she', misgender) in place of a 0/1; counts (n_injecting,
+n_both, n_he, n_she, misgendered) are then sums of item shares and n counts items
+(voicebias.analysis.stats for the describe models, docs/repeats.md).
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
+from voicebias.analysis.stats import (
+    fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step, permutation_misaligned_vs_neutral,
+)
+from voicebias.contract import SAMPLE
 
 
 def describe_odds_ratios(scored: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -38,15 +47,20 @@ def describe_misgender(scored: pd.DataFrame, confidence: float = 0.95) -> tuple[
 
     The Fisher table has, per system and language, the test with both input voices
     pooled (voice_gender 'pooled') and the test within each input voice (the S2S
-    paper's layout), each with its 2x2 counts.
+    paper's layout), each with its 2x2 counts. With repeats the rates are over items
+    and the test is the item permutation test (stats.permutation_misaligned_vs_neutral).
     """
     d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
     rates, fishers = [], []
     for system, g in d.groupby("system"):
         r = misgender_rates(g)
         rates.append(r.assign(system=system))
-        pooled = fisher_misaligned_vs_neutral(r, confidence)
-        per_voice = fisher_misaligned_vs_neutral(misgender_rates(g, by_voice=True), confidence)
+        if SAMPLE in g.columns:
+            pooled = permutation_misaligned_vs_neutral(g)
+            per_voice = permutation_misaligned_vs_neutral(g, by_voice=True)
+        else:
+            pooled = fisher_misaligned_vs_neutral(r, confidence)
+            per_voice = fisher_misaligned_vs_neutral(misgender_rates(g, by_voice=True), confidence)
         both = pd.concat([pooled, per_voice], ignore_index=True)
         order = {lang: i for i, lang in enumerate(pooled["lang"])}
         both = both.sort_values(["lang", "voice_gender"], key=lambda c: c.map(order) if c.name == "lang" else
@@ -62,11 +76,45 @@ INJECTING = ("male", "female", "both")
 POLES = ("masculine", "neutral", "feminine")
 
 
+def pronoun_items(g: pd.DataFrame) -> pd.DataFrame:
+    """Outputs with repeats as one row per item (system x task x stimulus): lang, pole,
+    voice_gender, the shares of its ok outputs that inject a pronoun (injects), inject 'he'
+    only (he), 'she' only (she_only), both (both), and she, the share of 'she' among its
+    outputs with one pronoun gender (NaN when it has none)."""
+    c = g["pronoun_choice"]
+    single = c.isin(["male", "female"])
+    d = g.assign(injects=c.isin(INJECTING).astype(float), he=(c == "male").astype(float),
+                 she_only=(c == "female").astype(float), both=(c == "both").astype(float),
+                 she=np.where(single, (c == "female").astype(float), np.nan))
+    keys = [k for k in ("system", "task", "stimulus_id") if k in d.columns]
+    agg = d.groupby(keys, sort=False)
+    out = agg[["lang", "pole", "voice_gender"]].first()
+    for col in ("injects", "he", "she_only", "both", "she"):
+        out[col] = agg[col].mean()
+    return out.reset_index()
+
+
 def _pronoun_summary(g: pd.DataFrame) -> dict:
-    """Injection counts, P(she | pole) and the slope in percentage points for one group of summaries."""
+    """Injection counts, P(she | pole) and the slope in percentage points for one group of summaries
+    (with repeats: of items, each with its shares, see `pronoun_items`)."""
+    if SAMPLE in g.columns:
+        items = pronoun_items(g)
+        single = items.dropna(subset=["she"])
+        row = {"n": int(len(items)), "n_injecting": float(items["injects"].sum()), "n_both": float(items["both"].sum()),
+               "injection_rate": float(items["injects"].mean()) if len(items) else np.nan}
+        return {**row, **_she_by_pole(single)}
     inj = g[g["pronoun_choice"].isin(INJECTING)]
     single = inj[inj["pronoun_choice"].isin(["male", "female"])].assign(
         she=lambda x: (x["pronoun_choice"] == "female").astype(float))
+    row = {"n": int(len(g)), "n_injecting": int(len(inj)), "n_both": int((inj["pronoun_choice"] == "both").sum()),
+           "injection_rate": float(len(inj) / len(g)) if len(g) else np.nan}
+    return {**row, **_she_by_pole(single)}
+
+
+def _she_by_pole(single: pd.DataFrame) -> dict:
+    """P(she) by pole (mean over voice x language cells), the slopes in percentage points and P(she) by
+    pole x voice, from rows (outputs, or items with repeats) with pole, voice_gender, lang and she."""
+    row: dict = {}
     cell = single.groupby(["pole", "voice_gender", "lang"])["she"].mean().reset_index()
     p_by_pole = cell.groupby("pole")["she"].mean()
     by_voice = cell.groupby(["voice_gender", "pole"])["she"].mean()
@@ -77,8 +125,6 @@ def _pronoun_summary(g: pd.DataFrame) -> dict:
     def voice_slope(voice: str) -> float:
         return slope_pp(by_voice[voice]) if voice in by_voice.index.get_level_values(0) else np.nan
 
-    row = {"n": int(len(g)), "n_injecting": int(len(inj)), "n_both": int((inj["pronoun_choice"] == "both").sum()),
-           "injection_rate": float(len(inj) / len(g)) if len(g) else np.nan}
     row.update({f"p_she_{p}": float(p_by_pole.get(p, np.nan)) for p in POLES})
     row.update(delta_pp=slope_pp(p_by_pole), delta_pp_male_voice=voice_slope("male"),
                delta_pp_female_voice=voice_slope("female"))
@@ -113,11 +159,24 @@ def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
     pooled (lang 'ALL'): n ok outputs, n_injecting, injection_rate, the injected
     pronoun's gender (n_he, n_she, n_both) and the injections on feminine and on
     masculine content (the S2S paper reports whether slips follow the stereotype).
+    With repeats, n counts items and the other counts are sums of item shares
+    (`pronoun_items`).
     """
     d = scored[scored["task"].isin(["paraphrase", "translate"]) & (scored["status"] == "ok")]
     d = d.assign(injects=d["pronoun_choice"].isin(INJECTING))
     rows = []
     for (system, task), g in d.groupby(["system", "task"]):
+        if SAMPLE in g.columns:
+            items = pronoun_items(g)
+            for lang, gl in [("ALL", items), *items.groupby("lang")]:
+                rows.append({"system": system, "task": task, "lang": lang, "n": int(len(gl)),
+                             "n_injecting": float(gl["injects"].sum()),
+                             "injection_rate": float(gl["injects"].mean()) if len(gl) else np.nan,
+                             "n_he": float(gl["he"].sum()), "n_she": float(gl["she_only"].sum()),
+                             "n_both": float(gl["both"].sum()),
+                             "n_injecting_feminine_content": float(gl.loc[gl["pole"] == "feminine", "injects"].sum()),
+                             "n_injecting_masculine_content": float(gl.loc[gl["pole"] == "masculine", "injects"].sum())})
+            continue
         for lang, gl in [("ALL", g), *g.groupby("lang")]:
             inj = gl[gl["injects"]]
             rows.append({"system": system, "task": task, "lang": lang, "n": int(len(gl)), "n_injecting": int(len(inj)),
@@ -132,7 +191,8 @@ def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def compliance(scored: pd.DataFrame) -> pd.DataFrame:
-    """Calls, failures and non-compliant describe answers per system x language x task."""
+    """Calls, failures and non-compliant describe answers per system x language x task (with
+    repeats: every sample's call counts; n is calls, not items)."""
     g = scored.groupby(["system", "lang", "task"])
     out = g.agg(n=("stimulus_id", "size"), failed=("status", lambda s: int((s == "failed").sum()))).reset_index()
     desc = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
@@ -163,7 +223,8 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
     the stage passes net_f0_median_st (output minus its text-matched control) when the
     scoring stage made it, so the words' own effect on F0 is not counted as drift. RQ1
     rows carry `tolerance` (F0_TOLERANCE_ST) and `within_tolerance`: the estimate is
-    within the instrument's F0 accuracy of the planted shift.
+    within the instrument's F0 accuracy of the planted shift. With repeats every
+    quantity is estimated on items (the tables passed in are item-level already).
     """
     rows = []
     for system, truth in planted.items():
@@ -177,7 +238,9 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
                      "planted_in_ci": covered, "fit_status": o["fit_status"]})
         r = rates[(rates["system"] == system) & (rates["lang"] == "ALL")].set_index("cell_type")
         for ct, p in truth["misgender_rate"].items():
-            k, n = int(r.loc[ct, "misgendered"]), int(r.loc[ct, "n"])
+            # with repeats misgendered is a sum of item shares and n counts items: the Wilson interval of
+            # the mean share at n items (one binomial observation per item, stats.misgender_rates)
+            k, n = float(r.loc[ct, "misgendered"]), int(r.loc[ct, "n"])
             lo, hi = _wilson(k, n)
             rows.append({"system": system, "quantity": f"misgender_rate_{ct}", "planted": p,
                          "recovered": k / n if n else np.nan, "ci_low": lo, "ci_high": hi,

@@ -6,6 +6,13 @@ voice, reported as the odds ratio per content step. Perfect or quasi-complete
 separation is detected before fitting (linear-programming test of Albert &
 Anderson, 1984) and reported as such, since the maximum-likelihood estimate does
 not exist there.
+
+Repeats (a `sample` column: several answers per item, run.samples_per_item > 1): the
+item (stimulus) stays the unit. Each item enters with the mean of its compliant
+answers: the logistic model is fitted to the item shares (a fractional logit: each
+item one binomial observation with its share as outcome, fitted as two weighted rows),
+misgender rates are means of item shares over items, and the misaligned-vs-neutral
+test permutes items (docs/repeats.md).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import statsmodels.api as sm
 from scipy import stats
 from scipy.optimize import linprog
 
-from voicebias.contract import POLE_ORDINAL
+from voicebias.contract import POLE_ORDINAL, SAMPLE
 
 OR_COLUMNS = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "coef", "se", "fit_status",
               "firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value"]
@@ -118,6 +125,13 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     penalised likelihood-ratio p) is offered alongside and stays finite under
     separation.
 
+    With repeats (a `sample` column) both fits take the item shares
+    (`describe_item_design`): n counts the items with a compliant answer, n_excluded
+    those without one, and the SEs are those of one binomial observation per item.
+    Since the variance of an item's share never exceeds p (1 - p), the variance of one
+    answer, these SEs hold whatever the answers of an item share; with identical
+    repeats they are the SEs of one answer per item.
+
     Parameters
     ----------
     df : DataFrame
@@ -156,9 +170,14 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
      firth_odds_ratio  firth_ci_low  firth_ci_high  firth_p_value
                 2.791         1.208          7.413          0.015
     """
-    d = describe_design(df)
-    n_excl = int(len(df) - len(d))
-    row = {"scope": scope, "n": int(len(d)), "n_excluded": n_excl, "odds_ratio": np.nan, "ci_low": np.nan,
+    weights = None
+    if SAMPLE in df.columns:
+        d, n, n_excl = describe_item_design(df)
+        weights = d["weight"].to_numpy(float)
+    else:
+        d = describe_design(df)
+        n, n_excl = int(len(d)), int(len(df) - len(d))
+    row = {"scope": scope, "n": n, "n_excluded": n_excl, "odds_ratio": np.nan, "ci_low": np.nan,
            "ci_high": np.nan, "p_value": np.nan, "coef": np.nan, "se": np.nan, "firth_odds_ratio": np.nan,
            "firth_ci_low": np.nan, "firth_ci_high": np.nan, "firth_p_value": np.nan}
     if len(d) == 0:
@@ -167,7 +186,7 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     if np.linalg.matrix_rank(X) < X.shape[1]:
         return pd.DataFrame([{**row, "fit_status": "singular (design not full rank)"}], columns=OR_COLUMNS)
     y = d["y"].to_numpy()
-    firth = firth_coefficient(X, y, 1, confidence)
+    firth = firth_coefficient(X, y, 1, confidence, weights=weights)
     row.update(firth_odds_ratio=float(np.exp(firth["coef"])), firth_ci_low=float(np.exp(firth["ci_low"])),
                firth_ci_high=float(np.exp(firth["ci_high"])), firth_p_value=firth["p_value"])
     if d["y"].nunique() < 2:
@@ -177,13 +196,76 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
         return pd.DataFrame([{**row, "fit_status": f"perfect separation ({sep})"}], columns=OR_COLUMNS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
+        if weights is None or bool(np.all(weights == 1.0)):
+            # without repeats, or every item's answers agree: one 0/1 outcome per item
+            fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
+            converged = fit.mle_retvals.get("converged", True)
+        else:  # the item shares: binomial likelihood of the weighted rows, model-based (item-level) SE
+            fit = sm.GLM(y, X, family=sm.families.Binomial(), freq_weights=weights).fit(maxiter=200, tol=1e-12)
+            converged = fit.converged
     b, se = float(fit.params[1]), float(fit.bse[1])
     z = stats.norm.ppf(0.5 + confidence / 2)
-    status = "ok" if fit.mle_retvals.get("converged", True) and np.isfinite(se) else "did not converge"
+    status = "ok" if converged and np.isfinite(se) else "did not converge"
     row.update(odds_ratio=float(np.exp(b)), ci_low=float(np.exp(b - z * se)), ci_high=float(np.exp(b + z * se)),
                p_value=float(fit.pvalues[1]), coef=b, se=se)
     return pd.DataFrame([{**row, "fit_status": status}], columns=OR_COLUMNS)
+
+
+def _item_keys(df: pd.DataFrame) -> list[str]:
+    """The columns that name one item (system, task, stimulus) among those `df` has."""
+    return [c for c in ("system", "task", "stimulus_id") if c in df.columns]
+
+
+def describe_item_design(df: pd.DataFrame) -> tuple[pd.DataFrame, int, int]:
+    """The describe design of answers with repeats: (rows, items, items excluded).
+
+    Each item (stimulus) with at least one compliant answer gives its share of 'female'
+    among its compliant answers, ybar, as two rows of the `describe_design` columns:
+    y = 1 with weight ybar and y = 0 with weight 1 - ybar (a row of weight 0 left out).
+    The weighted binomial log-likelihood of these rows is the fractional-logit
+    log-likelihood of the item shares, sum ybar log p + (1 - ybar) log(1 - p), and its
+    information is one binomial observation per item: the item, not the answer, is the
+    unit. Items whose answers are all non-compliant are excluded (counted).
+
+    Parameters
+    ----------
+    df : DataFrame
+        Describe answers with a sample column: stimulus_id (and system, task), pole,
+        voice_gender, judged_gender.
+
+    Returns
+    -------
+    tuple
+        (rows, items, items_excluded): rows has the item keys, the `describe_design`
+        columns content_step, voice_female, y, and weight; items counts the items with a
+        compliant answer, items_excluded those without one.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"stimulus_id": ["a"] * 3 + ["b"] * 3 + ["c"] * 2, "sample": [0, 1, 2] * 2 + [0, 1],
+    ...                      "pole": ["feminine"] * 3 + ["masculine"] * 3 + ["neutral"] * 2,
+    ...                      "voice_gender": ["male"] * 8,
+    ...                      "judged_gender": ["female", "female", "male", "male", "male", "none", "none", "none"]})
+    >>> d, n, excluded = describe_item_design(rows)
+    >>> print(d[["stimulus_id", "content_step", "y", "weight"]].round(3).to_string(index=False))
+    stimulus_id  content_step   y  weight
+              a           2.0 1.0   0.667
+              a           2.0 0.0   0.333
+              b           0.0 0.0   1.000
+    >>> n, excluded
+    (2, 1)
+    """
+    keys = _item_keys(df)
+    d = describe_design(df)
+    items = d.groupby(keys, sort=False).agg(content_step=("content_step", "first"),
+                                             voice_female=("voice_female", "first"), share=("y", "mean"))
+    items = items.reset_index()
+    both = pd.concat([items.assign(y=1.0, weight=items["share"]), items.assign(y=0.0, weight=1.0 - items["share"])])
+    both = both.assign(_order=np.r_[np.arange(len(items)), np.arange(len(items))]).sort_values("_order", kind="stable")
+    rows = both[both["weight"] > 0].drop(columns=["share", "_order"]).reset_index(drop=True)
+    n_items = int(df.groupby(keys).ngroups)
+    return rows, int(len(items)), n_items - int(len(items))
 
 
 def cell_type(pole: str, voice_gender: str) -> str:
@@ -218,6 +300,10 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
     n_excluded the non-compliant ones. With `by_voice` the rows are also split by
     input voice (a voice_gender column): the neutral cell of the male voice then
     counts 'female' answers, that of the female voice 'male' answers.
+
+    With repeats (a `sample` column) the counts are of items (`misgender_items`): n the
+    items with a compliant answer, n_excluded those without one, misgendered the sum of
+    the items' misgendered shares (a fraction), so rate is the mean item share.
 
     Parameters
     ----------
@@ -262,10 +348,12 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
      ALL       female    neutral  1           1            0   0.0
      ALL       female misaligned  2           0            1   0.5
     """
-    d = df.copy()
+    repeats = SAMPLE in df.columns
+    d = misgender_items(df) if repeats else df.copy()
     d["cell_type"] = [cell_type(p, v) for p, v in zip(d["pole"], d["voice_gender"])]
-    d["compliant"] = d["judged_gender"].isin(["male", "female"])
-    d["misgendered"] = d["compliant"] & (d["judged_gender"] != d["voice_gender"])
+    if not repeats:
+        d["compliant"] = d["judged_gender"].isin(["male", "female"])
+        d["misgendered"] = d["compliant"] & (d["judged_gender"] != d["voice_gender"])
     voices = [("male", "male"), ("female", "female")] if by_voice else [(None, None)]
     rows = []
     for lang, g in [*d.groupby("lang"), ("ALL", d)]:
@@ -274,7 +362,7 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
             for ct in ("aligned", "neutral", "misaligned"):
                 c = gv[gv["cell_type"] == ct]
                 n = int(c["compliant"].sum())
-                k = int(c["misgendered"].sum())
+                k = float(c["misgendered"].sum()) if repeats else int(c["misgendered"].sum())
                 row = {"lang": lang, "cell_type": ct, "n": n, "n_excluded": int(len(c) - n), "misgendered": k,
                        "rate": k / n if n else np.nan}
                 rows.append(row if voice is None else {"lang": lang, "voice_gender": label, **row})
@@ -301,7 +389,8 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
     ----------
     rates : DataFrame
         Output of `misgender_rates` (lang, cell_type, n, misgendered; optionally
-        voice_gender).
+        voice_gender) of answers without repeats (with repeats:
+        `permutation_misaligned_vs_neutral`).
     confidence : float
         Level of the exact CI of the conditional odds ratio.
 
@@ -348,31 +437,161 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
     return pd.DataFrame(rows, columns=FISHER_COLUMNS)
 
 
-def _firth_loglik(beta: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
-    """Penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993)."""
+def misgender_items(df: pd.DataFrame) -> pd.DataFrame:
+    """Describe answers with repeats as one row per item (stimulus).
+
+    Columns: the item's keys (system, task, stimulus_id as present), lang, pole,
+    voice_gender, n_answers, n_compliant, compliant (some answer names a gender) and
+    misgendered, the share of its compliant answers that misgender the input voice (NaN
+    when none is compliant).
+
+    Parameters
+    ----------
+    df : DataFrame
+        Describe answers with a sample column: stimulus_id (and system, task), lang,
+        pole, voice_gender, judged_gender.
+
+    Returns
+    -------
+    DataFrame
+        One row per item, in the order of its first answer.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"stimulus_id": ["a"] * 3 + ["b"] * 3, "sample": [0, 1, 2] * 2, "lang": "en",
+    ...                      "pole": "feminine", "voice_gender": "male",
+    ...                      "judged_gender": ["female", "male", "none", "none", "none", "none"]})
+    >>> print(misgender_items(rows)[["stimulus_id", "n_compliant", "compliant", "misgendered"]].to_string(index=False))
+    stimulus_id  n_compliant  compliant  misgendered
+              a            2       True          0.5
+              b            0      False          NaN
+    """
+    keys = _item_keys(df)
+    compliant = df["judged_gender"].isin(["male", "female"])
+    d = df.assign(_compliant=compliant, _wrong=compliant & (df["judged_gender"] != df["voice_gender"]))
+    g = d.groupby(keys, sort=False)
+    out = g[["lang", "pole", "voice_gender"]].first()
+    out["n_answers"] = g.size()
+    out["n_compliant"] = g["_compliant"].sum().astype(int)
+    out["compliant"] = out["n_compliant"] > 0
+    out["misgendered"] = g["_wrong"].sum() / out["n_compliant"].where(out["compliant"])
+    return out.reset_index()
+
+
+#: Monte Carlo draws of the item permutation test (permutation_misaligned_vs_neutral)
+PERMUTATIONS = 20000
+
+
+def permutation_misaligned_vs_neutral(df: pd.DataFrame, by_voice: bool = False,
+                                      permutations: int = PERMUTATIONS) -> pd.DataFrame:
+    """Misgendering in misaligned against neutral cells with repeats: an item permutation test.
+
+    Fisher's exact test needs one binary outcome per independent unit; with several
+    answers per item the unit is the item and its outcome is its misgendered share
+    (`misgender_items`). The test is the permutation test that Fisher's is for binary
+    items: under the null the items' outcomes are exchangeable between the two cell
+    types, so the labels are permuted over the items (`permutations` Monte Carlo draws,
+    seeded by the row's key) and the two-sided p is (1 + #{|T*| >= |T|}) / (1 + draws),
+    T the difference of the mean shares (misaligned minus neutral). The answers of an
+    item move together, so repeats of one answer add no information. Rows and columns
+    as `fisher_misaligned_vs_neutral` (misgendered: sums of item shares; n: items), with
+    odds_ratio the sample odds ratio of those sums; conditional_odds_ratio and its exact
+    CI exist for counts only and are NaN; `test` names the test.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Describe answers of one system with a sample column (as `misgender_items`).
+    by_voice : bool
+        One test within each input voice instead of both voices pooled.
+    permutations : int
+        Monte Carlo draws.
+
+    Returns
+    -------
+    DataFrame
+        The columns of FISHER_COLUMNS and test, one row per language and ALL (x input
+        voice with `by_voice`).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> rows = []
+    >>> for i in range(8):
+    ...     for pole, wrong in (("feminine", 2), ("neutral", 0 if i < 6 else 1)):  # answers wrong of 3
+    ...         rows += [{"stimulus_id": f"{pole}{i}", "sample": s, "lang": "en", "pole": pole,
+    ...                   "voice_gender": "male", "judged_gender": "female" if s < wrong else "male"}
+    ...                  for s in range(3)]
+    >>> res = permutation_misaligned_vs_neutral(pd.DataFrame(rows))
+    >>> print(res[["lang", "misaligned_misgendered", "misaligned_n", "neutral_n", "p_value"]].round(4).to_string(index=False))
+    lang  misaligned_misgendered  misaligned_n  neutral_n  p_value
+      en                  5.3333             8          8   0.0002
+     ALL                  5.3333             8          8   0.0001
+    """
+    import zlib
+
+    items = misgender_items(df)
+    items = items[items["compliant"]].copy()
+    items["cell_type"] = [cell_type(p, v) for p, v in zip(items["pole"], items["voice_gender"])]
+    system = str(df["system"].iloc[0]) if "system" in df.columns and len(df) else ""
+    voices = [("male", "male"), ("female", "female")] if by_voice else [("pooled", None)]
+    rows = []
+    for lang, g in [*items.groupby("lang"), ("ALL", items)]:
+        for label, voice in voices:
+            gv = g if voice is None else g[g["voice_gender"] == voice]
+            mis = gv.loc[gv["cell_type"] == "misaligned", "misgendered"].to_numpy(float)
+            neu = gv.loc[gv["cell_type"] == "neutral", "misgendered"].to_numpy(float)
+            a, c, n1, n0 = float(mis.sum()), float(neu.sum()), len(mis), len(neu)
+            row = {"lang": lang, "voice_gender": label, "misaligned_misgendered": a, "misaligned_n": n1,
+                   "neutral_misgendered": c, "neutral_n": n0, "odds_ratio": np.nan, "conditional_odds_ratio": np.nan,
+                   "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan,
+                   "test": f"item permutation ({permutations} draws)"}
+            if min(n1, n0) > 0:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    row["odds_ratio"] = float(np.float64(a * (n0 - c)) / np.float64((n1 - a) * c))
+                rng = np.random.default_rng(zlib.crc32(f"{system}|{lang}|{label}|misaligned-vs-neutral".encode()))
+                pooled = np.concatenate([mis, neu])
+                observed = abs(mis.mean() - neu.mean())
+                perm = rng.permuted(np.broadcast_to(pooled, (permutations, len(pooled))), axis=1)
+                diffs = np.abs(perm[:, :n1].mean(axis=1) - perm[:, n1:].mean(axis=1))
+                row["p_value"] = float((1 + np.sum(diffs >= observed - 1e-12)) / (1 + permutations))
+            rows.append(row)
+    return pd.DataFrame(rows, columns=[*FISHER_COLUMNS, "test"])
+
+
+def _firth_loglik(beta: np.ndarray, X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993); `weights` weigh the rows
+    (their log-likelihood terms and information), all 1 by default."""
+    c = np.ones(len(y)) if weights is None else weights
     eta = X @ beta
-    ll = float(np.sum(y * eta - np.logaddexp(0, eta)))
+    ll = float(np.sum(c * (y * eta - np.logaddexp(0, eta))))
     p = 1 / (1 + np.exp(-eta))
-    w = p * (1 - p)
+    w = c * p * (1 - p)
     sign, logdet = np.linalg.slogdet(X.T @ (X * w[:, None]))
     return ll + 0.5 * logdet if sign > 0 else -np.inf
 
 
-def _firth_score(beta: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Modified score U*(b) = X'(y - p + h (1/2 - p)) and Fisher information X'WX at b.
+def _firth_score(beta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                 weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Modified score U*(b) = X'(c (y - p) + h (1/2 - p)) and Fisher information X'WX at b,
+    W = diag(c p (1 - p)), h the diagonal of the hat matrix W^1/2 X (X'WX)^-1 X' W^1/2 and c
+    the row weights (all 1 by default).
 
     U* is the exact gradient of the penalised log-likelihood for the logit link.
     """
+    c = np.ones(len(y)) if weights is None else weights
     p = 1 / (1 + np.exp(-(X @ beta)))
-    w = p * (1 - p)
+    w = c * p * (1 - p)
     info = X.T @ (X * w[:, None])
     xw = X * np.sqrt(w)[:, None]
     h = np.einsum("ij,jk,ik->i", xw, np.linalg.pinv(info), xw)
-    return X.T @ (y - p + h * (0.5 - p)), info
+    return X.T @ (c * (y - p) + h * (0.5 - p)), info
 
 
 def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = None, max_iter: int = 500,
-              tol: float = 1e-9, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+              tol: float = 1e-9, start: np.ndarray | None = None,
+              weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Maximise the Firth-penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993).
 
     Newton steps on the modified score (Heinze & Schemper, 2002) with step halving
@@ -384,8 +603,8 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
     symmetric design can leave a saddle point (zero score, a direction of ascent)
     where a step-size criterion would stop, so from a saddle the search continues
     along the ascent direction of the numerical Hessian. `start` gives starting
-    values (zeros by default; fixed entries are overwritten). The estimate is
-    finite under separation.
+    values (zeros by default; fixed entries are overwritten). `weights` weigh the rows
+    (an item's share of answers, with repeats); the estimate is finite under separation.
 
     Parameters
     ----------
@@ -401,6 +620,8 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
         Largest free score component accepted at the maximum.
     start : array of shape (k,), optional
         Starting values.
+    weights : array of shape (n,), optional
+        Row weights (all 1 by default).
 
     Returns
     -------
@@ -433,7 +654,7 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
     beta = np.zeros(k) if start is None else np.array(start, float)
     for j, v in fixed.items():
         beta[j] = v
-    current = _firth_loglik(beta, X, y)
+    current = _firth_loglik(beta, X, y, weights)
     if not free:
         return beta, current
 
@@ -442,7 +663,7 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
         t = 1.0
         while t > 1e-12:
             cand = beta + t * direction
-            val = _firth_loglik(cand, X, y)
+            val = _firth_loglik(cand, X, y, weights)
             if val > current:
                 beta, current = cand, val
                 return True
@@ -450,9 +671,9 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
         return False
 
     for _ in range(max_iter):
-        score, info = _firth_score(beta, X, y)
+        score, info = _firth_score(beta, X, y, weights)
         g = score[free]
-        evals, evecs = np.linalg.eigh(_penalised_hessian(beta, X, y, free))
+        evals, evecs = np.linalg.eigh(_penalised_hessian(beta, X, y, free, weights=weights))
         concave = evals[-1] < -1e-10 * max(1.0, float(np.max(np.abs(evals))))
         if np.max(np.abs(g)) < tol:
             if concave:
@@ -477,18 +698,21 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
     raise RuntimeError(f"Firth fit did not converge in {max_iter} steps (max |score| {np.max(np.abs(g)):.3g})")
 
 
-def _penalised_hessian(beta: np.ndarray, X: np.ndarray, y: np.ndarray, free: list[int], delta: float = 1e-5) -> np.ndarray:
+def _penalised_hessian(beta: np.ndarray, X: np.ndarray, y: np.ndarray, free: list[int], delta: float = 1e-5,
+                       weights: np.ndarray | None = None) -> np.ndarray:
     """Hessian of the penalised log-likelihood over the free coefficients by central differences of U*."""
     m = len(free)
     hess = np.zeros((m, m))
     for a, j in enumerate(free):
         e = np.zeros(len(beta))
         e[j] = delta
-        hess[:, a] = (_firth_score(beta + e, X, y)[0][free] - _firth_score(beta - e, X, y)[0][free]) / (2 * delta)
+        hess[:, a] = (_firth_score(beta + e, X, y, weights)[0][free]
+                      - _firth_score(beta - e, X, y, weights)[0][free]) / (2 * delta)
     return (hess + hess.T) / 2
 
 
-def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 0.95) -> dict[str, float]:
+def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 0.95,
+                      weights: np.ndarray | None = None) -> dict[str, float]:
     """Firth estimate of coefficient j with profile penalised-likelihood CI and LRT p-value.
 
     The profile at b_j = v maximises the penalised likelihood over the other
@@ -507,6 +731,8 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
         Column of the coefficient.
     confidence : float
         Level of the profile-likelihood CI.
+    weights : array of shape (n,), optional
+        Row weights (all 1 by default).
 
     Returns
     -------
@@ -523,11 +749,12 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
     """
     from scipy.optimize import brentq
 
-    beta, ll = firth_fit(X, y)
+    beta, ll = firth_fit(X, y, weights=weights)
     crit = stats.chi2.ppf(confidence, 1)
 
     def profile(v: float) -> float:
-        return max(firth_fit(X, y, fixed={j: v})[1], firth_fit(X, y, fixed={j: v}, start=beta)[1])
+        return max(firth_fit(X, y, fixed={j: v}, weights=weights)[1],
+                   firth_fit(X, y, fixed={j: v}, start=beta, weights=weights)[1])
 
     def dev(v: float) -> float:
         return 2 * (ll - profile(v)) - crit

@@ -7,7 +7,13 @@ from voicebias.analysis.s2s import compliance, describe_misgender, describe_odds
 
 
 def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | None = None) -> dict:
-    """Stage 'analysis': RQ1 and RQ2 tables, the planted truth and the metrics file."""
+    """Stage 'analysis': RQ1 and RQ2 tables, the planted truth and the metrics file.
+
+    With repeats (scored tables with a sample column, run.samples_per_item > 1) every
+    table is estimated on items (voicebias.analysis.repeats) and the between-sample
+    variance goes to out_dir/repeats_variance.csv; without repeats that file is not
+    written (one left by an earlier run with repeats is removed).
+    """
     from pathlib import Path
 
     from voicebias.io import read_table, write_json, write_table
@@ -53,6 +59,14 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
                      ("planted_vs_recovered", pvr)]:
         write_table(out_dir / f"{name}.csv", df)
     write_json(out_dir / "planted_truth.json", planted)
+    from voicebias.analysis.disaggregated import s2s_items
+    from voicebias.analysis.repeats import between_sample_variance, has_repeats
+
+    variance_path = out_dir / "repeats_variance.csv"
+    if has_repeats(scored):
+        write_table(variance_path, between_sample_variance(s2s_items(scored, acoustic if acoustic_paths else None)))
+    elif variance_path.exists():
+        variance_path.unlink()
     metrics: dict = {}
     for r in odds.itertuples():
         m = metrics.setdefault(r.system, {}).setdefault("describe", {}).setdefault(r.lang, {})

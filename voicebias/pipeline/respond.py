@@ -17,8 +17,10 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
               gate_metrics: Path, out_dir: Path, stats_path: Path, cache_dir: Path, root: Path, *,
               task: Task | None = None, gate: str = "the carrier gate", kind: str | None = None,
               context: dict[str, Any] | None = None, stage: str | None = None,
-              annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None) -> pd.DataFrame:
-    """One system x one task over all stimuli of the task's languages.
+              annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
+              samples: int | None = None) -> pd.DataFrame:
+    """One system x one task over all stimuli of the task's languages, `run.samples_per_item`
+    answers per stimulus (docs/repeats.md).
 
     The keyword arguments let another stage run a system over its own stimulus table
     through the same runner (voicebias.pipeline.sc_continue does): `task`, a task that is not
@@ -28,12 +30,13 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
     the stimulus table and root (default: the passages of passages_path and
     tts.rate_wpm; passages_path may be None where context is given); `stage`, the
     name in the run log and progress line; `annotate(system, system params)`,
-    tracked facts added to the stats record (a reference system's planted truth).
+    tracked facts added to the stats record (a reference system's planted truth);
+    `samples`, the answers per stimulus (default: params run.samples_per_item).
     """
     tables = run_tasks(params, system_name, [task_name], manifest_path, passages_path, gate_metrics,
                        lambda _: out_dir, lambda _: stats_path, cache_dir, root,
                        tasks={task_name: task} if task is not None else None, gate=gate, kind=kind, context=context,
-                       stage=(lambda _: stage) if stage else None, annotate=annotate)
+                       stage=(lambda _: stage) if stage else None, annotate=annotate, samples=samples)
     return tables[task_name]
 
 
@@ -55,15 +58,17 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
               tasks: dict[str, Task] | None = None, gate: str = "the carrier gate", kind: str | None = None,
               context: dict[str, Any] | None = None, stage: Callable[[str], str] | None = None,
               annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
-              ) -> dict[str, pd.DataFrame]:
+              samples: int | None = None) -> dict[str, pd.DataFrame]:
     """Build the system once and run it on each task in turn (see run_stage for the keywords;
     `tasks` maps task names to Task objects that are not in data/tasks/prompts.yaml)."""
     from voicebias.io import read_json, read_table, write_json, write_table
+    from voicebias.params import samples_per_item
     from voicebias.runlog import record as record_run
     from voicebias.runlog import split_counts
     from voicebias.systems import build_system
     from voicebias.tasks import load_tasks
 
+    samples = samples_per_item(params) if samples is None else samples
     if not read_json(gate_metrics).get("passed"):
         raise RuntimeError(f"{gate} has not passed; no system may hear these stimuli")
     manifest = read_table(manifest_path)
@@ -96,7 +101,7 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir),
                                      int(params["base"]["seed"]), root, policy=policy, asr=asr,
                                      continuation_s=float(system.params["continuation_s"])
-                                     if system.kind == "continuation" else 0.0)
+                                     if system.kind == "continuation" else 0.0, samples=samples)
             validate_responses(table, system.kind)
             write_table(out_dir / "responses.csv", table)
             if annotate is not None:

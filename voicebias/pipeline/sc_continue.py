@@ -2,7 +2,9 @@
 
 One continuation system over every phonation stimulus (data/phonation/manifest.csv),
 through the S2S runner's stage (`voicebias.pipeline.respond.run_stage`: cached, resumable,
-retrying, failures recorded per item), once the manipulation check has passed. Writes
+retrying, failures recorded per item), once the manipulation check has passed, one
+continuation per stimulus (`run.samples_per_item` applies to the speech-to-speech
+respond stage only; the SC scoring and analysis take one continuation per item). Writes
 data/continuations/<system>/ and the stage record reports/sc_continue/<system>.json
 (with the planted truth of a reference continuation system).
 """
@@ -39,4 +41,4 @@ def run_stage(params: dict[str, Any], system_name: str, manifest_path: Path, che
         root, task=CONTINUE_TASK, gate="the phonation manipulation check", kind="continuation",
         context={"rate_wpm": params["sc_stimuli"]["rate_wpm"], "pitch_range": params["acoustics"]["pitch_range"],
                  "presets": params["phonation"]["presets"], "parametric": params["phonation"].get("parametric")},
-        stage=f"sc_continue@{system_name}", annotate=_planted_truth)
+        stage=f"sc_continue@{system_name}", annotate=_planted_truth, samples=1)

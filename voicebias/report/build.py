@@ -115,14 +115,21 @@ def pronoun_table(pron: pd.DataFrame) -> pd.DataFrame:
 
 
 def fisher_table(fisher: pd.DataFrame) -> pd.DataFrame:
-    """Fisher exact test misaligned vs neutral, within each input voice (the S2S paper's test) and pooled."""
+    """Fisher exact test misaligned vs neutral, within each input voice (the S2S paper's test) and pooled.
+
+    A table of a run with repeats (a `test` column: the item permutation test,
+    voicebias.analysis.stats.permutation_misaligned_vs_neutral) shows its misgendered sums of
+    item shares to two decimals and names its test."""
     out = fisher.copy()
-    out["misaligned"] = [f"{a}/{n}" for a, n in zip(out["misaligned_misgendered"], out["misaligned_n"])]
-    out["neutral"] = [f"{a}/{n}" for a, n in zip(out["neutral_misgendered"], out["neutral_n"])]
+    repeats = "test" in out.columns
+    count = (lambda a: _fmt(float(a), 2)) if repeats else (lambda a: a)
+    out["misaligned"] = [f"{count(a)}/{n}" for a, n in zip(out["misaligned_misgendered"], out["misaligned_n"])]
+    out["neutral"] = [f"{count(a)}/{n}" for a, n in zip(out["neutral_misgendered"], out["neutral_n"])]
     out["OR (cond. MLE) [95% CI]"] = [f"{_fmt(e, 2)} [{_fmt(a, 2)}, {_fmt(b, 2)}]" for e, a, b in
                                       zip(out["conditional_odds_ratio"], out["ci_low"], out["ci_high"])]
     out["p"] = out["p_value"].map(_p)
-    return out[["system", "lang", "voice_gender", "misaligned", "neutral", "OR (cond. MLE) [95% CI]", "p"]]
+    return out[["system", "lang", "voice_gender", "misaligned", "neutral", "OR (cond. MLE) [95% CI]", "p",
+                *(["test"] if repeats else [])]]
 
 
 def _effect(est: Any, lo: Any, hi: Any, p: Any) -> str:

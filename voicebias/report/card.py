@@ -215,7 +215,9 @@ def _rate(rates: pd.DataFrame, cell: str) -> dict[str, Any]:
     if r.empty:
         return {"rate": None, "ci_low": None, "ci_high": None, "misgendered": None, "n": None}
     r = r.iloc[0]
-    k, n = int(r["misgendered"]), int(r["n"])
+    # with repeats misgendered is a sum of item shares (voicebias.analysis.stats.misgender_rates), not a count
+    k, n = float(r["misgendered"]), int(r["n"])
+    k = int(k) if k.is_integer() else k
     if "ci_low" in r and "ci_high" in r and _finite(r["ci_low"], r["ci_high"]):
         lo, hi = float(r["ci_low"]), float(r["ci_high"])
     else:

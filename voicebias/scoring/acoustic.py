@@ -21,6 +21,11 @@ words as the output voice does; net_ removes it as far as the control voice does
 (docs/rq1.md). Measurements are cached by the file's sha256 and the analysis
 settings, so identical outputs of different systems (and controls identical to an
 output) are measured once.
+
+With repeats (a `sample` column in the responses, run.samples_per_item > 1) there is one
+row per system x task x stimulus x sample, the sample column after stimulus_id; each
+sample's delta is its own output minus the common input. The analyses average the
+samples of an item (voicebias.analysis.repeats).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import pandas as pd
 
 from dataclasses import replace
 
+from voicebias.contract import SAMPLE
 from voicebias.instruments.acoustics import MeasureSettings, add_margins, classifier_names, measure_files
 from voicebias.instruments.composite import composite_measures, femininity_composite
 
@@ -129,13 +135,18 @@ def measure_cached(paths: pd.DataFrame, settings: MeasureSettings, sample_rate: 
 
 def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.DataFrame, params: dict[str, Any],
                   card: dict[str, Any], root: Path, cache_dir: Path) -> pd.DataFrame:
-    """One row per response: output measures (out_*), input measures (in_*) and deltas (delta_*)."""
+    """One row per response (per sample, with repeats): output measures (out_*), input measures (in_*) and
+    deltas (delta_*)."""
     ac = params["acoustics"]
     names = classifier_names(ac)
     measures = composite_measures(names)
     sr = int(params["tts"]["sample_rate"])
     ok = responses[responses["status"] == "ok"].copy()
+    repeats = SAMPLE in responses.columns
     ok["id"] = ok["task"] + "/" + ok["stimulus_id"]
+    if repeats:
+        ok["id"] = ok["id"] + "#" + ok[SAMPLE].astype(int).astype(str)
+    keys = ["system", "task", "stimulus_id", *([SAMPLE] if repeats else []), "passage_id", "lang", "pole", "voice_gender"]
     ok["path"] = [str(root / p) for p in ok["output_audio"]]
     ok["sha256"] = ok["output_sha256"]
     settings = output_settings(ac, card.get("output_voice_gender"))
@@ -148,7 +159,7 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
     out = add_margins(out, ac, root, path_col="rel_path")
     out["composite"] = femininity_composite(out, reference, measures)
     cols = [*measures, "composite", "duration_s", "voiced_fraction"]
-    table = out[["system", "task", "stimulus_id", "passage_id", "lang", "pole", "voice_gender"]].copy()
+    table = out[keys].copy()
     table["status"] = np.where(good, "ok", "excluded")
     table["exclusion"] = np.where(good, "", out["measure_error"].fillna("").astype(str))
     inp = inputs.set_index("stimulus_id")
@@ -165,9 +176,9 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
         for c in (*measures, "composite"):
             table[f"ctrl_{c}"] = ctrl[c].to_numpy()
             table[f"net_{c}"] = table[f"out_{c}"] - table[f"ctrl_{c}"]
-    failed = responses[responses["status"] != "ok"][["system", "task", "stimulus_id", "passage_id", "lang", "pole",
-                                                      "voice_gender"]].assign(status="failed", exclusion="call failed")
-    return pd.concat([table, failed], ignore_index=True).sort_values(["task", "stimulus_id"]).reset_index(drop=True)
+    failed = responses[responses["status"] != "ok"][keys].assign(status="failed", exclusion="call failed")
+    order = ["task", "stimulus_id", *([SAMPLE] if repeats else [])]
+    return pd.concat([table, failed], ignore_index=True).sort_values(order).reset_index(drop=True)
 
 
 def text_control_table(out: pd.DataFrame, spec: dict[str, Any], settings: MeasureSettings, sample_rate: int,

@@ -50,7 +50,8 @@ def score_responses(responses: pd.DataFrame) -> pd.DataFrame:
     """Add judged_gender (describe) and pronoun columns to a responses table.
 
     Needs columns task, lang (source language), target_lang, transcript, status.
-    Failed calls keep status 'failed' and get no score.
+    Failed calls keep status 'failed' and get no score. Every other column is kept as
+    it is (a `sample` column of a run with repeats among them): one scored row per answer.
     """
     lex = load_lexicon()
     out = responses.copy()

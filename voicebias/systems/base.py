@@ -78,6 +78,8 @@ class S2SRequest:
     audio_path: str
     audio_sha256: str
     seed: int
+    #: repeat index of this answer (run.samples_per_item); `seed` is sample_seed(base, stimulus_id, sample)
+    sample: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class ContinuationRequest:
     seed: int
     continuation_s: float = 6.0
     prompt: str = ""     # continuation systems take no instruction; kept for a uniform table
+    sample: int = 0      # repeat index, as S2SRequest.sample
 
     @property
     def target_lang(self) -> str:
@@ -239,3 +242,23 @@ def item_seed(base: int, item_id: str) -> int:
     import hashlib
 
     return (int(base) + int(hashlib.sha256(str(item_id).encode()).hexdigest()[:8], 16)) % (2 ** 32)
+
+
+def sample_seed(base: int, item_id: str, sample: int) -> int:
+    """The request seed of answer `sample` (0, 1, ...) to one item when several are drawn per item.
+
+    Sample 0 keeps the run's base seed, the seed of a run with one answer per item, so its
+    cache key and its answer are that run's. Sample s >= 1 gets ``item_seed(base,
+    f"{item_id}/sample-{s}")``, a seed of its own derived from (base, item id, s); an
+    adapter that derives a per-item seed from the request seed (item_seed(request.seed,
+    stimulus_id), or a random stream of (seed, stimulus id)) then draws another answer for
+    every sample.
+
+    >>> sample_seed(7, "en-feminine-01-male", 0)
+    7
+    >>> len({sample_seed(7, "en-feminine-01-male", s) for s in range(5)})
+    5
+    """
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+        raise ValueError(f"sample must be an integer >= 0, got {sample!r}")
+    return int(base) if sample == 0 else item_seed(base, f"{item_id}/sample-{sample}")

@@ -1,7 +1,8 @@
 """Run one system on one task over every stimulus: cached, resumable, retrying, concurrent.
 
 Each call is keyed by a hash of (system card, generation settings, task, prompt,
-stimulus audio sha256, target language, seed). A finished call is stored in the
+stimulus audio sha256, target language, seed; and the sample index for a repeat
+answer, see below). A finished call is stored in the
 cache before it is reported, so an interrupted stage resumes where it stopped and
 no finished call is ever repeated; requests that share a key are sent once.
 Transient failures (429, 5xx, timeouts) are retried with exponential backoff; a
@@ -20,6 +21,15 @@ run log (voicebias.runlog), never into a tracked output.
 The table has one row per stimulus in stimulus-id order, whatever order the calls
 finished in, and each row is built from its cache entry alone, so the table and the
 output audio are byte-identical however many threads or endpoints served the run.
+
+Repeats (`samples`, params.yaml `run.samples_per_item`): with k > 1 every stimulus gets
+k requests, sample s = 0 .. k-1, sample s seeded with
+`voicebias.systems.base.sample_seed(seed, stimulus_id, s)`. Sample 0 is the request of
+a run without repeats (same seed, same cache key, same output file); a sample s >= 1
+has its own seed and its index in the cache key, and its audio is written to
+<stimulus_id>.sample<s>.flac. The table then has one row per stimulus x sample, ordered
+by (stimulus id, sample), with a `sample` column after stimulus_id; with k = 1 there is
+no such column and the table is that of a run without repeats.
 """
 
 from __future__ import annotations
@@ -41,14 +51,15 @@ from tqdm import tqdm
 
 from voicebias.audio import sha256_file, write_audio
 from voicebias.contract import (
-    CONTINUATION_COLUMNS, GENDERS, LANGUAGES, RESPONSE_COLUMNS, RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS,
+    CONTINUATION_COLUMNS, GENDERS, LANGUAGES, RESPONSE_COLUMNS, RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS, SAMPLE,
+    with_sample,
 )
 from voicebias.cache import JsonCache, atomic_write_json, content_key
 from voicebias.exceptions import ConfigError
 from voicebias.clients.retry import backoff_s
 from voicebias.systems.base import (
     DEPLOY_CARD_KEYS, DEPLOY_PROVENANCE, ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest,
-    TransientError,
+    TransientError, sample_seed,
 )
 from voicebias.tasks import Task
 from voicebias.validation import ValidationReport, expectations, require_valid, where
@@ -85,6 +96,8 @@ def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest
     }
     if isinstance(request, ContinuationRequest):
         payload["continuation_s"] = request.continuation_s
+    if request.sample:  # a repeat answer; sample 0 is keyed as a request of a run without repeats
+        payload["sample"] = request.sample
     per_request = system.request_settings(request)
     if per_request:  # only then: the keys of adapters without any stay as they were
         payload["request_settings"] = per_request
@@ -215,37 +228,58 @@ class ResponseCache:
         self.transcripts.put((key, asr_id), {"text": text})
 
 
+def check_samples(samples: Any) -> int:
+    """`samples` (answers per item) as an int, or a ValueError saying what it must be."""
+    if isinstance(samples, bool) or not isinstance(samples, int):
+        raise ValueError(f"samples per item must be a whole number, got {samples!r}")
+    if samples < 1:
+        raise ValueError(f"samples per item must be at least 1 (1 = one answer per item), got {samples}")
+    return samples
+
+
 def build_requests(system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, seed: int, root: Path,
-                   continuation_s: float = 6.0) -> tuple[pd.DataFrame, list[S2SRequest | ContinuationRequest]]:
-    """The stimuli this task runs on (sorted by id) and one request per stimulus."""
+                   continuation_s: float = 6.0, samples: int = 1
+                   ) -> tuple[pd.DataFrame, list[S2SRequest | ContinuationRequest]]:
+    """The stimuli this task runs on (sorted by id) and `samples` requests per stimulus, in
+    (stimulus id, sample) order; sample s is seeded with sample_seed(seed, stimulus_id, s)."""
+    check_samples(samples)
     langs = task.languages()
     todo = stimuli[stimuli["lang"].isin(langs)] if langs else stimuli
     todo = todo.sort_values("stimulus_id")
+    draws = [(s, k) for s in todo.itertuples() for k in range(samples)]
     if system.kind == "continuation":
         requests: list[Any] = [
             ContinuationRequest(stimulus_id=s.stimulus_id, lang=s.lang, task=task.name, audio_path=str(root / s.path),
-                                audio_sha256=s.sha256, seed=seed, continuation_s=float(continuation_s),
-                                prompt=task.prompts.get(s.lang, "") if task.prompts else "")
-            for s in todo.itertuples()
+                                audio_sha256=s.sha256, seed=sample_seed(seed, s.stimulus_id, k),
+                                continuation_s=float(continuation_s),
+                                prompt=task.prompts.get(s.lang, "") if task.prompts else "", sample=k)
+            for s, k in draws
         ]
     else:
         requests = [
             S2SRequest(stimulus_id=s.stimulus_id, lang=s.lang, target_lang=task.target_lang(s.lang), task=task.name,
-                       prompt=task.prompt(s.lang), audio_path=str(root / s.path), audio_sha256=s.sha256, seed=seed)
-            for s in todo.itertuples()
+                       prompt=task.prompt(s.lang), audio_path=str(root / s.path), audio_sha256=s.sha256,
+                       seed=sample_seed(seed, s.stimulus_id, k), sample=k)
+            for s, k in draws
         ]
     return todo, requests
+
+
+def output_audio_name(request: S2SRequest | ContinuationRequest) -> str:
+    """File name of a request's output audio: <stimulus_id>.flac, <stimulus_id>.sample<s>.flac for a repeat s >= 1."""
+    return f"{request.stimulus_id}.flac" if not request.sample else f"{request.stimulus_id}.sample{request.sample}.flac"
 
 
 def run_task(
     system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, out_dir: Path, cache: ResponseCache, seed: int,
     root: Path, policy: RetryPolicy | None = None, asr: Any | None = None, continuation_s: float = 6.0,
-    progress: bool = True,
+    progress: bool = True, samples: int = 1,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Run `task` on every stimulus whose language the task covers.
+    """Run `task` on every stimulus whose language the task covers, `samples` times each.
 
-    Writes output audio to out_dir/audio/<stimulus_id>.flac and returns the
-    responses table plus counts: requests, calls (sent to the system), attempts
+    Writes output audio to out_dir/audio/<stimulus_id>.flac (a repeat s >= 1:
+    <stimulus_id>.sample<s>.flac) and returns the responses table (with a `sample`
+    column when samples > 1, see the module docstring) plus counts: requests, calls (sent to the system), attempts
     (retries included), cache_hits, shared (requests answered by another request's
     identical call), failed, asr_calls, wall_s. `asr` (a :class:`voicebias.instruments.asr.WhisperASR`)
     transcribes outputs that come without text.
@@ -257,7 +291,7 @@ def run_task(
     policy = policy or RetryPolicy()
     audio_dir = out_dir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)
-    todo, requests = build_requests(system, task, stimuli, seed, root, continuation_s)
+    todo, requests = build_requests(system, task, stimuli, seed, root, continuation_s, samples)
     keys = [cache_key(system, r) for r in requests]
     counts: dict[str, Any] = {"requests": len(requests), "calls": 0, "attempts": 0, "cache_hits": 0, "shared": 0,
                               "failed": 0, "asr_calls": 0}
@@ -339,7 +373,7 @@ def run_task(
     for key, req in zip(keys, requests):
         record = records[key]
         row = {
-            "system": system.name, "task": req.task, "stimulus_id": req.stimulus_id, "lang": req.lang,
+            "system": system.name, "task": req.task, "stimulus_id": req.stimulus_id, SAMPLE: req.sample, "lang": req.lang,
             "target_lang": req.target_lang, "prompt": req.prompt, "cache_key": key,
             "adapter": str(system.card.get("adapter", "")),
             "provenance": json.dumps({k: v for k, v in (record.get("provenance") or {}).items()
@@ -354,7 +388,7 @@ def run_task(
             row.update(status="failed", error="the system returned audio without a transcript and no 'asr' "
                                               f"is configured in params.yaml systems.{system.name}")
         if row["status"] == "ok":
-            dest = audio_dir / f"{req.stimulus_id}.flac"
+            dest = audio_dir / output_audio_name(req)
             shutil.copyfile(cache.audio_path(key), dest)
             import soundfile as sf
 
@@ -365,10 +399,12 @@ def run_task(
             row.update(output_audio=None, output_sha256=None, output_duration_s=None)
             counts["failed"] += 1
         rows.append(row)
-    table = pd.DataFrame(rows, columns=[c for c in RESPONSE_COLUMNS if c not in RESPONSE_STIMULUS_COLUMNS])
+    columns = CONTINUATION_COLUMNS if "phonation" in todo.columns else RESPONSE_COLUMNS
+    if samples > 1:
+        columns = with_sample(columns)
+    table = pd.DataFrame(rows, columns=[c for c in columns if c not in RESPONSE_STIMULUS_COLUMNS])
     meta_cols = [c for c in RESPONSE_STIMULUS_COLUMNS if c in todo.columns]
     table = table.join(todo.set_index("stimulus_id")[meta_cols], on="stimulus_id")
-    columns = CONTINUATION_COLUMNS if "phonation" in todo.columns else RESPONSE_COLUMNS
     for col in columns:
         if col not in table:
             table[col] = None
@@ -418,13 +454,21 @@ def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationRepo
     """Gate on the responses/transcripts table.
 
     Speech-to-speech rows that succeeded must carry a transcript; continuation rows
-    may lack one (a system without a text stream and no ASR configured).
+    may lack one (a system without a text stream and no ASR configured). A table with
+    repeats (a `sample` column) has one row per stimulus x sample.
     """
     E = expectations()
     columns = CONTINUATION_COLUMNS if "phonation" in table.columns else RESPONSE_COLUMNS
+    if SAMPLE in table.columns:
+        columns = with_sample(columns)
+        unique = [E.ExpectCompoundColumnsToBeUnique(column_list=["stimulus_id", SAMPLE]),
+                  E.ExpectColumnValuesToNotBeNull(column=SAMPLE),
+                  E.ExpectColumnValuesToBeBetween(column=SAMPLE, min_value=0)]
+    else:
+        unique = [E.ExpectColumnValuesToBeUnique(column="stimulus_id")]
     checks = [
         E.ExpectTableColumnsToMatchSet(column_set=columns, exact_match=True),
-        E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
+        *unique,
         E.ExpectColumnValuesToBeInSet(column="status", value_set=list(RESPONSE_STATUSES)),
         E.ExpectColumnValuesToBeInSet(column="lang", value_set=list(LANGUAGES)),
         E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(GENDERS)),
