@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE_LINE = re.compile(r"^Running stage '([^']+)'")
+STAGE_LINE = re.compile(r"Running stage '([^']+)'")  # anywhere: a progress bar's \r may precede it
 
 
 def _children_cpu_s() -> float:
@@ -54,7 +54,7 @@ def stage_order(clone: Path, env: dict[str, str], force: bool, target: str | Non
     """The stages `dvc repro` would run, in its order."""
     cmd = ["dvc", "repro", "--dry", *(["--force"] if force else []), *([target] if target else [])]
     out = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, check=True).stdout
-    return [m.group(1) for line in out.splitlines() if (m := STAGE_LINE.match(line))]
+    return [m.group(1) for line in out.splitlines() if (m := STAGE_LINE.search(line))]
 
 
 def install(clone: Path, log) -> tuple[float, dict[str, str]]:
@@ -98,7 +98,7 @@ def run(clone: Path, env: dict[str, str], force: bool, log, target: str | None =
         current, started, cpu_at = None, t0, 0.0
         for line in proc.stdout:
             log.write(line)
-            m = STAGE_LINE.match(line)
+            m = STAGE_LINE.search(line)
             if not m:
                 continue
             now, cpu = time.perf_counter(), _tree_cpu_s(ps)
