@@ -303,6 +303,27 @@ COMPONENT_INPUTS = {"pitch": (), "formants": ("pitch",), "harmonics": ("pitch", 
                     "hnr": ("pitch",)}
 
 
+def component_sources() -> dict[str, list[Any]]:
+    """The functions and constants whose source decides each component (and the reader),
+    hashed into the measurement cache's keys (voicebias.instruments.measure_cache)."""
+    from voicebias import audio
+    from voicebias.instruments import measure_cache, units, voice_quality as vq
+
+    return {
+        "read": [audio.load_for_analysis, audio.resample, audio.rms_dbfs, audio.clipped_fraction, audio._open,
+                 audio._decode, audio._wav_truncation, audio.AudioChecks, measure_cache._read_part],
+        "pitch": [_Analysis.pitch, correct_octave_jumps, _pitch_measures, units.hz_to_semitones],
+        "formants": [_Analysis.formants, dap_formants, harmonic_power, harmonic_window_s,
+                     discrete_all_pole, poles_to_formants, _formant_measures,
+                     repr((DAP_ORDER, DAP_MIN_FORMANT_HZ, DAP_MAX_BANDWIDTH_HZ, DAP_ITERATIONS,
+                           DAP_FRAMES_PER_CHUNK, MALE_FORMANT_NORMS))],
+        "harmonics": [vq.harmonic_levels, vq._peak_levels, vq.iseli_correction_db, vq.hawks_miller_bandwidth,
+                      repr((vq._HM_LOW, vq._HM_HIGH)), _harmonic_measures],
+        "cpps": [vq.cpps_db, vq.voiced_intervals, vq.CPPSSettings, _cpps_measures],
+        "hnr": [vq.hnr_db, _hnr_measures],
+    }
+
+
 def components_for(settings: MeasureSettings, wanted: tuple[str, ...] | list[str] | None = None) -> tuple[str, ...]:
     """The components a file is measured with: `wanted` (default all of them) in
     COMPONENTS order, pitch and formants alone when `voice_quality` is off. Pitch and
@@ -497,7 +518,8 @@ def measure_files(
     from voicebias.instruments.measure_cache import MeasureCache, measure_jobs
 
     cache = MeasureCache(cache_dir) if cache_dir is not None else None
-    rows, counts = measure_jobs(jobs, sample_rate, workers or os.cpu_count() or 1, desc, cache, components)
+    rows, counts = measure_jobs(jobs, sample_rate, workers or os.cpu_count() or 1, desc, cache, components,
+                                sys.modules[__name__])
     measure_files.last_counts = counts
     if cache is not None:
         print(f"{desc}: {counts['files']} files; " + ", ".join(

@@ -12,7 +12,8 @@ formants, harmonics, cpps, hnr) of one file and is keyed by
   (COMPONENT_SETTINGS, COMPONENT_INPUTS: the formants are taken at the pitch frames,
   the harmonic levels need both);
 - the code of that component and of its inputs: the source text of the functions that
-  compute it (COMPONENT_CODE), the reader's, and the versions of parselmouth and Praat.
+  compute it (voicebias.instruments.acoustics.component_sources), the reader's, and the
+  versions of parselmouth and Praat.
 
 So the same audio is measured once across stages and systems (a system that returns its
 input, or two systems with the same output, cost nothing the second time), and a change
@@ -51,34 +52,16 @@ from voicebias.exceptions import ConfigError
 PARTS = ("whole", "first_half", "second_half")
 
 
-def _code_objects() -> dict[str, list[Any]]:
-    from voicebias import audio
-    from voicebias.instruments import acoustics as ac
-    from voicebias.instruments import units, voice_quality as vq
-
-    return {
-        "read": [audio.load_for_analysis, audio.resample, audio.rms_dbfs, audio.clipped_fraction, audio._open,
-                 audio._decode, audio._wav_truncation, audio.AudioChecks, _read_part],
-        "pitch": [ac._Analysis.pitch, ac.correct_octave_jumps, ac._pitch_measures, units.hz_to_semitones],
-        "formants": [ac._Analysis.formants, ac.dap_formants, ac.harmonic_power, ac.harmonic_window_s,
-                     ac.discrete_all_pole, ac.poles_to_formants, ac._formant_measures,
-                     repr((ac.DAP_ORDER, ac.DAP_MIN_FORMANT_HZ, ac.DAP_MAX_BANDWIDTH_HZ, ac.DAP_ITERATIONS,
-                           ac.DAP_FRAMES_PER_CHUNK, ac.MALE_FORMANT_NORMS))],
-        "harmonics": [vq.harmonic_levels, vq._peak_levels, vq.iseli_correction_db, vq.hawks_miller_bandwidth,
-                      repr((vq._HM_LOW, vq._HM_HIGH)), ac._harmonic_measures],
-        "cpps": [vq.cpps_db, vq.voiced_intervals, vq.CPPSSettings, ac._cpps_measures],
-        "hnr": [vq.hnr_db, ac._hnr_measures],
-    }
-
-
-@lru_cache(maxsize=1)
-def component_code() -> dict[str, str]:
+@lru_cache(maxsize=4)
+def component_code(instrument: Any) -> dict[str, str]:
     """sha256 (hex) of the code of each component and of the reader: the source text of
-    its functions and constants, with the parselmouth and Praat versions."""
+    the functions and constants `instrument.component_sources()` names, with the
+    parselmouth and Praat versions. `instrument` is the module that defines the measure
+    set (voicebias.instruments.acoustics), passed in so this module never imports it."""
     import parselmouth
 
     out = {}
-    for name, objects in _code_objects().items():
+    for name, objects in instrument.component_sources().items():
         h = hashlib.sha256(f"parselmouth {parselmouth.VERSION} praat {parselmouth.PRAAT_VERSION}\n".encode())
         for obj in objects:
             h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
@@ -86,29 +69,25 @@ def component_code() -> dict[str, str]:
     return out
 
 
-def _lineage(component: str) -> tuple[str, ...]:
-    from voicebias.instruments.acoustics import COMPONENT_INPUTS
-
-    return (*COMPONENT_INPUTS[component], component)
+def _lineage(component: str, instrument: Any) -> tuple[str, ...]:
+    return (*instrument.COMPONENT_INPUTS[component], component)
 
 
-def read_key(sha256: str, part: str, sample_rate: int, settings: Any) -> str:
+def read_key(sha256: str, part: str, sample_rate: int, settings: Any, instrument: Any) -> str:
     """Key of what reading the file gave (duration, notes) under these audio checks."""
     checks = settings.checks()
     return content_key({"entry": "read", "sha256": sha256, "part": part, "sample_rate": int(sample_rate),
-                        "checks": checks.__dict__, "code": component_code()["read"]})
+                        "checks": checks.__dict__, "code": component_code(instrument)["read"]})
 
 
-def component_key(component: str, sha256: str, part: str, sample_rate: int, settings: Any) -> str:
+def component_key(component: str, sha256: str, part: str, sample_rate: int, settings: Any, instrument: Any) -> str:
     """Key of one component of one file: audio, part, rate, the settings and code of the
     component and of the components it builds on."""
-    from voicebias.instruments.acoustics import COMPONENT_SETTINGS
-
-    code = component_code()
-    lineage = _lineage(component)
+    code = component_code(instrument)
+    lineage = _lineage(component, instrument)
     return content_key({
         "entry": component, "sha256": sha256, "part": part, "sample_rate": int(sample_rate),
-        "settings": {f: getattr(settings, f) for c in lineage for f in COMPONENT_SETTINGS[c]},
+        "settings": {f: getattr(settings, f) for c in lineage for f in instrument.COMPONENT_SETTINGS[c]},
         "code": {c: code[c] for c in ("read", *lineage)},
     })
 
@@ -138,12 +117,12 @@ def _read_part(path: str, settings: Any, sample_rate: int, part: str) -> tuple[n
     return x, loaded.sr, {"duration_s": float(len(x) / loaded.sr), "note": "; ".join(loaded.notes)}
 
 
-def _work(job: tuple[str, Any, int, str, tuple[str, ...]]) -> dict[str, Any]:
-    """Worker: read one part of one file and measure the components asked for."""
+def _work(job: tuple[Any, str, Any, int, str, tuple[str, ...]]) -> dict[str, Any]:
+    """Worker: read one part of one file and measure the components asked for with the
+    instrument's `measure_components`."""
     from voicebias.audio import AudioError
-    from voicebias.instruments.acoustics import measure_components
 
-    path, settings, sample_rate, part, components = job
+    measure_components, path, settings, sample_rate, part, components = job
     try:
         x, sr, read = _read_part(path, settings, sample_rate, part)
     except AudioError as exc:
@@ -173,12 +152,17 @@ def _row(key: str, read: dict[str, Any] | None, refused: list[str] | None, recs:
 
 
 def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, cache: MeasureCache | None,
-                 components: tuple[str, ...] | list[str] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Rows (in job order) and counts for measure_files; see its docstring."""
+                 components: tuple[str, ...] | list[str] | None, instrument: Any) -> tuple[list[dict[str, Any]],
+                                                                                        dict[str, Any]]:
+    """Rows (in job order) and counts for measure_files (see its docstring); `instrument`
+    is the module that defines the measure set (COMPONENTS, components_for,
+    check_settings, measure_components)."""
     from tqdm import tqdm
 
     from voicebias.audio import sha256_file
-    from voicebias.instruments.acoustics import COMPONENTS, check_settings, components_for
+
+    COMPONENTS, check_settings, components_for = (instrument.COMPONENTS, instrument.check_settings,
+                                                  instrument.components_for)
 
     plans = []
     for job in jobs:
@@ -192,10 +176,10 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
                 "read": None, "recs": {}, "need": list(order), "sha": None}
         if cache is not None and os.path.isfile(path):
             sha = plan["sha"] = sha256_file(path)
-            plan["read"] = cache.get(read_key(sha, part, sample_rate, settings))
+            plan["read"] = cache.get(read_key(sha, part, sample_rate, settings, instrument))
             need = []
             for c in order:
-                rec = cache.get(component_key(c, sha, part, sample_rate, settings))
+                rec = cache.get(component_key(c, sha, part, sample_rate, settings, instrument))
                 if rec is None:
                     need.append(c)
                     continue
@@ -216,7 +200,8 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
         if p["read"] is not None and not p["need"]:
             continue
         ident = (p["sha"], p["part"], p["settings"], tuple(p["need"])) if p["sha"] else ("job", i)
-        work.setdefault(ident, {"job": (p["path"], p["settings"], sample_rate, p["part"], tuple(p["need"])),
+        work.setdefault(ident, {"job": (instrument.measure_components, p["path"], p["settings"], sample_rate,
+                                        p["part"], tuple(p["need"])),
                                 "plans": [], "size": os.path.getsize(p["path"]) if os.path.isfile(p["path"]) else 0})
         work[ident]["plans"].append(i)
     units = sorted(work.values(), key=lambda u: -u["size"])
@@ -238,10 +223,10 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
                 refused[i] = result["refused"]
             continue
         if cache is not None and first["sha"]:
-            cache.put(read_key(first["sha"], first["part"], sample_rate, first["settings"]), result["read"])
+            cache.put(read_key(first["sha"], first["part"], sample_rate, first["settings"], instrument), result["read"])
         for c, rec in result["components"].items():
             if cache is not None and first["sha"]:
-                cache.put(component_key(c, first["sha"], first["part"], sample_rate, first["settings"]), rec)
+                cache.put(component_key(c, first["sha"], first["part"], sample_rate, first["settings"], instrument), rec)
             fresh.add((unit["plans"][0], c))
         for i in unit["plans"]:
             plans[i]["read"] = result["read"]

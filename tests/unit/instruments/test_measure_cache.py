@@ -77,9 +77,11 @@ def test_a_changed_setting_re_measures_only_what_it_touches(files, tmp_path, cha
 
 def test_changed_code_of_one_component_re_measures_that_component(files, tmp_path, monkeypatch):
     run(files, SETTINGS, tmp_path / "cache")
-    code = dict(measure_cache.component_code())
+    from voicebias.instruments import acoustics
+
+    code = dict(measure_cache.component_code(acoustics))
     code["cpps"] = "0" * 64
-    monkeypatch.setattr(measure_cache, "component_code", lambda: code)
+    monkeypatch.setattr(measure_cache, "component_code", lambda instrument: code)
     _, counts = run(files, SETTINGS, tmp_path / "cache")
     assert measured(counts) == {"cpps": 3}
     code["pitch"] = "1" * 64  # every component is built on the pitch track
