@@ -11,7 +11,9 @@ start-up per stage more).
 
 Options for a scaling run: `--set KEY=VALUE` (repeatable) writes a params.yaml value in the
 clone before the run (YAML values: `--set sc_stimuli.prompts_per_category=null`), and
-`--target STAGE` runs only what that stage needs (`--target sc_analysis`: the SC chain).
+`--target STAGE` runs only what that stage needs (`--target sc_analysis`: the SC chain);
+`--force` runs every stage of it, also those a fresh clone skips because their committed
+outputs come out unchanged (so runs of different sizes run the same stages).
 Each run starts with an empty cache (VOICEBIAS_CACHE in the clone), so nothing is reused.
 
 Usage: python benchmarks/bench_pipeline.py [--repo .] [--workdir DIR] [--keep] [--json out.json]
@@ -166,6 +168,8 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a params.yaml value in the clone")
     ap.add_argument("--target", help="run only what this stage needs")
     ap.add_argument("--stage-by-stage", action="store_true", help="one `dvc repro --single-item` per stage")
+    ap.add_argument("--force", action="store_true",
+                    help="run every stage, also those a fresh clone would skip (committed outputs, inputs unchanged)")
     a = ap.parse_args()
     if a.in_place:
         (ROOT / "logs").mkdir(exist_ok=True)
@@ -191,7 +195,7 @@ def main() -> int:
             else:
                 install_s, env = install(clone, log)
             env["VOICEBIAS_CACHE"] = str(work / "cache")
-            result = run(clone, env, force=False, log=log, target=a.target, stage_by_stage=a.stage_by_stage)
+            result = run(clone, env, force=a.force, log=log, target=a.target, stage_by_stage=a.stage_by_stage)
         if install_s is not None:
             result["install_s"] = round(install_s, 1)
         result["settings"] = a.set
