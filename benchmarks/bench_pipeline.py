@@ -113,13 +113,13 @@ def run(clone: Path, env: dict[str, str], force: bool, log, target: str | None =
         if current is not None:
             rows.append({"stage": current, "wall_s": round(now - started, 2),
                          "cpu_s": round(cpu - cpu_at, 2)})
-        if rc != 0:
-            raise SystemExit(f"dvc repro failed (exit {rc}) in stage {current}; see the log")
+        if rc != 0:  # the stages up to the failure are still timed: print them, then fail
+            print(f"dvc repro failed (exit {rc}) in stage {current}; the table ends with it; see the log")
     total = sum(r["wall_s"] for r in rows)
     for r in rows:
         r["cpu_use_pct"] = round(100 * r["cpu_s"] / r["wall_s"], 1) if r["wall_s"] else 0.0  # of one core
         r["share_pct"] = round(100 * r["wall_s"] / total, 1) if total else 0.0
-    return {"cores": cores, "stages": rows, "pipeline_wall_s": round(total, 1),
+    return {"cores": cores, "stages": rows, "pipeline_wall_s": round(total, 1), "failed": rc != 0 if not stage_by_stage else False,
             "pipeline_cpu_s": round(sum(r["cpu_s"] for r in rows), 1),
             "dvc_startup_s": round(dvc_wall, 2), "dvc_startup_cpu_s": round(dvc_cpu, 2)}
 
@@ -205,7 +205,7 @@ def main() -> int:
     print(table(result))
     if a.json:
         a.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return 1 if result.get("failed") else 0
 
 
 if __name__ == "__main__":
