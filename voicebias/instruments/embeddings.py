@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from voicebias.audio import AudioError, resample
+from voicebias.audio import AudioError, resample, sha256_file
 from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.registry import Registry
 
@@ -38,14 +38,6 @@ REGISTRY = Registry("speaker embedding", {
     "resemblyzer": "voicebias.instruments.embeddings:ResemblyzerEmbedder",
     "ecapa": "voicebias.instruments.embeddings:EcapaEmbedder",
 })
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 CHECKPOINTS: dict[str, str] = {"ecapa": "speechbrain/spkrec-ecapa-voxceleb"}
 
 
@@ -140,7 +132,7 @@ class ResemblyzerEmbedder(SpeakerEmbedder):
         import resemblyzer
 
         weights = Path(resemblyzer.__file__).parent / "pretrained.pt"
-        return {"weights_sha256": _file_sha256(weights), "device": str(self.device)}
+        return {"weights_sha256": sha256_file(weights), "device": str(self.device)}
 
     def _embed16k(self, x: np.ndarray) -> np.ndarray:
         from resemblyzer import preprocess_wav
@@ -216,7 +208,7 @@ class EcapaEmbedder(SpeakerEmbedder):
 
     def _identity(self) -> dict[str, Any]:
         files = sorted(p for p in Path(self.folder).iterdir() if p.is_file() and p.suffix in (".ckpt", ".yaml", ".txt"))
-        return {"weights_sha256": {p.name: _file_sha256(p) for p in files}, "device": str(self.device),
+        return {"weights_sha256": {p.name: sha256_file(p) for p in files}, "device": str(self.device),
                 "batch_size": int(self.batch_size)}
 
     def _embed16k(self, x: np.ndarray) -> np.ndarray:
