@@ -319,7 +319,8 @@ def component_sources() -> dict[str, list[Any]]:
                            DAP_FRAMES_PER_CHUNK, MALE_FORMANT_NORMS))],
         "harmonics": [vq.harmonic_levels, vq._peak_levels, vq.iseli_correction_db, vq.hawks_miller_bandwidth,
                       repr((vq._HM_LOW, vq._HM_HIGH)), _harmonic_measures],
-        "cpps": [vq.cpps_db, vq.voiced_intervals, vq.CPPSSettings, _cpps_measures],
+        "cpps": [vq.cpps_db, vq.cepstrogram_cpps, vq._window_mean_weights, vq._apply_window_mean, vq._median_rows,
+                 vq.voiced_intervals, vq.CPPSSettings, _cpps_measures],
         "hnr": [vq.hnr_db, _hnr_measures],
     }
 

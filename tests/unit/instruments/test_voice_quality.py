@@ -132,3 +132,37 @@ def test_voiced_intervals():
     voiced = np.array([0, 1, 1, 1, 0, 0, 1, 1, 0, 1], bool)
     np.testing.assert_allclose(voiced_intervals(times, voiced, 0.01), [(0.01, 0.04), (0.06, 0.08), (0.09, 0.10)])
     np.testing.assert_allclose(voiced_intervals(times, voiced, 0.01, min_duration=0.025), [(0.01, 0.04)])
+
+
+def _voice(f0, dur, noise, seed):
+    t = np.arange(int(dur * SR)) / SR
+    vib = f0 * (1 + 0.03 * np.sin(2 * np.pi * 5 * t))
+    phase = 2 * np.pi * np.cumsum(vib) / SR
+    y = sum(np.sin(k * phase) / k for k in range(1, int(7000 / f0)))
+    return y + noise * np.random.default_rng(seed).standard_normal(len(t))
+
+
+@pytest.mark.parametrize("f0,noise", [(95.0, 0.0), (130.0, 0.05), (210.0, 0.2), (320.0, 1.0)])
+@pytest.mark.parametrize("time_step,quefrency_window", [(0.002, 0.0005), (0.005, 0.0005), (0.01, 0.001)])
+def test_cepstrogram_cpps_equals_praats_get_cpps(f0, noise, time_step, quefrency_window):
+    """The NumPy evaluation of Get CPPS gives Praat's number on voices from clean to
+    noisy, at the time steps the params allow and another quefrency window."""
+    import parselmouth
+    from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
+
+    snd = parselmouth.Sound(_voice(f0, 1.3, noise, seed=int(f0)), sampling_frequency=SR)
+    st = CPPSSettings(time_step=time_step, quefrency_averaging_window=quefrency_window)
+    assert cpps_db(snd, None, st) == pytest.approx(praat_cpps_db(snd, st), abs=1e-9)
+
+
+@pytest.mark.parametrize("dur", [0.06, 0.1, 0.104, 0.13, 0.25])
+def test_cepstrogram_cpps_equals_praat_on_short_sounds(dur):
+    """Sounds at or below Praat's 0.1-s cepstrogram window (one frame, window cut to the
+    sound) and a few frames long, where every averaging window meets an edge."""
+    import parselmouth
+    from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
+
+    snd = parselmouth.Sound(_voice(140.0, dur, 0.1, seed=3), sampling_frequency=SR)
+    for time_step in (0.002, 0.005, 0.03):
+        st = CPPSSettings(time_step=time_step)
+        assert cpps_db(snd, None, st) == pytest.approx(praat_cpps_db(snd, st), abs=1e-9)
