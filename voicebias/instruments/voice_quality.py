@@ -34,7 +34,8 @@ cepstrogram; its "Get CPPS" (smoothing, trend line, peak search, mean over frame
 evaluated here on whole arrays by `cepstrogram_cpps`, which follows Praat 6.1.38's
 definition step by step and agrees with Praat to 1e-12 dB (tests/unit/instruments/
 test_voice_quality.py) at a fraction of its cost. HNR (dB) is
-Praat's cross-correlation harmonicity, median over voiced frames.
+Praat's cross-correlation harmonicity, median over voiced frames, computed at those
+frames only by voicebias.instruments.harmonicity.
 """
 
 from __future__ import annotations
@@ -370,11 +371,12 @@ def praat_cpps_db(snd: parselmouth.Sound, settings: CPPSSettings = CPPSSettings(
 
 
 def hnr_db(snd: parselmouth.Sound, times: np.ndarray, time_step: float, pitch_floor: float) -> float:
-    """Harmonics-to-noise ratio (dB): Praat cross-correlation harmonicity, median over
-    the given voiced frame times (Praat marks frames it cannot analyse -200 dB)."""
-    harm = call(snd, "To Harmonicity (cc)", time_step, pitch_floor, 0.1, 1.0)
-    values = harm.values[0]
-    idx = np.clip(np.round((np.asarray(times) - harm.x1) / harm.dx).astype(int), 0, harm.nx - 1)
-    v = values[idx]
+    """Harmonics-to-noise ratio (dB): Praat's cross-correlation harmonicity (silence
+    threshold 0.1, one period per window; voicebias.instruments.harmonicity), median
+    over the frames nearest the given voiced frame times (frames Praat marks -200 dB,
+    voiceless, are left out)."""
+    from voicebias.instruments.harmonicity import harmonicity_at
+
+    v = harmonicity_at(snd, times, time_step, pitch_floor, 0.1, 1.0)
     v = v[v > -200]
     return float(np.median(v)) if v.size else float("nan")

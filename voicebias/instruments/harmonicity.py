@@ -1,0 +1,266 @@
+"""Harmonics-to-noise ratio by forward cross-correlation, as Praat 6.1.38's
+"To Harmonicity (cc)" defines it (Boersma, 1993, IFA Proceedings 17: 97-110), computed
+only at the frames asked for.
+
+Per frame (frames of `time_step` s fitted symmetrically into the sound, each
+analysing two longest periods, 2 / pitch_floor s):
+
+1. the local mean over one longest period either side of the frame's centre is
+   subtracted; the frame's intensity is its highest absolute value within half a
+   longest period of the centre, relative to the whole sound's (mean-removed) peak;
+2. the normalised cross-correlation r(k) = sum x_j x_{j+k} / sqrt(sum x_j^2 sum x_{j+k}^2)
+   of one longest period (`periods_per_window` of them) against the same stretch k
+   samples later, for k up to that length;
+3. every positive local maximum of r beyond lag 1 is a candidate; each is refined to
+   the maximum of r interpolated by a windowed sinc (depth 700, cut to the points the
+   lag range holds) over its lag +- 1, found by Brent's method with Praat's steps and
+   stopping rule; values above 1 (short windows) are reflected to 1/r;
+4. with Praat's harmonicity settings (voicing threshold and all path costs 0) the
+   frame's value is its strongest candidate, unless the voiceless candidate, of strength
+   max(0, 2 - intensity / silence_threshold), is at least as strong: then the frame is
+   marked -200 dB; otherwise HNR = 10 log10(r / (1 - r)) dB.
+
+Checked frame by frame against Praat's own analysis (tests/unit/instruments/
+test_harmonicity.py); the sinc interpolant is evaluated through Chebyshev expansions
+on each unit interval (exact to rounding) and the candidates are screened on a coarse
+grid before refinement, which is where the time goes in Praat. Sounds the analysis
+cannot take as a whole (shorter than a frame, frames cut by the sound's end, more
+maxima than Praat keeps) are handed to Praat itself.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import parselmouth
+from parselmouth.praat import call
+
+SINC_DEPTH = 700
+CHEB_N = 24
+SCREEN_STEPS = 8
+SCREEN_MARGIN = 0.05
+# Correlations closer than this are taken as equal when looking for maxima: on flat
+# stretches (a frame of digital silence after mean removal) their order is rounding.
+FLAT = 1e-12
+_GOLDEN = 1.0 - 0.6180339887498948482045868343656381177203
+_SQRT_EPS = math.sqrt(2.0 ** -53)
+_NODES = 0.5 + 0.5 * np.cos(np.pi * (np.arange(CHEB_N) + 0.5) / CHEB_N)   # Chebyshev nodes on (0, 1)
+_TO_COEF = (2.0 / CHEB_N) * np.cos(np.pi * np.outer(np.arange(CHEB_N), np.arange(CHEB_N) + 0.5) / CHEB_N)
+_TO_COEF[0] *= 0.5
+
+
+def interpolation_weights(n: int, x: np.ndarray) -> tuple[int, np.ndarray]:
+    """Praat's depth-700 value interpolation of an n-point array (1-based positions) at
+    non-integer positions x that share one floor m, as weights on the array's points.
+
+    The depth is cut to the points available on either side of m (nearest, linear and
+    cubic where none, one or two remain); from three on it is a sinc whose raised-cosine
+    window spans, on each side, the distance from x to one point past the last tap.
+    Returns (first 1-based index, weights of shape (len(x), taps))."""
+    x = np.atleast_1d(np.asarray(x, dtype=float))
+    m = int(np.floor(x[0]))
+    depth = min(SINC_DEPTH, m, n - m)
+    if depth <= 0:
+        raise ValueError(f"position {x[0]} is outside the array of {n} points")
+    phase = x - m
+    if depth == 1:
+        return m, np.stack([1.0 - phase, phase], axis=1)
+    if depth == 2:
+        # Hermite-like cubic through y[m], y[m+1] with central-difference slopes,
+        # written as weights on y[m-1], y[m], y[m+1], y[m+2]
+        c, g = phase * (1.0 - phase), phase - 0.5
+        return m - 1, np.stack([-c * (0.25 - 0.5 * g), (1.0 - phase) - c * (-0.25 + 1.5 * g),
+                                phase - c * (-0.25 - 1.5 * g), -c * (0.25 + 0.5 * g)], axis=1)
+    left, right = m + 1 - depth, m + depth
+    taps = np.arange(left, right + 1)
+    dist = x[:, None] - taps[None, :]
+    span = np.where(dist > 0, (x - left + 1.0)[:, None], (right - x + 1.0)[:, None])
+    a = np.pi * np.abs(dist)
+    return left, np.sin(a) / a * 0.5 * (1.0 + np.cos(a / span))
+
+
+@lru_cache(maxsize=16384)
+def _coefficient_weights(n: int, m: int) -> tuple[int, np.ndarray]:
+    """Weights that turn the array's points into the Chebyshev coefficients of its
+    interpolation on (m, m + 1): (first index, (taps, CHEB_N))."""
+    left, w = interpolation_weights(n, m + _NODES)
+    return left, np.ascontiguousarray((_TO_COEF @ w).T)
+
+
+@lru_cache(maxsize=16384)
+def _grid_weights(n: int, m: int) -> tuple[int, np.ndarray]:
+    left, w = interpolation_weights(n, m + np.arange(1, SCREEN_STEPS) / SCREEN_STEPS)
+    return left, np.ascontiguousarray(w.T)
+
+
+def _by_piece(r: np.ndarray, rows: np.ndarray, ms: np.ndarray, weights, width: int) -> np.ndarray:
+    """Apply the per-piece weights (weights(n, m) -> (first, (taps, width))) to the rows
+    r[rows], one piece m per row."""
+    out = np.empty((len(rows), width))
+    for m in np.unique(ms):
+        sel = np.flatnonzero(ms == m)
+        left, w = weights(r.shape[1], int(m))
+        out[sel] = r[rows[sel], left - 1:left - 1 + w.shape[0]] @ w
+    return out
+
+
+def _chebyshev(coef: np.ndarray, u: np.ndarray) -> np.ndarray:
+    b1 = np.zeros(len(u))
+    b2 = np.zeros(len(u))
+    for j in range(coef.shape[1] - 1, 0, -1):
+        b1, b2 = 2.0 * u * b1 - b2 + coef[:, j], b1
+    return u * b1 - b2 + coef[:, 0]
+
+
+def _refine(r: np.ndarray, rows: np.ndarray, pos: np.ndarray, tol: float = 1e-10,
+            max_iter: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """Maximum of the interpolated correlation rows r[rows] over pos +- 1 (1-based
+    positions): Brent's minimisation of its negative, for all rows in lockstep, with
+    the golden-section start, parabolic steps, step floor and stopping rule of Praat's
+    NUMminimize_brent. Returns (maximum, position)."""
+    coef = np.stack([_by_piece(r, rows, pos - 1, _coefficient_weights, CHEB_N),
+                     _by_piece(r, rows, pos, _coefficient_weights, CHEB_N)], axis=1)
+
+    def neg(sel: np.ndarray, x: np.ndarray) -> np.ndarray:
+        m = np.floor(x).astype(int)
+        piece = np.clip(m - (pos[sel] - 1), 0, 1)
+        val = _chebyshev(coef[sel, piece], 2.0 * (x - m) - 1.0)
+        exact = x == m
+        val[exact] = r[rows[sel][exact], m[exact] - 1]
+        return -val
+
+    a, b = pos - 1.0, pos + 1.0
+    v = a + _GOLDEN * (b - a)
+    fv = neg(np.arange(len(rows)), v)
+    x, w, fx, fw = v.copy(), v.copy(), fv.copy(), fv.copy()
+    active = np.ones(len(rows), dtype=bool)
+    for _ in range(max_iter):
+        mid = 0.5 * (a + b)
+        tol_act = _SQRT_EPS * np.abs(x) + tol / 3.0
+        active &= np.abs(x - mid) + (b - a) / 2.0 > 2.0 * tol_act
+        if not active.any():
+            break
+        step = _GOLDEN * np.where(x < mid, b - x, a - x)
+        t1 = (x - w) * (fx - fv)
+        q = (x - v) * (fx - fw)
+        p = (x - v) * q - (x - w) * t1
+        q = 2.0 * (q - t1)
+        p = np.where(q > 0.0, -p, p)
+        q = np.abs(q)
+        parabolic = (np.abs(x - w) >= tol_act) & (np.abs(p) < np.abs(step * q)) \
+            & (p > q * (a - x + 2.0 * tol_act)) & (p < q * (b - x - 2.0 * tol_act))
+        step = np.where(parabolic, p / np.where(parabolic, q, 1.0), step)
+        step = np.where(np.abs(step) < tol_act, np.where(step > 0.0, tol_act, -tol_act), step)
+        t = x + step
+        ft = np.zeros(len(rows))
+        idx = np.flatnonzero(active)
+        ft[idx] = neg(idx, t[idx])
+        better = active & (ft <= fx)
+        worse = active & ~better
+        left_of_x = t < x
+        a = np.where(better & ~left_of_x, x, np.where(worse & left_of_x, t, a))
+        b = np.where(better & left_of_x, x, np.where(worse & ~left_of_x, t, b))
+        new_w = worse & ((ft <= fw) | (w == x))
+        new_v = worse & ~new_w & ((ft <= fv) | (v == x) | (v == w))
+        v, fv = (np.where(better | new_w, w, np.where(new_v, t, v)),
+                 np.where(better | new_w, fw, np.where(new_v, ft, fv)))
+        w, fw = np.where(better, x, np.where(new_w, t, w)), np.where(better, fx, np.where(new_w, ft, fw))
+        x, fx = np.where(better, t, x), np.where(better, ft, fx)
+    return -fx, x
+
+
+def praat_harmonicity(snd: parselmouth.Sound, time_step: float, pitch_floor: float,
+                      silence_threshold: float = 0.1, periods_per_window: float = 1.0) -> parselmouth.Harmonicity:
+    """Praat's own "To Harmonicity (cc)" (the reference this module is checked against)."""
+    return call(snd, "To Harmonicity (cc)", time_step, pitch_floor, silence_threshold, periods_per_window)
+
+
+def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, pitch_floor: float,
+                   silence_threshold: float = 0.1, periods_per_window: float = 1.0) -> np.ndarray:
+    """HNR (dB; -200 where the frame is voiceless) of the harmonicity frame nearest each
+    of `times` (s), as Praat's "To Harmonicity (cc)" with these arguments gives it."""
+    times = np.asarray(times, dtype=float)
+    z = np.asarray(snd.values[0], dtype=np.float64)
+    nx, dx, x1 = len(z), float(snd.dx), float(snd.x1)
+    duration = dx * nx
+    n_period = math.floor(1.0 / dx / pitch_floor)
+    half_period = n_period // 2 + 1
+    window_s = periods_per_window / pitch_floor
+    half_window = math.floor(window_s / dx) // 2 - 1
+    width = 2 * half_window
+    max_lag = min(math.floor(width / periods_per_window) + 2, width)
+    frame_s = 1.0 / pitch_floor + window_s
+    if frame_s > duration or half_window < 2 or pitch_floor < periods_per_window / duration:
+        return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
+    n_frames = math.floor((duration - frame_s) / time_step) + 1
+    t1 = x1 - 0.5 * dx + 0.5 * duration - 0.5 * n_frames * time_step + 0.5 * time_step
+    nearest = np.clip(np.round((times - t1) / time_step).astype(int), 0, n_frames - 1)
+    frames = np.unique(nearest)
+    t = t1 + frames * time_step
+    centre = np.floor((t - x1) / dx + 1.0).astype(int)   # 1-based sample left of the centre
+    csum = np.concatenate([[0.0], np.cumsum(z)])
+    local_mean = (csum[centre + n_period] - csum[centre + 1 - n_period - 1]) / (2 * n_period)
+    lo, hi = max(1, half_window + 1 - half_period), min(width, half_window + half_period)
+    near = z[(centre - half_window)[:, None] + np.arange(lo - 1, hi)[None, :]] - local_mean[:, None]
+    local_peak = np.max(np.abs(near), axis=1)
+    global_peak = float(np.max(np.abs(z - np.mean(z))))
+    if global_peak == 0.0:
+        return np.full(len(times), -200.0)
+    intensity = np.minimum(local_peak / global_peak, 1.0)
+    start = np.maximum(np.floor((t - 0.5 * frame_s - x1) / dx + 1.0).astype(int), 1)
+    span = max_lag + width
+    if np.any(start - 1 + span > nx):
+        return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
+    seg = z[(start - 1)[:, None] + np.arange(span)[None, :]] - local_mean[:, None]
+    first = seg[:, :width]
+    nfft = 1 << (span + width - 2).bit_length()   # the smallest power of two >= span + width - 1
+    product = np.fft.irfft(np.conj(np.fft.rfft(first, nfft)) * np.fft.rfft(seg, nfft), nfft)[:, :max_lag + 1]
+    sq = np.concatenate([np.zeros((len(t), 1)), np.cumsum(seg * seg, axis=1)], axis=1)
+    lags = np.arange(max_lag + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = product / np.sqrt(sq[:, width:width + 1] * (sq[:, lags + width] - sq[:, lags]))
+    corr[:, 0] = 1.0
+    # the symmetric correlation over lags -width..width, 1-based: lag k at k + width + 1
+    n = 2 * width + 1
+    r = np.full((len(t), n), np.nan)
+    r[:, width:width + max_lag + 1] = corr
+    r[:, width - max_lag:width + 1] = corr[:, ::-1]
+    k = np.arange(2, min(max_lag, width))
+    mid, left, right = corr[:, k], corr[:, k - 1], corr[:, k + 1]
+    is_max = (mid > 0.0) & (mid > left + FLAT) & (mid >= right - FLAT)
+    max_candidates = max(15, math.floor(0.5 / dx / pitch_floor))
+    if np.any(is_max.sum(axis=1) > max_candidates - 1):
+        return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
+    rows, col = np.nonzero(is_max)
+    pos = k[col] + width + 1
+    # screen: the integer points and a grid inside each neighbouring unit interval
+    grid = np.concatenate([r[rows, pos - 2][:, None], r[rows, pos - 1][:, None], r[rows, pos][:, None],
+                           _by_piece(r, rows, pos - 1, _grid_weights, SCREEN_STEPS - 1),
+                           _by_piece(r, rows, pos, _grid_weights, SCREEN_STEPS - 1)], axis=1)
+    coarse = np.max(np.where(np.isfinite(grid), grid, -np.inf), axis=1)
+    reflected = np.where(coarse > 1.0, 1.0 / coarse, coarse)
+    best = np.full(len(t), -np.inf)
+    np.maximum.at(best, rows, reflected)
+    keep = (reflected >= best[rows] - SCREEN_MARGIN) | (coarse > 1.0 - SCREEN_MARGIN)
+    rows, pos = rows[keep], pos[keep]
+    peak, at = _refine(r, rows, pos)
+    strength = np.where(peak > 1.0, 1.0 / peak, peak)
+    # a maximum at or below lag 2 lies at or above the Nyquist ceiling: voiceless
+    strength = np.where(at - width - 1 > 2.0, strength, -np.inf)
+    top = np.full(len(t), -np.inf)
+    np.maximum.at(top, rows, strength)
+    voiceless = np.maximum(0.0, 2.0 - intensity / silence_threshold)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        db = np.where(top <= 1e-15, -150.0, np.where(top > 1.0 - 1e-15, 150.0, 10.0 * np.log10(top / (1.0 - top))))
+    db = np.where((top > voiceless) & (local_peak > 0.0), db, -200.0)
+    by_frame = np.empty(n_frames)
+    by_frame[frames] = db
+    return by_frame[nearest]
+
+
+def _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window) -> np.ndarray:
+    harm = praat_harmonicity(snd, time_step, pitch_floor, silence_threshold, periods_per_window)
+    idx = np.clip(np.round((np.asarray(times) - harm.x1) / harm.dx).astype(int), 0, harm.nx - 1)
+    return harm.values[0][idx]
