@@ -22,8 +22,8 @@ Settings per voice gender come from the `acoustics` section of params.yaml:
 their input (MeasureSettings.neutral) from `neutral_pitch_range` (Hz),
 `neutral_max_formant` (Hz) and `octave_check_st` (semitones); optional
 `bandwidths` for the Iseli correction ('hawks_miller', default, or 'measured'),
-`cpps_time_step` (s, default 0.002 as in Praat; 0.005 reads within 0.03 dB at a
-third of the cost, 0.01 within about 0.1 dB at an eighth), and audio checks: `max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
+`cpps_time_step` (s, default 0.002 as in Praat; 0.005 reads within about 0.05 dB
+of it at under a third of the time, 0.01 within about 0.15 dB), and audio checks: `max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
 
 Files that cannot be measured are kept in the table with status 'excluded', a
 short `reason` code and the readable `error` (voicebias.audio lists the codes);
