@@ -18,4 +18,4 @@ if __name__ == "__main__":
     guarded(run_system_stage, stage_params("respond"), a.system, config.STIMULI_MANIFEST, config.PASSAGES,
             config.GATE_METRICS, lambda task: config.responses_dir(a.system, task),
             lambda task: config.respond_report(a.system, task), config.RESPONSE_CACHE, config.ROOT, a.task,
-            stage=f"respond {a.system}")
+            config.RENDER_CACHE, stage=f"respond {a.system}")

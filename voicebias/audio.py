@@ -127,6 +127,26 @@ def write_audio(path: Path, x: np.ndarray, sr: int) -> None:
     sf.write(str(path), np.clip(x, -1.0, 1.0), sr, subtype="PCM_16", format="FLAC")
 
 
+def flac_bytes(x: np.ndarray, sr: int) -> bytes:
+    """The bytes of the file `write_audio(path, x, sr)` writes (written to a temporary file
+    and read back, so they are those bytes by construction)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="voicebias-flac-") as tmp:
+        path = Path(tmp) / "audio.flac"
+        write_audio(path, x, sr)
+        return path.read_bytes()
+
+
+def flac_matches(data: bytes, x: np.ndarray, sr: int) -> bool:
+    """Whether FLAC bytes hold as many frames of one channel as `x` at `sr` (a cheap check, from the header)."""
+    try:
+        info = sf.info(io.BytesIO(data))
+    except RuntimeError:  # soundfile.LibsndfileError: not a sound file libsndfile can open
+        return False
+    return info.format == "FLAC" and info.channels == 1 and info.samplerate == int(sr) and info.frames == len(x)
+
+
 def _wav_truncation(path: Path | str) -> tuple[int, int] | None:
     """(declared, present) data bytes of a RIFF/WAVE file whose data chunk is cut short.
 

@@ -66,6 +66,8 @@ REPORT_DIR = REPORTS / "report"
 PROFILES_DIR = ROOT / "profiles"
 CACHE_DIR = Path(os.environ.get("VOICEBIAS_CACHE", ROOT / ".cache"))
 RESPONSE_CACHE = CACHE_DIR / "responses"
+#: rendered utterances of the reference systems, shared across tasks and systems (voicebias.tts.render_cache)
+RENDER_CACHE = CACHE_DIR / "renders"
 MEASURE_CACHE = CACHE_DIR / "measures"
 EMBEDDING_CACHE = CACHE_DIR / "embeddings"
 JUDGE_CACHE = CACHE_DIR / "judge"

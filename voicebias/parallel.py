@@ -10,7 +10,8 @@ end. An exception raised by `fn` for one item is returned in that item's place a
 items have finished when `failures="raise"`.
 
 `ProcessBatched` gives a locally computed system (the reference systems) a `call_batch`
-that answers a batch on every core from one pool that lives as long as the system.
+that answers a batch on every core from one pool that lives as long as the system
+(`map_method` runs any other method of the system on that pool).
 Answers do not depend on the batching: each request's answer is a function of that
 request alone (its own seed), so the responses are byte-identical on any number of cores.
 """
@@ -46,6 +47,14 @@ def _run(job: tuple[int, int, Any]) -> Any:
     fn = _STATE[token]
     try:
         return fn(item)
+    except Exception as exc:  # one item's failure is that item's result
+        return ItemFailed(f"{type(exc).__name__}: {exc}")
+
+
+def _run_method(job: tuple[int, str, Any]) -> Any:
+    token, name, item = job
+    try:
+        return getattr(_STATE[token], name)(item)
     except Exception as exc:  # one item's failure is that item's result
         return ItemFailed(f"{type(exc).__name__}: {exc}")
 
@@ -96,14 +105,32 @@ class ProcessBatched:
     def _workers(self) -> int:
         return cores()
 
+    def map_method(self, name: str, items: Sequence[Any]) -> list[Any]:
+        """[getattr(self, name)(item) for item in items], in order, on the system's pool (in this
+        process for fewer than two items or one core); an item whose call raises is returned
+        as an `ItemFailed`. The workers are forked when the pool is first needed, so they
+        see the system as it was then."""
+        if len(items) < 2 or self._workers() == 1:
+            return self._here(name, items)
+        if self._pool is None:
+            _STATE[id(self)] = self
+            self._pool = ProcessPoolExecutor(max_workers=self._workers(),
+                                             mp_context=multiprocessing.get_context("fork"))
+        return list(self._pool.map(_run_method, [(id(self), name, it) for it in items], chunksize=1))
+
+    def _here(self, name: str, items: Sequence[Any]) -> list[Any]:
+        out = []
+        for it in items:
+            try:
+                out.append(getattr(self, name)(it))
+            except Exception as exc:
+                out.append(ItemFailed(f"{type(exc).__name__}: {exc}"))
+        return out
+
     def call_batch(self, requests: Sequence[Any]) -> list[Any]:
         if len(requests) < 2 or self._workers() == 1:
             return [self.call(r) for r in requests]
-        if self._pool is None:
-            _STATE[id(self)] = self.call
-            self._pool = ProcessPoolExecutor(max_workers=self._workers(),
-                                             mp_context=multiprocessing.get_context("fork"))
-        results = list(self._pool.map(_run, [(id(self), i, r) for i, r in enumerate(requests)], chunksize=1))
+        results = self.map_method("call", requests)
         bad = [r for r in results if isinstance(r, ItemFailed)]
         if bad:
             raise RuntimeError(f"{len(bad)} of {len(requests)} requests failed; first: {bad[0].error}")

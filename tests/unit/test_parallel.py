@@ -64,3 +64,29 @@ def test_process_batched_call_batch_answers_in_order_on_other_processes_and_clos
         s.call_batch([1, -1, 2])
     s.close()
     assert s.closed and s._pool is None
+
+
+class TwoWorkers(Doubler):
+    def _workers(self):
+        return 2
+
+    def square(self, x):
+        if x == 3:
+            raise ValueError("three is bad")
+        return x * x, os.getpid()
+
+
+def test_map_method_runs_any_method_on_the_systems_pool_in_order():
+    s = TwoWorkers()
+    try:
+        got = s.map_method("square", [0, 1, 2, 3, 4, 5])
+        assert [g[0] for g in got[:3]] + [g[0] for g in got[4:]] == [0, 1, 4, 16, 25]
+        assert isinstance(got[3], ItemFailed) and got[3].error == "ValueError: three is bad"
+        assert os.getpid() not in {g[1] for g in got if not isinstance(g, ItemFailed)}
+        pool = s._pool
+        assert [a.tolist() for a, _ in s.call_batch([1, 2])] == [[2.0] * 3, [4.0] * 3] and s._pool is pool  # one pool
+        assert s.map_method("square", [2]) == [(4, os.getpid())]  # one item: here, no worker needed
+        assert s.map_method("square", []) == []
+    finally:
+        s.close()
+    assert s._pool is None

@@ -42,14 +42,17 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
 
 def run_system_stage(params: dict[str, Any], system_name: str, manifest_path: Path, passages_path: Path,
                      gate_metrics: Path, out_dir_for: Callable[[str], Path], stats_path_for: Callable[[str], Path],
-                     cache_dir: Path, root: Path, task_names: list[str] | None = None) -> dict[str, pd.DataFrame]:
+                     cache_dir: Path, root: Path, task_names: list[str] | None = None,
+                     render_cache: Path | None = None) -> dict[str, pd.DataFrame]:
     """Stage 'respond@SYSTEM': one system over every task of `tasks.names` (or `task_names`),
     built once (a model is loaded once for all its tasks), each task's table and stats
     written to `out_dir_for(task)` and `stats_path_for(task)` (DVC clears the stage's two
-    folders before it runs, so no table or record of a task no longer listed survives)."""
+    folders before it runs, so no table or record of a task no longer listed survives).
+    `render_cache`: the folder of rendered utterances a system that renders its own speech
+    (the reference systems) shares across tasks and systems (voicebias.tts.render_cache)."""
     names = list(task_names or params["tasks"]["names"])
     return run_tasks(params, system_name, names, manifest_path, passages_path, gate_metrics, out_dir_for,
-                     stats_path_for, cache_dir, root)
+                     stats_path_for, cache_dir, root, render_cache=render_cache)
 
 
 def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], manifest_path: Path,
@@ -58,9 +61,10 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
               tasks: dict[str, Task] | None = None, gate: str = "the carrier gate", kind: str | None = None,
               context: dict[str, Any] | None = None, stage: Callable[[str], str] | None = None,
               annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
-              samples: int | None = None) -> dict[str, pd.DataFrame]:
+              samples: int | None = None, render_cache: Path | None = None) -> dict[str, pd.DataFrame]:
     """Build the system once and run it on each task in turn (see run_stage for the keywords;
-    `tasks` maps task names to Task objects that are not in data/tasks/prompts.yaml)."""
+    `tasks` maps task names to Task objects that are not in data/tasks/prompts.yaml;
+    `render_cache` goes to the system's constructor where it takes one)."""
     from voicebias.io import read_json, read_table, write_json, write_table
     from voicebias.params import samples_per_item
     from voicebias.runlog import record as record_run
@@ -74,6 +78,8 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
     manifest = read_table(manifest_path)
     if context is None:
         context = {"passages": read_table(passages_path), "rate_wpm": params["tts"]["rate_wpm"]}
+    if render_cache is not None:
+        context = {**context, "render_cache": render_cache}
     sys_params = params["systems"].get(system_name)
     if sys_params is None:
         raise KeyError(f"params.yaml has no 'systems.{system_name}' section")

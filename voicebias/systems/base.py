@@ -106,7 +106,11 @@ Request = S2SRequest | ContinuationRequest
 
 @dataclass
 class S2SResponse:
-    """What a system returned. `transcript` is the system's own text stream (None if it has none)."""
+    """What a system returned. `transcript` is the system's own text stream (None if it has none).
+
+    `audio_flac`, optional, is the file `voicebias.audio.write_audio` writes for `audio` at
+    `sample_rate`, when the system already has it (a render it kept): the response cache
+    then stores these bytes instead of encoding the audio again."""
 
     status: str                      # 'ok' or 'failed'
     transcript: str | None = None
@@ -114,6 +118,7 @@ class S2SResponse:
     sample_rate: int | None = None
     error: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
+    audio_flac: bytes | None = None
 
     @classmethod
     def failed(cls, reason: str, **provenance: Any) -> "S2SResponse":

@@ -20,21 +20,30 @@ no gender (a counted exclusion). Unlike a real system, a reference system reads 
 stimulus labels (pole, voice gender, passage text) from the stimulus table: that is
 how its truth is planted. Readback and paraphrase speak the passage text, translate
 speaks the passage's English gloss, summarize a one-sentence native template.
+
+Each distinct utterance (text, output voice, planted shift) is rendered once: a batch
+renders its distinct utterances on every core, and with a render cache (the respond
+stage's `.cache/renders`, voicebias.tts.render_cache) the renders, with their FLAC
+files, are shared across tasks and systems. A render depends on its utterance alone,
+so the answers are byte-identical whether rendered, read from the cache, batched or not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import warnings
-from typing import Any
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from voicebias.contract import GENDERS, POLE_ORDINAL, POLES
-from voicebias.parallel import ProcessBatched
+from voicebias.parallel import ItemFailed, ProcessBatched
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem
 from voicebias.tts import get_backend
+from voicebias.tts.render_cache import Render, RenderCache, make_render, render_key, source_sha256
 
 DESCRIBE_WORDS = {"en": ("male", "female"), "es": ("hombre", "mujer"), "zh": ("男", "女")}
 NONCOMPLIANT = {"en": "I cannot tell.", "es": "No lo sé.", "zh": "我说不好。"}
@@ -115,7 +124,7 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
     max_concurrency = 1
 
     def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], stimuli: pd.DataFrame | None = None,
-                 passages: pd.DataFrame | None = None, rate_wpm: int = 160):
+                 passages: pd.DataFrame | None = None, rate_wpm: int = 160, render_cache: Path | str | None = None):
         super().__init__(name, card, params)
         if params.get("rule") not in RULES:
             raise ValueError(f"system '{name}': rule must be one of {RULES}, got {params.get('rule')!r}")
@@ -124,6 +133,8 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
         self.stimuli = stimuli.set_index("stimulus_id")
         self.passages = passages.set_index("passage_id")
         self.tts = get_backend("espeak", rate_wpm=rate_wpm)
+        #: renders shared across tasks and systems (voicebias.tts.render_cache); None: none kept
+        self.renders = RenderCache(render_cache) if render_cache is not None else None
 
     def _judge(self, stim: pd.Series, request: S2SRequest) -> str | None:
         """'male'/'female', or None for a non-compliant answer."""
@@ -151,22 +162,89 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
             return SUMMARY_TEMPLATES[lang][idx]
         raise ValueError(f"reference system has no behaviour for task '{request.task}'")
 
-    def respond(self, request: S2SRequest) -> S2SResponse:
+    def utterance(self, request: S2SRequest) -> tuple[str, str, float]:
+        """(text, output voice, planted pitch shift in semitones) of the answer to `request`."""
         text = self.answer_text(request)
         voice = self.card["output_voice"][request.target_lang]
-        audio, sr = self.tts.synthesize(text, voice)
-        shift = planted_drift_st(self.params, self.stimuli.loc[request.stimulus_id, "pole"])
-        if shift:
-            audio = shift_pitch(audio, sr, shift)
-        return S2SResponse(status="ok", transcript=text, audio=audio, sample_rate=sr,
+        return text, voice, planted_drift_st(self.params, self.stimuli.loc[request.stimulus_id, "pole"])
+
+    def _keys(self, text: str, voice: str, shift: float) -> tuple[str, str | None]:
+        """Render-cache keys of the spoken text and, for a shift, of the shifted render."""
+        spoken = render_key({"tts": self.tts.cache_identity(), "text": text, "voice": voice})
+        return spoken, (render_key({"from": spoken, "pitch_shift_st": float(shift), "shifter": shifter_identity()})
+                        if shift else None)
+
+    def cached_render(self, utterance: tuple[str, str, float]) -> Render | None:
+        """The utterance's render from the cache, or None (no cache, or not there yet)."""
+        if self.renders is None:
+            return None
+        spoken, shifted = self._keys(*utterance)
+        return self.renders.get(shifted or spoken)
+
+    def render(self, utterance: tuple[str, str, float]) -> Render:
+        """The utterance spoken (and shifted), each step taken from the render cache or made and stored there."""
+        text, voice, shift = utterance
+        spoken_key, shifted_key = self._keys(text, voice, shift)
+        spoken = self.renders.get(spoken_key) if self.renders is not None else None
+        if spoken is None:
+            audio, sr = self.tts.synthesize(text, voice)
+            spoken = make_render(audio, sr)
+            if self.renders is not None:
+                self.renders.put(spoken_key, spoken)
+        if not shift:
+            return spoken
+        shifted = self.renders.get(shifted_key) if self.renders is not None else None
+        if shifted is None:
+            shifted = make_render(shift_pitch(spoken.audio, spoken.sample_rate, shift), spoken.sample_rate)
+            if self.renders is not None:
+                self.renders.put(shifted_key, shifted)
+        return shifted
+
+    def _response(self, utterance: tuple[str, str, float], render: Render) -> S2SResponse:
+        text, voice, shift = utterance
+        return S2SResponse(status="ok", transcript=text, audio=render.audio, sample_rate=render.sample_rate,
+                           audio_flac=render.flac,
                            provenance={"model_revision": self.card.get("revision", ""), "output_voice": voice,
                                        "planted_pitch_shift_st": shift})
+
+    def respond(self, request: S2SRequest) -> S2SResponse:
+        utterance = self.utterance(request)
+        return self._response(utterance, self.render(utterance))
+
+    def call_batch(self, requests: Sequence[S2SRequest]) -> list[S2SResponse]:
+        """The batch's answers, each distinct utterance rendered once: those in the render
+        cache are read here, the others rendered on every core. A request whose answer
+        cannot be made fails the batch, as the runner expects (it then retries the
+        requests one by one, so only that one is recorded as failed)."""
+        utterances = [self.utterance(r) for r in requests]
+        renders: dict[tuple[str, str, float], Render] = {}
+        todo = []
+        for u in dict.fromkeys(utterances):
+            cached = self.cached_render(u)
+            if cached is None:
+                todo.append(u)
+            else:
+                renders[u] = cached
+        made = self.map_method("render", todo)
+        bad = [r for r in made if isinstance(r, ItemFailed)]
+        if bad:
+            raise RuntimeError(f"{len(bad)} of {len(todo)} renders failed; first: {bad[0].error}")
+        renders.update(zip(todo, made))
+        return [self._response(u, renders[u]) for u in utterances]
 
 
 def planted_drift_st(params: dict[str, Any], pole: str) -> float:
     """Planted output-voice shift in semitones: +drift for feminine, -drift for masculine content."""
     drift = float(params["drift_st"])
     return {"feminine": drift, "masculine": -drift, "neutral": 0.0}[pole] if drift else 0.0
+
+
+@lru_cache(maxsize=1)
+def shifter_identity() -> dict[str, str]:
+    """What decides shift_pitch's samples besides its input: its code and Praat's version."""
+    import parselmouth
+
+    return {"code": source_sha256(shift_pitch), "parselmouth": parselmouth.VERSION, "praat": parselmouth.PRAAT_VERSION}
 
 
 def shift_pitch(audio: np.ndarray, sr: int, semitones: float) -> np.ndarray:

@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 from tqdm import tqdm
 
-from voicebias.audio import sha256_file, write_audio
+from voicebias.audio import flac_matches, sha256_file, write_audio
 from voicebias.contract import (
     CONTINUATION_COLUMNS, GENDERS, LANGUAGES, RESPONSE_COLUMNS, RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS, SAMPLE,
     with_sample,
@@ -210,7 +210,11 @@ class ResponseCache:
         tmp = d.with_name(f"{d.name}.tmp-{uuid.uuid4().hex[:8]}")
         tmp.mkdir(parents=True)
         if response.audio is not None:
-            write_audio(tmp / "audio.flac", response.audio, int(response.sample_rate))
+            sr = int(response.sample_rate)
+            if response.audio_flac is not None and flac_matches(response.audio_flac, response.audio, sr):
+                (tmp / "audio.flac").write_bytes(response.audio_flac)  # the file write_audio writes, already made
+            else:
+                write_audio(tmp / "audio.flac", response.audio, sr)
             record["output_audio_cached"] = True
         atomic_write_json(tmp / "response.json", record, indent=1)
         if d.exists():

@@ -36,6 +36,12 @@ class TTSBackend(ABC):
         """Provenance fields recorded in the stimulus manifest."""
         return {"backend": self.name}
 
+    def cache_identity(self) -> dict[str, str] | None:
+        """What, besides the text and voice, decides this backend's samples (engine and its
+        version, settings, the code that calls it), for voicebias.tts.render_cache; None
+        when the backend cannot say (its renders are then never cached)."""
+        return None
+
     def voice_gender(self, voice: str) -> str | None:
         """The gender a voice is documented with ('male'/'female'), or None when the
         backend cannot tell; used to catch a female voice configured in a male slot."""

@@ -13,6 +13,7 @@ import hashlib
 import os
 import struct
 import threading
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +153,23 @@ class EspeakTTS(TTSBackend):
 
     def describe(self) -> dict[str, str]:
         return {"backend": self.name, "engine": "eSpeak NG 1.52 (espeakng-loader 0.2.4)", "rate_wpm": str(self.rate_wpm)}
+
+    def cache_identity(self) -> dict[str, str]:
+        """The description, with the installed library's sha256, its package's version and
+        the source of this module (which calls the library and seeds it)."""
+        return {**self.describe(), **_engine_identity()}
+
+
+@lru_cache(maxsize=1)
+def _engine_identity() -> dict[str, str]:
+    import sys
+    from importlib.metadata import version
+
+    import espeakng_loader
+
+    from voicebias.audio import sha256_file
+    from voicebias.tts.render_cache import source_sha256
+
+    return {"package": f"espeakng-loader {version('espeakng-loader')}",
+            "library_sha256": sha256_file(espeakng_loader.get_library_path()),
+            "code": source_sha256(sys.modules[__name__])}

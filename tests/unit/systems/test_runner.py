@@ -262,3 +262,20 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
     assert stats["cache_hits"] == len(cached) and stats["calls"] == 30 - len(cached) == len(second_run)
     assert (table["status"] == "ok").all() and len(table) == 30
     assert "cache hits" in done.stderr  # reported to the user as well
+
+
+def test_the_response_cache_keeps_a_systems_flac_only_where_it_fits_the_audio(tmp_path):
+    """A system that already has the FLAC file of its audio (a kept render) hands it over and the
+    cache stores those bytes without encoding; bytes whose header does not fit the audio (other
+    length or rate, not FLAC) are not taken, the audio is encoded as without them."""
+    from voicebias.audio import flac_bytes
+
+    x = np.random.default_rng(1).uniform(-1, 1, 3000).astype(np.float32)
+    cache = ResponseCache(tmp_path)
+    for key, given in (("a", flac_bytes(x, 16000)), ("b", flac_bytes(0.5 * x, 16000))):
+        cache.put(key * 64, {"status": "ok"}, S2SResponse("ok", "t", x, 16000, audio_flac=given))
+        assert cache.audio_path(key * 64).read_bytes() == given  # taken as they are
+    for key, given in (("c", flac_bytes(x[:-10], 16000)), ("d", flac_bytes(x, 22050)), ("e", b"RIFF....")):
+        cache.put(key * 64, {"status": "ok"}, S2SResponse("ok", "t", x, 16000, audio_flac=given))
+        assert cache.audio_path(key * 64).read_bytes() == flac_bytes(x, 16000)  # encoded afresh
+    assert all(cache.get(k * 64)["output_audio_cached"] for k in "abcde")
