@@ -18,12 +18,20 @@ so by `speaker_similarity`): Resemblyzer embeds them one at a time; ECAPA runs
 padded batches of `batch_size` (default 8 on a GPU, 1 on the CPU, i.e. one at a
 time there), sorted by length, in which every clip gets the embedding it gets
 alone (to float rounding; see `EcapaEmbedder`).
+
+On the CPU an embedder runs PyTorch on one thread (`CPU_THREADS`): the floats of a
+multi-threaded CPU run depend on the number of threads (float32 rounding, ~4e-8 for
+Resemblyzer between one and two), so one thread makes an embedding the same on any
+machine; `embed_files` then spreads the files over forked worker processes, one per
+core, with results identical to one process.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -41,12 +49,42 @@ REGISTRY = Registry("speaker embedding", {
 CHECKPOINTS: dict[str, str] = {"ecapa": "speechbrain/spkrec-ecapa-voxceleb"}
 
 
+CPU_THREADS = 1
+
+
+@contextmanager
+def _torch_threads(n: int | None):
+    """PyTorch's intra-op threads set to `n` for the block (None: left as they are)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if before != n:
+            torch.set_num_threads(before)
+
+
 class SpeakerEmbedder(ABC):
     """Turns a mono signal into a fixed-size speaker embedding."""
 
     name: str
     dim: int
     sampling_rate: int = 16000
+    device: str = "cpu"
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the model runs on the CPU (one thread, files spread over processes)."""
+        return not str(self.device).startswith("cuda")
+
+    def _threads(self):
+        return _torch_threads(CPU_THREADS if self.on_cpu else None)
 
     def identity(self) -> dict[str, Any]:
         """What decides an embedding besides the audio: the embedder's name, the sha256 of
@@ -57,7 +95,8 @@ class SpeakerEmbedder(ABC):
         code = hashlib.sha256()
         for obj in (type(self), SpeakerEmbedder, resample):
             code.update(inspect.getsource(obj).encode())
-        return {"name": self.name, "code": code.hexdigest(), **self._identity()}
+        threads = {"torch_threads": CPU_THREADS} if self.on_cpu else {}
+        return {"name": self.name, "code": code.hexdigest(), **threads, **self._identity()}
 
     def _identity(self) -> dict[str, Any]:
         return {}
@@ -71,7 +110,9 @@ class SpeakerEmbedder(ABC):
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 1 or x.size == 0:
             raise AudioError("speaker embedding needs a non-empty mono signal", code="empty")
-        return np.asarray(self._embed16k(resample(x, sr, self.sampling_rate)), dtype=np.float64).reshape(-1)
+        with self._threads():
+            emb = self._embed16k(resample(x, sr, self.sampling_rate))
+        return np.asarray(emb, dtype=np.float64).reshape(-1)
 
     def embed_many(self, signals: Sequence[np.ndarray], sr: int | Sequence[int]) -> np.ndarray:
         """Embeddings of several signals, shape (n, dim), in input order; a bad signal raises
@@ -98,7 +139,9 @@ class SpeakerEmbedder(ABC):
                 continue
             ready.append(i)
             clips.append(resample(x, r, self.sampling_rate))
-        for i, e in zip(ready, self._embed16k_each(clips)):
+        with self._threads():
+            embedded = self._embed16k_each(clips)
+        for i, e in zip(ready, embedded):
             out[i] = e if isinstance(e, AudioError) else np.asarray(e, dtype=np.float64).reshape(-1)
         return out  # type: ignore[return-value]
 
@@ -344,6 +387,38 @@ def cosine_matrix(A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
     return An @ Bn.T
 
 
+def _embed_paths(part: list[str], embedder: Any, root: Path | None) -> list[tuple[str, Any]]:
+    """(path, embedding or the error message that excludes it) for files read from `root`,
+    in order: through the embedder's `embed_each` (batched for ECAPA), or its `embed`
+    one file at a time for an embedder with only that."""
+    from voicebias.audio import read_audio
+
+    out: list[tuple[str, Any]] = []
+    read: list[str] = []
+    signals, rates = [], []
+    for path in part:
+        try:
+            x, sr = read_audio((Path(root) / path) if root else path)
+        except AudioError as exc:
+            out.append((path, str(exc)))
+            continue
+        read.append(path)
+        signals.append(x)
+        rates.append(sr)
+    each = getattr(embedder, "embed_each", None)
+    if each is not None:
+        results: list[Any] = each(signals, rates)
+    else:
+        results = []
+        for x, sr in zip(signals, rates):
+            try:
+                results.append(embedder.embed(x, sr))
+            except AudioError as exc:
+                results.append(exc)
+    out.extend((path, str(r) if isinstance(r, AudioError) else r) for path, r in zip(read, results))
+    return out
+
+
 def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, chunk: int = 64,
                 desc: str | None = None, cache_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Embeddings of audio files, and the error of each file that has none.
@@ -351,7 +426,9 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
     Files are read `chunk` at a time and handed to the embedder's `embed_each` (batched
     for ECAPA), or to its `embed` one at a time for an embedder with only that. A file
     that cannot be read, or has no usable signal (AudioError), is excluded, not the rest.
-    Returns ({path: embedding}, {path: error message}); each path appears once.
+    Returns ({path: embedding}, {path: error message}); each path appears once. An
+    embedder on the CPU gets the files in parts on forked worker processes, one per
+    core (`voicebias.parallel.map_processes`); the results are those of one process.
 
     With `cache_dir`, embeddings are kept there by content: the sha256 of the file's
     bytes and the embedder's `identity()` (weights, code, device, batch size), so the
@@ -361,8 +438,8 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
     """
     from tqdm import tqdm
 
-    from voicebias.audio import read_audio, sha256_file
     from voicebias.cache import JsonCache, content_key
+    from voicebias.parallel import cores, map_processes
 
     unique = list(dict.fromkeys(str(p) for p in paths))
     embs: dict[str, np.ndarray] = {}
@@ -389,39 +466,30 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
         else:
             first_of[keys[p]] = p
     todo = [p for p in unique if p not in embs and p not in twins]
-    each = getattr(embedder, "embed_each", None)
-    bar = tqdm(total=len(todo), desc=desc, disable=desc is None or not todo)
-    for start in range(0, len(todo), max(1, int(chunk))):
-        part = todo[start:start + max(1, int(chunk))]
-        read: list[str] = []
-        signals, rates = [], []
-        for path in part:
-            try:
-                x, sr = read_audio((Path(root) / path) if root else path)
-            except AudioError as exc:
-                errors[path] = str(exc)
-                continue
-            read.append(path)
-            signals.append(x)
-            rates.append(sr)
-        if each is not None:
-            results: list[Any] = each(signals, rates)
-        else:
-            results = []
-            for x, sr in zip(signals, rates):
-                try:
-                    results.append(embedder.embed(x, sr))
-                except AudioError as exc:
-                    results.append(exc)
-        for path, r in zip(read, results):
-            if isinstance(r, AudioError):
-                errors[path] = str(r)
+    step = max(1, int(chunk))
+    workers = min(cores(), -(-len(todo) // 4)) if getattr(embedder, "on_cpu", False) else 1
+    if workers > 1:
+        # small parts, so that both cores stay busy to the end
+        step = max(4, min(step, -(-len(todo) // (4 * workers))))
+    parts = [todo[i:i + step] for i in range(0, len(todo), step)]
+    run = functools.partial(_embed_paths, embedder=embedder, root=root)
+    if workers > 1:
+        done = map_processes(run, parts, workers=workers, desc=desc)
+    else:
+        bar = tqdm(total=len(todo), desc=desc, disable=desc is None or not todo)
+        done = []
+        for part in parts:
+            done.append(run(part))
+            bar.update(len(part))
+        bar.close()
+    for part_result in done:
+        for path, r in part_result:
+            if isinstance(r, str):
+                errors[path] = r
             else:
                 embs[path] = r
                 if cache is not None and path in keys:
                     cache.put(keys[path], [float(v) for v in np.asarray(r, dtype=np.float64).reshape(-1)])
-        bar.update(len(part))
-    bar.close()
     for p, q in twins.items():
         if q in embs:
             embs[p] = embs[q]

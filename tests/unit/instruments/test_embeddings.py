@@ -210,3 +210,42 @@ def test_embedding_cache_embeds_each_audio_once_and_reads_back_the_same_floats(t
     other = CountingEmbedder(tag="other weights")
     embed_files(paths, other, tmp_path, cache_dir=cache)
     assert other.calls == 2  # another embedder identity is another key
+
+
+def test_embed_files_on_worker_processes_equals_one_process(tmp_path, espeak_voices, monkeypatch):
+    """Resemblyzer on the CPU: the files spread over two forked workers give the same
+    float64 embeddings, bit for bit, and the same exclusions, as one process; and the
+    embedder ran PyTorch on one thread, whatever the process had set."""
+    import torch
+
+    from voicebias import parallel
+    from voicebias.audio import write_audio
+    from voicebias.instruments import embeddings as E
+    sigs, sr = espeak_voices
+    paths = []
+    for i, ((voice, key), x) in enumerate(sigs.items()):
+        for j, part in enumerate((x, x[: len(x) // 2])):
+            write_audio(tmp_path / f"u{i}-{j}.flac", part, sr)
+            paths.append(f"u{i}-{j}.flac")
+    write_audio(tmp_path / "silent.flac", np.zeros(16000, dtype=np.float32), 16000)
+    (tmp_path / "broken.flac").write_bytes(b"not audio")
+    paths += ["silent.flac", "broken.flac"]
+    emb = E.get_embedder("resemblyzer")
+    assert emb.identity()["torch_threads"] == 1
+    seen = []
+    original = emb._embed16k
+    monkeypatch.setattr(emb, "_embed16k", lambda x: (seen.append(torch.get_num_threads()), original(x))[1])
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(parallel, "cores", lambda: 1)
+        one, one_err = E.embed_files(paths, emb, root=tmp_path)
+        monkeypatch.setattr(parallel, "cores", lambda: 2)
+        two, two_err = E.embed_files(paths, emb, root=tmp_path)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(2)
+    assert seen and set(seen) == {1}
+    assert one.keys() == two.keys() and len(one) == 12
+    for p in one:
+        assert np.array_equal(one[p], two[p])
+    assert set(one_err) == set(two_err) == {"silent.flac", "broken.flac"}
