@@ -7,7 +7,9 @@ table built from them does not depend on which worker finished first. The larges
 items go first when `size` says how large each is, which keeps every core busy to the
 end. An exception raised by `fn` for one item is returned in that item's place as an
 `ItemFailed` (with the message) when `failures="return"`, or raised after the other
-items have finished when `failures="raise"`.
+items have finished: as a RuntimeError counting the failures when `failures="raise"`,
+or, when `failures="first"`, as the first failed item's own exception (in input order),
+which is what a serial loop over the items would have raised.
 
 `ProcessBatched` gives a locally computed system (the reference systems) a `call_batch`
 that answers a batch on every core from one pool that lives as long as the system
@@ -21,7 +23,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+import pickle
+import traceback
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 _STATE: dict[int, Any] = {}
@@ -29,9 +33,19 @@ _STATE: dict[int, Any] = {}
 
 @dataclass
 class ItemFailed:
-    """What `fn` raised for one item: the exception's type name and message."""
+    """What `fn` raised for one item: the exception's type name and message, and the
+    exception itself with its traceback where it could be carried back from a worker."""
 
     error: str
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    traceback: str = field(default="", compare=False, repr=False)
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker process (set as its cause)."""
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
 
 
 def cores() -> int:
@@ -48,7 +62,12 @@ def _run(job: tuple[int, int, Any]) -> Any:
     try:
         return fn(item)
     except Exception as exc:  # one item's failure is that item's result
-        return ItemFailed(f"{type(exc).__name__}: {exc}")
+        try:
+            pickle.loads(pickle.dumps(exc))
+            carried = exc
+        except Exception:  # an exception that does not survive pickling: its message only
+            carried = None
+        return ItemFailed(f"{type(exc).__name__}: {exc}", carried, traceback.format_exc())
 
 
 def _run_method(job: tuple[int, str, Any]) -> Any:
@@ -64,7 +83,7 @@ def map_processes(fn: Callable[[Any], Any], items: Iterable[Any], workers: int |
                   failures: str = "raise") -> list[Any]:
     """[fn(item) for item in items], computed on `workers` forked processes (default:
     every core); see the module docstring. One worker (or fewer than two items) runs in
-    this process."""
+    this process. `failures`: "raise", "return" or "first"."""
     from tqdm import tqdm
 
     items = list(items)
@@ -85,10 +104,14 @@ def map_processes(fn: Callable[[Any], Any], items: Iterable[Any], workers: int |
                 results[i] = r
     finally:
         _STATE.pop(token, None)
-    if failures == "raise":
-        bad = [r for r in results if isinstance(r, ItemFailed)]
-        if bad:
-            raise RuntimeError(f"{len(bad)} of {len(items)} items failed; first: {bad[0].error}")
+    bad = [r for r in results if isinstance(r, ItemFailed)]
+    if bad and failures == "raise":
+        raise RuntimeError(f"{len(bad)} of {len(items)} items failed; first: {bad[0].error}")
+    if bad and failures == "first":
+        first = bad[0]
+        if first.exception is None:
+            raise RuntimeError(first.error)
+        raise first.exception from RemoteTraceback(first.traceback)
     return results
 
 

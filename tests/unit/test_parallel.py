@@ -90,3 +90,37 @@ def test_map_method_runs_any_method_on_the_systems_pool_in_order():
     finally:
         s.close()
     assert s._pool is None
+
+
+class Unpicklable(Exception):
+    def __init__(self, message, handle):
+        super().__init__(message)
+        self.handle = handle
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle this error")
+
+
+def test_first_failure_raises_that_items_own_exception_as_a_serial_loop_would():
+    from voicebias.audio import AudioError
+
+    def fn(x):
+        if x in (2, 4):
+            raise AudioError(f"item {x} is silent", code="silent")
+        return x
+
+    for workers in (1, 2):
+        with pytest.raises(AudioError, match="item 2 is silent") as err:
+            map_processes(fn, range(6), workers=workers, size=lambda x: x, failures="first")
+        assert err.value.code == "silent"
+    assert map_processes(lambda x: x, range(6), workers=2, failures="first") == list(range(6))
+
+
+def test_first_failure_that_cannot_travel_back_is_raised_with_its_message():
+    def fn(x):
+        if x == 1:
+            raise Unpicklable("one is bad", lambda: None)
+        return x
+
+    with pytest.raises(RuntimeError, match="Unpicklable: one is bad"):
+        map_processes(fn, range(4), workers=2, failures="first")
