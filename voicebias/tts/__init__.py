@@ -27,6 +27,10 @@ class TTSBackend(ABC):
     """Synthesises text with a named voice."""
 
     name: str = "tts"
+    #: True when synthesis may run in forked worker processes, one utterance each, with
+    #: the same output as in this process (a local CPU backend whose output depends on
+    #: the text and voice alone); the stimulus stages then voice on every core
+    processes: bool = False
 
     @abstractmethod
     def synthesize(self, text: str, voice: str) -> tuple[np.ndarray, int]:

@@ -4,6 +4,12 @@ The library is called, not copied (it is GPL-3.0). Synthesis is synchronous and
 deterministic: the same text and voice give the same samples, whatever was
 synthesised before (each utterance is made in a fresh child process, with the
 library's random generator seeded from the text and voice).
+
+The children are forked by a small helper process (`_Forker`, one per process that
+synthesises), not by the caller: forking a stage's process, hundreds of megabytes
+once pandas and Great Expectations are loaded, costs more than the synthesis itself.
+The helper loads nothing of eSpeak NG; each child loads and initialises the library
+afresh, as a child of the caller would.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import ctypes
 import hashlib
 import os
 import struct
+import subprocess
+import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -130,10 +138,106 @@ def _synthesize_fresh(text: str, voice: str, rate_wpm: int) -> tuple[int, int, n
     return status, rate, np.frombuffer(data[16:16 + 2 * n], dtype=np.int16)
 
 
+_REPLY = struct.Struct("<iiiq")  # 0 ok / 1 failed, status, rate, samples (or message bytes)
+
+
+def _read_exactly(stream, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        block = stream.read(left)
+        if not block:
+            break
+        parts.append(block)
+        left -= len(block)
+    return b"".join(parts)
+
+
+def _serve() -> None:
+    """The helper's loop: one request in (rate, voice, text), one fresh child per
+    request (`_synthesize_fresh`), its samples out; ends when the caller closes stdin."""
+    import espeakng_loader  # noqa: F401  (pure Python: the children then only load the library)
+
+    requests, replies = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
+    while True:
+        head = _read_exactly(requests, 12)
+        if len(head) < 12:
+            return
+        rate_wpm, n_voice, n_text = struct.unpack("<iii", head)
+        voice = _read_exactly(requests, n_voice).decode("utf-8")
+        text = _read_exactly(requests, n_text).decode("utf-8")
+        try:
+            status, rate, pcm = _synthesize_fresh(text, voice, rate_wpm)
+            reply = _REPLY.pack(0, status, rate, pcm.size) + pcm.tobytes()
+        except Exception as exc:  # the child failed: say so, keep serving
+            msg = str(exc).encode("utf-8")
+            reply = _REPLY.pack(1, 0, 0, len(msg)) + msg
+        replies.write(reply)
+        replies.flush()
+
+
+class _Forker:
+    """The helper process of the calling process (see the module docstring), started
+    at its first utterance; a forked copy of the caller starts its own."""
+
+    _current: "_Forker | None" = None
+
+    def __init__(self):
+        package_parent = str(Path(__file__).resolve().parents[2])  # the voicebias this process runs
+        code = f"import sys; sys.path.insert(0, {package_parent!r}); from voicebias.tts.espeak import _serve; _serve()"
+        self.owner = os.getpid()
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # closed when this process exits: atexit in a main process, and also in a
+        # multiprocessing worker, which skips atexit but runs these finalizers
+        from multiprocessing import util
+
+        util.Finalize(None, self.close, exitpriority=0)
+
+    @classmethod
+    def get(cls) -> "_Forker":
+        f = cls._current
+        if f is None or f.owner != os.getpid() or f.proc.poll() is not None:
+            f = cls._current = cls()
+        return f
+
+    def synthesize(self, text: str, voice: str, rate_wpm: int) -> tuple[int, int, np.ndarray]:
+        v, t = voice.encode("utf-8"), text.encode("utf-8")
+        try:
+            self.proc.stdin.write(struct.pack("<iii", rate_wpm, len(v), len(t)) + v + t)
+            self.proc.stdin.flush()
+            head = _read_exactly(self.proc.stdout, _REPLY.size)
+            failed, status, rate, n = _REPLY.unpack(head) if len(head) == _REPLY.size else (2, 0, 0, 0)
+            body = _read_exactly(self.proc.stdout, 2 * n if failed == 0 else n)
+        except OSError:
+            failed, body = 2, b""
+        if failed == 1:
+            raise RuntimeError(body.decode("utf-8", "replace"))
+        if failed or len(body) < 2 * n:
+            self.close()
+            raise RuntimeError(f"eSpeak NG helper process failed for voice '{voice}'")
+        return status, rate, np.frombuffer(body, dtype=np.int16)
+
+    def close(self) -> None:
+        if self.owner != os.getpid():
+            return
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if _Forker._current is self:
+            _Forker._current = None
+
+
 class EspeakTTS(TTSBackend):
     """eSpeak NG formant synthesis; voices are 'language+variant' (e.g. 'en-us+f4')."""
 
     name = "espeak"
+    processes = True
 
     def __init__(self, rate_wpm: int = 160):
         self.rate_wpm = int(rate_wpm)
@@ -142,7 +246,7 @@ class EspeakTTS(TTSBackend):
         if not text or not text.strip():
             raise ValueError("cannot synthesise empty text")
         with _lock:
-            status, rate, pcm = _synthesize_fresh(text, voice, self.rate_wpm)
+            status, rate, pcm = _Forker.get().synthesize(text, voice, self.rate_wpm)
         if status == 1:
             raise ValueError(f"eSpeak NG has no voice '{voice}'")
         if status == 2:

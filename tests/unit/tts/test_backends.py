@@ -250,3 +250,32 @@ def test_stimuli_are_resampled_and_loudness_normalised(tmp_path):
     with pytest.raises(ValidationFailed, match="pole"):
         validate_manifest(manifest.assign(pole="androgynous"), params["sample_rate"])
     assert isinstance(manifest, pd.DataFrame)
+
+
+def test_espeak_helper_process_gives_the_samples_of_a_child_of_this_process():
+    from voicebias.tts import espeak
+
+    cases = [("When I think about the weekend, the first thing that comes to mind is", "en-us+m3"),
+             ("Hola, ¿qué tal estás hoy?", "es+f3"), ("我今天很高兴", "cmn-latn-pinyin+f5"),
+             ("When I think about the weekend, the first thing that comes to mind is", "en-us+Andrea")]
+    for text, voice in cases:
+        status, rate, pcm = espeak._Forker.get().synthesize(text, voice, 130)
+        ref_status, ref_rate, ref_pcm = espeak._synthesize_fresh(text, voice, 130)
+        assert (status, rate) == (ref_status, ref_rate) == (0, 22050)
+        assert pcm.size > 0 and pcm.tobytes() == ref_pcm.tobytes()
+    with pytest.raises(ValueError, match="no voice 'xx-none'"):
+        get_backend("espeak").synthesize("hello", "xx-none")
+
+
+def test_a_forked_process_starts_its_own_espeak_helper():
+    from voicebias.parallel import map_processes
+    from voicebias.tts import espeak
+
+    tts = get_backend("espeak", rate_wpm=130)
+    here = tts.synthesize("Something to say.", "en-us+m3")[0]
+    parent_helper = espeak._Forker.get().proc.pid
+    got = map_processes(lambda _: (tts.synthesize("Something to say.", "en-us+m3")[0].tobytes(),
+                                   espeak._Forker.get().proc.pid), range(4), workers=2)
+    assert {x for x, _ in got} == {here.tobytes()}
+    assert parent_helper not in {pid for _, pid in got}
+
