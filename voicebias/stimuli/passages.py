@@ -62,6 +62,26 @@ def render_utterance(backend: TTSBackend, text: str, voice: str, path: Path, sam
             "sha256": sha256_file(path)}
 
 
+def render_utterances(backend: TTSBackend, jobs: list[tuple[str, str, Path]], sample_rate: int,
+                      target_rms_dbfs: float, desc: str | None = None) -> list[dict[str, Any]]:
+    """`render_utterance` for each (text, voice, path) job, in the jobs' order.
+
+    A backend that may run in worker processes (`TTSBackend.processes`) renders on every
+    core; each file depends on its own job alone, so the files and fields are the same
+    as one by one. The first job that fails (in the jobs' order) raises its own error,
+    as the serial loop would; with several processes the other jobs are finished first.
+    """
+    def render(job: tuple[str, str, Path]) -> dict[str, Any]:
+        text, voice, path = job
+        return render_utterance(backend, text, voice, path, sample_rate, target_rms_dbfs)
+
+    if not backend.processes:
+        return [render(j) for j in tqdm(jobs, desc=desc, disable=desc is None)]
+    from voicebias.parallel import map_processes
+
+    return map_processes(render, jobs, size=lambda j: len(j[0]), desc=desc, failures="first")
+
+
 def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_dir: Path, root: Path) -> pd.DataFrame:
     """Synthesise every passage x voice gender; returns the manifest (paths relative to root)."""
     backend = make_backend(tts_params, root)
@@ -76,11 +96,12 @@ def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_d
             check_voice_gender(backend, voices[gender], gender, f"tts.voices.{lang}.{gender}")
     rows = []
     jobs = [(p, g) for p in passages.itertuples(index=False) for g in GENDERS]
-    for p, gender in tqdm(jobs, desc="synthesising stimuli"):
-        voice = tts_params["voices"][p.lang][gender]
+    voices = [tts_params["voices"][p.lang][gender] for p, gender in jobs]
+    paths = [out_dir / f"{stimulus_id(p.passage_id, gender)}.flac" for p, gender in jobs]
+    rendered = render_utterances(backend, [(p.text, v, path) for (p, _), v, path in zip(jobs, voices, paths)],
+                                 sr_out, target, desc="synthesising stimuli")
+    for (p, gender), voice, path, audio in zip(jobs, voices, paths, rendered):
         sid = stimulus_id(p.passage_id, gender)
-        path = out_dir / f"{sid}.flac"
-        audio = render_utterance(backend, p.text, voice, path, sr_out, target)
         rows.append({
             "stimulus_id": sid, "passage_id": p.passage_id, "lang": p.lang, "pole": p.pole,
             "voice_gender": gender, "voice_id": voice, "backend": backend.name, **audio,

@@ -176,7 +176,7 @@ def _slug(s: str) -> str:
 
 def synthesize_prompts(prompts: pd.DataFrame, sc_params: dict[str, Any], out_dir: Path, root: Path) -> pd.DataFrame:
     """Voice every prompt with every SC voice; returns the manifest (paths relative to root)."""
-    from voicebias.stimuli.passages import check_voice_gender, make_backend, render_utterance
+    from voicebias.stimuli.passages import check_voice_gender, make_backend, render_utterances
 
     backend = make_backend(sc_params, root)
     voices = sc_voices(sc_params)
@@ -186,10 +186,11 @@ def synthesize_prompts(prompts: pd.DataFrame, sc_params: dict[str, Any], out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     jobs = [(p, v) for p in prompts.itertuples(index=False) for v in voices]
-    for p, (gender, slot, voice) in tqdm(jobs, desc="voicing SC prompts"):
+    paths = [out_dir / f"{p.prompt_id}-{slot}.flac" for p, (_, slot, _) in jobs]
+    rendered = render_utterances(backend, [(p.text, voice, path) for (p, (_, _, voice)), path in zip(jobs, paths)],
+                                 sr, target, desc="voicing SC prompts")
+    for (p, (gender, slot, voice)), path, audio in zip(jobs, paths, rendered):
         sid = f"{p.prompt_id}-{slot}"
-        path = out_dir / f"{sid}.flac"
-        audio = render_utterance(backend, p.text, voice, path, sr, target)
         rows.append({"stimulus_id": sid, "prompt_id": p.prompt_id, "prompt_set": p.prompt_set,
                      "category": p.category, "lang": p.lang, "voice_gender": gender, "voice_id": voice,
                      "backend": backend.name, **audio, "path": str(path.relative_to(root)), "text": p.text})

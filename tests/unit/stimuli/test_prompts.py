@@ -131,3 +131,16 @@ def test_manifest_suite_catches_a_prompt_missing_a_voice(tmp_path, small_nop):
     manifest = run_stage(_params(tmp_path, small_nop), tmp_path / "out", tmp_path / "m.json", tmp_path)
     with pytest.raises(ValidationFailed, match="voices_for_prompt"):
         validate_sc_manifest(manifest.drop(index=0), 16000, voices_per_prompt=4)
+
+
+def test_prompts_voiced_on_every_core_equal_one_by_one(tmp_path, small_nop, monkeypatch):
+    from voicebias.tts.espeak import EspeakTTS
+
+    files = {}
+    for processes in (True, False):
+        monkeypatch.setattr(EspeakTTS, "processes", processes)
+        out = tmp_path / str(processes) / "data" / "sc_stimuli"
+        run_stage(_params(tmp_path / str(processes), small_nop), out, tmp_path / str(processes) / "m.json",
+                  tmp_path / str(processes))
+        files[processes] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert len(files[True]) == 15 * 4 + 3 and files[True] == files[False]

@@ -279,3 +279,36 @@ def test_a_forked_process_starts_its_own_espeak_helper():
     assert {x for x, _ in got} == {here.tobytes()}
     assert parent_helper not in {pid for _, pid in got}
 
+
+def test_stimuli_on_every_core_equal_one_by_one(tmp_path, monkeypatch):
+    from voicebias.tts.espeak import EspeakTTS
+
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")["tts"]
+    passages = load_bank(config.BANK_DIR).groupby("lang").head(2)
+    parallel = synthesize_stimuli(passages, params, tmp_path / "p" / "audio", tmp_path / "p")
+    monkeypatch.setattr(EspeakTTS, "processes", False)
+    serial = synthesize_stimuli(passages, params, tmp_path / "s" / "audio", tmp_path / "s")
+    assert len(serial) == 12
+    pd.testing.assert_frame_equal(parallel, serial)
+    for rel in serial["path"]:
+        assert (tmp_path / "p" / rel).read_bytes() == (tmp_path / "s" / rel).read_bytes()
+
+
+def test_a_failing_utterance_raises_its_own_error_on_every_core(tmp_path, monkeypatch):
+    from voicebias.audio import AudioError
+    from voicebias.tts.espeak import EspeakTTS
+
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")["tts"]
+    passages = load_bank(config.BANK_DIR).groupby("lang").head(2)
+    real = EspeakTTS.synthesize
+
+    def silent_for_spanish(self, text, voice):
+        x, sr = real(self, text, voice)
+        return (x * 0 if voice.startswith("es") else x), sr
+
+    monkeypatch.setattr(EspeakTTS, "synthesize", silent_for_spanish)
+    for processes in (True, False):
+        monkeypatch.setattr(EspeakTTS, "processes", processes)
+        with pytest.raises(AudioError, match="silent") as err:
+            synthesize_stimuli(passages, params, tmp_path / str(processes), tmp_path)
+        assert err.value.code == "silent"
