@@ -238,3 +238,52 @@ def test_classifier_flips_per_condition_are_counted_and_stop_the_check(tmp_path,
     with pytest.raises(ValidationFailed, match="f-breathy/acoustic_norms"):
         validate_flips(margins)
     validate_flips(margins[margins["voice_gender"] == "male"])
+
+
+# ------------------------------------------------------------------ the converter's Praat exchanges
+
+
+def _manip(x: np.ndarray):
+    return call(parselmouth.Sound(x.astype(np.float64), sampling_frequency=SR), "To Manipulation", 0.01, 60, 300)
+
+
+def test_a_shared_manipulation_copy_resynthesises_like_a_fresh_one(x):
+    from voicebias.stimuli.phonation import _manipulation
+
+    snd = parselmouth.Sound(x.astype(np.float64), sampling_frequency=SR)
+    first, second = _manipulation(snd, 60, 300), _manipulation(snd, 60, 300)
+    tier = call(first, "Extract pitch tier")
+    call(tier, "Formula", "self * 0.8")
+    call([tier, first], "Replace pitch tier")  # changing one copy leaves the next untouched
+    third = _manipulation(snd, 60, 300)
+    fresh = call(snd, "To Manipulation", 0.01, 60, 300)
+    out = [call(m, "Get resynthesis (overlap-add)").values.tobytes() for m in (second, third, fresh)]
+    assert out[0] == out[1] == out[2]
+    assert call(first, "Get resynthesis (overlap-add)").values.tobytes() != out[2]
+
+
+def test_conversions_on_every_core_equal_one_by_one(tmp_path):
+    from voicebias.stimuli.phonation import convert_all
+    from voicebias.stimuli.phonation.presets import presets_from_params
+    from voicebias.audio import write_audio
+
+    presets = presets_from_params(None)
+    jobs = []
+    for k, f0 in enumerate((110.0, 210.0)):
+        src = tmp_path / f"src{k}.flac"
+        write_audio(src, vowel(f0, 1.2, seed=k), SR)
+        for c in ("breathy", "creaky", "endcreak"):
+            jobs.append({"key": f"{k}-{c}", "src": str(src), "preset": presets[c], "condition": c, "floor": 60.0,
+                         "ceiling": 400.0, "settings": ParametricSettings(), "seed": 7 + k})
+    jobs.append({**jobs[0], "key": "missing", "src": str(tmp_path / "absent.flac")})
+    outs = {}
+    for workers in (2, 1):
+        run = [{**j, "out": str(tmp_path / f"w{workers}" / f"{j['key']}.flac")} for j in jobs]
+        outs[workers] = convert_all(run, workers=workers)
+        outs[workers] = [(r, (tmp_path / f"w{workers}" / f"{r['key']}.flac").read_bytes() if r["status"] == "ok" else b"")
+                         for r in outs[workers]]
+    assert [r["key"] for r, _ in outs[2]] == [j["key"] for j in jobs]
+    assert [r["status"] for r, _ in outs[2]] == ["ok"] * 6 + ["failed"]
+    assert "file not found" in outs[2][-1][0]["error"]
+    assert pd.DataFrame([r for r, _ in outs[2]]).equals(pd.DataFrame([r for r, _ in outs[1]]))
+    assert [b for _, b in outs[2]] == [b for _, b in outs[1]]

@@ -39,8 +39,10 @@ condition; modal rows point at the sc_stimuli recordings) and the converted audi
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections import OrderedDict
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,6 @@ import pandas as pd
 import parselmouth
 from parselmouth.praat import call
 from scipy import signal
-from tqdm import tqdm
 
 from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
@@ -94,11 +95,35 @@ def _at(cond: np.ndarray, feature: str, times: np.ndarray) -> np.ndarray:
     return np.interp(times, centres, col)
 
 
+#: Manipulations computed in this process: (samples digest, length, rate, floor, ceiling) -> Manipulation
+_MANIPULATIONS: "OrderedDict[tuple, Any]" = OrderedDict()
+_MANIPULATIONS_KEPT = 4
+
+
+def _manipulation(snd: parselmouth.Sound, floor: float, ceiling: float) -> Any:
+    """A fresh copy of Praat's Manipulation of `snd` (To Manipulation, 10 ms steps).
+
+    The analysis depends on the samples and the pitch range alone, so it is made once
+    per recording and range and copied for each use: the creaky and end-creak versions
+    of one recording start from the same Manipulation (each copy is then changed)."""
+    values = snd.values
+    key = (hashlib.sha256(values.tobytes()).digest(), values.shape, float(snd.sampling_frequency), float(floor),
+           float(ceiling))
+    manip = _MANIPULATIONS.get(key)
+    if manip is None:
+        manip = _MANIPULATIONS[key] = call(snd, "To Manipulation", 0.01, floor, ceiling)
+        while len(_MANIPULATIONS) > _MANIPULATIONS_KEPT:
+            _MANIPULATIONS.popitem(last=False)
+    else:
+        _MANIPULATIONS.move_to_end(key)
+    return call(manip, "Copy", "manipulation")
+
+
 def _creak(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: float, s: ParametricSettings,
            rng: np.random.Generator) -> np.ndarray:
     """Lowered, jittered F0 (PSOLA) and alternating pulse amplitudes where creak > 0."""
     snd = parselmouth.Sound(x.astype(np.float64), sampling_frequency=sr)
-    manip = call(snd, "To Manipulation", 0.01, floor, ceiling)
+    manip = _manipulation(snd, floor, ceiling)
     tier = call(manip, "Extract pitch tier")
     n_points = call(tier, "Get number of points")
     if n_points < 2:
@@ -229,11 +254,25 @@ def _stable_seed(base: int, key: str) -> int:
     return (int(base) + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)) % (2 ** 32)
 
 
-def _convert_job(job: dict[str, Any]) -> dict[str, Any]:
-    from voicebias.audio import read_audio, sha256_file, write_audio
+def _read_source(path: str) -> tuple[np.ndarray, int] | Exception:
+    """The source recording, or the error reading it raised (raised again by each job)."""
+    from voicebias.audio import read_audio
 
     try:
-        x, sr = read_audio(job["src"])
+        return read_audio(path)
+    except Exception as exc:
+        return exc
+
+
+def _convert_job(job: dict[str, Any], source: tuple[np.ndarray, int] | Exception | None = None) -> dict[str, Any]:
+    """One conversion; `source` is the job's recording when already read (`_read_source`)."""
+    from voicebias.audio import sha256_file, write_audio
+
+    try:
+        source = _read_source(job["src"]) if source is None else source
+        if isinstance(source, Exception):
+            raise source
+        x, sr = source
         cond = conditioning(job["preset"], n_frames(len(x) / sr), job["condition"])
         y, notes = convert_parametric(x, sr, cond, job["floor"], job["ceiling"], job["settings"], job["seed"])
         out = Path(job["out"])
@@ -246,13 +285,23 @@ def _convert_job(job: dict[str, Any]) -> dict[str, Any]:
                 "duration_s": np.nan, "sample_rate": np.nan, "peak_limited": False}
 
 
+def _convert_source(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs of one source recording, in order: the recording is read once, and its
+    creaky and end-creak versions share one pitch analysis (`_manipulation`)."""
+    source = _read_source(jobs[0]["src"])
+    return [_convert_job(j, source) for j in jobs]
+
+
 def convert_all(jobs: list[dict[str, Any]], workers: int | None = None) -> list[dict[str, Any]]:
-    """Run conversion jobs on all cores with a progress bar; failures are returned, not raised."""
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(jobs) < 4:
-        return [_convert_job(j) for j in tqdm(jobs, desc="phonation")]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(tqdm(pool.map(_convert_job, jobs, chunksize=2), total=len(jobs), desc="phonation"))
+    """Run conversion jobs on all cores with a progress bar (one task per source recording,
+    results in the jobs' order); failures are returned, not raised."""
+    from voicebias.parallel import map_processes
+
+    groups = [list(g) for _, g in itertools.groupby(jobs, key=lambda j: j["src"])]
+    if (workers or os.cpu_count() or 1) == 1 or len(jobs) < 4:
+        workers = 1
+    done = map_processes(_convert_source, groups, workers=workers, desc="phonation")
+    return [res for group in done for res in group]
 
 
 def _convert_vqvc(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path, root: Path) -> list[dict[str, Any]]:
