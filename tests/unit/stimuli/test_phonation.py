@@ -247,6 +247,45 @@ def _manip(x: np.ndarray):
     return call(parselmouth.Sound(x.astype(np.float64), sampling_frequency=SR), "To Manipulation", 0.01, 60, 300)
 
 
+def test_pitch_tier_read_from_text_gives_praats_points_and_values_at_any_time(x, tmp_path):
+    from voicebias.stimuli.phonation import _pitch_tier_value, _read_pitch_tier
+
+    tier = call(_manip(x), "Extract pitch tier")
+    start, end, times, values = _read_pitch_tier(tier, tmp_path / "t.PitchTier")
+    n = call(tier, "Get number of points")
+    assert n > 100 and len(times) == len(values) == n
+    assert (start, end) == (call(tier, "Get start time"), call(tier, "Get end time"))
+    assert times == [call(tier, "Get time from index", i) for i in range(1, n + 1)]
+    assert values == [call(tier, "Get value at index", i) for i in range(1, n + 1)]
+    queries = list(np.linspace(start - 0.05, end + 0.05, 2000)) + times + [0.5 * (a + b) for a, b in zip(times, times[1:])]
+    assert [_pitch_tier_value(times, values, float(t)) for t in queries] == \
+        [call(tier, "Get value at time", float(t)) for t in queries]
+
+
+def test_pitch_tier_written_as_text_holds_exactly_the_points_added_one_by_one(x, tmp_path):
+    from voicebias.stimuli.phonation import _write_pitch_tier
+
+    manip = _manip(x)
+    rng = np.random.default_rng(3)
+    times = list(np.cumsum(1 / rng.uniform(70, 140, 150)) + 0.02)
+    values = list(rng.uniform(60, 300, 150) / 3.0)
+    added = call(manip, "Extract pitch tier")
+    call(added, "Remove points between", 0.0, len(x) / SR)
+    for t, f in zip(times, values):
+        call(added, "Add point", float(t), float(f))
+    written = _write_pitch_tier(tmp_path / "n.PitchTier", call(added, "Get start time"), call(added, "Get end time"),
+                                times, values)
+    for tier in (added, written):
+        assert [call(tier, "Get time from index", i) for i in range(1, 151)] == [float(t) for t in times]
+        assert [call(tier, "Get value at index", i) for i in range(1, 151)] == [float(v) for v in values]
+    resynth = []
+    for tier in (added, written):
+        m = _manip(x)
+        call([tier, m], "Replace pitch tier")
+        resynth.append(call(m, "Get resynthesis (overlap-add)").values.tobytes())
+    assert resynth[0] == resynth[1]
+
+
 def test_a_shared_manipulation_copy_resynthesises_like_a_fresh_one(x):
     from voicebias.stimuli.phonation import _manipulation
 

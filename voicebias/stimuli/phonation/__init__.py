@@ -39,9 +39,12 @@ condition; modal rows point at the sc_stimuli recordings) and the converted audi
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import os
+import shutil
+import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -95,6 +98,50 @@ def _at(cond: np.ndarray, feature: str, times: np.ndarray) -> np.ndarray:
     return np.interp(times, centres, col)
 
 
+# PitchTiers pass between Praat and Python as Praat text files, not point by point
+# (one Praat command per period was most of a conversion's time): Praat writes every
+# number so that it reads back as the same double, and Python's repr does too, so the
+# points and the values between them are the ones Praat's own commands give.
+
+_PITCH_TIER_HEAD = ['File type = "ooTextFile"', 'Object class = "PitchTier"', ""]
+
+
+def _read_pitch_tier(tier: Any, path: Path) -> tuple[float, float, list[float], list[float]]:
+    """(start time, end time, point times, point values) of a Praat PitchTier."""
+    call(tier, "Save as short text file", str(path))
+    lines = path.read_text(encoding="utf-8").split("\n")
+    if lines[:3] != _PITCH_TIER_HEAD:
+        raise StageFailed(f"unexpected Praat PitchTier text file: {lines[:3]}")
+    n = int(lines[5])
+    numbers = [float(v) for v in lines[6:6 + 2 * n]]
+    return float(lines[3]), float(lines[4]), numbers[0::2], numbers[1::2]
+
+
+def _write_pitch_tier(path: Path, start: float, end: float, times: list[float], values: list[float]) -> Any:
+    """A Praat PitchTier with these points (times increasing), read from a text file."""
+    lines = _PITCH_TIER_HEAD + [repr(float(start)), repr(float(end)), str(len(times))]
+    for t, v in zip(times, values):
+        lines += [repr(float(t)), repr(float(v))]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return parselmouth.read(str(path))
+
+
+def _pitch_tier_value(times: list[float], values: list[float], t: float) -> float:
+    """A PitchTier's value at time t as Praat's Get value at time gives it: the first or
+    last point's value outside the points, linear between the two points around t."""
+    if t <= times[0]:
+        return values[0]
+    if t >= times[-1]:
+        return values[-1]
+    i = bisect.bisect_right(times, t) - 1
+    t_left, f_left, t_right, f_right = times[i], values[i], times[i + 1], values[i + 1]
+    if t == t_right:
+        return f_right
+    if t_left == t_right:
+        return 0.5 * (f_left + f_right)
+    return f_left + (t - t_left) * (f_right - f_left) / (t_right - t_left)
+
+
 #: Manipulations computed in this process: (samples digest, length, rate, floor, ceiling) -> Manipulation
 _MANIPULATIONS: "OrderedDict[tuple, Any]" = OrderedDict()
 _MANIPULATIONS_KEPT = 4
@@ -124,17 +171,26 @@ def _creak(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: floa
     """Lowered, jittered F0 (PSOLA) and alternating pulse amplitudes where creak > 0."""
     snd = parselmouth.Sound(x.astype(np.float64), sampling_frequency=sr)
     manip = _manipulation(snd, floor, ceiling)
-    tier = call(manip, "Extract pitch tier")
-    n_points = call(tier, "Get number of points")
+    workdir = tempfile.mkdtemp(prefix="voicebias-creak-")
+    try:
+        return _creak_with_tiers(x, sr, cond, floor, ceiling, s, rng, snd, manip, Path(workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _creak_with_tiers(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: float, s: ParametricSettings,
+                      rng: np.random.Generator, snd: parselmouth.Sound, manip: Any, workdir: Path) -> np.ndarray:
+    start, end, tier_times, tier_values = _read_pitch_tier(call(manip, "Extract pitch tier"), workdir / "old.PitchTier")
+    n_points = len(tier_times)
     if n_points < 2:
         return x.copy()  # nothing voiced to make creaky
-    t_first = call(tier, "Get time from index", 1)
-    t_last = call(tier, "Get time from index", n_points)
+    t_first = tier_times[0]
+    t_last = tier_times[-1]
     # One point per new period: walk the contour period by period.
     times, freqs = [], []
     t = t_first
     while t <= t_last:
-        f = call(tier, "Get value at time", t)
+        f = _pitch_tier_value(tier_times, tier_values, t)
         creak = max(0.0, float(_at(cond, "creak", np.array([t]))[0]))
         cpps = float(_at(cond, "cpps", np.array([t]))[0])
         jit = s.jitter_per_sd * creak + (s.jitter_per_cpps_sd * max(0.0, -cpps) if creak > 0 else 0.0)
@@ -144,9 +200,7 @@ def _creak(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: floa
         times.append(t)
         freqs.append(f_new)
         t += 1.0 / f_new
-    call(tier, "Remove points between", 0.0, snd.xmax)
-    for ti, fi in zip(times, freqs):
-        call(tier, "Add point", ti, fi)
+    tier = _write_pitch_tier(workdir / "new.PitchTier", start, end, times, freqs)
     call([tier, manip], "Replace pitch tier")
     y = call(manip, "Get resynthesis (overlap-add)").values[0]
     y = np.asarray(y[: len(x)], dtype=np.float64)
