@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 
@@ -138,6 +139,12 @@ def _synthesize_fresh(text: str, voice: str, rate_wpm: int) -> tuple[int, int, n
     return status, rate, np.frombuffer(data[16:16 + 2 * n], dtype=np.int16)
 
 
+#: the last utterances synthesised in this process, (text, voice, rate) -> (sample rate, int16
+#: samples): an utterance depends on these alone, so one said again (the continuation
+#: reference says each sentence once per phonation condition) is not synthesised again
+_RECENT: "OrderedDict[tuple[str, str, int], tuple[int, np.ndarray]]" = OrderedDict()
+_RECENT_KEPT = 16
+
 _REPLY = struct.Struct("<iiiq")  # 0 ok / 1 failed, status, rate, samples (or message bytes)
 
 
@@ -245,8 +252,17 @@ class EspeakTTS(TTSBackend):
     def synthesize(self, text: str, voice: str) -> tuple[np.ndarray, int]:
         if not text or not text.strip():
             raise ValueError("cannot synthesise empty text")
+        key = (text, voice, self.rate_wpm)
         with _lock:
-            status, rate, pcm = _Forker.get().synthesize(text, voice, self.rate_wpm)
+            if key in _RECENT:
+                _RECENT.move_to_end(key)
+                status, rate, pcm = 0, *_RECENT[key]
+            else:
+                status, rate, pcm = _Forker.get().synthesize(text, voice, self.rate_wpm)
+                if status == 0 and pcm.size:
+                    _RECENT[key] = (rate, pcm)
+                    while len(_RECENT) > _RECENT_KEPT:
+                        _RECENT.popitem(last=False)
         if status == 1:
             raise ValueError(f"eSpeak NG has no voice '{voice}'")
         if status == 2:

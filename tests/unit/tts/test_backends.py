@@ -312,3 +312,29 @@ def test_a_failing_utterance_raises_its_own_error_on_every_core(tmp_path, monkey
         with pytest.raises(AudioError, match="silent") as err:
             synthesize_stimuli(passages, params, tmp_path / str(processes), tmp_path)
         assert err.value.code == "silent"
+
+
+def test_an_utterance_said_again_is_not_synthesised_again(monkeypatch):
+    from voicebias.tts import espeak
+
+    calls = []
+    real = espeak._Forker.synthesize
+
+    def counting(self, text, voice, rate_wpm):
+        calls.append((text, voice, rate_wpm))
+        return real(self, text, voice, rate_wpm)
+
+    monkeypatch.setattr(espeak._Forker, "synthesize", counting)
+    monkeypatch.setattr(espeak, "_RECENT", espeak.OrderedDict())
+    tts = get_backend("espeak", rate_wpm=130)
+    a, sr = tts.synthesize("Thinking about the garden, I decided to act.", "en-us+f3")
+    a[:100] = 0.5  # a caller changing its copy changes nothing kept
+    b, _ = tts.synthesize("Thinking about the garden, I decided to act.", "en-us+f3")
+    c, _ = get_backend("espeak", rate_wpm=160).synthesize("Thinking about the garden, I decided to act.", "en-us+f3")
+    assert len(calls) == 2 and calls[1][2] == 160
+    status, rate, pcm = espeak._synthesize_fresh("Thinking about the garden, I decided to act.", "en-us+f3", 130)
+    assert sr == rate and b.tobytes() == (pcm.astype(np.float32) / 32768.0).tobytes() and b.size != c.size
+    for _ in range(espeak._RECENT_KEPT + 2):
+        with pytest.raises(ValueError, match="no voice"):
+            tts.synthesize("hello", "xx-none")  # failures are not kept
+    assert len(espeak._RECENT) == 2
