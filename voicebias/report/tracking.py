@@ -301,7 +301,9 @@ def dvc_outs(lock_path: Path) -> dict[str, str]:
 
     if not Path(lock_path).exists():
         return {}
-    lock = yaml.safe_load(Path(lock_path).read_text(encoding="utf-8")) or {}
+    # libyaml's parser when present (the same documents, ~10x faster on dvc.lock's thousands of lines)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    lock = yaml.load(Path(lock_path).read_text(encoding="utf-8"), Loader=loader) or {}
     outs = {}
     for stage in (lock.get("stages") or {}).values():
         for out in stage.get("outs") or []:

@@ -328,3 +328,17 @@ def test_a_partly_logged_state_is_replaced_not_kept_beside_the_full_one(pipeline
     assert [p.info.run_id for p in parents] == [again["parent_run_id"]]
     kids = client.search_runs([first["experiment_id"]], f"tags.mlflow.parentRunId = '{again['parent_run_id']}'")
     assert len(kids) == len(first["children"])
+
+
+def test_dvc_outs_reads_the_lock_as_the_pure_python_parser_does(tmp_path):
+    from voicebias.report.tracking import dvc_outs
+
+    text = (config.ROOT / "dvc.lock").read_text(encoding="utf-8")
+    lock = yaml.safe_load(text)
+    expected = {str(o["path"]).rstrip("/"): str(o["md5"]) for s in lock["stages"].values() for o in s.get("outs") or []
+                if o.get("md5")}
+    assert len(expected) > 20 and dvc_outs(config.ROOT / "dvc.lock") == expected
+    odd = tmp_path / "dvc.lock"
+    odd.write_text("schema: '2.0'\nstages:\n  a:\n    outs:\n    - path: data/x/\n      md5: 0123.dir\n"
+                   "    - path: y.csv\n      hash: md5\n", encoding="utf-8")
+    assert dvc_outs(odd) == {"data/x": "0123.dir"} and dvc_outs(tmp_path / "none.lock") == {}
