@@ -144,3 +144,23 @@ def test_prompts_voiced_on_every_core_equal_one_by_one(tmp_path, small_nop, monk
                   tmp_path / str(processes))
         files[processes] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert len(files[True]) == 15 * 4 + 3 and files[True] == files[False]
+
+
+def test_manifest_is_checked_once_when_every_prompt_is_voiced_and_twice_with_dataset_voices(tmp_path, small_nop,
+                                                                                             monkeypatch):
+    import voicebias.pipeline.sc_stimuli as stage
+
+    calls = []
+    real = stage.validate_sc_manifest
+
+    def counting(manifest, sample_rate, voices_per_prompt=None):
+        calls.append((len(manifest), voices_per_prompt))
+        return real(manifest, sample_rate, voices_per_prompt)
+
+    monkeypatch.setattr(stage, "validate_sc_manifest", counting)
+    run_stage(_params(tmp_path / "a", small_nop), tmp_path / "a" / "out", tmp_path / "a" / "m.json", tmp_path / "a")
+    assert calls == [(60, 4)]
+    calls.clear()
+    run_stage(_params(tmp_path / "b", small_nop, voicing="original"), tmp_path / "b" / "out", tmp_path / "b" / "m.json",
+              tmp_path / "b")
+    assert calls == [(60, 4), (64, None)]
