@@ -78,12 +78,25 @@ def _run_method(job: tuple[int, str, Any]) -> Any:
         return ItemFailed(f"{type(exc).__name__}: {exc}")
 
 
+def _head_start(meanwhile: Callable[[], Any] | None) -> None:
+    if meanwhile is not None:
+        try:
+            meanwhile()
+        except Exception:  # the caller's own later call raises it where it belongs
+            pass
+
+
 def map_processes(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | None = None,
                   size: Callable[[Any], float] | None = None, desc: str | None = None,
-                  failures: str = "raise") -> list[Any]:
+                  failures: str = "raise", meanwhile: Callable[[], Any] | None = None) -> list[Any]:
     """[fn(item) for item in items], computed on `workers` forked processes (default:
     every core); see the module docstring. One worker (or fewer than two items) runs in
-    this process. `failures`: "raise", "return" or "first"."""
+    this process. `failures`: "raise", "return" or "first".
+
+    `meanwhile`, when given, is called in this process once the workers are started, so
+    work the caller needs next (an import, say) overlaps theirs; with one worker it is
+    called after the items. What it raises is ignored: it is only a head start on a call
+    the caller makes again itself."""
     from tqdm import tqdm
 
     items = list(items)
@@ -93,12 +106,14 @@ def map_processes(fn: Callable[[Any], Any], items: Iterable[Any], workers: int |
     try:
         if workers <= 1:
             results = [_run((token, i, it)) for i, it in enumerate(tqdm(items, desc=desc, disable=desc is None))]
+            _head_start(meanwhile)
         else:
             order = sorted(range(len(items)), key=lambda i: -size(items[i])) if size else list(range(len(items)))
             ctx = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                done = list(tqdm(pool.map(_run, [(token, i, items[i]) for i in order], chunksize=1),
-                                 total=len(items), desc=desc, disable=desc is None))
+                running = pool.map(_run, [(token, i, items[i]) for i in order], chunksize=1)  # forks the workers
+                _head_start(meanwhile)
+                done = list(tqdm(running, total=len(items), desc=desc, disable=desc is None))
             results = [None] * len(items)
             for i, r in zip(order, done):
                 results[i] = r

@@ -124,3 +124,16 @@ def test_first_failure_that_cannot_travel_back_is_raised_with_its_message():
 
     with pytest.raises(RuntimeError, match="Unpicklable: one is bad"):
         map_processes(fn, range(4), workers=2, failures="first")
+
+
+def test_meanwhile_runs_here_while_the_workers_work_and_its_errors_are_left_to_the_caller():
+    ran = []
+
+    def meanwhile():
+        ran.append(os.getpid())
+        raise ImportError("not yet")
+
+    for workers in (1, 2):
+        ran.clear()
+        out = map_processes(slow_square, range(6), workers=workers, meanwhile=meanwhile)
+        assert [v for v, _ in out] == [x * x for x in range(6)] and ran == [os.getpid()]

@@ -13,7 +13,7 @@ options are resolved against the repository root.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 from tqdm import tqdm
@@ -63,13 +63,15 @@ def render_utterance(backend: TTSBackend, text: str, voice: str, path: Path, sam
 
 
 def render_utterances(backend: TTSBackend, jobs: list[tuple[str, str, Path]], sample_rate: int,
-                      target_rms_dbfs: float, desc: str | None = None) -> list[dict[str, Any]]:
+                      target_rms_dbfs: float, desc: str | None = None,
+                      meanwhile: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
     """`render_utterance` for each (text, voice, path) job, in the jobs' order.
 
     A backend that may run in worker processes (`TTSBackend.processes`) renders on every
     core; each file depends on its own job alone, so the files and fields are the same
     as one by one. The first job that fails (in the jobs' order) raises its own error,
     as the serial loop would; with several processes the other jobs are finished first.
+    `meanwhile` is run here while the workers synthesise (see `map_processes`).
     """
     def render(job: tuple[str, str, Path]) -> dict[str, Any]:
         text, voice, path = job
@@ -79,7 +81,7 @@ def render_utterances(backend: TTSBackend, jobs: list[tuple[str, str, Path]], sa
         return [render(j) for j in tqdm(jobs, desc=desc, disable=desc is None)]
     from voicebias.parallel import map_processes
 
-    return map_processes(render, jobs, size=lambda j: len(j[0]), desc=desc, failures="first")
+    return map_processes(render, jobs, size=lambda j: len(j[0]), desc=desc, failures="first", meanwhile=meanwhile)
 
 
 def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_dir: Path, root: Path) -> pd.DataFrame:
@@ -99,7 +101,8 @@ def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_d
     voices = [tts_params["voices"][p.lang][gender] for p, gender in jobs]
     paths = [out_dir / f"{stimulus_id(p.passage_id, gender)}.flac" for p, gender in jobs]
     rendered = render_utterances(backend, [(p.text, v, path) for (p, _), v, path in zip(jobs, voices, paths)],
-                                 sr_out, target, desc="synthesising stimuli")
+                                 sr_out, target, desc="synthesising stimuli",
+                                 meanwhile=expectations)  # the manifest's check then finds Great Expectations loaded
     for (p, gender), voice, path, audio in zip(jobs, voices, paths, rendered):
         sid = stimulus_id(p.passage_id, gender)
         rows.append({
