@@ -28,6 +28,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
+from voicebias.exceptions import VoicebiasError
+
 _STATE: dict[int, Any] = {}
 
 
@@ -41,7 +43,7 @@ class ItemFailed:
     traceback: str = field(default="", compare=False, repr=False)
 
 
-class RemoteTraceback(Exception):
+class RemoteTraceback(VoicebiasError):
     """The traceback of an exception raised in a worker process (set as its cause)."""
 
     def __str__(self) -> str:
