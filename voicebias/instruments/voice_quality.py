@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 import parselmouth
 from parselmouth.praat import call
+from scipy import sparse
 
 
 @dataclass(frozen=True)
@@ -245,33 +246,15 @@ def _window_mean_weights(n: int, x1: float, dx: float, domain: tuple[float, floa
 
 
 def _apply_window_mean(v: np.ndarray, axis: int, first: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """sum_j weights[k, j] v[first[k] + j] along `axis` of a 2-D array: the run of rows
-    that share one set of weights by shifted slices, the rows at the edges one by one."""
-    v = np.moveaxis(v, axis, 0)
-    n = v.shape[0]
-    out = np.empty(v.shape)
-    k = np.arange(n)
-    mid = n // 2
-    same = ((first - k) == (first[mid] - mid)) & np.all(weights == weights[mid], axis=1) \
-        & (first >= 0) & (first + weights.shape[1] <= n)
-    run = np.flatnonzero(same)
-    done = np.zeros(n, dtype=bool)
-    if run.size and same[run[0]:run[-1] + 1].all():
-        a, b = run[0], run[-1] + 1
-        shift = first[a] - a
-        acc = out[a:b]
-        acc[...] = 0.0
-        tmp = np.empty_like(acc)
-        for j, wj in enumerate(weights[a]):
-            if wj != 0.0:
-                np.multiply(v[a + shift + j:b + shift + j], wj, out=tmp)
-                acc += tmp
-        done[a:b] = True
-    for r in np.flatnonzero(~done):
-        idx = first[r] + np.arange(weights.shape[1])
-        ok = (idx >= 0) & (idx < n)
-        out[r] = weights[r, ok] @ v[idx[ok]]
-    return np.moveaxis(out, 0, axis)
+    """sum_j weights[k, j] v[first[k] + j] along `axis` of a 2-D array, as one sparse
+    banded matrix product (indices outside the axis are left out)."""
+    v = np.asarray(v, dtype=np.float64)
+    n = v.shape[axis]
+    cols = first[:, None] + np.arange(weights.shape[1])[None, :]
+    ok = (cols >= 0) & (cols < n) & (weights != 0.0)
+    rows = np.broadcast_to(np.arange(len(first))[:, None], cols.shape)
+    band = sparse.csr_matrix((weights[ok], (rows[ok], cols[ok])), shape=(len(first), n))
+    return np.asarray(band @ v) if axis == 0 else np.asarray(band @ v.T).T
 
 
 def _median_rows(a: np.ndarray) -> np.ndarray:
