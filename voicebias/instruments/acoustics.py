@@ -185,19 +185,32 @@ def discrete_all_pole(freqs: np.ndarray, power: np.ndarray, mask: np.ndarray, ce
     p = p / np.sum(p * weights, axis=1, keepdims=True)
     w = np.pi * np.where(mask, freqs, 0.0) / ceiling
     lags = np.arange(order + 1)
-    r = np.einsum("tik,tk->ti", np.cos(lags[None, :, None] * w[:, None, :]), p * weights)
+    # cos(k w) and sin(k w) for every harmonic and lag, by the angle-addition recurrence
+    cos = np.empty(w.shape + (order + 1,))
+    sin = np.empty(w.shape + (order + 1,))
+    cos[:, :, 0], sin[:, :, 0] = 1.0, 0.0
+    c1, s1 = np.cos(w), np.sin(w)
+    cos[:, :, 1], sin[:, :, 1] = c1, s1
+    for k in range(2, order + 1):
+        cos[:, :, k] = cos[:, :, k - 1] * c1 - sin[:, :, k - 1] * s1
+        sin[:, :, k] = sin[:, :, k - 1] * c1 + cos[:, :, k - 1] * s1
+    r = np.einsum("tik,ti->tk", cos, p * weights)
     r[:, 0] *= 1 + 1e-9
     toeplitz = r[:, np.abs(lags[:order, None] - lags[None, :order])]
+    inverse = np.linalg.inv(toeplitz)   # the same matrix at every iteration
     ones = np.ones((len(r), 1))
-    a = np.concatenate([ones, np.linalg.solve(toeplitz, -r[:, 1:, None])[:, :, 0]], axis=1)
-    basis = np.exp(-1j * w[:, :, None] * lags[None, None, :])
-    lagged = np.ascontiguousarray(basis[:, :, 1:].transpose(0, 2, 1))
+    a = np.concatenate([ones, (inverse @ -r[:, 1:, None])[:, :, 0]], axis=1)
     for _ in range(iterations):
-        response = np.where(mask, (basis @ a[:, :, None].astype(complex))[:, :, 0], 1.0)
-        gain = np.sum(p * np.abs(response) ** 2 * weights, axis=1)
-        model = np.real((lagged @ (weights / response)[:, :, None])[:, :, 0])
+        # the predictor polynomial A(e^{-jw}) at the harmonics, real and imaginary parts
+        re = (cos @ a[:, :, None])[:, :, 0]
+        im = -(sin @ a[:, :, None])[:, :, 0]
+        re, im = np.where(mask, re, 1.0), np.where(mask, im, 0.0)   # harmonics past the ceiling: 1
+        mag = re * re + im * im
+        gain = np.sum(p * mag * weights, axis=1)
+        q = weights / mag
+        model = ((q * re)[:, None, :] @ cos)[:, 0, 1:] - ((q * im)[:, None, :] @ sin)[:, 0, 1:]
         rhs = gain[:, None] * model - r[:, 1:]
-        step = np.concatenate([ones, np.linalg.solve(toeplitz, rhs[:, :, None])[:, :, 0]], axis=1)
+        step = np.concatenate([ones, (inverse @ rhs[:, :, None])[:, :, 0]], axis=1)
         converged = np.max(np.abs(step - a)) < 1e-7
         a = 0.5 * (a + step)
         if converged:
