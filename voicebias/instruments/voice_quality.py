@@ -93,26 +93,31 @@ def hawks_miller_bandwidth(formant_hz, f0_hz) -> np.ndarray:
     return scale * np.where(F < 500.0, low, high)
 
 
-def _peak_levels(freqs: np.ndarray, level_db: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of `level_db` (frames, bins, on the bin frequencies `freqs` in Hz): the
-    highest level (dB) in [lo, hi] Hz and its frequency (Hz), parabolic-interpolated
-    (the first bin of a tie; the bin itself at the spectrum's edges). NaN where the
-    range holds no bin or a bound is NaN."""
-    n_bins = level_db.shape[1]
+def _peak_levels(freqs: np.ndarray, spec: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the complex spectra `spec` (frames, bins, on the bin frequencies
+    `freqs` in Hz): the highest level 20 log10 |spec| (dB, floored at -240) in [lo, hi]
+    Hz and its frequency (Hz), parabolic-interpolated (the first bin of a tie; the bin
+    itself at the spectrum's edges). Levels are computed only at the bins searched and
+    their neighbours. NaN where the range holds no bin or a bound is NaN."""
+    n_bins = spec.shape[1]
+
+    def level(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return 20 * np.log10(np.maximum(np.abs(spec[rows, cols]), 1e-12))
+
     finite = np.isfinite(lo) & np.isfinite(hi)
     i0 = np.searchsorted(freqs, np.where(finite, lo, 0.0))
     i1 = np.searchsorted(freqs, np.where(finite, hi, 0.0), side="right")
     empty = ~finite | (i1 - i0 < 1)
     width = int(max(1, np.max(np.where(empty, 1, i1 - i0))))
     idx = i0[:, None] + np.arange(width)[None, :]
-    rows = np.arange(len(level_db))[:, None]
-    cand = np.where(idx < i1[:, None], level_db[rows, np.minimum(idx, n_bins - 1)], -np.inf)
+    rows = np.arange(len(spec))[:, None]
+    cand = np.where(idx < i1[:, None], level(rows, np.minimum(idx, n_bins - 1)), -np.inf)
     k = np.minimum(i0 + np.argmax(cand, axis=1), n_bins - 1)
-    r = np.arange(len(level_db))
+    r = np.arange(len(spec))
     inner = (k > 0) & (k < n_bins - 1)
-    a = level_db[r, np.maximum(k - 1, 0)]
-    b = level_db[r, k]
-    c = level_db[r, np.minimum(k + 1, n_bins - 1)]
+    a = level(r, np.maximum(k - 1, 0))
+    b = level(r, k)
+    c = level(r, np.minimum(k + 1, n_bins - 1))
     denom = a - 2 * b + c
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(inner & (denom < 0), 0.5 * (a - c) / np.where(denom < 0, denom, -1.0), 0.0)
@@ -156,28 +161,25 @@ def harmonic_levels(
     out = {c: np.full(len(keep), np.nan) for c in columns}
     out["time_s"], out["f0_hz"] = times[keep], f0[keep]
     nfft = np.array([1 << int(np.ceil(np.log2(8 * m))) for m in n[keep]], dtype=int)
-    windows: dict[int, np.ndarray] = {}
     for size in np.unique(nfft):
         sel = np.flatnonzero(nfft == size)
         rows = keep[sel]
-        frames = np.zeros((len(rows), int(n[rows].max())))
-        for j, i in enumerate(rows):
-            m = int(n[i])
-            w = windows.get(m)
-            if w is None:
-                w = windows[m] = np.hanning(m)
-            frames[j, :m] = x[start[i]:start[i] + m] * w
+        lengths, which = np.unique(n[rows], return_inverse=True)
+        m = lengths[:, None]
+        j = np.arange(int(m.max()))[None, :]
+        # a Hann window of each frame length (numpy.hanning's formula), zeros after it
+        hann = np.where(j < m, 0.5 + 0.5 * np.cos(np.pi * (1 - m + 2 * j) / np.maximum(m - 1, 1)), 0.0)
+        frames = x[np.minimum(start[rows][:, None] + j, len(x) - 1)] * hann[which]
         freqs = np.fft.rfftfreq(int(size), 1.0 / sr)
         f, fm, bw = f0[rows], formants[rows], bandwidths[rows]
         # levels only up to the bin past the highest band searched (A3's, else H2's)
         top = np.nanmax(np.concatenate([2.1 * f, 1.1 * fm[:, 2]]))
         last = min(len(freqs), int(np.searchsorted(freqs, top, side="right")) + 2)
         spec = np.fft.rfft(frames, int(size), axis=1)[:, :last]
-        level = 20 * np.log10(np.maximum(np.abs(spec), 1e-12))
         freqs = freqs[:last]
-        h1, fh1 = _peak_levels(freqs, level, 0.9 * f, 1.1 * f)
-        h2, fh2 = _peak_levels(freqs, level, 1.9 * f, 2.1 * f)
-        a3, fa3 = _peak_levels(freqs, level, 0.9 * fm[:, 2], 1.1 * fm[:, 2])
+        h1, fh1 = _peak_levels(freqs, spec, 0.9 * f, 1.1 * f)
+        h2, fh2 = _peak_levels(freqs, spec, 1.9 * f, 2.1 * f)
+        a3, fa3 = _peak_levels(freqs, spec, 0.9 * fm[:, 2], 1.1 * fm[:, 2])
 
         def c12(fr: np.ndarray) -> np.ndarray:
             return iseli_correction_db(fr, fm[:, 0], bw[:, 0], sr) + iseli_correction_db(fr, fm[:, 1], bw[:, 1], sr)
