@@ -331,7 +331,8 @@ def cepstrogram_cpps(power: np.ndarray, x1: float, dx: float, domain: tuple[floa
 def cpps_db(snd: parselmouth.Sound, intervals: list[tuple[float, float]] | None = None,
             settings: CPPSSettings = CPPSSettings()) -> float:
     """Smoothed cepstral peak prominence (dB) of the sound, or of the given voiced
-    intervals (s) joined end to end: Praat's PowerCepstrogram, then cepstrogram_cpps."""
+    intervals (s) joined end to end: Praat's PowerCepstrogram (computed by
+    voicebias.instruments.cepstrum.power_cepstrogram), then cepstrogram_cpps."""
     if intervals is not None:
         x, sr = snd.values[0], snd.sampling_frequency
         parts = [x[max(0, int(a * sr)):int(np.ceil(b * sr))] for a, b in intervals]
@@ -339,10 +340,14 @@ def cpps_db(snd: parselmouth.Sound, intervals: list[tuple[float, float]] | None 
         if not parts:
             return float("nan")
         snd = parselmouth.Sound(np.concatenate(parts), sampling_frequency=sr)
+    from voicebias.instruments.cepstrum import power_cepstrogram
+
     s = settings
-    pc = call(snd, "To PowerCepstrogram", s.pitch_floor, s.time_step, s.max_frequency, s.pre_emphasis_from)
-    m = call(pc, "To Matrix")
-    return cepstrogram_cpps(m.values, m.x1, m.dx, (m.xmin, m.xmax), m.ymax, s)
+    if snd.xmin != 0.0:
+        snd = parselmouth.Sound(snd.values[0], sampling_frequency=snd.sampling_frequency)
+    values, x1, dx, domain, qmax = power_cepstrogram(snd.values[0], snd.sampling_frequency, s.pitch_floor,
+                                                     s.time_step, s.max_frequency, s.pre_emphasis_from)
+    return cepstrogram_cpps(values, x1, dx, domain, qmax, s)
 
 
 def praat_cpps_db(snd: parselmouth.Sound, settings: CPPSSettings = CPPSSettings()) -> float:
