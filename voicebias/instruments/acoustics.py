@@ -320,7 +320,7 @@ def component_sources() -> dict[str, list[Any]]:
     """The functions and constants whose source decides each component (and the reader),
     hashed into the measurement cache's keys (voicebias.instruments.measure_cache)."""
     from voicebias import audio
-    from voicebias.instruments import harmonicity as hm, measure_cache, units, voice_quality as vq
+    from voicebias.instruments import cepstrum, harmonicity as hm, measure_cache, units, voice_quality as vq
 
     return {
         "read": [audio.load_for_analysis, audio.resample, audio.rms_dbfs, audio.clipped_fraction, audio._open,
@@ -333,7 +333,7 @@ def component_sources() -> dict[str, list[Any]]:
         "harmonics": [vq.harmonic_levels, vq._peak_levels, vq.iseli_correction_db, vq.hawks_miller_bandwidth,
                       repr((vq._HM_LOW, vq._HM_HIGH)), _harmonic_measures],
         "cpps": [vq.cpps_db, vq.cepstrogram_cpps, vq._window_mean_weights, vq._apply_window_mean, vq._median_rows,
-                 vq.voiced_intervals, vq.CPPSSettings, _cpps_measures],
+                 vq.voiced_intervals, vq.CPPSSettings, _cpps_measures, cepstrum],
         "hnr": [vq.hnr_db, hm.harmonicity_at, hm.interpolation_weights, hm._coefficient_weights, hm._grid_weights,
                 hm._by_piece, hm._chebyshev, hm._refine, hm._from_praat,
                 repr((hm.SINC_DEPTH, hm.CHEB_N, hm.SCREEN_STEPS, hm.SCREEN_MARGIN, hm.FLAT)), _hnr_measures],
