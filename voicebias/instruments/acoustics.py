@@ -145,13 +145,15 @@ def harmonic_power(x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, ce
     starts = np.round(np.asarray(times, dtype=float) * sr).astype(int)
     frames = padded[np.clip(starts[:, None] + np.arange(n)[None, :], 0, len(padded) - 1)] * np.hanning(n)
     nfft = 1 << int(np.ceil(np.log2(4 * n)))
-    spec = np.abs(np.fft.rfft(frames, nfft, axis=1)) ** 2
     df = sr / nfft
     harmonics = f0[:, None] * np.arange(1, int(ceiling // f0.min()) + 1)[None, :]
     mask = harmonics < ceiling
     reach = np.maximum(1, np.floor(0.2 * f0 / df)).astype(int)
     offsets = np.arange(-reach.max(), reach.max() + 1)
-    bins = np.clip(np.round(harmonics / df).astype(int)[:, :, None] + offsets, 1, spec.shape[1] - 2)
+    n_bins = nfft // 2 + 1
+    bins = np.clip(np.round(harmonics / df).astype(int)[:, :, None] + offsets, 1, n_bins - 2)
+    # power only up to the highest bin a peak search or its interpolation reads
+    spec = np.abs(np.fft.rfft(frames, nfft, axis=1)[:, :int(bins.max()) + 2]) ** 2
     rows = np.arange(len(f0))[:, None]
     candidates = np.where(np.abs(offsets) <= reach[:, None, None], spec[rows[:, :, None], bins], -np.inf)
     peak = np.take_along_axis(bins, np.argmax(candidates, axis=2)[:, :, None], 2)[:, :, 0]
