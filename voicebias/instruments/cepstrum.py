@@ -17,7 +17,6 @@ from fractions import Fraction
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import fft as sfft
-from scipy.signal import upfirdn
 
 SINC_DEPTH = 50
 """Depth of the sinc interpolation in Praat's resampling (its "precision" argument)."""
@@ -184,6 +183,8 @@ def _polyphase(y: np.ndarray, kern: np.ndarray, up: int, down: int, lead: int, c
     m0 = (first + delay) // down
     if m0 < 0:
         return None
+    from scipy.signal import upfirdn   # scipy.signal takes about a second to import
+
     return upfirdn(np.concatenate([np.zeros(delay), kern]), y, up, down)[m0:m0 + count]
 
 
