@@ -33,6 +33,18 @@ def _c_round(v: float) -> int:
     return int(r + 1 if v - r >= 0.5 else r)
 
 
+def _padded_spectrum(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """The spectrum (numpy's rfft layout) of the sound placed after 1000 zeros in a zero
+    buffer whose length is the first power of two that holds it with 1000 zeros on
+    either side, as Praat's FFT filters lay it out; and that length."""
+    nfft = 1
+    while nfft < x.size + 2 * _ANTI_TURN_AROUND:
+        nfft *= 2
+    buf = np.zeros(nfft)
+    buf[_ANTI_TURN_AROUND:_ANTI_TURN_AROUND + x.size] = x
+    return sfft.rfft(buf), nfft
+
+
 def _fft_lowpass(x: np.ndarray, upfactor: float) -> np.ndarray:
     """Praat's anti-aliasing filter before downsampling by `upfactor` (< 1).
 
@@ -45,12 +57,7 @@ def _fft_lowpass(x: np.ndarray, upfactor: float) -> np.ndarray:
     the sound's samples.
     """
     n = x.size
-    nfft = 1
-    while nfft < n + 2 * _ANTI_TURN_AROUND:
-        nfft *= 2
-    buf = np.zeros(nfft)
-    buf[_ANTI_TURN_AROUND:_ANTI_TURN_AROUND + n] = x
-    spec = sfft.rfft(buf)
+    spec, nfft = _padded_spectrum(x)
     first = math.floor(upfactor * nfft)   # first packed position (1-based) zeroed
     half = nfft // 2
     k = np.arange(half + 1)
@@ -72,12 +79,7 @@ def _fft_upsample2(x: np.ndarray) -> np.ndarray:
     spectrum of a buffer twice as long, transformed back and read at the 2 n new samples.
     """
     n = x.size
-    nfft = 1
-    while nfft < n + 2 * _ANTI_TURN_AROUND:
-        nfft *= 2
-    buf = np.zeros(nfft)
-    buf[_ANTI_TURN_AROUND:_ANTI_TURN_AROUND + n] = x
-    spec = sfft.rfft(buf)
+    spec, nfft = _padded_spectrum(x)
     half = nfft // 2
     imin = int(nfft * 0.95)
     pos = np.arange(1, nfft + 1)
