@@ -165,10 +165,10 @@ def harmonic_levels(
         sel = np.flatnonzero(nfft == size)
         rows = keep[sel]
         lengths, which = np.unique(n[rows], return_inverse=True)
-        m = lengths[:, None]
-        j = np.arange(int(m.max()))[None, :]
-        # a Hann window of each frame length (numpy.hanning's formula), zeros after it
-        hann = np.where(j < m, 0.5 + 0.5 * np.cos(np.pi * (1 - m + 2 * j) / np.maximum(m - 1, 1)), 0.0)
+        j = np.arange(int(lengths.max()))[None, :]
+        hann = np.zeros((len(lengths), j.shape[1]))   # a Hann window of each frame length, zeros after it
+        for i, m in enumerate(lengths):
+            hann[i, :m] = np.hanning(m)
         frames = x[np.minimum(start[rows][:, None] + j, len(x) - 1)] * hann[which]
         freqs = np.fft.rfftfreq(int(size), 1.0 / sr)
         f, fm, bw = f0[rows], formants[rows], bandwidths[rows]
