@@ -187,15 +187,17 @@ def discrete_all_pole(freqs: np.ndarray, power: np.ndarray, mask: np.ndarray, ce
     p = p / np.sum(p * weights, axis=1, keepdims=True)
     w = np.pi * np.where(mask, freqs, 0.0) / ceiling
     lags = np.arange(order + 1)
-    # cos(k w) and sin(k w) for every harmonic and lag, by the angle-addition recurrence
-    cos = np.empty(w.shape + (order + 1,))
-    sin = np.empty(w.shape + (order + 1,))
-    cos[:, :, 0], sin[:, :, 0] = 1.0, 0.0
+    # cos(k w) and sin(k w) for every harmonic and lag, by the angle-addition recurrence,
+    # lag by lag on contiguous (frames, harmonics) planes, then laid out lag-last
+    planes = np.empty((2, order + 1) + w.shape)
+    pc, ps = planes
+    pc[0], ps[0] = 1.0, 0.0
     c1, s1 = np.cos(w), np.sin(w)
-    cos[:, :, 1], sin[:, :, 1] = c1, s1
+    pc[1], ps[1] = c1, s1
     for k in range(2, order + 1):
-        cos[:, :, k] = cos[:, :, k - 1] * c1 - sin[:, :, k - 1] * s1
-        sin[:, :, k] = sin[:, :, k - 1] * c1 + cos[:, :, k - 1] * s1
+        np.subtract(pc[k - 1] * c1, ps[k - 1] * s1, out=pc[k])
+        np.add(ps[k - 1] * c1, pc[k - 1] * s1, out=ps[k])
+    cos, sin = np.ascontiguousarray(planes.transpose(0, 2, 3, 1))
     r = np.einsum("tik,ti->tk", cos, p * weights)
     r[:, 0] *= 1 + 1e-9
     toeplitz = r[:, np.abs(lags[:order, None] - lags[None, :order])]
