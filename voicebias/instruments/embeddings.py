@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,7 +96,7 @@ class SpeakerEmbedder(ABC):
         code = hashlib.sha256()
         for obj in (type(self), SpeakerEmbedder, resample):
             code.update(inspect.getsource(obj).encode())
-        threads = {"torch_threads": CPU_THREADS} if self.on_cpu else {}
+        threads = {"torch_threads": CPU_THREADS, "mkl_cbwr": os.environ.get("MKL_CBWR")} if self.on_cpu else {}
         return {"name": self.name, "code": code.hexdigest(), **threads, **self._identity()}
 
     def _identity(self) -> dict[str, Any]:
@@ -180,7 +181,10 @@ class ResemblyzerEmbedder(SpeakerEmbedder):
     def _embed16k(self, x: np.ndarray) -> np.ndarray:
         from resemblyzer import preprocess_wav
 
-        wav = preprocess_wav(x, source_sr=self.sampling_rate)
+        # float64 into Resemblyzer's mel filterbank: its matrix product then runs in double
+        # precision, whose rounding by instruction set stays far below the float32 the
+        # filterbank hands the network (in float32 it differs between AVX-512 and AVX2)
+        wav = preprocess_wav(np.asarray(x, dtype=np.float64), source_sr=self.sampling_rate)
         if wav.size < self.sampling_rate // 10:
             raise AudioError("no speech found by the voice activity detector (Resemblyzer preprocessing)",
                              code="no_voicing")

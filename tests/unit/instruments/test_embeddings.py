@@ -249,3 +249,43 @@ def test_embed_files_on_worker_processes_equals_one_process(tmp_path, espeak_voi
     for p in one:
         assert np.array_equal(one[p], two[p])
     assert set(one_err) == set(two_err) == {"silent.flac", "broken.flac"}
+
+
+_EMBED_ONE = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from voicebias.instruments.embeddings import get_embedder
+    from voicebias.tts import get_backend
+    x, sr = get_backend("espeak", rate_wpm=160).synthesize(sys.argv[1], "en-us+f3")
+    emb = get_embedder("resemblyzer")
+    np.save(sys.argv[2], emb.embed(x, sr))
+    print(emb.identity()["mkl_cbwr"])
+""")
+
+
+def test_resemblyzer_embedding_is_the_same_on_avx2_and_avx512_code_paths(tmp_path):
+    """The same bytes on every x86-64 machine: on an AVX-512 CPU, a process that keeps
+    oneDNN, PyTorch's own kernels, NumPy and OpenBLAS to their AVX2 code, as on an
+    AVX2-only machine, embeds bit for bit alike. MKL picks no path by instruction set:
+    voicebias puts it in its reproducible mode (MKL_CBWR), which the embedder records."""
+    import os
+    import subprocess
+    import sys
+
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if "avx512f" not in flags or "avx2" not in flags:
+        pytest.skip("needs an x86-64 CPU with AVX-512 to compare its code paths with AVX2's")
+    avx2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell",
+            "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"}
+    base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "MKL_CBWR"}
+    script = tmp_path / "embed_one.py"
+    script.write_text(_EMBED_ONE)
+    out = {}
+    for name, env in (("native", base), ("avx2", {**base, **avx2})):
+        out[name] = tmp_path / f"{name}.npy"
+        done = subprocess.run([sys.executable, str(script), TEXT_A, str(out[name])], env=env, check=True,
+                              cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True)
+        assert done.stdout.split()[-1] == "COMPATIBLE"
+    native, emulated = np.load(out["native"]), np.load(out["avx2"])
+    assert native.shape == (256,) and np.isfinite(native).all()
+    assert native.tobytes() == emulated.tobytes()
