@@ -137,3 +137,23 @@ def test_meanwhile_runs_here_while_the_workers_work_and_its_errors_are_left_to_t
         ran.clear()
         out = map_processes(slow_square, range(6), workers=workers, meanwhile=meanwhile)
         assert [v for v, _ in out] == [x * x for x in range(6)] and ran == [os.getpid()]
+
+
+def _blas_threads(_: int) -> tuple[int, list[int]]:
+    from threadpoolctl import threadpool_info
+
+    return os.getpid(), [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+
+def test_workers_run_one_blas_thread_each_and_leave_this_process_as_it_was():
+    """One worker per core: each worker's BLAS pools (NumPy's and SciPy's OpenBLAS) have one
+    thread, so two workers do not put four spinning BLAS threads on two cores."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+        out = map_processes(_blas_threads, list(range(8)), workers=2)
+        after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    assert before and all(n == 2 for n in before) and after == before
+    assert {pid for pid, _ in out} - {os.getpid()}
+    assert all(threads and set(threads) == {1} for _, threads in out)

@@ -209,7 +209,9 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
     if workers <= 1 or len(jobs_to_run) < 4:
         results = [_work(j) for j in tqdm(jobs_to_run, desc=desc)]
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs_to_run))) as pool:
+        from voicebias.parallel import one_thread_per_worker
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs_to_run)), initializer=one_thread_per_worker) as pool:
             results = list(tqdm(pool.map(_work, jobs_to_run, chunksize=1), total=len(jobs_to_run), desc=desc))
 
     counts = {"files": len(plans), "measured": {c: 0 for c in COMPONENTS}, "cached": {c: 0 for c in COMPONENTS},
