@@ -114,7 +114,7 @@ def run(clone: Path, env: dict[str, str], force: bool, log, target: str | None =
             rows.append({"stage": current, "wall_s": round(now - started, 2),
                          "cpu_s": round(cpu - cpu_at, 2)})
         if rc != 0:  # the stages up to the failure are still timed: print them, then fail
-            print(f"dvc repro failed (exit {rc}) in stage {current}; the table ends with it; see the log")
+            print(f"dvc repro failed (exit {rc}) in stage {current}; the table ends with it; see the log below")
     total = sum(r["wall_s"] for r in rows)
     for r in rows:
         r["cpu_use_pct"] = round(100 * r["cpu_s"] / r["wall_s"], 1) if r["wall_s"] else 0.0  # of one core
@@ -200,7 +200,9 @@ def main() -> int:
             result["install_s"] = round(install_s, 1)
         result["settings"] = a.set
         result["target"] = a.target
-        if not a.keep:
+        if result.get("failed"):
+            print(f"the clone and its log are kept in {work} (bench_pipeline.log)")
+        elif not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     print(table(result))
     if a.json:
