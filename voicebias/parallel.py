@@ -19,8 +19,8 @@ request alone (its own seed), so the responses are byte-identical on any number 
 
 Every worker starts with one BLAS thread (`one_thread_per_worker`): with one worker per
 core, OpenBLAS's own threads (one per core in each worker) only contend for the same
-cores and spin on them (the speaker embeddings of 120 files took twice as long on two
-workers as on one process before).
+cores and spin on them (the speaker embeddings of 120 files took as long on two workers
+as in one process, and twice as long as with one BLAS thread per worker).
 """
 
 from __future__ import annotations
