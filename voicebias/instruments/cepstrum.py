@@ -15,8 +15,9 @@ import math
 from fractions import Fraction
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from scipy import fft as sfft
+
+from voicebias.instruments.jit import kernel, pairwise_sum
 
 SINC_DEPTH = 50
 """Depth of the sinc interpolation in Praat's resampling (its "precision" argument)."""
@@ -24,7 +25,7 @@ SINC_DEPTH = 50
 _ANTI_TURN_AROUND = 1000   # zeros Praat puts before (and at least after) the sound in its FFT filters
 _MAX_PHASES = 2000         # rate ratios with larger denominators are interpolated sample by sample
 _CHUNK = 1 << 21           # elements per chunk of samples interpolated one by one
-_FRAME_CHUNK = 1 << 19     # elements per chunk of frames (small enough to stay in cache)
+_FRAME_CHUNK = 1 << 17     # elements per chunk of frames (small enough to stay in cache)
 
 
 def _c_round(v: float) -> int:
@@ -60,13 +61,13 @@ def _fft_lowpass(x: np.ndarray, upfactor: float) -> np.ndarray:
     spec, nfft = _padded_spectrum(x)
     first = math.floor(upfactor * nfft)   # first packed position (1-based) zeroed
     half = nfft // 2
-    k = np.arange(half + 1)
-    re_pos = np.where(k == 0, 1, np.where(k == half, 2, 2 * k + 1))
-    im_pos = np.where((k == 0) | (k == half), 0, 2 * k + 2)   # 0: no imaginary part stored
-    re = np.where(re_pos >= first, 0.0, spec.real)
-    im = np.where((im_pos >= first) | (im_pos == 0), 0.0, spec.imag)
-    re[half] = 0.0
-    out = sfft.irfft(re + 1j * im, nfft)
+    # bin k (0 < k < half) holds its real part at position 2 k + 1, its imaginary part
+    # at 2 k + 2; DC at 1 (no imaginary part), Nyquist at 2
+    spec.real[max(1, -(-(first - 1) // 2)):half] = 0.0
+    spec.imag[max(1, -(-(first - 2) // 2)):half] = 0.0
+    spec[0] = spec[0].real if first > 1 else 0.0
+    spec[half] = 0.0
+    out = sfft.irfft(spec, nfft, overwrite_x=True)
     return out[_ANTI_TURN_AROUND:_ANTI_TURN_AROUND + n]
 
 
@@ -174,20 +175,70 @@ def _fine_kernel(up: int, shift: float = 0.0) -> np.ndarray:
     return np.where(e < SINC_DEPTH, _kernel(j.astype(np.int64), g, SINC_DEPTH), 0.0)
 
 
-def _polyphase(y: np.ndarray, kern: np.ndarray, up: int, down: int, lead: int, count: int) -> np.ndarray | None:
+def _polyphase(y: np.ndarray, kern: np.ndarray, slope: np.ndarray, up: int, down: int, lead: int,
+               count: int) -> tuple[np.ndarray, np.ndarray] | None:
     """sum_j kern[c + (lead + down k) - up j] y[j], k = 0..count-1, c the kernel's centre:
     the kernel laid with its centre at position (lead + down k) / up samples (0-based)
-    of y, by scipy's polyphase upfirdn; None if the first position lies before the
-    kernel's reach."""
-    c = kern.size // 2
-    first = lead + c
-    delay = (-first) % down
-    m0 = (first + delay) // down
-    if m0 < 0:
+    of y; and the same sums with `slope`, a kernel of the same length. Each sum adds
+    its terms in order of the samples. None if the first position lies before the
+    kernels' reach."""
+    size = kern.size
+    c = size // 2
+    if lead + c < 0:
         return None
-    from scipy.signal import upfirdn   # scipy.signal takes about a second to import
+    # the taps of each phase p (kernel indices p, p + up, ...), zero past the kernel's end
+    taps = -(-size // up)
+    phases = np.zeros((2, up, taps))
+    for p in range(up):
+        phases[0, p, :len(kern[p::up])] = kern[p::up]
+        phases[1, p, :len(slope[p::up])] = slope[p::up]
+    value, deriv = _polyphase_sums(np.ascontiguousarray(y, dtype=np.float64), phases, int(up), int(down),
+                                   int(lead + c), int(count))
+    return value, deriv
 
-    return upfirdn(np.concatenate([np.zeros(delay), kern]), y, up, down)[m0:m0 + count]
+
+#: outputs of one phase accumulated together in `_polyphase_sums`
+_POLYPHASE_BLOCK = 256
+
+
+@kernel
+def _polyphase_sums(y, phases, up, down, first, count):   # pragma: no cover - compiled
+    """The sums of `_polyphase` for the kernels split by phase (phases[q, p, t] is
+    kernel q at index p + up t). Output k has kernel index pos = first + down k at
+    sample 0, so phase pos % up, and takes sample pos // up - t with tap t. Outputs
+    that share a phase (every up / gcd(up, down)-th) step through the samples
+    together, so each tap is one multiply-add along a block of them: y is split into
+    down / gcd(up, down) interleaved rows (zero-padded), in which those samples are
+    neighbours. Each output's sum still runs over its samples in order (t from the last
+    tap down), as scipy.signal.upfirdn adds them."""
+    n, n_k, taps = y.shape[0], phases.shape[0], phases.shape[2]
+    g = math.gcd(up, down)
+    period, jstep = up // g, down // g
+    pad = taps + jstep
+    rows = (n + 2 * pad + jstep - 1) // jstep
+    ys = np.zeros((jstep, rows))
+    for j in range(n):
+        ys[(j + pad) % jstep, (j + pad) // jstep] = y[j]
+    out = np.empty((n_k, count))
+    acc = np.empty(_POLYPHASE_BLOCK)
+    for c in range(min(period, count)):
+        n_m = (count - c + period - 1) // period
+        pos = first + down * c
+        p, top = pos % up, pos // up
+        for q in range(n_k):
+            for mb in range(0, n_m, _POLYPHASE_BLOCK):
+                size = min(_POLYPHASE_BLOCK, n_m - mb)
+                a = acc[:size]
+                a[:] = 0.0
+                for t in range(taps - 1, -1, -1):   # the samples in order, as scipy's upfirdn adds them
+                    w = phases[q, p, t]
+                    j = top + jstep * mb - t + pad
+                    row = ys[j % jstep, j // jstep:j // jstep + size]
+                    for m in range(size):
+                        a[m] += w * row[m]
+                for m in range(size):
+                    out[q, c + period * (mb + m)] = a[m]
+    return out[0], out[1]
 
 
 def _resample(x: np.ndarray, sr: float, new_sr: float) -> tuple[np.ndarray, float, float]:
@@ -232,11 +283,11 @@ def _resample(x: np.ndarray, sr: float, new_sr: float) -> tuple[np.ndarray, floa
             k_lo, k_hi = int(inner[0]), int(inner[-1])
             lead = base - up + down * k_lo   # (0-based position of sample k_lo) * up
             count = k_hi - k_lo + 1
-            value = _polyphase(y, _fine_kernel(up), up, down, lead, count)
             eps = 1e-5   # the kernel's slope, for the first-order term
             slope = (_fine_kernel(up, eps) - _fine_kernel(up, -eps)) / (2 * eps)
-            deriv = _polyphase(y, slope, up, down, lead, count)
-            if value is not None and deriv is not None:
+            sums = _polyphase(y, _fine_kernel(up), slope, up, down, lead, count)
+            if sums is not None:
+                value, deriv = sums
                 kk = k[k_lo:k_hi + 1]
                 index = ((new_x1 + kk.astype(float) * new_dx) - x1) / dx + 1.0
                 offset = (index - midleft[k_lo:k_hi + 1]) - (num[k_lo:k_hi + 1] % up) / up
@@ -248,6 +299,28 @@ def _resample(x: np.ndarray, sr: float, new_sr: float) -> tuple[np.ndarray, floa
         index = ((new_x1 + rest.astype(float) * new_dx) - x1) / dx + 1.0
         out[rest] = _interpolate_sinc(y, y_pad, index)
     return out, new_x1, new_dx
+
+
+@kernel
+def _tapered_frames(s, first, taper, block):   # pragma: no cover - compiled
+    """Row r of `block` (its first len(taper) values): the samples s[first[r]:] of one
+    frame minus their mean (summed as numpy.mean sums), times the taper; the rest of the
+    row is left alone."""
+    nw = taper.shape[0]
+    for r in range(first.shape[0]):
+        f = first[r]
+        mean = pairwise_sum(s, f, nw) / nw
+        for i in range(nw):
+            block[r, i] = (s[f + i] - mean) * taper[i]
+
+
+@kernel
+def _power(spec, out):   # pragma: no cover - compiled
+    """|spec|^2 + 1e-300 (re^2 + im^2) into out, element by element."""
+    for r in range(spec.shape[0]):
+        for k in range(spec.shape[1]):
+            v = spec[r, k]
+            out[r, k] = v.real * v.real + v.imag * v.imag + 1e-300
 
 
 def power_cepstrogram(x: np.ndarray, sr: float, pitch_floor: float, time_step: float, max_frequency: float,
@@ -327,21 +400,17 @@ def power_cepstrogram(x: np.ndarray, sr: float, pitch_floor: float, time_step: f
 
     # ceps = DCT-I of the log power = nfft * irfft, i.e. the unnormalised inverse FFT
     out = np.empty((n_frames, nq))
-    windows = sliding_window_view(s_pad, nw)
     step = max(1, _FRAME_CHUNK // nfft)
     buf = np.zeros((min(step, n_frames), nfft))
+    power = np.empty((min(step, n_frames), nq))
     for lo in range(0, n_frames, step):
-        frames = windows[first[lo:lo + step]]
-        frames -= frames.mean(axis=1, keepdims=True)
-        block = buf[:frames.shape[0]]
-        np.multiply(frames, taper, out=block[:, :nw])
+        block = buf[:min(step, n_frames - lo)]
+        _tapered_frames(s_pad, first[lo:lo + step], taper, block)
         spec = np.fft.rfft(block, axis=1)
-        parts = spec.view(np.float64)   # re, im, re, im, ...
-        parts *= parts
-        power = parts[:, 0::2] + parts[:, 1::2]
-        power += 1e-300
-        np.log(power, out=power)
-        ceps = sfft.dct(power, type=1, axis=1, overwrite_x=True)
+        part = power[:block.shape[0]]
+        _power(spec, part)
+        np.log(part, out=part)
+        ceps = sfft.dct(part, type=1, axis=1)
         ceps *= freq_step
         np.multiply(ceps, ceps, out=out[lo:lo + step])
     return out.T, t1, time_step, (xmin, xmax), qmax

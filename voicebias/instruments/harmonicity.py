@@ -37,6 +37,8 @@ import numpy as np
 import parselmouth
 from parselmouth.praat import call
 
+from voicebias.instruments.jit import kernel
+
 SINC_DEPTH = 700
 CHEB_N = 24
 SCREEN_STEPS = 8
@@ -44,6 +46,7 @@ SCREEN_MARGIN = 0.05
 # Correlations closer than this are taken as equal when looking for maxima: on flat
 # stretches (a frame of digital silence after mean removal) their order is rounding.
 FLAT = 1e-12
+_CORRELATION_CHUNK = 1 << 17   # values per batch of frames correlated at once
 _GOLDEN = 1.0 - 0.6180339887498948482045868343656381177203
 _SQRT_EPS = math.sqrt(2.0 ** -53)
 _NODES = 0.5 + 0.5 * np.cos(np.pi * (np.arange(CHEB_N) + 0.5) / CHEB_N)   # Chebyshev nodes on (0, 1)
@@ -81,94 +84,185 @@ def interpolation_weights(n: int, x: np.ndarray) -> tuple[int, np.ndarray]:
     return left, np.sin(a) / a * 0.5 * (1.0 + np.cos(a / span))
 
 
-@lru_cache(maxsize=16384)
 def _coefficient_weights(n: int, m: int) -> tuple[int, np.ndarray]:
     """Weights that turn the array's points into the Chebyshev coefficients of its
-    interpolation on (m, m + 1): (first index, (taps, CHEB_N))."""
+    interpolation on (m, m + 1): (first index, (taps, CHEB_N)). The product with the
+    node-to-coefficient matrix is summed node by node in order (not by BLAS, whose
+    order depends on the processor)."""
     left, w = interpolation_weights(n, m + _NODES)
-    return left, np.ascontiguousarray((_TO_COEF @ w).T)
+    coef = np.zeros((w.shape[1], CHEB_N))
+    for k in range(CHEB_N):
+        coef += w[k][:, None] * _TO_COEF[:, k][None, :]
+    return left, coef
 
 
-@lru_cache(maxsize=16384)
 def _grid_weights(n: int, m: int) -> tuple[int, np.ndarray]:
+    """Weights that give the interpolation at the SCREEN_STEPS - 1 inner points of a
+    grid on (m, m + 1): (first index, (taps, SCREEN_STEPS - 1))."""
     left, w = interpolation_weights(n, m + np.arange(1, SCREEN_STEPS) / SCREEN_STEPS)
     return left, np.ascontiguousarray(w.T)
 
 
-def _by_piece(r: np.ndarray, rows: np.ndarray, ms: np.ndarray, weights, width: int) -> np.ndarray:
-    """Apply the per-piece weights (weights(n, m) -> (first, (taps, width))) to the rows
-    r[rows], one piece m per row."""
-    out = np.empty((len(rows), width))
-    for m in np.unique(ms):
-        sel = np.flatnonzero(ms == m)
-        left, w = weights(r.shape[1], int(m))
+class _Pieces:
+    """The weights of every piece (m, m + 1) of an n-point array for one evaluation
+    (`weights`: _grid_weights or _coefficient_weights), packed for `_apply_pieces`:
+    computed the first time a piece is asked for, then kept for the process."""
+
+    def __init__(self, n: int, weights) -> None:
+        self.n, self.weights = n, weights
+        m = np.arange(n + 1)
+        room = np.maximum(4, 2 * np.minimum(SINC_DEPTH, np.minimum(m, n - m)))   # taps a piece can have
+        self.offset = np.concatenate([[0], np.cumsum(room)[:-1]]).astype(np.int64)
+        self.first = np.zeros(n + 1, dtype=np.int64)
+        self.taps = np.zeros(n + 1, dtype=np.int64)
+        self.width = weights(n, n // 2)[1].shape[1]
+        self.flat = np.zeros((int(room.sum()), -(-self.width // 8) * 8))   # columns padded to eights
+        self.ready = np.zeros(n + 1, dtype=bool)
+
+    def apply(self, r: np.ndarray, rows: np.ndarray, ms: np.ndarray) -> np.ndarray:
+        """The weights of piece ms[i] applied to row rows[i] of r, for every i."""
+        for m in np.unique(ms[~self.ready[ms]]).tolist():
+            left, w = self.weights(self.n, m)
+            self.first[m], self.taps[m] = left, len(w)
+            self.flat[self.offset[m]:self.offset[m] + len(w), :self.width] = w
+            self.ready[m] = True
+        out = np.empty((len(rows), self.width))
+        _apply_pieces(r, rows.astype(np.int64), ms.astype(np.int64), self.first, self.offset, self.taps, self.flat, out)
+        return out
+
+
+@lru_cache(maxsize=64)
+def _pieces(n: int, weights) -> _Pieces:
+    return _Pieces(n, weights)
+
+
+def _screen(r: np.ndarray, rows: np.ndarray, ms: np.ndarray) -> np.ndarray:
+    """The interpolation at the grid points of piece ms[i] of row rows[i] of r, for the
+    screening: the rows of each piece as one matrix product (BLAS: its last bits may
+    differ between processors, which can only matter to a candidate whose screened
+    value lies within rounding of the screening margin)."""
+    out = np.empty((len(rows), SCREEN_STEPS - 1))
+    order = np.argsort(ms, kind="stable")
+    pieces, starts = np.unique(ms[order], return_index=True)
+    for m, lo, hi in zip(pieces.tolist(), starts.tolist(), [*starts[1:].tolist(), len(order)]):
+        sel = order[lo:hi]
+        left, w = _grid_weights_cached(r.shape[1], m)
         out[sel] = r[rows[sel], left - 1:left - 1 + w.shape[0]] @ w
     return out
 
 
-def _chebyshev(coef: np.ndarray, u: np.ndarray) -> np.ndarray:
-    b1 = np.zeros(len(u))
-    b2 = np.zeros(len(u))
-    for j in range(coef.shape[1] - 1, 0, -1):
-        b1, b2 = 2.0 * u * b1 - b2 + coef[:, j], b1
-    return u * b1 - b2 + coef[:, 0]
+@lru_cache(maxsize=16384)
+def _grid_weights_cached(n: int, m: int) -> tuple[int, np.ndarray]:
+    return _grid_weights(n, m)
+
+
+@kernel
+def _apply_pieces(r, rows, ms, first, offset, taps, flat, out):   # pragma: no cover - compiled
+    """out[i, c] = sum_t r[rows[i], first[m] - 1 + t] flat[offset[m] + t, c], m = ms[i],
+    over the taps of piece m in order, eight columns c at a time (flat has a multiple of
+    eight columns; out as many as it needs)."""
+    for i in range(rows.shape[0]):
+        m = ms[i]
+        row, base, o = r[rows[i]], first[m] - 1, offset[m]
+        for c in range(0, flat.shape[1], 8):
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+            for t in range(taps[m]):
+                v, w = row[base + t], flat[o + t]
+                a0 += v * w[c]
+                a1 += v * w[c + 1]
+                a2 += v * w[c + 2]
+                a3 += v * w[c + 3]
+                a4 += v * w[c + 4]
+                a5 += v * w[c + 5]
+                a6 += v * w[c + 6]
+                a7 += v * w[c + 7]
+            sums = (a0, a1, a2, a3, a4, a5, a6, a7)
+            for k in range(min(8, out.shape[1] - c)):
+                out[i, c + k] = sums[k]
+
+
+@kernel
+def _chebyshev(coef, u):   # pragma: no cover - compiled
+    """sum_j coef[j] T_j(u) by Clenshaw's recurrence."""
+    b1, b2 = 0.0, 0.0
+    for j in range(coef.shape[0] - 1, 0, -1):
+        b1, b2 = 2.0 * u * b1 - b2 + coef[j], b1
+    return u * b1 - b2 + coef[0]
+
+
+@kernel
+def _negative(r_row, coef, pos, x):   # pragma: no cover - compiled
+    """Minus the interpolated correlation at x (1-based position) on the piece
+    (pos - 1, pos) or (pos, pos + 1) it lies in; the sample itself at whole x."""
+    m = math.floor(x)
+    if x == m:
+        return -r_row[int(m) - 1]
+    piece = min(max(int(m) - (pos - 1), 0), 1)
+    return -_chebyshev(coef[piece], 2.0 * (x - m) - 1.0)
+
+
+@kernel
+def _brent(r, rows, pos, coef, tol, max_iter, peak, at):   # pragma: no cover - compiled
+    """Maximum of the interpolated correlation of each candidate i (row rows[i] of r,
+    Chebyshev pieces coef[i] on either side of its lag pos[i]) over pos +- 1: Brent's
+    minimisation of its negative with the golden-section start, parabolic steps, step
+    floor and stopping rule of Praat's NUMminimize_brent. (maximum, position) into
+    peak, at."""
+    for i in range(rows.shape[0]):
+        row, p = r[rows[i]], pos[i]
+        a, b = p - 1.0, p + 1.0
+        v = a + _GOLDEN * (b - a)
+        fv = _negative(row, coef[i], p, v)
+        x, w, fx, fw = v, v, fv, fv
+        for _ in range(max_iter):
+            mid = 0.5 * (a + b)
+            tol_act = _SQRT_EPS * abs(x) + tol / 3.0
+            if not abs(x - mid) + (b - a) / 2.0 > 2.0 * tol_act:
+                break
+            step = _GOLDEN * (b - x if x < mid else a - x)
+            t1 = (x - w) * (fx - fv)
+            q = (x - v) * (fx - fw)
+            pp = (x - v) * q - (x - w) * t1
+            q = 2.0 * (q - t1)
+            if q > 0.0:
+                pp = -pp
+            q = abs(q)
+            if (abs(x - w) >= tol_act and abs(pp) < abs(step * q) and pp > q * (a - x + 2.0 * tol_act)
+                    and pp < q * (b - x - 2.0 * tol_act)):
+                step = pp / q
+            if abs(step) < tol_act:
+                step = tol_act if step > 0.0 else -tol_act
+            t = x + step
+            ft = _negative(row, coef[i], p, t)
+            if ft <= fx:
+                if t < x:
+                    b = x
+                else:
+                    a = x
+                v, fv, w, fw, x, fx = w, fw, x, fx, t, ft
+            else:
+                if t < x:
+                    a = t
+                else:
+                    b = t
+                if ft <= fw or w == x:
+                    v, fv, w, fw = w, fw, t, ft
+                elif ft <= fv or v == x or v == w:
+                    v, fv = t, ft
+        peak[i], at[i] = -fx, x
 
 
 def _refine(r: np.ndarray, rows: np.ndarray, pos: np.ndarray, tol: float = 1e-10,
             max_iter: int = 60) -> tuple[np.ndarray, np.ndarray]:
     """Maximum of the interpolated correlation rows r[rows] over pos +- 1 (1-based
-    positions): Brent's minimisation of its negative, for all rows in lockstep, with
-    the golden-section start, parabolic steps, step floor and stopping rule of Praat's
-    NUMminimize_brent. Returns (maximum, position)."""
-    coef = np.stack([_by_piece(r, rows, pos - 1, _coefficient_weights, CHEB_N),
-                     _by_piece(r, rows, pos, _coefficient_weights, CHEB_N)], axis=1)
-
-    def neg(sel: np.ndarray, x: np.ndarray) -> np.ndarray:
-        m = np.floor(x).astype(int)
-        piece = np.clip(m - (pos[sel] - 1), 0, 1)
-        val = _chebyshev(coef[sel, piece], 2.0 * (x - m) - 1.0)
-        exact = x == m
-        val[exact] = r[rows[sel][exact], m[exact] - 1]
-        return -val
-
-    a, b = pos - 1.0, pos + 1.0
-    v = a + _GOLDEN * (b - a)
-    fv = neg(np.arange(len(rows)), v)
-    x, w, fx, fw = v.copy(), v.copy(), fv.copy(), fv.copy()
-    active = np.ones(len(rows), dtype=bool)
-    for _ in range(max_iter):
-        mid = 0.5 * (a + b)
-        tol_act = _SQRT_EPS * np.abs(x) + tol / 3.0
-        active &= np.abs(x - mid) + (b - a) / 2.0 > 2.0 * tol_act
-        if not active.any():
-            break
-        step = _GOLDEN * np.where(x < mid, b - x, a - x)
-        t1 = (x - w) * (fx - fv)
-        q = (x - v) * (fx - fw)
-        p = (x - v) * q - (x - w) * t1
-        q = 2.0 * (q - t1)
-        p = np.where(q > 0.0, -p, p)
-        q = np.abs(q)
-        parabolic = (np.abs(x - w) >= tol_act) & (np.abs(p) < np.abs(step * q)) \
-            & (p > q * (a - x + 2.0 * tol_act)) & (p < q * (b - x - 2.0 * tol_act))
-        step = np.where(parabolic, p / np.where(parabolic, q, 1.0), step)
-        step = np.where(np.abs(step) < tol_act, np.where(step > 0.0, tol_act, -tol_act), step)
-        t = x + step
-        ft = np.zeros(len(rows))
-        idx = np.flatnonzero(active)
-        ft[idx] = neg(idx, t[idx])
-        better = active & (ft <= fx)
-        worse = active & ~better
-        left_of_x = t < x
-        a = np.where(better & ~left_of_x, x, np.where(worse & left_of_x, t, a))
-        b = np.where(better & left_of_x, x, np.where(worse & ~left_of_x, t, b))
-        new_w = worse & ((ft <= fw) | (w == x))
-        new_v = worse & ~new_w & ((ft <= fv) | (v == x) | (v == w))
-        v, fv = (np.where(better | new_w, w, np.where(new_v, t, v)),
-                 np.where(better | new_w, fw, np.where(new_v, ft, fv)))
-        w, fw = np.where(better, x, np.where(new_w, t, w)), np.where(better, fx, np.where(new_w, ft, fw))
-        x, fx = np.where(better, t, x), np.where(better, ft, fx)
-    return -fx, x
+    positions), by `_brent` on the Chebyshev expansions of the two unit intervals
+    around each. Returns (maximum, position)."""
+    pieces = _pieces(r.shape[1], _coefficient_weights)
+    coef = np.stack([pieces.apply(r, rows, pos - 1), pieces.apply(r, rows, pos)], axis=1)
+    peak, at = np.empty(len(rows)), np.empty(len(rows))
+    _brent(np.ascontiguousarray(r), rows.astype(np.int64), pos.astype(np.int64), coef, float(tol), int(max_iter),
+           peak, at)
+    return peak, at
 
 
 def praat_harmonicity(snd: parselmouth.Sound, time_step: float, pitch_floor: float,
@@ -213,14 +307,17 @@ def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, 
     span = max_lag + width
     if np.any(start - 1 + span > nx):
         return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
-    seg = z[(start - 1)[:, None] + np.arange(span)[None, :]] - local_mean[:, None]
-    first = seg[:, :width]
     nfft = 1 << (span + width - 2).bit_length()   # the smallest power of two >= span + width - 1
-    product = np.fft.irfft(np.conj(np.fft.rfft(first, nfft)) * np.fft.rfft(seg, nfft), nfft)[:, :max_lag + 1]
-    sq = np.concatenate([np.zeros((len(t), 1)), np.cumsum(seg * seg, axis=1)], axis=1)
     lags = np.arange(max_lag + 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        corr = product / np.sqrt(sq[:, width:width + 1] * (sq[:, lags + width] - sq[:, lags]))
+    corr = np.empty((len(t), max_lag + 1))
+    step = max(1, _CORRELATION_CHUNK // nfft)   # frames at a time, so the spectra stay in cache
+    for lo in range(0, len(t), step):
+        part = slice(lo, lo + step)
+        seg = z[(start[part] - 1)[:, None] + np.arange(span)[None, :]] - local_mean[part, None]
+        product = np.fft.irfft(np.conj(np.fft.rfft(seg[:, :width], nfft)) * np.fft.rfft(seg, nfft), nfft)
+        sq = np.concatenate([np.zeros((len(seg), 1)), np.cumsum(seg * seg, axis=1)], axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            corr[part] = product[:, :max_lag + 1] / np.sqrt(sq[:, width:width + 1] * (sq[:, lags + width] - sq[:, lags]))
     corr[:, 0] = 1.0
     # the symmetric correlation over lags -width..width, 1-based: lag k at k + width + 1
     n = 2 * width + 1
@@ -237,8 +334,7 @@ def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, 
     pos = k[col] + width + 1
     # screen: the integer points and a grid inside each neighbouring unit interval
     grid = np.concatenate([r[rows, pos - 2][:, None], r[rows, pos - 1][:, None], r[rows, pos][:, None],
-                           _by_piece(r, rows, pos - 1, _grid_weights, SCREEN_STEPS - 1),
-                           _by_piece(r, rows, pos, _grid_weights, SCREEN_STEPS - 1)], axis=1)
+                           _screen(r, rows, pos - 1), _screen(r, rows, pos)], axis=1)
     coarse = np.max(np.where(np.isfinite(grid), grid, -np.inf), axis=1)
     reflected = np.where(coarse > 1.0, 1.0 / coarse, coarse)
     best = np.full(len(t), -np.inf)

@@ -152,3 +152,25 @@ def test_cpps_on_our_cepstrogram_equals_praats_get_cpps(make, sr):
     ours = cepstrogram_cpps(*power_cepstrogram(x, sr, st.pitch_floor, st.time_step, st.max_frequency,
                                                st.pre_emphasis_from), st)
     assert ours == pytest.approx(praat_cpps_db(parselmouth.Sound(x, sampling_frequency=sr), st), abs=1e-9)
+
+
+@pytest.mark.parametrize("up,down", [(10, 16), (5, 8), (16, 10), (2, 3), (6, 6)])
+def test_polyphase_filter_adds_as_scipys_upfirdn(up, down):
+    """The compiled polyphase filter gives scipy.signal.upfirdn's sums bit for bit: the
+    same products, added in the same order."""
+    from scipy.signal import upfirdn
+
+    from voicebias.instruments.cepstrum import _fine_kernel, _polyphase
+
+    y = np.random.default_rng(up * down).standard_normal(5000)
+    kern = _fine_kernel(up)
+    slope = (_fine_kernel(up, 1e-5) - _fine_kernel(up, -1e-5)) / 2e-5   # as the resampling uses them
+    assert np.isfinite(kern).all() and np.isfinite(slope).all()
+    lead, count = 60 * up, 1200
+    value, deriv = _polyphase(y, kern, slope, up, down, lead, count)
+    for got, k in ((value, kern), (deriv, slope)):
+        c = k.size // 2
+        delay = (-(lead + c)) % down
+        m0 = (lead + c + delay) // down
+        want = upfirdn(np.concatenate([np.zeros(delay), k]), y, up, down)[m0:m0 + count]
+        assert got.tobytes() == want.tobytes()

@@ -146,3 +146,43 @@ def test_unknown_formant_method_is_a_clear_error():
     with pytest.raises(ValueError, match="formant_method must be 'dap' or 'burg', not 'lpc'"):
         measure_signal(synthetic_vowel(120.0, vowel_formants("a", "male")), SR,
                        MeasureSettings(60, 300, 5500, 0.01, formant_method="lpc"))
+
+
+def _polynomial(roots: np.ndarray) -> np.ndarray:
+    """Monic real polynomial with these roots (conjugate pairs), as a predictor row."""
+    return np.real(np.poly(roots))
+
+
+def test_polynomial_roots_find_planted_roots():
+    """Roots planted inside the unit circle (six conjugate pairs a quarter radian or
+    more apart, as a twelfth-order predictor has, and pairs of real roots) come back to
+    1e-10, frame after frame (each starts from the frame before, each unlike it)."""
+    from voicebias.instruments.acoustics import polynomial_roots
+
+    rng = np.random.default_rng(7)
+    planted = []
+    for i in range(300):
+        angles = 0.15 + 0.45 * np.arange(6) + rng.uniform(0.0, 0.2, 6)
+        radii = rng.uniform(0.5, 0.98, 6)
+        pairs = radii * np.exp(1j * angles)
+        roots = np.concatenate([pairs, pairs.conj()])
+        if i % 10 == 9:   # two real roots in place of a pair
+            roots[5], roots[11] = rng.uniform(-0.9, -0.1), rng.uniform(0.1, 0.9)
+        planted.append(roots)
+    found = polynomial_roots(np.array([_polynomial(r) for r in planted]))
+    assert found.shape == (300, 12)
+    for got, want in zip(found, planted):
+        distance = np.abs(got[:, None] - want[None, :])
+        assert distance.min(axis=0).max() < 1e-10 and distance.min(axis=1).max() < 1e-10
+
+
+def test_polynomial_roots_of_a_double_root_and_an_undefined_row():
+    from voicebias.instruments.acoustics import polynomial_roots
+
+    double = np.array([0.5 + 0.5j, 0.5 + 0.5j, 0.5 - 0.5j, 0.5 - 0.5j, -0.7, 0.2])
+    a = np.stack([_polynomial(double), np.full(7, np.nan)])
+    a[1, 0] = 1.0
+    found = polynomial_roots(a)
+    # a double root is defined only to about the square root of the rounding
+    assert np.abs(found[0][:, None] - double[None, :]).min(axis=0).max() < 1e-6
+    assert np.isnan(found[1]).all()
