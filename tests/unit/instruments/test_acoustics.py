@@ -128,3 +128,51 @@ def test_espeak_rejects_unknown_voice_and_empty_text():
 def test_unknown_tts_backend_is_a_clear_error():
     with pytest.raises(KeyError, match="unknown TTS backend 'festival'"):
         get_backend("festival")
+
+
+_MEASURE_ONE = """
+import json, sys
+import numpy as np
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
+sr = 16000
+t = np.arange(int(1.5 * sr)) / sr
+rng = np.random.default_rng(11)
+out = {}
+for name, f0, floor, ceiling in (("male", 105.0, 60.0, 300.0), ("female", 215.0, 100.0, 500.0)):
+    phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.04 * np.sin(2 * np.pi * 4 * t))) / sr
+    x = sum(np.sin(k * phase + 0.3 * k) / k ** 1.5 for k in range(1, int(7000 / f0)))
+    x = x * (0.6 + 0.4 * np.sin(2 * np.pi * 1.3 * t) ** 2) + 0.02 * rng.standard_normal(t.size)
+    m = measure_signal((0.3 * x / np.max(np.abs(x))).astype(np.float32), sr, MeasureSettings(floor, ceiling, 5500.0, 0.01))
+    out[name] = {k: float(v).hex() for k, v in m.items()}
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
+def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
+    """The same bytes on every x86-64 machine: on an AVX-512 CPU, a process that keeps
+    NumPy and OpenBLAS to their AVX2 code and compiles the instrument's loops for an
+    AVX2 processor (Haswell) measures every component of two voices bit for bit as the
+    native process does."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if "avx512f" not in flags or "avx2" not in flags:
+        pytest.skip("needs an x86-64 CPU with AVX-512 to compare its code paths with AVX2's")
+    avx2 = {"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell",
+            "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"}
+    base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "NUMBA_CACHE_DIR"}
+    script = tmp_path / "measure_one.py"
+    script.write_text(_MEASURE_ONE)
+    out = {}
+    for name, env in (("native", base), ("avx2", {**base, **avx2})):
+        out[name] = tmp_path / f"{name}.json"
+        subprocess.run([sys.executable, str(script), str(out[name])], check=True, capture_output=True, text=True,
+                       env={**env, "NUMBA_CACHE_DIR": str(tmp_path / f"numba-{name}")},
+                       cwd=Path(__file__).resolve().parents[3])
+    native, emulated = json.loads(out["native"].read_text()), json.loads(out["avx2"].read_text())
+    assert all(float.fromhex(v) == float.fromhex(v) for v in native["male"].values())   # every measure defined
+    assert native == emulated
