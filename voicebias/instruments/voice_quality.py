@@ -126,16 +126,17 @@ def _band_peaks(spec, n_bins, df, freqs, i0, i1, level, at):   # pragma: no cove
     freqs, df apart): the highest level 20 log10 |spec| (dB, floored at -240) over bins
     i0..i1-1 into `level`, parabolic-interpolated through its neighbours where it is
     not at the spectrum's edge, and its frequency (Hz) into `at` (the first bin of a
-    tie). Rows with i1 <= i0 are left alone."""
+    tie; the search compares squared magnitudes, floored at 1e-24). Rows with i1 <= i0
+    are left alone."""
     for t in range(spec.shape[0]):
         if i1[t] <= i0[t]:
             continue
         k, best = i0[t], -1.0
         for b in range(i0[t], i1[t]):
-            v = max(math.hypot(spec[t, b].real, spec[t, b].imag), 1e-12)
+            v = max(spec[t, b].real * spec[t, b].real + spec[t, b].imag * spec[t, b].imag, 1e-24)
             if v > best:
                 k, best = b, v
-        b = 20 * math.log10(best)
+        b = 20 * math.log10(max(math.hypot(spec[t, k].real, spec[t, k].imag), 1e-12))
         if 0 < k < n_bins - 1:
             a = 20 * math.log10(max(math.hypot(spec[t, k - 1].real, spec[t, k - 1].imag), 1e-12))
             c = 20 * math.log10(max(math.hypot(spec[t, k + 1].real, spec[t, k + 1].imag), 1e-12))
