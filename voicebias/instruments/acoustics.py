@@ -592,8 +592,8 @@ def component_sources() -> dict[str, list[Any]]:
         "cpps": [vq.cpps_db, vq.cepstrogram_cpps, vq._window_mean_weights, vq._regular_rows, vq._cpps_smoothed, vq._cpps_line_peaks, vq._theil_slopes, vq._median_near, vq._median_of_ranks, vq._select,
                  repr(vq.CPPS_CHUNK), jit,
                  vq.voiced_intervals, vq.CPPSSettings, _cpps_measures, cepstrum],
-        "hnr": [vq.hnr_db, hm.harmonicity_at, hm.interpolation_weights, hm._coefficient_weights, hm._grid_weights,
-                hm._Pieces, hm._apply_pieces, hm._screen, hm._chebyshev, hm._negative, hm._brent, hm._refine, hm._from_praat, jit,
+        "hnr": [vq.hnr_db, hm.harmonicity_at, hm.interpolation_weights, hm._coefficient_weights, hm._node_sums, hm._grid_weights,
+                hm._Pieces, hm._apply_pieces, hm._screen, hm._normalised_correlation, hm._local_maxima, hm._chebyshev, hm._negative, hm._brent, hm._refine, hm._from_praat, jit,
                 repr((hm.SINC_DEPTH, hm.CHEB_N, hm.SCREEN_STEPS, hm.SCREEN_MARGIN, hm.FLAT, hm._CORRELATION_CHUNK)), _hnr_measures],
     }
 

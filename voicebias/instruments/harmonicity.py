@@ -90,10 +90,20 @@ def _coefficient_weights(n: int, m: int) -> tuple[int, np.ndarray]:
     node-to-coefficient matrix is summed node by node in order (not by BLAS, whose
     order depends on the processor)."""
     left, w = interpolation_weights(n, m + _NODES)
-    coef = np.zeros((w.shape[1], CHEB_N))
-    for k in range(CHEB_N):
-        coef += w[k][:, None] * _TO_COEF[:, k][None, :]
-    return left, coef
+    return left, _node_sums(w, _TO_COEF)
+
+
+@kernel
+def _node_sums(w, to_coef):   # pragma: no cover - compiled
+    """out[t, j] = sum_k to_coef[j, k] w[k, t], summed in order of k."""
+    out = np.empty((w.shape[1], to_coef.shape[0]))
+    for t in range(w.shape[1]):
+        for j in range(to_coef.shape[0]):
+            acc = 0.0
+            for k in range(w.shape[0]):
+                acc += w[k, t] * to_coef[j, k]
+            out[t, j] = acc
+    return out
 
 
 def _grid_weights(n: int, m: int) -> tuple[int, np.ndarray]:
@@ -265,6 +275,49 @@ def _refine(r: np.ndarray, rows: np.ndarray, pos: np.ndarray, tol: float = 1e-10
     return peak, at
 
 
+@kernel
+def _normalised_correlation(seg, product, width, max_lag, r):   # pragma: no cover - compiled
+    """Per frame (rows of seg, the frame's samples minus their local mean, and product,
+    the cross-products of its first `width` samples with the samples k later): the
+    normalised correlation product[k] / sqrt(e(0) e(k)), e(k) the energy of the width
+    samples from k on, at lags k = 1..max_lag (lag 0 is 1), written into r at
+    width + k and, mirrored, at width - k."""
+    sq = np.empty(seg.shape[1] + 1)
+    for f in range(seg.shape[0]):
+        sq[0] = 0.0
+        for j in range(seg.shape[1]):   # running energy, summed in order
+            sq[j + 1] = sq[j] + seg[f, j] * seg[f, j]
+        r[f, width] = 1.0
+        for k in range(1, max_lag + 1):
+            v = product[f, k] / math.sqrt(sq[width] * (sq[k + width] - sq[k]))
+            r[f, width + k] = v
+            r[f, width - k] = v
+
+
+@kernel
+def _local_maxima(r, width, max_lag):   # pragma: no cover - compiled
+    """The candidates: every lag k, 2 <= k < min(max_lag, width), at which the
+    correlation (r at width + k) is positive and a local maximum (above its left
+    neighbour by FLAT, not below its right one by FLAT); (frame rows, 1-based positions
+    k + width + 1), frame by frame in order of lag."""
+    top = min(max_lag, width)
+    count = 0
+    for f in range(r.shape[0]):
+        for k in range(2, top):
+            mid = r[f, width + k]
+            if mid > 0.0 and mid > r[f, width + k - 1] + FLAT and mid >= r[f, width + k + 1] - FLAT:
+                count += 1
+    rows, pos = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+    i = 0
+    for f in range(r.shape[0]):
+        for k in range(2, top):
+            mid = r[f, width + k]
+            if mid > 0.0 and mid > r[f, width + k - 1] + FLAT and mid >= r[f, width + k + 1] - FLAT:
+                rows[i], pos[i] = f, k + width + 1
+                i += 1
+    return rows, pos
+
+
 def praat_harmonicity(snd: parselmouth.Sound, time_step: float, pitch_floor: float,
                       silence_threshold: float = 0.1, periods_per_window: float = 1.0) -> parselmouth.Harmonicity:
     """Praat's own "To Harmonicity (cc)" (the reference this module is checked against)."""
@@ -308,30 +361,19 @@ def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, 
     if np.any(start - 1 + span > nx):
         return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
     nfft = 1 << (span + width - 2).bit_length()   # the smallest power of two >= span + width - 1
-    lags = np.arange(max_lag + 1)
-    corr = np.empty((len(t), max_lag + 1))
+    # the symmetric correlation over lags -width..width, 1-based: lag k at k + width + 1
+    n = 2 * width + 1
+    r = np.full((len(t), n), np.nan)
     step = max(1, _CORRELATION_CHUNK // nfft)   # frames at a time, so the spectra stay in cache
     for lo in range(0, len(t), step):
         part = slice(lo, lo + step)
         seg = z[(start[part] - 1)[:, None] + np.arange(span)[None, :]] - local_mean[part, None]
         product = np.fft.irfft(np.conj(np.fft.rfft(seg[:, :width], nfft)) * np.fft.rfft(seg, nfft), nfft)
-        sq = np.concatenate([np.zeros((len(seg), 1)), np.cumsum(seg * seg, axis=1)], axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            corr[part] = product[:, :max_lag + 1] / np.sqrt(sq[:, width:width + 1] * (sq[:, lags + width] - sq[:, lags]))
-    corr[:, 0] = 1.0
-    # the symmetric correlation over lags -width..width, 1-based: lag k at k + width + 1
-    n = 2 * width + 1
-    r = np.full((len(t), n), np.nan)
-    r[:, width:width + max_lag + 1] = corr
-    r[:, width - max_lag:width + 1] = corr[:, ::-1]
-    k = np.arange(2, min(max_lag, width))
-    mid, left, right = corr[:, k], corr[:, k - 1], corr[:, k + 1]
-    is_max = (mid > 0.0) & (mid > left + FLAT) & (mid >= right - FLAT)
+        _normalised_correlation(seg, product, width, max_lag, r[part])
     max_candidates = max(15, math.floor(0.5 / dx / pitch_floor))
-    if np.any(is_max.sum(axis=1) > max_candidates - 1):
+    rows, pos = _local_maxima(r, width, max_lag)
+    if len(rows) and np.max(np.bincount(rows)) > max_candidates - 1:
         return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
-    rows, col = np.nonzero(is_max)
-    pos = k[col] + width + 1
     # screen: the integer points and a grid inside each neighbouring unit interval
     grid = np.concatenate([r[rows, pos - 2][:, None], r[rows, pos - 1][:, None], r[rows, pos][:, None],
                            _screen(r, rows, pos - 1), _screen(r, rows, pos)], axis=1)
