@@ -159,11 +159,9 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
     import sys
     from pathlib import Path
 
-    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    if "avx512f" not in flags or "avx2" not in flags:
-        pytest.skip("needs an x86-64 CPU with AVX-512 to compare its code paths with AVX2's")
-    avx2 = {"OPENBLAS_CORETYPE": "Haswell", "NUMBA_CPU_NAME": "haswell",
-            "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"}
+    from tests.isa import AVX2_CODE_PATHS as avx2, require_avx512
+
+    require_avx512()
     base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "NUMBA_CACHE_DIR"}
     script = tmp_path / "measure_one.py"
     script.write_text(_MEASURE_ONE)

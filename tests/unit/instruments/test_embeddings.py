@@ -272,11 +272,9 @@ def test_resemblyzer_embedding_is_the_same_on_avx2_and_avx512_code_paths(tmp_pat
     import subprocess
     import sys
 
-    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    if "avx512f" not in flags or "avx2" not in flags:
-        pytest.skip("needs an x86-64 CPU with AVX-512 to compare its code paths with AVX2's")
-    avx2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Haswell",
-            "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"}
+    from tests.isa import AVX2_CODE_PATHS as avx2, require_avx512
+
+    require_avx512()
     base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "MKL_CBWR"}
     script = tmp_path / "embed_one.py"
     script.write_text(_EMBED_ONE)
