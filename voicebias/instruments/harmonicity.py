@@ -106,6 +106,7 @@ def _node_sums(w, to_coef):   # pragma: no cover - compiled
     return out
 
 
+@lru_cache(maxsize=16384)
 def _grid_weights(n: int, m: int) -> tuple[int, np.ndarray]:
     """Weights that give the interpolation at the SCREEN_STEPS - 1 inner points of a
     grid on (m, m + 1): (first index, (taps, SCREEN_STEPS - 1))."""
@@ -115,7 +116,7 @@ def _grid_weights(n: int, m: int) -> tuple[int, np.ndarray]:
 
 class _Pieces:
     """The weights of every piece (m, m + 1) of an n-point array for one evaluation
-    (`weights`: _grid_weights or _coefficient_weights), packed for `_apply_pieces`:
+    (`weights`, e.g. _coefficient_weights), packed for `_apply_pieces`:
     computed the first time a piece is asked for, then kept for the process."""
 
     def __init__(self, n: int, weights) -> None:
@@ -156,14 +157,10 @@ def _screen(r: np.ndarray, rows: np.ndarray, ms: np.ndarray) -> np.ndarray:
     pieces, starts = np.unique(ms[order], return_index=True)
     for m, lo, hi in zip(pieces.tolist(), starts.tolist(), [*starts[1:].tolist(), len(order)]):
         sel = order[lo:hi]
-        left, w = _grid_weights_cached(r.shape[1], m)
+        left, w = _grid_weights(r.shape[1], m)
         out[sel] = r[rows[sel], left - 1:left - 1 + w.shape[0]] @ w
     return out
 
-
-@lru_cache(maxsize=16384)
-def _grid_weights_cached(n: int, m: int) -> tuple[int, np.ndarray]:
-    return _grid_weights(n, m)
 
 
 @kernel
