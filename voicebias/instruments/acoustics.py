@@ -787,7 +787,8 @@ def measure_files(
     component's settings and code) and only missing components are measured; the
     counts go to `measure_files.last_counts` and to stderr. `components` (default all)
     names the components a stage uses (components_for); the measures of the others are
-    NaN in the table, not measured.
+    NaN in the table, not measured. A cache entry that is damaged or of the wrong shape is
+    measured again and counted (`corrupt` in the counts).
     """
     from voicebias.instruments.measure_cache import MeasureCache, measure_jobs
 
@@ -798,7 +799,9 @@ def measure_files(
     if cache is not None:
         print(f"{desc}: {counts['files']} files; " + ", ".join(
             f"{c} {counts['measured'][c]} measured / {counts['cached'][c]} cached" for c in COMPONENTS
-            if counts['measured'][c] or counts['cached'][c]), file=sys.stderr)
+            if counts['measured'][c] or counts['cached'][c])
+            + (f"; {counts['corrupt']} damaged cache entries measured again" if counts["corrupt"] else ""),
+            file=sys.stderr)
     df = pd.DataFrame(rows, columns=["id", *STATUS_COLUMNS, *MEASURE_COLUMNS])
     for col in ("reason", "error", "note"):
         df[col] = df[col].fillna("").astype(str)
