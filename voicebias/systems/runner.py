@@ -231,8 +231,8 @@ class ResponseCache:
         record = self.records.get(key)
         if record is None:
             return None
-        if (record.get("output_audio_cached") or record.get("status") == "ok") and not self._audio_intact(self.audio_path(key),
-                                                                         record.get("output_audio_sha256")):
+        has_audio = record.get("output_audio_cached") or record.get("status") == "ok"
+        if has_audio and not self._audio_intact(self.audio_path(key), record.get("output_audio_sha256")):
             with self._lock:
                 self.audio_corrupt += 1
             return None
