@@ -164,18 +164,23 @@ def _read_part(path: str, settings: Any, sample_rate: int, part: str) -> tuple[n
 
 def _work(job: tuple[Any, str, Any, int, str, tuple[str, ...]]) -> dict[str, Any]:
     """Worker: read one part of one file and measure the components asked for with the
-    instrument's `measure_components`."""
+    instrument's `measure_components`. A refusal (AudioError) is returned with its code;
+    any other error is returned as `measure_error` with its text, so one file never ends
+    the batch (in a process pool an exception would end pool.map for every file)."""
     from voicebias.audio import AudioError
 
     measure_components, path, settings, sample_rate, part, components = job
+    if os.path.isdir(path):  # not "missing": there is something at the path, but no file
+        return {"refused": ["not_audio", f"{path}: a folder, not an audio file"]}
     try:
         x, sr, read = _read_part(path, settings, sample_rate, part)
-    except AudioError as exc:
-        return {"refused": [exc.code, str(exc)]}
-    try:
         measured = measure_components(x, sr, settings, components)
-    except AudioError as exc:  # the signal cannot be analysed at all (sample rate)
+    except AudioError as exc:  # unreadable, or the signal cannot be analysed at all (sample rate, too short)
         return {"refused": [exc.code, str(exc)]}
+    except Exception as exc:  # noqa: BLE001 - this file's row, never the batch's end
+        text = " ".join(str(exc).split())  # Praat's messages span lines
+        return {"refused": ["measure_error", f"{path}: {type(exc).__name__}: {text}" if text
+                            else f"{path}: {type(exc).__name__}"]}
     return {"read": read, "components": measured}
 
 
