@@ -145,3 +145,17 @@ def test_processes_writing_one_entry_at_once_leave_one_whole_entry(tmp_path):
         p.join(timeout=120)
     assert [p.exitcode for p in procs] == [0] * n  # a writer that raised exits 1
     _assert_one_whole_entry(tmp_path, key, [f"answer {i}" for i in range(n * rounds)])
+
+
+def test_the_corrupt_count_goes_to_the_run_log_and_the_mlflow_run(tmp_path):
+    from voicebias.report.tracking import _run_log_metrics
+    from voicebias.runlog import latest, record
+
+    task, system, table1 = _first_run(tmp_path)
+    _garbage(ResponseCache(tmp_path / "cache").audio_path(table1["cache_key"].iloc[0]))
+    _, counts = _again(tmp_path, task, system)
+    log = tmp_path / "runs.jsonl"
+    record("respond@counting-describe", split_counts(counts)[1], log)
+    assert latest(log)["respond@counting-describe"]["corrupt"] == 1
+    metrics = {m.key: m.value for m in _run_log_metrics(latest(log))}
+    assert metrics["run/respond/counting-describe/corrupt"] == 1.0
