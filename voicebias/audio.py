@@ -10,7 +10,8 @@ can count its exclusions by reason (see `load_for_analysis`):
 code               when
 =================  ===========================================================
 missing            no file at the path
-not_audio          libsndfile cannot open the file (text, image, unknown format)
+not_audio          libsndfile cannot open the file (text, image, unknown format);
+                   the instrument also gives it to a folder named as a file
 truncated          the header declares more audio than the file holds, or the
                    compressed stream breaks off
 empty              the file holds no samples
@@ -23,7 +24,14 @@ too_long           longer than the allowed duration (checked from the header,
                    before decoding)
 stereo_cancels     the channels cancel when averaged (one channel polarity-inverted)
 no_voicing         readable audio with too few voiced frames to measure
+too_short          too short for the pitch analysis to give the frames every
+                   measure needs (voicebias.instruments.acoustics.min_duration_s)
+measure_error      any other error while one file was measured (its text in
+                   the row's `error`)
 =================  ===========================================================
+
+The last three are given by the acoustic instrument (voicebias.instruments.acoustics),
+the others when a file is read.
 
 Stereo files are averaged to mono and other sample rates resampled; both are
 kept and reported in a note, not excluded.

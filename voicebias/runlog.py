@@ -18,7 +18,7 @@ from voicebias.config import RUN_LOG
 from voicebias.io import _clean
 
 #: counts a runner reports that depend on this run (cache state, retries, timing), not on the evidence
-RUN_FACTS = ("calls", "attempts", "cache_hits", "asr_calls", "wall_s")
+RUN_FACTS = ("calls", "attempts", "cache_hits", "corrupt", "asr_calls", "wall_s")
 
 
 def split_counts(counts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

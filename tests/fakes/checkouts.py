@@ -69,6 +69,26 @@ def command_checkout(folder: Path) -> Path:
     return folder
 
 
+ARGV_SCRIPT = '''
+import os
+import sys
+import numpy as np
+import soundfile as sf
+# the words after the output path, as the bytes this process received, NUL-separated
+with open("received.bin", "wb") as fh:
+    fh.write(b"\\0".join(os.fsencode(a) for a in sys.argv[2:]))
+sf.write(sys.argv[1], (0.2 * np.sin(2 * np.pi * 150 * np.arange(1600) / 16000)).astype(np.float32), 16000)
+'''
+
+
+def argv_checkout(folder: Path) -> Path:
+    """Add record_argv.py to a checkout: it writes a tone to its first argument and the
+    bytes of every further argument it received to received.bin in its working directory."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "record_argv.py").write_text(ARGV_SCRIPT)
+    return folder
+
+
 def _write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         p = root / rel

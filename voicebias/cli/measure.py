@@ -4,7 +4,8 @@ Each file is read, checked and measured exactly as the pipeline's acoustics stag
 does it (voicebias.instruments.acoustics.measure_files, on all cores): mono, resampled
 to `tts.sample_rate` Hz, refused with the reason codes of voicebias.audio (missing,
 not_audio, truncated, empty, nan, silent, clipped, low_sample_rate, too_long,
-stereo_cancels, no_voicing). Formats are those the installed libsndfile reads (WAV,
+stereo_cancels, no_voicing, too_short; measure_error for any other error in one file,
+which stays that file's row). Formats are those the installed libsndfile reads (WAV,
 FLAC, OGG, MP3 from libsndfile 1.1), at any sample rate.
 
 Settings: `--gender male|female` takes MeasureSettings.for_gender of the `acoustics`
@@ -31,6 +32,7 @@ import pandas as pd
 
 from voicebias import config
 from voicebias.contract import GENDERS, MEASURE_COLUMNS
+from voicebias.exceptions import ConfigError
 from voicebias.io import write_table
 from voicebias.params import load_params
 
@@ -80,6 +82,9 @@ def _refusal_line(file: str, reason: str, error: str) -> str:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
+    if args.out and Path(args.out).is_dir():  # checked first: measuring takes time
+        raise ConfigError(f"--out {args.out} is a folder; give the CSV file to write, e.g. "
+                          f"--out {Path(args.out) / 'measures.csv'}")
     params, source = active_params()
     settings = settings_for(params["acoustics"], args.gender)
     sample_rate = int(params["tts"]["sample_rate"])

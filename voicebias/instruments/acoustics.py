@@ -28,6 +28,18 @@ of it at under a third of the time, 0.01 within about 0.15 dB), and audio checks
 Files that cannot be measured are kept in the table with status 'excluded', a
 short `reason` code and the readable `error` (voicebias.audio lists the codes);
 conversions applied to accepted files (stereo to mono, resampling) are in `note`.
+Two codes come from the measuring itself:
+
+- `too_short`: a signal too short for the pitch analysis to give the MIN_VOICED_FRAMES
+  (3) frames every measure is taken over. Praat's autocorrelation pitch analysis uses a
+  window of PITCH_WINDOW_PERIODS (3) periods of the pitch floor, and its frames are
+  `time_step` apart, so the minimum is 3 / pitch_floor + 2 * time_step (min_duration_s):
+  70 ms at a 60 Hz floor, 50 ms at 100 Hz, with time_step 0.01 s. The other analyses
+  (formants, harmonic levels, CPPS, HNR) are taken at the pitch frames and need no more.
+  Shorter audio is refused before Praat sees it, which would otherwise stop with an
+  error below the window and find fewer than three frames above it.
+- `measure_error`: any other error raised while one file is read or measured; its
+  text is in `error`. It is that file's row: the other files are measured as if alone.
 """
 
 from __future__ import annotations
@@ -713,6 +725,28 @@ _COMPONENT_FUNCTIONS = {"pitch": _pitch_measures, "formants": _formant_measures,
                         "cpps": _cpps_measures, "hnr": _hnr_measures}
 
 
+#: Praat's autocorrelation pitch analysis (Sound: To Pitch) uses a window of this many
+#: periods of the pitch floor
+PITCH_WINDOW_PERIODS = 3.0
+#: voiced pitch frames a file needs: fewer is `no_voicing`, and a signal too short to
+#: give this many frames at all is `too_short`
+MIN_VOICED_FRAMES = 3
+
+
+def pitch_frames(n_samples: int, sr: int, settings: MeasureSettings) -> int:
+    """The number of frames Praat's pitch analysis gives a signal of `n_samples` samples at
+    `sr` Hz (0: shorter than the window), by Praat's own arithmetic (Sampled_shortTermAnalysis):
+    floor((duration - window) / time_step) + 1, window = PITCH_WINDOW_PERIODS / pitch_floor (s)."""
+    duration, window = (1.0 / sr) * n_samples, PITCH_WINDOW_PERIODS / settings.pitch_floor
+    return 0 if window > duration else math.floor((duration - window) / settings.time_step) + 1
+
+
+def min_duration_s(settings: MeasureSettings) -> float:
+    """The shortest signal (s) the measure set can measure with these settings: the pitch
+    window plus MIN_VOICED_FRAMES - 1 time steps (module docstring, `too_short`)."""
+    return PITCH_WINDOW_PERIODS / settings.pitch_floor + (MIN_VOICED_FRAMES - 1) * settings.time_step
+
+
 def check_settings(settings: MeasureSettings) -> None:
     """ConfigError for a formant method or bandwidth source the instrument does not know."""
     if settings.bandwidths not in ("hawks_miller", "measured"):
@@ -728,11 +762,18 @@ def measure_components(x: np.ndarray, sr: int, settings: MeasureSettings,
 
     Returns {component: {"values": {measure: value}}} for each component measured, or
     {"excluded": [code, message]} for the first one that cannot be measured (an
-    AudioError: no voicing, no formants); components after it are not measured."""
+    AudioError: no voicing, no formants); components after it are not measured.
+    Raises AudioError for a signal that cannot be analysed at all (`low_sample_rate`,
+    `too_short`: shorter than min_duration_s)."""
     check_settings(settings)
     if sr < 2 * settings.max_formant:
         raise AudioError(f"sample rate {sr} Hz is below twice the formant ceiling ({settings.max_formant:g} Hz)",
                          code="low_sample_rate")
+    if pitch_frames(len(x), sr, settings) < MIN_VOICED_FRAMES:
+        raise AudioError(f"too short to measure: {1000 * len(x) / sr:.1f} ms; the pitch analysis (a window of "
+                         f"{PITCH_WINDOW_PERIODS:g} periods of the {settings.pitch_floor:g} Hz floor, "
+                         f"{MIN_VOICED_FRAMES} frames {settings.time_step:g} s apart) needs at least "
+                         f"{1000 * min_duration_s(settings):.1f} ms", code="too_short")
     a = _Analysis(x, sr, settings)
     out: dict[str, dict[str, Any]] = {}
     for name in COMPONENTS:
@@ -780,14 +821,17 @@ def measure_files(
     voicebias.instruments.measure_cache.PARTS ('whole', the default; 'first_half',
     'second_half': the halves of the file as read). Returns one row per id: id, status
     ('ok' or 'excluded'), reason (code), error (readable), note, then MEASURE_COLUMNS
-    (NaN for excluded files). A failing file never stops the rest of the batch.
+    (NaN for excluded files). A failing file never stops the rest of the batch: an
+    error other than a refusal (AudioError) is that file's row, reason `measure_error`
+    with the error's text.
 
     With `cache_dir`, every component of every file is looked up in the measurement
     cache there first (keyed by the audio's sha256, the part, the sample rate, the
     component's settings and code) and only missing components are measured; the
     counts go to `measure_files.last_counts` and to stderr. `components` (default all)
     names the components a stage uses (components_for); the measures of the others are
-    NaN in the table, not measured.
+    NaN in the table, not measured. A cache entry that is damaged or of the wrong shape is
+    measured again and counted (`corrupt` in the counts).
     """
     from voicebias.instruments.measure_cache import MeasureCache, measure_jobs
 
@@ -798,7 +842,9 @@ def measure_files(
     if cache is not None:
         print(f"{desc}: {counts['files']} files; " + ", ".join(
             f"{c} {counts['measured'][c]} measured / {counts['cached'][c]} cached" for c in COMPONENTS
-            if counts['measured'][c] or counts['cached'][c]), file=sys.stderr)
+            if counts['measured'][c] or counts['cached'][c])
+            + (f"; {counts['corrupt']} damaged cache entries measured again" if counts["corrupt"] else ""),
+            file=sys.stderr)
     df = pd.DataFrame(rows, columns=["id", *STATUS_COLUMNS, *MEASURE_COLUMNS])
     for col in ("reason", "error", "note"):
         df[col] = df[col].fillna("").astype(str)

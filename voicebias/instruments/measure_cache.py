@@ -27,7 +27,13 @@ file, and it costs nothing to find again. A component the signal does not allow 
 voicing, no formants) is stored as excluded with its reason.
 
 Entries are JSON files under `<cache_dir>/components/<key[:2]>/<key>.json`, written
-atomically (voicebias.cache.JsonCache); an unreadable entry is a miss. A cached value
+atomically (voicebias.cache.JsonCache). An entry that is not JSON, or not of the shape
+its kind has, is a miss, counted in `corrupt` and measured again: a read entry is
+{"duration_s": a float >= 0, "note": text}; a component entry is either
+{"values": {measure: float}} with exactly the component's measures
+(voicebias.instruments.acoustics.COMPONENT_MEASURES), each finite (the voice-quality
+measures may be NaN, the value they take when no frame can be measured), or
+{"excluded": [reason code, message]}. A cached value
 is the float the measurement gave (JSON keeps it exactly), so a table built from the
 cache is byte-identical to one measured afresh. The cache is not a DVC output: deleting
 it costs time, never results.
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
@@ -92,14 +99,52 @@ def component_key(component: str, sha256: str, part: str, sample_rate: int, sett
     })
 
 
+def _is_float(v: Any, nan_ok: bool = False) -> bool:
+    return isinstance(v, float) and (math.isfinite(v) or (nan_ok and math.isnan(v)))
+
+
+def valid_read(value: Any) -> bool:
+    """Whether `value` has the shape of a read entry: {duration_s: float >= 0 (s), note: str}."""
+    return (isinstance(value, dict) and set(value) == {"duration_s", "note"} and _is_float(value["duration_s"])
+            and value["duration_s"] >= 0 and isinstance(value["note"], str))
+
+
+def valid_component(value: Any, component: str, instrument: Any) -> bool:
+    """Whether `value` has the shape of an entry of `component`: its measures as floats
+    (finite; NaN only for a voice-quality measure), or an exclusion [code, message]."""
+    from voicebias.contract import VOICE_QUALITY_MEASURES
+
+    if not isinstance(value, dict):
+        return False
+    if set(value) == {"excluded"}:
+        ex = value["excluded"]
+        return isinstance(ex, list) and len(ex) == 2 and all(isinstance(t, str) for t in ex) and bool(ex[0])
+    if set(value) != {"values"} or not isinstance(value["values"], dict):
+        return False
+    values = value["values"]
+    return (set(values) == set(instrument.COMPONENT_MEASURES[component])
+            and all(_is_float(v, nan_ok=k in VOICE_QUALITY_MEASURES) for k, v in values.items()))
+
+
 class MeasureCache:
-    """Component entries under `<root>/components/`, with hit and miss counts."""
+    """Component entries under `<root>/components/`, with hit, miss and corrupt counts
+    (`corrupt`: entries that are not JSON or not of their kind's shape, measured again)."""
 
     def __init__(self, root: Path | str):
         self.store = JsonCache(Path(root) / "components", shard=2, check=lambda v: isinstance(v, dict))
+        self.malformed = 0
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        return self.store.get(key)
+    @property
+    def corrupt(self) -> int:
+        return self.store.corrupt + self.malformed
+
+    def get(self, key: str, check: Any = None) -> dict[str, Any] | None:
+        """The entry under `key`, or None when there is none or it fails `check(value)`."""
+        value = self.store.get(key)
+        if value is not None and check is not None and not check(value):
+            self.malformed += 1
+            return None
+        return value
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         self.store.put(key, value)
@@ -119,18 +164,23 @@ def _read_part(path: str, settings: Any, sample_rate: int, part: str) -> tuple[n
 
 def _work(job: tuple[Any, str, Any, int, str, tuple[str, ...]]) -> dict[str, Any]:
     """Worker: read one part of one file and measure the components asked for with the
-    instrument's `measure_components`."""
+    instrument's `measure_components`. A refusal (AudioError) is returned with its code;
+    any other error is returned as `measure_error` with its text, so one file never ends
+    the batch (in a process pool an exception would end pool.map for every file)."""
     from voicebias.audio import AudioError
 
     measure_components, path, settings, sample_rate, part, components = job
+    if os.path.isdir(path):  # not "missing": there is something at the path, but no file
+        return {"refused": ["not_audio", f"{path}: a folder, not an audio file"]}
     try:
         x, sr, read = _read_part(path, settings, sample_rate, part)
-    except AudioError as exc:
-        return {"refused": [exc.code, str(exc)]}
-    try:
         measured = measure_components(x, sr, settings, components)
-    except AudioError as exc:  # the signal cannot be analysed at all (sample rate)
+    except AudioError as exc:  # unreadable, or the signal cannot be analysed at all (sample rate, too short)
         return {"refused": [exc.code, str(exc)]}
+    except Exception as exc:  # noqa: BLE001 - this file's row, never the batch's end
+        text = " ".join(str(exc).split())  # Praat's messages span lines
+        return {"refused": ["measure_error", f"{path}: {type(exc).__name__}: {text}" if text
+                            else f"{path}: {type(exc).__name__}"]}
     return {"read": read, "components": measured}
 
 
@@ -176,10 +226,11 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
                 "read": None, "recs": {}, "need": list(order), "sha": None}
         if cache is not None and os.path.isfile(path):
             sha = plan["sha"] = sha256_file(path)
-            plan["read"] = cache.get(read_key(sha, part, sample_rate, settings, instrument))
+            plan["read"] = cache.get(read_key(sha, part, sample_rate, settings, instrument), valid_read)
             need = []
             for c in order:
-                rec = cache.get(component_key(c, sha, part, sample_rate, settings, instrument))
+                rec = cache.get(component_key(c, sha, part, sample_rate, settings, instrument),
+                                lambda v, c=c: valid_component(v, c, instrument))
                 if rec is None:
                     need.append(c)
                     continue
@@ -215,7 +266,7 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
             results = list(tqdm(pool.map(_work, jobs_to_run, chunksize=1), total=len(jobs_to_run), desc=desc))
 
     counts = {"files": len(plans), "measured": {c: 0 for c in COMPONENTS}, "cached": {c: 0 for c in COMPONENTS},
-              "refused": 0}
+              "refused": 0, "corrupt": cache.corrupt if cache is not None else 0}
     refused: dict[int, list[str]] = {}
     fresh: set[tuple[int, str]] = set()
     for unit, result in zip(units, results):

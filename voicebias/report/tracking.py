@@ -431,7 +431,7 @@ def _run_log_metrics(entries: dict[str, dict[str, Any]]) -> list[Any]:
 
     out = []
     for stage, entry in sorted(entries.items()):
-        for key in ("wall_s", "calls", "cache_hits", "attempts", "asr_calls"):
+        for key in ("wall_s", "calls", "cache_hits", "corrupt", "attempts", "asr_calls"):
             if isinstance(entry.get(key), (int, float)):
                 out.append(Metric(f"run/{stage.replace('@', '/')}/{key}", float(entry[key]), 0, 0))
     return out

@@ -20,7 +20,13 @@ Three routes:
   one process per request from a command template, for a wrapper of the user's own
   (docs/repository-systems.md). Placeholders: {audio} (input WAV),
   {out} (output WAV to write), {text_out} (optional text file), {prompt}, {seed},
-  {continuation_s}, {weights}, {checkout}.
+  {continuation_s}, {weights}, {checkout}. The command runs without a shell: a list
+  template is its words, a string template is split into words as a POSIX shell
+  would (`shlex`), and each word is formatted on its own, so a value (a prompt with
+  quotes, `$(...)`, backticks, newlines) reaches the command as one exact argument
+  and is never re-split or interpreted. A string template that cannot be split, or
+  that uses shell syntax (pipes, redirection, `&&`, `;`, `$VAR`, globs), is refused
+  at setup with a pointer to the list form.
 - **served** (any system with endpoints: the endpoints file ``voicebias serve <system>``
   writes, else params `endpoints` or `base_url`, else the card): the same driver runs
   behind the shim (:mod:`voicebias.serving.shim`), on this machine or another, and each
@@ -59,6 +65,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -83,6 +91,86 @@ INPUT_RATE = 16000
 SHIM_OWNER = "voicebias-shim"
 #: seconds a served request may take beyond the driver's own limit (the shim answers 504 at that limit)
 HTTP_MARGIN_S = 60.0
+
+
+#: the placeholders a command template may use (the request's fields and the system's paths)
+COMMAND_FIELDS = ("audio", "out", "text_out", "prompt", "seed", "lang", "target_lang", "task", "continuation_s",
+                  "text_stream", "weights", "checkout")
+#: characters a POSIX shell gives a meaning outside quotes (separators, pipes, redirection,
+#: subshells, expansions, globs); a command runs without a shell, so they are refused
+_SHELL_CHARS = set("|&;<>()$`*?[\n")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _shell_syntax(text: str) -> str | None:
+    """The first piece of shell syntax in `text` outside single quotes (inside double
+    quotes: `$` and backquotes, which a shell expands there too), or None."""
+    quote, word_start, i = None, True, 0
+    while i < len(text):
+        ch = text[i]
+        if quote == "'":
+            quote = None if ch == "'" else quote
+        elif quote == '"':
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quote = None
+            elif ch in "$`":
+                return f"{ch!r} inside double quotes"
+        elif ch == "\\":
+            if text[i + 1:i + 2] == "\n":
+                return "a line continuation"
+            i, word_start = i + 1, False
+        elif ch in "'\"":
+            quote, word_start = ch, False
+        elif ch in " \t":
+            word_start = True
+        elif ch in _SHELL_CHARS or (word_start and ch in "~#"):
+            return "a line break" if ch == "\n" else repr(ch)
+        else:
+            word_start = False
+        i += 1
+    return None
+
+
+def command_words(template: Any, name: str) -> list[str]:
+    """The words of a `command` template: a list as given (each item a word), a string
+    split as a POSIX shell splits words (quotes removed). SetupError for a string that
+    cannot be split, that uses shell syntax, or that sets a variable before the command."""
+    hint = (f"give systems.{name}.command as a list of words instead, each placeholder inside its word, e.g. "
+            '[python, run.py, "{audio}", "{out}", "--prompt={prompt}"]; the command runs without a shell, so '
+            "a pipe, a redirection or a variable belongs in a script of your own")
+    if isinstance(template, (list, tuple)):
+        words = [str(w) for w in template]
+    elif isinstance(template, str):
+        try:
+            words = shlex.split(template)
+        except ValueError as exc:
+            raise SetupError(f"system '{name}': its command template cannot be split into words ({exc}); "
+                             f"{hint}") from None
+        problem = _shell_syntax(template.strip())
+        if problem is None and words and _ASSIGNMENT.match(words[0]):
+            problem = f"a variable assignment ({words[0]})"
+        if problem is not None:
+            raise SetupError(f"system '{name}': its command template uses shell syntax ({problem}); {hint}")
+    else:
+        raise SetupError(f"system '{name}': command must be a list of words or a string, "
+                         f"not {type(template).__name__}")
+    if not words:
+        raise SetupError(f"system '{name}': its command template is empty; {hint}")
+    import string
+
+    for word in words:
+        try:
+            names = [f for _, f, _, _ in string.Formatter().parse(word) if f is not None]
+        except ValueError as exc:
+            raise SetupError(f"system '{name}': the command word {word!r} is not a valid template ({exc}); "
+                             "write a literal brace as {{ or }}") from None
+        unknown = sorted({re.split(r"[.\[]", f, maxsplit=1)[0] for f in names} - set(COMMAND_FIELDS))
+        if unknown:
+            raise SetupError(f"system '{name}': unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)} "
+                             f"in its command; the placeholders are {', '.join('{' + f + '}' for f in COMMAND_FIELDS)}")
+    return words
 
 
 def _tail(lines: deque[str], n: int = 12) -> str:
@@ -206,6 +294,7 @@ class RepositoryBackend:
         self.root = Path(root) if root else None
         self.timeout_s = float(params.get("timeout_s") or 600.0)
         self.command = params.get("command")
+        self.command_words = command_words(self.command, self.name) if self.command is not None else None
         self.shipped = DRIVERS / driver if driver else None
         self.driver_path = resolve_path(params["driver"], self.root) if params.get("driver") else self.shipped
         self.driver = self.driver_path.name if self.driver_path else None
@@ -321,22 +410,23 @@ class RepositoryBackend:
                 p.unlink(missing_ok=True)
 
     def _run_command(self, payload: dict[str, Any], text_out: Path) -> dict[str, Any]:
-        fields = {**payload, "text_out": str(text_out), "weights": str(self.weights or ""),
-                  "checkout": str(self.checkout), "continuation_s": payload.get("continuation_s", "")}
-        cmd = self.command if isinstance(self.command, list) else [str(self.command)]
-        try:
-            argv = [str(a).format(**fields) for a in cmd]
-        except KeyError as exc:
-            raise SetupError(f"system '{self.name}': unknown placeholder {exc} in its command") from None
-        if not isinstance(self.command, list):
-            argv = ["/bin/sh", "-c", argv[0]]
-        elif argv and argv[0] == "python":
+        fields = {**dict.fromkeys(COMMAND_FIELDS, ""), **payload, "text_out": str(text_out),
+                  "weights": str(self.weights or ""), "checkout": str(self.checkout)}
+        try:  # each word on its own: a value is never split into words or read by a shell
+            argv = [w.format(**fields) for w in self.command_words]
+        except (KeyError, IndexError, AttributeError, ValueError) as exc:
+            raise SetupError(f"system '{self.name}': its command could not be filled in "
+                             f"({type(exc).__name__}: {exc})") from None
+        if argv[0] == "python":
             argv[0] = self.python
         try:
             res = subprocess.run(argv, cwd=self.checkout, env=self.env(), capture_output=True, text=True,
-                                 timeout=self.timeout_s)
+                                 errors="replace", timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             raise TransientError(f"the inference command took longer than {self.timeout_s:g} s") from None
+        except (FileNotFoundError, PermissionError) as exc:  # every request would fail the same way
+            raise SetupError(f"system '{self.name}': its command cannot be started: {argv[0]} "
+                             f"({exc.strerror})") from None
         if res.returncode != 0:
             tail = "\n".join(res.stderr.strip().splitlines()[-6:])
             return {"status": "failed", "error": f"the inference command failed (exit code {res.returncode}): {tail}"}

@@ -15,8 +15,9 @@ response carries its provenance in the responses table: the prompt sent, the mod
 revision, the adapter's own provenance (settings, seed, served version) and the
 attempts of the call that produced it, read from the cache entry so a cached answer
 reads the same as a fresh one. Latency, UTC timestamps and the address of the endpoint
-that answered stay in the cache entry; this run's call counts and wall time go to the
-run log (voicebias.runlog), never into a tracked output.
+that answered stay in the cache entry; this run's call counts, the cache entries it found
+damaged (and called again) and its wall time go to the run log (voicebias.runlog), never
+into a tracked output.
 
 The table has one row per stimulus in stimulus-id order, whatever order the calls
 finished in, and each row is built from its cache entry alone, so the table and the
@@ -34,7 +35,9 @@ no such column and the table is that of a run without repeats.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import sys
 import threading
@@ -180,7 +183,20 @@ class ResponseCache:
 
     Transcripts made later by an ASR model are stored beside the entry, one JSON per
     ASR configuration, so changing the ASR never repeats a system call.
+
+    An entry's record holds the sha256 of its audio file (`output_audio_sha256`). `get`
+    serves an entry only when its audio is there and has that hash; an entry written
+    before the hash was recorded is served when its audio decodes in full. Anything
+    else (record not JSON, audio missing, truncated, replaced or undecodable) is a miss,
+    counted in `corrupt`: the call is made again and its `put` replaces the entry.
+
+    An entry is built in a private folder and moved into place with one rename, so a
+    reader never sees half an entry; writers of one key at once (threads or processes)
+    each move the entry in place whole, and the last one stays.
     """
+
+    #: times `put` moves a concurrent writer's entry aside before it gives way to it
+    _PUT_TRIES = 20
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -189,19 +205,36 @@ class ResponseCache:
                                  check=lambda v: isinstance(v, dict), indent=1)
         self.transcripts = JsonCache(self.root, layout=lambda k: Path(k[0][:2], k[0], "asr", f"{k[1]}.json"),
                                      check=lambda v: isinstance(v, dict) and isinstance(v.get("text"), str))
+        self.audio_corrupt = 0  # entries whose record reads but whose audio does not (missing, hash, decoding)
+        self._lock = threading.Lock()
 
     @property
     def corrupt(self) -> int:
-        return self.records.corrupt + self.transcripts.corrupt
+        return self.records.corrupt + self.transcripts.corrupt + self.audio_corrupt
 
     def _dir(self, key: str) -> Path:
         return self.root / key[:2] / key
+
+    def _audio_intact(self, path: Path, sha256: Any) -> bool:
+        """Whether the entry's audio file is the one stored: its recorded hash, or (no hash) it decodes."""
+        from voicebias.audio import AudioError, read_audio
+
+        try:
+            if sha256 is not None:
+                return sha256_file(path) == sha256
+            read_audio(path)
+        except (AudioError, OSError):
+            return False
+        return True
 
     def get(self, key: str) -> dict[str, Any] | None:
         record = self.records.get(key)
         if record is None:
             return None
-        if record.get("output_audio_cached") and not (self._dir(key) / "audio.flac").exists():
+        has_audio = record.get("output_audio_cached") or record.get("status") == "ok"
+        if has_audio and not self._audio_intact(self.audio_path(key), record.get("output_audio_sha256")):
+            with self._lock:
+                self.audio_corrupt += 1
             return None
         return record
 
@@ -216,10 +249,30 @@ class ResponseCache:
             else:
                 write_audio(tmp / "audio.flac", response.audio, sr)
             record["output_audio_cached"] = True
+            record["output_audio_sha256"] = sha256_file(tmp / "audio.flac")
         atomic_write_json(tmp / "response.json", record, indent=1)
-        if d.exists():
-            shutil.rmtree(d)
-        tmp.rename(d)  # atomic: a killed run never leaves a half-written entry
+        self._move_in(tmp, d)
+
+    def _move_in(self, tmp: Path, d: Path) -> None:
+        """Rename the finished folder `tmp` to `d`, moving an existing `d` aside first.
+
+        A rename is atomic, so `d` is always absent or a whole entry; when another writer
+        puts its entry in place between the two renames, it is moved aside in turn."""
+        for _ in range(self._PUT_TRIES):
+            try:
+                os.rename(tmp, d)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+            old = d.with_name(f"{d.name}.old-{uuid.uuid4().hex[:8]}")
+            try:
+                os.rename(d, old)
+            except FileNotFoundError:
+                continue  # another writer moved it aside already
+            shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # the writers of this key kept replacing each other: one of them stays
 
     def audio_path(self, key: str) -> Path:
         return self._dir(key) / "audio.flac"
@@ -285,7 +338,8 @@ def run_task(
     <stimulus_id>.sample<s>.flac) and returns the responses table (with a `sample`
     column when samples > 1, see the module docstring) plus counts: requests, calls (sent to the system), attempts
     (retries included), cache_hits, shared (requests answered by another request's
-    identical call), failed, asr_calls, wall_s. `asr` (a :class:`voicebias.instruments.asr.WhisperASR`)
+    identical call), failed, asr_calls, corrupt (cache entries found damaged, so called
+    again: see ResponseCache), wall_s. `asr` (a :class:`voicebias.instruments.asr.WhisperASR`)
     transcribes outputs that come without text.
 
     An interruption (Ctrl-C, or any BaseException raised by the system) cancels the
@@ -299,6 +353,7 @@ def run_task(
     keys = [cache_key(system, r) for r in requests]
     counts: dict[str, Any] = {"requests": len(requests), "calls": 0, "attempts": 0, "cache_hits": 0, "shared": 0,
                               "failed": 0, "asr_calls": 0}
+    corrupt_before = cache.corrupt  # entries of this run found damaged (called again): counts["corrupt"]
     lock = threading.Lock()
 
     def bump(name: str, n: int = 1) -> None:
@@ -412,6 +467,7 @@ def run_task(
     for col in columns:
         if col not in table:
             table[col] = None
+    counts["corrupt"] = cache.corrupt - corrupt_before
     counts["wall_s"] = round(time.perf_counter() - t_start, 3)
     return table[columns], counts
 

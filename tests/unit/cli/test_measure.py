@@ -182,3 +182,49 @@ def test_unknown_gender_is_an_argparse_error(vowels, capsys):
         cli.main(["measure", str(vowels[0]), "--gender", "other"])
     assert exc.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def _cli(*argv, cwd):
+    """`voicebias measure ...` as a user runs it: a process of its own (the process pool included)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(config.ROOT)}
+    env.pop("VOICEBIAS_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "voicebias.cli", "measure", *map(str, argv)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_very_short_file_is_a_too_short_row_beside_a_measured_one(vowels, tmp_path):
+    good, short = tmp_path / "good.wav", tmp_path / "short.wav"
+    good.write_bytes(vowels[0].read_bytes())
+    t = np.arange(400) / 16000  # 25 ms of a 150 Hz tone: loud, voiced, too short for the pitch analysis
+    sf.write(short, (0.3 * np.cos(2 * np.pi * 150 * t)).astype(np.float32), 16000)
+    done = _cli(good, short, "--gender", "male", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    table = _table(done.stdout)
+    assert list(table["file"]) == [str(good), str(short)]
+    _assert_known_vowel(table.iloc[0], MALE_F0, MALE_E)
+    assert (table.loc[1, "status"], table.loc[1, "reason"]) == ("excluded", "too_short")
+    assert f"{short}: refused (too_short): too short to measure: 25.0 ms" in done.stderr
+    assert "measured 1 of 2 file(s), refused 1" in done.stderr
+
+
+def test_out_naming_a_folder_is_one_line_before_anything_is_measured(vowels, tmp_path):
+    done = _cli(vowels[0], "--out", tmp_path, cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"voicebias measure: --out {tmp_path} is a folder; give the CSV file to write, e.g. "
+        f"--out {tmp_path / 'measures.csv'}"]
+
+
+def test_a_folder_given_as_audio_is_refused_as_a_folder_not_as_missing(vowels, tmp_path):
+    folder = tmp_path / "takes.wav"
+    folder.mkdir()
+    done = _cli(folder, cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    refusals = [line for line in done.stderr.splitlines() if "refused (" in line]
+    assert refusals == [f"voicebias measure: {folder}: refused (not_audio): a folder, not an audio file"]
+    assert _table(done.stdout).loc[0, "reason"] == "not_audio"

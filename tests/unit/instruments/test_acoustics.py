@@ -174,3 +174,115 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
     native, emulated = json.loads(out["native"].read_text()), json.loads(out["avx2"].read_text())
     assert all(float.fromhex(v) == float.fromhex(v) for v in native["male"].values())   # every measure defined
     assert native == emulated
+
+
+# ---------------------------------------------------------------------------
+# very short audio, and one file's error as that file's row
+
+def tone(n, f0=150.0):
+    """n samples of a 150 Hz tone at 16 kHz, starting at its peak (so even one sample is not silent)."""
+    return (0.3 * np.cos(2 * np.pi * f0 * np.arange(n) / SR)).astype(np.float32)
+
+
+def praat_frames(n, settings):
+    """Frames Praat's own pitch analysis gives n samples of the tone (0 when it refuses the sound)."""
+    import parselmouth
+
+    snd = parselmouth.Sound(tone(n).astype(np.float64), sampling_frequency=SR)
+    try:
+        return snd.to_pitch(settings.time_step, settings.pitch_floor, settings.pitch_ceiling).n_frames
+    except parselmouth.PraatError:
+        return 0
+
+
+@pytest.mark.parametrize("settings", [MeasureSettings(), MeasureSettings(75, 500, 5500, 0.01),
+                                      MeasureSettings(100, 500, 5500, 0.01), MeasureSettings(60, 300, 5500, 0.005)],
+                         ids=["floor60", "floor75", "floor100", "floor60-step5ms"])
+def test_too_short_is_where_praats_pitch_analysis_gives_fewer_than_three_frames(settings):
+    """The minimum follows Praat: below it Praat refuses the sound or finds fewer than three
+    frames; from it on the whole measure set runs (a tone: every component ok)."""
+    from voicebias.instruments.acoustics import min_duration_s, pitch_frames
+
+    edge = int(np.ceil(min_duration_s(settings) * SR))
+    for n in (1, 100, 700, 800, *range(edge - 3, edge + 4)):
+        assert pitch_frames(n, SR, settings) == praat_frames(n, settings), n
+        if praat_frames(n, settings) < 3:
+            with pytest.raises(AudioError, match="too short to measure") as err:
+                measure_signal(tone(n), SR, settings)
+            assert err.value.code == "too_short"
+        else:
+            m = measure_signal(tone(n), SR, settings)
+            assert m["f0_median_hz"] == pytest.approx(150.0, rel=0.01) and np.isfinite(m["hnr_db"])
+    assert praat_frames(edge - 2, settings) < 3 <= praat_frames(edge + 1, settings)
+
+
+def test_the_documented_minimum_durations():
+    from voicebias.instruments.acoustics import min_duration_s
+
+    # 3 periods of the floor + 2 time steps: 50 + 20 ms, 30 + 20 ms
+    assert min_duration_s(MeasureSettings(60, 300, 5500, 0.01)) == pytest.approx(0.070, abs=1e-12)
+    assert min_duration_s(MeasureSettings(100, 500, 5500, 0.01)) == pytest.approx(0.050, abs=1e-12)
+
+
+@pytest.fixture()
+def mixed_batch(tmp_path):
+    """Good vowels, tones of 1, 100, 700 and 800 samples, a folder, an empty file and text named .wav."""
+    files = {}
+    for name, f0 in (("good1", 120.0), ("good2", 200.0)):
+        files[name] = tmp_path / f"{name}.wav"
+        sf.write(files[name], vowel(f0, dur=0.6), SR)
+    for n in (1, 100, 700, 800):
+        files[f"tone{n}"] = tmp_path / f"tone{n}.wav"
+        sf.write(files[f"tone{n}"], tone(n), SR)
+    files["folder"] = tmp_path / "folder.wav"
+    files["folder"].mkdir()
+    files["empty"] = tmp_path / "empty.wav"
+    files["empty"].write_bytes(b"")
+    files["text"] = tmp_path / "text.wav"
+    files["text"].write_text("a text file, named like a WAV file\n")
+    return files
+
+
+EXPECTED_REASONS = {"tone1": "too_short", "tone100": "too_short", "tone700": "too_short", "tone800": "too_short",
+                    "folder": "not_audio", "empty": "not_audio", "text": "not_audio"}
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["serial", "process-pool"])
+def test_short_and_unreadable_files_are_their_own_rows_and_the_rest_as_if_alone(mixed_batch, workers):
+    s = MeasureSettings(60, 400, 5500, 0.01)
+    df = measure_files([(k, p, s) for k, p in mixed_batch.items()], SR, workers=workers).set_index("id")
+    assert list(df.index) == list(mixed_batch)
+    for name, reason in EXPECTED_REASONS.items():
+        assert (df.loc[name, "status"], df.loc[name, "reason"]) == ("excluded", reason), name
+        assert df.loc[name, MEASURE_COLUMNS].isna().all()
+    assert "a folder, not an audio file" in df.loc["folder", "error"]  # not "missing"
+    assert "needs at least 70.0 ms" in df.loc["tone700", "error"]
+    for name in ("good1", "good2"):
+        alone = measure_files([(name, mixed_batch[name], s)], SR, workers=1).set_index("id")
+        pd.testing.assert_frame_equal(df.loc[[name]], alone)
+
+
+def test_an_unexpected_error_in_one_file_is_that_files_row(mixed_batch, monkeypatch):
+    """Whatever a file raises besides a refusal is its row (measure_error, the error's text); the
+    others are measured as if alone. The error is planted in the measuring function for one signal."""
+    from voicebias.audio import load_for_analysis
+    from voicebias.instruments import acoustics
+
+    real = acoustics.measure_components
+    s = MeasureSettings(60, 400, 5500, 0.01)
+    target = load_for_analysis(mixed_batch["good2"], SR, s.checks()).x  # the signal good2.wav is read as
+
+    def planted(x, sr, settings, components):
+        if np.array_equal(x, target):
+            raise RuntimeError("planted failure\non two lines")
+        return real(x, sr, settings, components)
+
+    monkeypatch.setattr(acoustics, "measure_components", planted)
+    names = ("good1", "good2", "tone100")
+    df = measure_files([(k, mixed_batch[k], s) for k in names], SR, workers=1).set_index("id")
+    assert (df.loc["good2", "status"], df.loc["good2", "reason"]) == ("excluded", "measure_error")
+    assert df.loc["good2", "error"] == f"{mixed_batch['good2']}: RuntimeError: planted failure on two lines"
+    assert df.loc["tone100", "reason"] == "too_short" and df.loc["good1", "status"] == "ok"
+    monkeypatch.setattr(acoustics, "measure_components", real)
+    alone = measure_files([("good1", mixed_batch["good1"], s)], SR, workers=1).set_index("id")
+    pd.testing.assert_frame_equal(df.loc[["good1"]], alone)

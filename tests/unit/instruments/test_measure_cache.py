@@ -146,3 +146,63 @@ def test_a_stage_measures_only_the_components_it_uses(files, tmp_path):
         measure_files([("a", files["a"], SETTINGS)], workers=1, components=("pitch", "cpps"))
     with pytest.raises(ValueError, match="unknown measure components"):
         measure_files([("a", files["a"], SETTINGS)], workers=1, components=("pitch", "formants", "jitter"))
+
+
+def _entry_path(cache, key):
+    return cache / "components" / key[:2] / f"{key}.json"
+
+
+def _keys(path, component):
+    from voicebias.audio import sha256_file
+    from voicebias.instruments import acoustics
+
+    sha = sha256_file(path)
+    read = measure_cache.read_key(sha, "whole", SR, SETTINGS, acoustics)
+    return read, measure_cache.component_key(component, sha, "whole", SR, SETTINGS, acoustics)
+
+
+@pytest.mark.parametrize("entry,damage", [
+    ("read", '{"duration_s": 0.6}'),                                        # a key missing
+    ("read", '{"duration_s": "0.6", "note": ""}'),                          # a wrong type
+    ("read", '{"duration_s": NaN, "note": ""}'),                            # NaN where a value was stored
+    ("read", '[0.6, ""]'),                                                  # not an object
+    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": 120.0}}'),             # a measure missing
+    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": 120.0, "f0_median_st": 3.2, "x": 1.0}}'),
+    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": NaN, "f0_median_st": 3.2}}'),
+    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": null, "f0_median_st": 3.2}}'),
+    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": "120", "f0_median_st": 3.2}}'),
+    ("formants", '{"values": {"f1_hz": 500.0, "f2_hz": 1500.0, "f3_hz": Infinity, "formant_index": 0.1}}'),
+    ("harmonics", '{"values": [1.0, 2.0, 3.0, 4.0]}'),                      # an array for an object
+    ("cpps", '{"excluded": ["no_voicing"]}'),                               # a wrong array length
+    ("cpps", '{"excluded": ["no_voicing", "msg", "extra"]}'),
+    ("hnr", '{"excluded": [1, "msg"]}'),
+    ("hnr", '{"values": {"hnr_db": 12.0}, "excluded": ["no_voicing", "msg"]}'),  # both kinds at once
+    ("hnr", '{"hnr_db": 12.0}'),                                             # wrong keys
+    ("cpps", '"0.5"'),                                                       # not an object
+    ("cpps", 'not json at all'),
+])
+def test_a_wrong_shaped_entry_is_measured_again_and_counted(files, tmp_path, entry, damage):
+    cache = tmp_path / "cache"
+    first, _ = run(files, SETTINGS, cache, names=("a",))
+    read, comp = _keys(files["a"], "cpps" if entry == "read" else entry)
+    _entry_path(cache, read if entry == "read" else comp).write_text(damage)
+    again, counts = run(files, SETTINGS, cache, names=("a",))
+    assert counts["corrupt"] == 1
+    assert (measured(counts) == {} if entry == "read" else counts["measured"][entry] == 1)
+    assert again.to_csv(index=False) == first.to_csv(index=False)  # the very values of a fresh measurement
+    third, counts = run(files, SETTINGS, cache, names=("a",))
+    assert counts["corrupt"] == 0 and measured(counts) == {}  # the entry was replaced by a whole one
+
+
+def test_a_voice_quality_measure_stored_as_nan_is_a_value_not_damage(files, tmp_path):
+    """H1-H2, CPPS and HNR are NaN when no frame can be measured, and the file stays ok:
+    such an entry is served as it is."""
+    import json
+
+    cache = tmp_path / "cache"
+    run(files, SETTINGS, cache, names=("a",))
+    _, comp = _keys(files["a"], "hnr")
+    _entry_path(cache, comp).write_text(json.dumps({"values": {"hnr_db": float("nan")}}))
+    df, counts = run(files, SETTINGS, cache, names=("a",))
+    assert counts["corrupt"] == 0 and measured(counts) == {}
+    assert df.loc[0, "status"] == "ok" and np.isnan(df.loc[0, "hnr_db"])

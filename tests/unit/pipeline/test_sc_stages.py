@@ -307,6 +307,32 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     assert set(all_systems_succeeded(pd.concat([scored, other]))["stimulus_id"]) == {"a"}
 
 
+def test_a_very_short_continuation_is_scored_as_a_measure_exclusion(tmp_path):
+    """A continuation of 20 ms (too short for the pitch analysis) keeps its row: the call
+    succeeded, its measures are excluded (NaN), and the other continuation is measured."""
+    from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
+    from voicebias import config
+    from voicebias.audio import write_audio
+    from voicebias.scoring.continuation import score_continuations
+
+    params = load_params(config.ROOT / "profiles" / "embedded.yaml")
+    for name in ("prompt-a", "prompt-b", "cont-a"):
+        write_audio(tmp_path / f"{name}.wav", synthetic_vowel(120.0, MALE_VOWEL_FORMANTS["a"], seconds=1.5), 16000)
+    t = np.arange(320) / 16000
+    write_audio(tmp_path / "cont-b.wav", (0.3 * np.cos(2 * np.pi * 150 * t)).astype(np.float32), 16000)
+    manifest = pd.DataFrame({"stimulus_id": ["a", "b"], "prompt_id": ["p1", "p2"], "prompt_set": "s",
+                             "voice_gender": "male", "voice_id": "m1", "phonation": "modal",
+                             "text": ["one prompt", "another prompt"], "path": ["prompt-a.wav", "prompt-b.wav"]})
+    responses = pd.DataFrame({"system": "sys", "stimulus_id": ["a", "b"], "lang": "en", "status": ["ok", "ok"],
+                              "error": ["", ""], "transcript": ["and then she left", "and"],
+                              "output_audio": ["cont-a.wav", "cont-b.wav"]})
+    s = score_continuations(responses, manifest, params, tmp_path, judge=_FixedJudge(),
+                            embedder=_ConstantEmbedder()).set_index("stimulus_id")
+    assert list(s["measure_status"]) == ["ok", "excluded"] and list(s["status"]) == ["ok", "ok"]
+    assert np.isfinite(float(s.loc["a", "h1_h2_db"]))
+    assert s.loc["b", ["h1_h2_db", "h1_a3_db", "cpps_db"]].isna().all()
+
+
 def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_path):
     from voicebias import config
     from voicebias.io import write_json

@@ -189,3 +189,31 @@ def test_text_control_can_be_switched_off(params, tmp_path):
                                                            "enabled": False}}}
     t = score_outputs(rows, inputs, ref, off, {"output_voice_gender": "female"}, tmp_path, tmp_path / "cache")
     assert not any(c.startswith(("net_", "ctrl_", "control_")) for c in t.columns)
+
+
+def test_a_very_short_or_unreadable_output_is_an_excluded_row_and_the_others_are_scored(params, tmp_path):
+    """A reply of 10 ms (too short for the pitch analysis) and a reply path that is a folder are
+    excluded rows with their reasons; the other output is scored as it is alone."""
+    (tmp_path / "alone").mkdir()
+    alone = scored(params, tmp_path / "alone", {"p1-m": 220.0, "p1-f": 180.0}, {"p1-m": 110.0, "p1-f": 200.0})
+    (tmp_path / "out").mkdir()
+    write_audio(tmp_path / "out" / "p1-m.wav", synthetic_vowel(220.0, MALE_VOWEL_FORMANTS["a"], seconds=1.0, sr=SR), SR)
+    t = np.arange(SR // 100) / SR
+    write_audio(tmp_path / "out" / "p2-m.wav", (0.3 * np.cos(2 * np.pi * 150 * t)).astype(np.float32), SR)
+    (tmp_path / "out" / "p3-m.wav").mkdir()
+    base = {"system": "s", "task": "readback", "lang": "en", "target_lang": "en", "pole": "neutral",
+            "voice_gender": "male", "status": "ok", "transcript": "A short answer."}
+    rows = pd.DataFrame([{**base, "stimulus_id": sid, "passage_id": sid[:2], "output_audio": f"out/{sid}.wav",
+                          "output_sha256": f"sha-{sid}"} for sid in ("p1-m", "p2-m", "p3-m")])
+    inputs = pd.DataFrame([{"stimulus_id": sid, "lang": "en", "status": "ok", "f0_median_st": 12.0 * np.log2(1.1),
+                            "formant_index": 0.0, "margin_acoustic_norms": -1.0, "duration_s": 1.0,
+                            "voiced_fraction": 0.9, "composite": 0.0} for sid in ("p1-m", "p2-m", "p3-m")])
+    ref = pd.DataFrame([{"lang": "en", "measure": m, "mean": 0.0, "sd": 1.0, "n": 2}
+                        for m in ("f0_median_st", "formant_index", "margin_acoustic_norms")])
+    s = score_outputs(rows, inputs, ref, params, {"output_voice_gender": None}, tmp_path,
+                      tmp_path / "cache").set_index("stimulus_id")
+    assert list(s["status"]) == ["ok", "excluded", "excluded"]
+    assert s.loc["p2-m", "exclusion"].startswith("too short to measure: 10.0 ms")
+    assert s.loc["p3-m", "exclusion"].endswith("a folder, not an audio file")
+    assert s.loc[["p2-m", "p3-m"], ["out_f0_median_st", "delta_f0_median_st", "out_composite"]].isna().all().all()
+    assert s.loc["p1-m", "out_f0_median_st"] == alone.loc["p1-m", "out_f0_median_st"]

@@ -240,6 +240,25 @@ def test_classifier_flips_per_condition_are_counted_and_stop_the_check(tmp_path,
     validate_flips(margins[margins["voice_gender"] == "male"])
 
 
+def test_a_stimulus_whose_halves_are_too_short_is_excluded_with_the_reason(tmp_path, x):
+    """100 ms of voice is long enough to measure whole (70 ms at a 60 Hz floor) but its 50 ms
+    halves are not: the stimulus is excluded as too_short, the other one measured."""
+    from voicebias.audio import write_audio
+    from voicebias.gates.phonation_check import measure_stimuli
+
+    write_audio(tmp_path / "a.flac", x, SR)
+    write_audio(tmp_path / "short.flac", x[: SR // 10], SR)
+    man = pd.DataFrame({"stimulus_id": ["long", "short"], "voice_gender": ["male", "male"],
+                        "path": ["a.flac", "short.flac"]})
+    acoustics = {"pitch_range": {"male": [60, 300]}, "max_formant": {"male": 5000}, "time_step": 0.01,
+                 "cpps_time_step": 0.005}
+    m = measure_stimuli(man, acoustics, tmp_path, workers=1).set_index("stimulus_id")
+    assert list(m["measure_status"]) == ["ok", "excluded"]
+    assert m.loc["short", "measure_error"].startswith("too_short: too short to measure: 50.0 ms")
+    assert np.isfinite(m.loc["long", "h1_h2_db_first_half"]) and pd.isna(m.loc["short", "h1_h2_db_first_half"])
+    assert np.isfinite(m.loc["short", "h1_h2_db_whole"])  # the part before the exclusion keeps its values
+
+
 # ------------------------------------------------------------------ the converter's Praat exchanges
 
 
