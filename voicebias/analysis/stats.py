@@ -247,7 +247,7 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     with np.errstate(over="ignore", invalid="ignore"):
         row.update(odds_ratio=float(np.exp(b)), ci_low=float(np.exp(b - z * se)), ci_high=float(np.exp(b + z * se)),
                    p_value=float(fit.pvalues[1]), coef=b, se=se)
-    if not (converged and se > 0 and all(np.isfinite(row[k]) for k in ("odds_ratio", "ci_low", "ci_high", "p_value"))):
+    if not (converged and se > 0 and all(np.isfinite(row[k]) for k in ("coef", "se", "p_value"))):
         return result("did not converge", NOT_ESTIMABLE, "; ".join(x for x in (
             "the maximum-likelihood fit did not converge to a finite estimate", firth_note) if x))
     return result("ok", OK, firth_note)
