@@ -904,9 +904,9 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
     doubling steps out from the estimate (0.5, 1, 2, ... up to PROFILE_SEARCH_LIMIT on
     the log-odds scale), then located by Brent's method. A bound is reported infinite
     (the CI open on that side) when the profile does not cross the level within the
-    search limit, or crosses it only where the penalised likelihood underflows
-    (|eta| of several hundred: an odds ratio beyond e^500), or the constrained fit
-    cannot be made there. For the logit link the profile falls without bound on both
+    search limit, or crosses it only where the penalised likelihood cannot be
+    evaluated (with many covariate patterns it is taken by QR, which underflows at
+    |eta| of several hundred), or the constrained fit cannot be made there. For the logit link the profile falls without bound on both
     sides whenever X has full rank, so on the describe design both bounds are finite
     even under complete separation; an open side means the bound lies beyond what can
     be computed, and the interval reported contains the true one. The p-value is NaN
