@@ -19,7 +19,9 @@ alpha' = 2 Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}), which corrects the percentile
 interval's narrowness at small n (n the group's items and n - 1 df; for a difference
 or ratio the smaller group's n and n + m - 2 df). A group whose items are all equal has no bootstrap spread: its
 interval has zero width and ci_method says 'no spread' (a 0/10 rate is not certain
-to be 0; read such a row with its n). Groups of fewer than 2 items get no interval.
+to be 0; read such a row with its n). Groups of fewer than 2 items get no interval, and
+status 'not estimable' (voicebias.analysis.status); the others status 'ok', with a
+reason noting a zero-width interval or a missing reference group.
 
 Each row's resamples come from its own random stream, seeded by `base.seed` and the
 row's key, so a row's interval does not change when another system or metric is added.
@@ -46,6 +48,7 @@ from scipy import stats
 from voicebias.analysis.repeats import has_repeats, item_means
 from voicebias.analysis.rq1 import ACOUSTIC_TASKS
 from voicebias.analysis.stats import cell_type
+from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
 from voicebias.contract import SAMPLE
 
 #: S2S acoustic measures shown in the report's RQ1 tables (means of per-item deltas)
@@ -60,7 +63,7 @@ RATIO_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate", "speaker
 
 KEYS = ["study", "system", "task", "lang", "voice_gender", "condition_factor", "condition", "metric"]
 COLUMNS = [*KEYS, "kind", "n", "estimate", "ci_low", "ci_high", "ci_method", "reference", "ref_n", "ref_estimate",
-           "diff", "diff_ci_low", "diff_ci_high", "ratio", "ratio_ci_low", "ratio_ci_high"]
+           "diff", "diff_ci_low", "diff_ci_high", "ratio", "ratio_ci_low", "ratio_ci_high", *STATUS_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -277,9 +280,23 @@ def disaggregate(items: pd.DataFrame, resamples: int = 2000, confidence: float =
                                 ratio=meta["metric"] in RATIO_METRICS)
             kind = "rate" if meta["metric"] in ("misgender_rate", "p_she", "injection_rate") else "mean"
             rows.append({**full, "kind": kind, **row, "reference": ref_level if use_ref or level == ref_level
-                         else ""})
-    out = pd.DataFrame(rows)
+                         else "", **_row_status(row, ref_level if level not in (ref_level, "all") else None,
+                                                ref is not None)})
+    out = pd.DataFrame(rows, columns=COLUMNS)
     return out[COLUMNS].reset_index(drop=True)
+
+
+def _row_status(row: dict[str, Any], ref_level: str | None, has_ref: bool) -> dict[str, str]:
+    """status 'ok' for an estimate with its interval (reason: a zero-width interval, or a missing
+    reference group, noted), 'not estimable' for a group of fewer than 2 items (no interval)."""
+    if row["ci_method"] == "n<2":
+        return {"status": NOT_ESTIMABLE, "reason": f"{row['n']} item{'s' if row['n'] != 1 else ''}: no interval"}
+    notes = []
+    if row["ci_method"] == "no spread":
+        notes.append("no spread: every item has the same value (zero-width interval)")
+    if ref_level is not None and not has_ref:
+        notes.append(f"no {ref_level} items in this group: no difference or ratio")
+    return {"status": OK, "reason": "; ".join(notes)}
 
 
 # ------------------------------------------------------------------ calibration

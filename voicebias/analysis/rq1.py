@@ -23,6 +23,7 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from voicebias.analysis.repeats import has_repeats, item_means
+from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
 
 ACOUSTIC_TASKS = ("readback", "paraphrase", "summarize", "translate")
 MISALIGNED = {"male": "feminine", "female": "masculine"}
@@ -52,29 +53,47 @@ def _ok(acoustic: pd.DataFrame, measure: str) -> pd.DataFrame:
     return d
 
 
+CONTRAST_COLUMNS = ["system", "lang", "task", "task_group", "voice_gender", "measure", "units", "n_misaligned",
+                    "n_neutral", "delta_misaligned", "delta_neutral", "contrast", "signed_contrast", "t", "p_value",
+                    "cohens_d", *STATUS_COLUMNS]
+
+
 def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> pd.DataFrame:
-    """Misaligned vs neutral per system x language x task x input voice: contrast, Welch t, Cohen's d."""
+    """Misaligned vs neutral per system x language x task x input voice: contrast, Welch t, Cohen's d.
+
+    Every system x language x task x voice with measured outputs gives a row. status is
+    'ok' when the Welch test was made, 'not estimable' (reason says why) when a cell has
+    fewer than 2 outputs (the means and contrast are then given where they exist) or
+    both cells are constant (no variance: no test).
+    """
     rows = []
     d = _ok(acoustic, measure)
     for (system, lang, task, voice), g in d.groupby(["system", "lang", "task", "voice_gender"]):
         mis = g.loc[g["pole"] == MISALIGNED[voice], measure].to_numpy(float)
         neu = g.loc[g["pole"] == "neutral", measure].to_numpy(float)
-        if len(mis) < 2 or len(neu) < 2:
-            continue
-        if np.ptp(mis) == 0 and np.ptp(neu) == 0:
-            tstat = pval = np.nan  # constant in both cells (e.g. net 0 everywhere): no test
+        tstat = pval = np.nan
+        few = [f"{len(x)} {name} output{'s' if len(x) != 1 else ''}" for name, x in
+               ((f"misaligned ({MISALIGNED[voice]})", mis), ("neutral", neu)) if len(x) < 2]
+        if few:
+            status, reason = NOT_ESTIMABLE, f"fewer than 2 outputs in a cell ({', '.join(few)}): no test"
+        elif np.ptp(mis) == 0 and np.ptp(neu) == 0:
+            # constant in both cells (e.g. net 0 everywhere): no test
+            status, reason = NOT_ESTIMABLE, "no variance: the measure is constant in both cells"
         else:
             t = stats.ttest_ind(mis, neu, equal_var=False)
             tstat, pval = float(t.statistic), float(t.pvalue)
-        contrast = float(mis.mean() - neu.mean())
+            status, reason = (OK, "") if np.isfinite(pval) else (NOT_ESTIMABLE, "the Welch test is undefined")
+        contrast = float(mis.mean() - neu.mean()) if len(mis) and len(neu) else np.nan
         rows.append({
             "system": system, "lang": lang, "task": task, "task_group": task_group(task), "voice_gender": voice,
-            "measure": measure, "units": units_of(measure), "n_misaligned": len(mis), "n_neutral": len(neu), "delta_misaligned": float(mis.mean()),
-            "delta_neutral": float(neu.mean()), "contrast": contrast,
+            "measure": measure, "units": units_of(measure), "n_misaligned": len(mis), "n_neutral": len(neu),
+            "delta_misaligned": float(mis.mean()) if len(mis) else np.nan,
+            "delta_neutral": float(neu.mean()) if len(neu) else np.nan, "contrast": contrast,
             "signed_contrast": contrast * PREDICTED_SIGN[voice], "t": tstat if np.isfinite(tstat) else np.nan,
             "p_value": pval if np.isfinite(pval) else np.nan, "cohens_d": cohens_d(mis, neu),
+            "status": status, "reason": reason,
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
 
 
 MIXED_FORMULA = "y ~ C(pole, Treatment('neutral')) * C(voice_gender)"
@@ -230,7 +249,11 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
     covariance is (X'V^-1 X)^-1 at those variances, as in lme4. When the passage
     variance is at its boundary (0, a singular fit) the df is the residual df of
     the fixed-effects model (n - 6), which is what lmerTest's Satterthwaite df is
-    there, and the warning says 'singular fit'.
+    there, and the warning says 'singular fit'. status is 'ok' when the fit converged
+    and both effects were estimated with a positive SE (reason: the warning, such as
+    'singular fit'), else 'not estimable' (fewer than 3 passages, no neutral outputs,
+    a constant measure, an empty pole x voice cell, a failed or non-converged fit),
+    the warning its reason.
     """
     rows = []
     d = _ok(acoustic, measure).rename(columns={measure: "y"})
@@ -255,6 +278,10 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row["warning"] = "no variance: the measure is the same in every output"
             rows.append(row)
             continue
+        if "neutral" not in set(g["pole"]):
+            row["warning"] = "no neutral outputs (the reference content of the model)"
+            rows.append(row)
+            continue
         # statsmodels builds the treatment-coded design; the REML fit is _RandomInterceptREML's
         model = smf.mixedlm(MIXED_FORMULA, g, groups=g["passage_id"])
         exog, names = np.asarray(model.exog, float), list(model.exog_names)
@@ -262,14 +289,18 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row["warning"] = "design not full rank (an empty pole x voice cell)"
             rows.append(row)
             continue
+        if len(g) <= exog.shape[1]:
+            row["warning"] = f"no residual degrees of freedom ({len(g)} outputs for {exog.shape[1]} fixed effects)"
+            rows.append(row)
+            continue
         reml = _RandomInterceptREML(exog, g["y"].to_numpy(float), g["passage_id"].to_numpy())
         try:
             theta, converged = reml.fit()
+            beta, cov = reml.fe(theta), reml.fe_cov(theta)
         except np.linalg.LinAlgError as exc:
             row["warning"] = f"fit failed: {exc}"
             rows.append(row)
             continue
-        beta, cov = reml.fe(theta), reml.fe_cov(theta)
         singular = theta[0] == 0.0
         # the residual variance at its boundary: the outputs of a passage are identical
         # (a fixed output voice reading the same words for both input voices), so all
@@ -336,7 +367,24 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
         row["converged"] = converged
         row["warning"] = "; ".join(msgs)
         rows.append(row)
-    return pd.DataFrame(rows)
+    for row in rows:
+        row.update(_mixed_status(row))
+    return pd.DataFrame(rows, columns=MIXED_COLUMNS)
+
+
+MIXED_COLUMNS = ["system", "lang", "task", "task_group", "measure", "units", "n",
+                 *(f"{eff}_{f}" for eff in EFFECTS for f in EFFECT_FIELDS), "chi2_interaction", "df", "f_interaction",
+                 "den_df_interaction", "p_interaction", "converged", "warning", *STATUS_COLUMNS]
+
+
+def _mixed_status(row: dict) -> dict:
+    """'ok' when the fit converged and both effects have a finite estimate, a positive SE and a p-value
+    (reason: the fit's warning, if any); otherwise 'not estimable' with the warning as reason."""
+    finite = all(np.isfinite(row[f"{eff}_{f}"]) for eff in EFFECTS for f in ("est", "se", "p")) and all(
+        row[f"{eff}_se"] > 0 for eff in EFFECTS)
+    if row["converged"] and finite:
+        return {"status": OK, "reason": row["warning"]}
+    return {"status": NOT_ESTIMABLE, "reason": row["warning"] or "the effects could not be estimated"}
 
 
 def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95,
@@ -365,7 +413,8 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
     degrees of freedom from the pole components. A language enters when each of its
     four cells (two misaligned, two neutral) has at least two voiced passages;
     n_voiced_passages counts the voiced passages used (system means when pooled) and
-    n_systems the systems pooled.
+    n_systems the systems pooled. status is 'not estimable' (reason says why) when
+    no language enters or the contrast has no variance.
     """
     d = _ok(acoustic, measure).copy()
     d["task_group"] = d["task"].map(task_group)
@@ -404,6 +453,12 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
             n_units += sum(sizes.values())
             n_cells += 2
         if not ests:
+            rows.append({"system": system, "task_group": group, "measure": measure, "n_cells": 0,
+                         "n_systems": int(n_sys[group]) if n_sys is not None else 1, "n_voiced_passages": 0,
+                         "pooled_contrast": np.nan, "se": np.nan, "df": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+                         "p_value": np.nan, "status": NOT_ESTIMABLE,
+                         "reason": "no language has 2 or more voiced passages in each of its misaligned and "
+                                   "neutral cells (both voices)"})
             continue
         k = len(ests)
         est = float(np.mean(ests))
@@ -416,15 +471,21 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
                      "n_systems": int(n_sys[group]) if n_sys is not None else 1,
                      "n_voiced_passages": n_units, "pooled_contrast": est, "se": se, "df": df,
                      "ci_low": est - half, "ci_high": est + half,
-                     "p_value": float(2 * stats.t.sf(abs(est / se), df)) if se > 0 else np.nan})
-    return pd.DataFrame(rows)
+                     "p_value": float(2 * stats.t.sf(abs(est / se), df)) if se > 0 and np.isfinite(df) else np.nan,
+                     **({"status": OK, "reason": ""} if se > 0 and np.isfinite(df) else
+                        {"status": NOT_ESTIMABLE, "reason": "no variance between passages: no test"})})
+    return pd.DataFrame(rows, columns=POOLED_COLUMNS)
+
+
+POOLED_COLUMNS = ["system", "task_group", "measure", "n_cells", "n_systems", "n_voiced_passages", "pooled_contrast",
+                  "se", "df", "ci_low", "ci_high", "p_value", *STATUS_COLUMNS]
 
 
 def rq1_significance_counts(contrasts: pd.DataFrame, mixed: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """How many RQ1 tests reach alpha, per system and measure, and in which direction.
 
     From `rq1_contrasts`: the misaligned task-cells (system x language x task x input
-    voice) tested, how many have Welch p < alpha, and of those how many move toward
+    voice) tested (status 'ok'), how many have Welch p < alpha, and of those how many move toward
     the stereotype (signed contrast > 0) or away. From `rq1_mixed_models`: the fits,
     how many have interaction p < alpha, and how many have a stereotype-signed effect
     with p < alpha toward or away. The S2S paper reports its RQ1 null this way
@@ -437,6 +498,7 @@ def rq1_significance_counts(contrasts: pd.DataFrame, mixed: pd.DataFrame, alpha:
     for system, measure in keys:
         c = contrasts[(contrasts["system"] == system) & (contrasts["measure"] == measure)] if len(contrasts) else contrasts
         m = mixed[(mixed["system"] == system) & (mixed["measure"] == measure)] if len(mixed) else mixed
+        c = c[c["status"] == OK] if "status" in c else c  # the cells tested
         sig = c[c["p_value"] < alpha] if len(c) else c
         msig = m[m["stereotype_effect_p"] < alpha] if len(m) else m
         rows.append({
@@ -449,4 +511,6 @@ def rq1_significance_counts(contrasts: pd.DataFrame, mixed: pd.DataFrame, alpha:
             "n_fits_stereotype_toward": int((msig["stereotype_effect_est"] > 0).sum()) if len(msig) else 0,
             "n_fits_stereotype_away": int((msig["stereotype_effect_est"] < 0).sum()) if len(msig) else 0,
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["system", "measure", "alpha", "n_cells", "n_cells_significant", "n_cells_toward",
+                                       "n_cells_away", "n_fits", "n_fits_interaction_significant",
+                                       "n_fits_stereotype_toward", "n_fits_stereotype_away"])

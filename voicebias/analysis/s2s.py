@@ -25,20 +25,23 @@ import numpy as np
 import pandas as pd
 
 from voicebias.analysis.stats import (
-    fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step, permutation_misaligned_vs_neutral,
+    FISHER_COLUMNS, OR_COLUMNS, fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step,
+    permutation_misaligned_vs_neutral,
 )
+from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
 from voicebias.contract import SAMPLE
 
 
 def describe_odds_ratios(scored: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Odds ratio per content step per system: pooled (ALL) and per language (Table 7 layout)."""
+    """Odds ratio per content step per system: pooled (ALL) and per language (Table 7 layout), each row
+    with its status and reason (stats.odds_ratio_per_step); no rows when no system answered describe."""
     rows = []
     d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
     for system, g in d.groupby("system"):
         parts = [odds_ratio_per_step(g, "ALL", confidence)]
         parts += [odds_ratio_per_step(gl, lang, confidence) for lang, gl in g.groupby("lang")]
         rows.append(pd.concat(parts).assign(system=system))
-    out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=[*OR_COLUMNS, "system"])
     return out.rename(columns={"scope": "lang"})[["system", "lang", *[c for c in out.columns if c not in ("system", "scope")]]]
 
 
@@ -66,6 +69,9 @@ def describe_misgender(scored: pd.DataFrame, confidence: float = 0.95) -> tuple[
         both = both.sort_values(["lang", "voice_gender"], key=lambda c: c.map(order) if c.name == "lang" else
                                 c.map({"pooled": 0, "male": 1, "female": 2}), kind="stable")
         fishers.append(both.assign(system=system))
+    if not rates:  # no describe answers: the tables' columns, no rows
+        rates.append(pd.DataFrame(columns=["system", *misgender_rates(d).columns]))
+        fishers.append(pd.DataFrame(columns=["system", *FISHER_COLUMNS]))
     rates_df = pd.concat(rates, ignore_index=True)
     fisher_df = pd.concat(fishers, ignore_index=True)
     return (rates_df[["system", *[c for c in rates_df.columns if c != "system"]]],
@@ -142,14 +148,35 @@ def summarize_pronouns(scored: pd.DataFrame, by_language: bool = False) -> pd.Da
     P(she|masculine)) in percentage points, overall and split by input voice, with
     P(she) per pole x voice beside it. With `by_language` there is one row per
     system x language (a lang column; the mean over cells is then over voices).
+    status is 'not estimable' (reason says why) when delta_pp is undefined.
     """
     d = scored[(scored["task"] == "summarize") & (scored["status"] == "ok")].copy()
     rows = []
     keys = ["system", "lang"] if by_language else ["system"]
     for key, g in d.groupby(keys):
         key = key if isinstance(key, tuple) else (key,)
-        rows.append({**dict(zip(keys, key)), **_pronoun_summary(g)})
-    return pd.DataFrame(rows)
+        row = {**dict(zip(keys, key)), **_pronoun_summary(g)}
+        rows.append({**row, **_slope_status(row)})
+    return pd.DataFrame(rows, columns=[*keys, *PRONOUN_COLUMNS])
+
+
+#: the columns of a summarize_pronouns row after its keys
+PRONOUN_COLUMNS = ["n", "n_injecting", "n_both", "injection_rate", *(f"p_she_{p}" for p in POLES), "delta_pp",
+                   "delta_pp_male_voice", "delta_pp_female_voice",
+                   *(f"p_she_{p}_{v}_voice" for v in ("male", "female") for p in POLES), *STATUS_COLUMNS]
+
+
+def _slope_status(row: dict) -> dict:
+    """status and reason of a summarize row: 'ok' when delta_pp is defined, 'not estimable' when no
+    summary on feminine or on masculine content commits to one pronoun gender (P(she) undefined there);
+    an ok row's reason names a per-voice slope that is undefined."""
+    missing = [p for p in ("feminine", "masculine") if not np.isfinite(row[f"p_she_{p}"])]
+    if missing:
+        what = "no summary injects" if not row["n_injecting"] else "no summary with one pronoun gender"
+        return {"status": NOT_ESTIMABLE, "reason": f"{what} on {' or '.join(missing)} content: P(she) and "
+                                                   "delta_pp undefined"}
+    voices = [v for v in ("male", "female") if not np.isfinite(row[f"delta_pp_{v}_voice"])]
+    return {"status": OK, "reason": f"delta_pp undefined for the {' and '.join(voices)} voice" if voices else ""}
 
 
 def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
@@ -186,8 +213,11 @@ def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
                          "n_both": int((inj["pronoun_choice"] == "both").sum()),
                          "n_injecting_feminine_content": int((inj["pole"] == "feminine").sum()),
                          "n_injecting_masculine_content": int((inj["pole"] == "masculine").sum())})
+    for row in rows:
+        row.update(status=OK if row["n"] else NOT_ESTIMABLE, reason="" if row["n"] else "no outputs")
     return pd.DataFrame(rows, columns=["system", "task", "lang", "n", "n_injecting", "injection_rate", "n_he", "n_she",
-                                       "n_both", "n_injecting_feminine_content", "n_injecting_masculine_content"])
+                                       "n_both", "n_injecting_feminine_content", "n_injecting_masculine_content",
+                                       *STATUS_COLUMNS])
 
 
 def compliance(scored: pd.DataFrame) -> pd.DataFrame:
@@ -257,10 +287,11 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
             if len(q):
                 q = q.iloc[0]
                 d = truth.get("drift_st", 0.0)
+                ok = q.get("status", OK) == OK
                 rows.append({"system": system, "quantity": "rq1_f0_shift_st", "planted": d,
                              "recovered": q["pooled_contrast"], "ci_low": q["ci_low"], "ci_high": q["ci_high"],
-                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]), "fit_status": "ok",
-                             "tolerance": F0_TOLERANCE_ST})
+                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]) if ok else None,
+                             "fit_status": "ok" if ok else str(q["reason"]), "tolerance": F0_TOLERANCE_ST})
         if mixed is not None and len(mixed):
             f0 = mixed[(mixed["system"] == system) & (mixed["task"] == "readback")
                        & (mixed["measure"] == f0_measure)]

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import CONDITIONS, GENDERS, H1_H2, SC_MEASURES
 
 #: |recovered - planted| within which a planted retention counts as recovered (see planted_vs_recovered)
@@ -71,12 +72,16 @@ def retention(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, n_boot: i
     modal). CI: percentile bootstrap over prompts (prompt_id clusters). The CI is
     conditional on the voices (2 per gender, too few to resample): it says how well
     these voices' retention is measured, not how it varies over voices. Prompt rows
-    without a system (`vq_long`) are paired with each system's continuations.
+    without a system (`vq_long`) are paired with each system's continuations. status is
+    'not estimable' (reason says why) without modal or non-modal conditions, when the
+    prompts' change is 0, or with fewer than 2 prompts (no interval).
     """
     rng = np.random.default_rng(seed)
 
     def slope(d: pd.DataFrame, m: str) -> float:
         means = d.groupby(["source", "phonation"])[m].mean()
+        if ("prompt", "modal") not in means or ("continuation", "modal") not in means:
+            return float("nan")  # no modal reference to measure a change from
         num = den = 0.0
         for c in d["phonation"].unique():
             if c == "modal" or ("prompt", c) not in means or ("continuation", c) not in means:
@@ -102,10 +107,30 @@ def retention(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, n_boot: i
         for m in measures:
             b = np.asarray(boots[m], dtype=float)
             b = b[np.isfinite(b)]
-            rows.append({"system": system, "voice_gender": gender, "measure": m, "retention": slope(d, m),
-                         "ci_low": float(np.quantile(b, a)) if b.size else np.nan,
-                         "ci_high": float(np.quantile(b, 1 - a)) if b.size else np.nan, "n_prompts": len(prompts)})
-    return pd.DataFrame(rows)
+            row = {"system": system, "voice_gender": gender, "measure": m, "retention": slope(d, m),
+                   "ci_low": float(np.quantile(b, a)) if b.size else np.nan,
+                   "ci_high": float(np.quantile(b, 1 - a)) if b.size else np.nan, "n_prompts": len(prompts)}
+            rows.append({**row, **_retention_status(d, m, row)})
+    return pd.DataFrame(rows, columns=["system", "voice_gender", "measure", "retention", "ci_low", "ci_high",
+                                       "n_prompts", *STATUS_COLUMNS])
+
+
+def _retention_status(d: pd.DataFrame, m: str, row: dict) -> dict:
+    """'ok' with a finite retention and bootstrap CI over 2 or more prompts; else 'not estimable' and why."""
+    if row["n_prompts"] >= 2 and all(np.isfinite(row[k]) for k in ("retention", "ci_low", "ci_high")):
+        return {"status": OK, "reason": ""}
+    conds = set(d.loc[d[m].notna(), "phonation"])
+    if "modal" not in conds:
+        why = "no modal prompts or continuations: no reference for the phonation change"
+    elif not conds - {"modal"}:
+        why = "no non-modal condition: no phonation change to retain"
+    elif not np.isfinite(row["retention"]):
+        why = "the prompts' phonation change is 0: retention undefined"
+    elif row["n_prompts"] < 2:
+        why = "one prompt: no bootstrap interval"
+    else:
+        why = "no finite bootstrap interval"
+    return {"status": NOT_ESTIMABLE, "reason": why}
 
 
 def judge_score_table(scored: pd.DataFrame, dims: list[str]) -> pd.DataFrame:
@@ -128,32 +153,49 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
     One row per judged continuation; the prompt (same text under every voice,
     condition and system) is the cluster of the robust SEs, and terms with
     voice_gender are estimated but not tested (2 voices per gender; see
-    `sc_stats.beta_regression_stepwise`)."""
+    `sc_stats.beta_regression_stepwise`). The factors are those with two or more
+    levels among the dimension's judged rows.
+
+    A dimension the data cannot support (constant scores, fewer than 2 prompts, an
+    empty cell of the factorial, a fit that does not converge: `NotEstimable`, or a
+    singular matrix) gets a 'fits' row with status 'not estimable' and the reason, and
+    the other dimensions still run. Any other exception (a missing column, a wrong
+    type) is a fault of the inputs or the code and propagates, so the stage fails.
+    'fits' has dimension, n, status ('ok' or 'not estimable'), reason and llf;
+    'coefficients' rows have status 'ok' when the estimate and its SE are finite (the
+    note saying why a p is withheld).
+    """
     from voicebias.analysis.sc_stats import beta_regression_stepwise, rescale_scores
 
     ok = scored[scored["judge_status"] == "ok"].copy()
-    factors = [f for f in ("phonation", "voice_gender", "system") if ok[f].nunique() > 1]
     steps, coefs, kept, fits = [], [], [], []
     for d in dims:
         sub = ok.dropna(subset=[d]).copy()
         sub["y"] = rescale_scores(sub[d].astype(float))
         if sub[d].nunique() < 2:
-            fits.append({"dimension": d, "n": len(sub), "status": "constant scores: no model"})
+            fits.append({"dimension": d, "n": len(sub), "status": NOT_ESTIMABLE,
+                         "reason": "constant scores: no model" if len(sub) else "no judged continuations"})
             continue
+        factors = [f for f in ("phonation", "voice_gender", "system") if sub[f].nunique() > 1]
         try:
             res = beta_regression_stepwise(sub, "y", factors, alpha, cluster="prompt_id" if "prompt_id" in sub else None,
                                            between_unit_factors=("voice_gender",))
-        except Exception as exc:  # recorded, the other dimensions still run
-            fits.append({"dimension": d, "n": len(sub), "status": f"failed: {type(exc).__name__}: {exc}"})
+        except (NotEstimable, np.linalg.LinAlgError) as exc:  # recorded, the other dimensions still run
+            fits.append({"dimension": d, "n": len(sub), "status": NOT_ESTIMABLE, "reason": str(exc)})
             continue
+        c = res["coefficients"]
+        estimated = np.isfinite(c["estimate"].astype(float)) & np.isfinite(c["se"].astype(float))
+        coefs.append(c.assign(dimension=d, status=np.where(estimated, OK, NOT_ESTIMABLE),
+                              reason=np.where(estimated, c["note"], "no finite estimate or SE")))
         steps.append(res["steps"].assign(dimension=d))
-        coefs.append(res["coefficients"].assign(dimension=d))
         kept.append(res["kept_interactions"].assign(dimension=d))
-        fits.append({"dimension": d, "n": len(sub), "status": "ok", "llf": float(res["llf"]["llf"].iloc[0])})
+        fits.append({"dimension": d, "n": len(sub), "status": OK, "reason": "", "llf": float(res["llf"]["llf"].iloc[0])})
     cat = lambda xs, cols: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame(columns=cols)  # noqa: E731
     return {"steps": cat(steps, ["removed", "stat", "df", "den_df", "p_value", "dimension"]),
-            "coefficients": cat(coefs, ["term", "estimate", "se", "p_value", "testable", "note", "dimension"]),
-            "kept_interactions": cat(kept, ["term", "testable", "dimension"]), "fits": pd.DataFrame(fits)}
+            "coefficients": cat(coefs, ["term", "estimate", "se", "p_value", "testable", "note", "dimension",
+                                        *STATUS_COLUMNS]),
+            "kept_interactions": cat(kept, ["term", "testable", "dimension"]),
+            "fits": pd.DataFrame(fits, columns=["dimension", "n", *STATUS_COLUMNS, "llf"])}
 
 
 def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, scored: pd.DataFrame,

@@ -24,6 +24,7 @@ import statsmodels.formula.api as smf
 from patsy import build_design_matrices
 from scipy import stats
 
+from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import SC_MEASURES
 
 
@@ -570,11 +571,11 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     y_m, X_m = dmatrices(formula, data, return_type="dataframe", NA_action="raise")
     y, X = y_m.iloc[:, 0].to_numpy(float), X_m.to_numpy(float)
     if np.linalg.matrix_rank(X) < X.shape[1]:
-        raise ValueError(f"the fixed-effects design of '{formula}' is rank deficient (empty cells?)")
+        raise NotEstimable(f"the fixed-effects design of '{formula}' is rank deficient (empty cells?)")
     codes = {name: pd.factorize(pd.Series(list(g), index=data.index).astype(str))[0] for name, g in groups.items()}
     Gs = [(c[:, None] == c[None, :]).astype(float) for c in codes.values()]
     if X.shape[0] - X.shape[1] < 1:
-        raise ValueError("no residual degrees of freedom: more fixed effects than observations")
+        raise NotEstimable("no residual degrees of freedom: more fixed effects than observations")
     best = None
     # first the bounded fit (gamma >= 0, as lme4), then released from the bound: Nelder-Mead over the whole
     # region where H = I + sum gamma_j G_j is positive definite (the objective refuses the rest)
@@ -837,12 +838,17 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
     -------
     dict of DataFrame
         'type3': measure, model, term, f_value, num_df, den_df, p_value, testable,
-        note; 'contrasts': Tukey-adjusted pairwise contrasts of source (prompt and
-        each system's continuation) within each voice_gender x phonation cell:
-        voice_gender, phonation, factor, level_a, level_b, estimate (a - b), se, df,
-        t, ci_low, ci_high (95 %, per contrast, t with the Satterthwaite df), p_tukey,
-        testable, note; 'fits': measure, model, n_cells, n_obs,
-        converged, variance components.
+        note, status ('ok' when the test was made, else 'not estimable' with the
+        note as reason); 'contrasts': Tukey-adjusted pairwise contrasts of source
+        (prompt and each system's continuation) within each voice_gender x phonation
+        cell: voice_gender, phonation, factor, level_a, level_b, estimate (a - b), se,
+        df, t, ci_low, ci_high (95 %, per contrast, t with the Satterthwaite df),
+        p_tukey, testable, note, status ('ok' with an estimate and interval, the
+        note saying why a p is withheld), reason; 'fits': measure, model, n_cells,
+        n_obs, converged, variance components, status ('not estimable' when the
+        model could not be fitted: no pairs, a constant measure, a rank-deficient
+        design, too few voices, no convergence) and reason. Nothing here raises on
+        such tables.
 
     Examples
     --------
@@ -881,9 +887,29 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
                    prompt        8     16       True
     """
     t3, contrasts, fits = [], [], []
+
+    def fit_row(m: str, model: str, cells: pd.DataFrame, fit: RemlFit | None, problem: str = "") -> dict:
+        n = {"measure": m, "model": model, "n_cells": len(cells), "n_obs": int(cells["n"].sum())}
+        if fit is None:
+            return {**n, "converged": False, "variance_components": f"not estimable: {problem}",
+                    "status": NOT_ESTIMABLE, "reason": problem}
+        return {**n, "converged": fit.converged,
+                "variance_components": "; ".join(f"{k}={v:.4g}" for k, v in fit.vcomp.items()),
+                "status": OK if fit.converged else NOT_ESTIMABLE,
+                "reason": "" if fit.converged else "the REML optimisation did not converge"}
+
+    def fitted(formula: str, cells: pd.DataFrame, groups: dict, y: str) -> tuple[RemlFit | None, str]:
+        if np.ptp(cells[y].to_numpy(float)) == 0:
+            return None, f"no variance: {'continuation - prompt' if y == 'd' else 'the prompt measure'} is the same in every cell"
+        try:
+            return fit_reml(formula, cells, groups), ""
+        except (NotEstimable, np.linalg.LinAlgError) as exc:
+            return None, f"{exc} ({cells['voice_id'].nunique()} voices)"
+
     for m in measures:
         cells = continuation_differences(vq, m)
         if cells.empty:
+            fits.append(fit_row(m, "continuation - prompt", cells, None, "no continuation paired with a measured prompt"))
             continue
         systems = sorted(cells["system"].unique())
         factors = [f for f in ("system", "voice_gender", "phonation") if cells[f].nunique() > 1]
@@ -891,39 +917,40 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
         if len(systems) > 1:
             groups["voice:phonation"] = cells["voice_id"] + ":" + cells["phonation"]
             groups["voice:system"] = cells["voice_id"] + ":" + cells["system"]
-        try:
-            fit = fit_reml(_factorial_formula("d", factors), cells, groups)
-        except (ValueError, np.linalg.LinAlgError) as exc:
-            fits.append({"measure": m, "model": "continuation - prompt", "n_cells": len(cells),
-                         "n_obs": int(cells["n"].sum()), "converged": False,
-                         "variance_components": f"not estimable with {cells['voice_id'].nunique()} voices: {exc}"})
-            continue
-        rename = {"Intercept": "source", **{t: "source:" + _plain_term(t) for t in fit.term_columns if t != "Intercept"}}
-        t3.append(type3_f_tests(fit, min_df, rename).assign(measure=m, model="continuation - prompt"))
-        fits.append({"measure": m, "model": "continuation - prompt", "n_cells": len(cells), "n_obs": int(cells["n"].sum()),
-                     "converged": fit.converged,
-                     "variance_components": "; ".join(f"{k}={v:.4g}" for k, v in fit.vcomp.items())})
-        contrasts.append(_source_contrasts(fit, cells, factors, systems, min_df).assign(measure=m))
+        fit, problem = fitted(_factorial_formula("d", factors), cells, groups, "d")
+        if fit is not None:
+            rename = {"Intercept": "source", **{t: "source:" + _plain_term(t) for t in fit.term_columns if t != "Intercept"}}
+            try:
+                t3.append(type3_f_tests(fit, min_df, rename).assign(measure=m, model="continuation - prompt"))
+                contrasts.append(_source_contrasts(fit, cells, factors, systems, min_df).assign(measure=m))
+            except np.linalg.LinAlgError as exc:  # a singular covariance of the fixed effects
+                fit, problem = None, f"singular covariance of the fixed effects: {exc}"
+        fits.append(fit_row(m, "continuation - prompt", cells, fit, problem))
         pr = vq[(vq["source"] == "prompt")].dropna(subset=[m]).drop_duplicates("stimulus_id")
         pr = pr[pr["stimulus_id"].isin(vq.loc[vq["source"] == "continuation", "stimulus_id"])]
         pcells = pr.groupby(["voice_id", "voice_gender", "phonation"], as_index=False).agg(y=(m, "mean"), n=(m, "size"))
         pf = [f for f in ("voice_gender", "phonation") if pcells[f].nunique() > 1]
         if len(pcells) > (pcells[pf].drop_duplicates().shape[0] if pf else 1) + 1:
-            try:
-                pfit = fit_reml(_factorial_formula("y", pf), pcells, {"voice": pcells["voice_id"]})
-            except (ValueError, np.linalg.LinAlgError) as exc:
-                fits.append({"measure": m, "model": "prompt", "n_cells": len(pcells), "n_obs": int(pcells["n"].sum()),
-                             "converged": False, "variance_components": f"not estimable: {exc}"})
-                continue
-            pt = type3_f_tests(pfit, min_df)
-            t3.append(pt[pt["term"] != "Intercept"].assign(measure=m, model="prompt"))
-            fits.append({"measure": m, "model": "prompt", "n_cells": len(pcells), "n_obs": int(pcells["n"].sum()),
-                         "converged": pfit.converged,
-                         "variance_components": "; ".join(f"{k}={v:.4g}" for k, v in pfit.vcomp.items())})
-    cols3 = ["measure", "model", "term", "f_value", "num_df", "den_df", "p_value", "testable", "note"]
-    return {"type3": pd.concat(t3, ignore_index=True)[cols3] if t3 else pd.DataFrame(columns=cols3),
-            "contrasts": pd.concat(contrasts, ignore_index=True) if contrasts else pd.DataFrame(),
-            "fits": pd.DataFrame(fits)}
+            pfit, problem = fitted(_factorial_formula("y", pf), pcells, {"voice": pcells["voice_id"]}, "y")
+            if pfit is not None:
+                try:
+                    pt = type3_f_tests(pfit, min_df)
+                    t3.append(pt[pt["term"] != "Intercept"].assign(measure=m, model="prompt"))
+                except np.linalg.LinAlgError as exc:
+                    pfit, problem = None, f"singular covariance of the fixed effects: {exc}"
+            fits.append(fit_row(m, "prompt", pcells, pfit, problem))
+    cols3 = ["measure", "model", "term", "f_value", "num_df", "den_df", "p_value", "testable", "note", *STATUS_COLUMNS]
+    type3 = pd.concat(t3, ignore_index=True) if t3 else pd.DataFrame(columns=cols3)
+    tested = type3["p_value"].notna() & np.isfinite(type3["f_value"].astype(float))
+    type3["status"] = np.where(tested, OK, NOT_ESTIMABLE)
+    type3["reason"] = np.where(tested, "", type3["note"].astype(str).where(type3["note"].astype(str) != "",
+                                                                           "the F test is undefined"))
+    return {"type3": type3[cols3],
+            "contrasts": pd.concat(contrasts, ignore_index=True) if contrasts else pd.DataFrame(columns=[
+                "voice_gender", "phonation", "factor", "level_a", "level_b", "estimate", "se", "df", "t", "ci_low",
+                "ci_high", "p_tukey", "testable", "note", *STATUS_COLUMNS, "measure"]),
+            "fits": pd.DataFrame(fits, columns=["measure", "model", "n_cells", "n_obs", "converged",
+                                                "variance_components", *STATUS_COLUMNS])}
 
 
 def _source_contrasts(fit: RemlFit, cells: pd.DataFrame, factors: list[str], systems: list[str],
@@ -951,11 +978,15 @@ def _source_contrasts(fit: RemlFit, cells: pd.DataFrame, factors: list[str], sys
             t = est / se if se > 0 else np.nan
             ok = bool(df >= min_df)  # False for NaN (no df: degenerate fit)
             half = float(stats.t.isf(0.025, df)) * se if np.isfinite(df) else float(stats.norm.isf(0.025)) * se
+            note = "" if ok else (f"not testable: {df:.1f} df (< {min_df:g}); 2 voices per gender"
+                                  if np.isfinite(df) else "not testable: no df (degenerate fit)")
+            # an estimate with its interval is 'ok' even where the test is withheld (note says why)
+            estimated = bool(np.isfinite(est) and se > 0 and np.isfinite(est - half) and np.isfinite(est + half))
             rows.append({"voice_gender": g, "phonation": p, "factor": "source", "level_a": a, "level_b": b,
                          "estimate": est, "se": se, "df": df, "t": t, "ci_low": est - half, "ci_high": est + half,
-                         "p_tukey": tukey_p_value(t, k, df) if ok else np.nan, "testable": ok,
-                         "note": "" if ok else (f"not testable: {df:.1f} df (< {min_df:g}); 2 voices per gender"
-                                                if np.isfinite(df) else "not testable: no df (degenerate fit)")})
+                         "p_tukey": tukey_p_value(t, k, df) if ok else np.nan, "testable": ok, "note": note,
+                         "status": OK if estimated else NOT_ESTIMABLE,
+                         "reason": note if estimated else "no variance: the contrast has no standard error"})
     return pd.DataFrame(rows)
 
 
@@ -991,14 +1022,27 @@ def _terms_formula(y: str, terms: list[frozenset]) -> str:
 
 
 def _fit_beta(formula: str, data: pd.DataFrame, cluster: str | None = None):
+    """The BetaModel fit of `formula`; NotEstimable when the design is rank deficient (an empty
+    cell of the factorial), the optimiser does not converge or the covariance is not finite."""
     from statsmodels.othermod.betareg import BetaModel
 
     kw: dict[str, Any] = {}
     if cluster is not None:
         kw = {"cov_type": "cluster", "cov_kwds": {"groups": pd.factorize(data[cluster])[0]}}
+    model = BetaModel.from_formula(formula, data)
+    X = np.asarray(model.exog, float)
+    if np.linalg.matrix_rank(X) < X.shape[1]:
+        raise NotEstimable(f"singular design: '{formula}' is rank deficient (an empty cell of the factorial)")
+    if X.shape[0] <= X.shape[1] + 1:
+        raise NotEstimable(f"{X.shape[0]} observations for {X.shape[1] + 1} parameters")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return BetaModel.from_formula(formula, data).fit(disp=0, maxiter=500, **kw)
+        fit = model.fit(disp=0, maxiter=500, **kw)
+    if not fit.mle_retvals.get("converged", True):
+        raise NotEstimable(f"the beta regression '{formula}' did not converge")
+    if not (np.all(np.isfinite(fit.params)) and np.all(np.isfinite(fit.bse)) and np.isfinite(fit.llf)):
+        raise NotEstimable(f"the beta regression '{formula}' has no finite estimate or covariance")
+    return fit
 
 
 def _term_of(name: str) -> str:
@@ -1044,6 +1088,13 @@ def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], a
         'steps' (removed, stat, df, den_df, p_value), 'coefficients' (term, estimate,
         se, p_value, testable, note), 'kept_interactions' (term, testable), 'llf'.
 
+    Raises
+    ------
+    NotEstimable
+        When the data cannot support the model: a constant outcome, fewer than 2
+        clusters, a rank-deficient design (an empty cell of the factorial), a fit that
+        does not converge or has no finite covariance. Any other error is a fault.
+
     Examples
     --------
     Eight prompts, each continued in every gender x phonation cell, with additive
@@ -1082,9 +1133,11 @@ def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], a
     between = set(between_unit_factors)
     terms = [frozenset(c) for r in range(1, len(factors) + 1) for c in itertools.combinations(factors, r)]
     steps = []
+    if df[y].nunique() < 2:
+        raise NotEstimable(f"degenerate outcome: {y} takes {df[y].nunique()} value(s)")
     n_clusters = int(df[cluster].nunique()) if cluster is not None else None
     if n_clusters is not None and n_clusters < 2:
-        raise ValueError(f"cluster-robust SEs need at least 2 clusters of '{cluster}', got {n_clusters}")
+        raise NotEstimable(f"cluster-robust SEs need at least 2 clusters of '{cluster}', got {n_clusters}")
     fit = _fit_beta(_terms_formula(y, terms), df, cluster)
 
     def wald(f, t: frozenset) -> tuple[float, int, float]:
@@ -1093,6 +1146,8 @@ def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], a
                and frozenset(_term_of(n).split(":")) == t]
         b = f.params.to_numpy()[idx]
         v = f.cov_params().to_numpy()[np.ix_(idx, idx)]
+        if np.linalg.matrix_rank(v) < len(idx):  # e.g. a cluster-robust covariance from fewer clusters than terms
+            raise NotEstimable(f"the covariance of {':'.join(sorted(t))} is singular ({n_clusters} clusters)")
         stat = float(b @ np.linalg.solve(v, b))
         if n_clusters is None:
             return stat, len(idx), float(stats.chi2.sf(stat, len(idx)))

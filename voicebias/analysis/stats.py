@@ -25,10 +25,11 @@ import statsmodels.api as sm
 from scipy import stats
 from scipy.optimize import linprog
 
+from voicebias.analysis.status import NOT_ESTIMABLE, OK, SEPARATION, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import POLE_ORDINAL, SAMPLE
 
 OR_COLUMNS = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "coef", "se", "fit_status",
-              "firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value"]
+              "firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value", *STATUS_COLUMNS]
 
 
 def detect_separation(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> str:
@@ -120,10 +121,18 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     `df` holds describe rows with pole, voice_gender and judged_gender
     (male/female/none; 'none' rows are non-compliant and excluded, counted).
     fit_status is 'ok', 'perfect separation (complete|quasi-complete)',
-    'singular ...' or 'no data'; the maximum-likelihood OR (Wald CI) is only
-    reported when the fit is 'ok'. The Firth-penalised OR (profile-likelihood CI,
-    penalised likelihood-ratio p) is offered alongside and stays finite under
-    separation.
+    'singular ...', 'did not converge' or 'no data'; the maximum-likelihood OR
+    (Wald CI) is only reported when the fit is 'ok'. The Firth-penalised OR
+    (profile-likelihood CI, penalised likelihood-ratio p) is offered alongside and
+    stays finite under separation; a side of its CI that lies beyond what can be
+    computed is reported infinite (`firth_coefficient`).
+
+    status (voicebias.analysis.status) is 'ok' with the maximum-likelihood fit,
+    'separation' when that estimate does not exist (complete or quasi-complete
+    separation, or every compliant answer the same gender) and the Firth estimate is
+    reported in its place, and 'not estimable' when there is no estimate at all (no
+    compliant answer, only one content pole or one input voice, no fit); reason says
+    which, in words. Nothing here raises on such tables.
 
     With repeats (a `sample` column) both fits take the item shares
     (`describe_item_design`): n counts the items with a compliant answer, n_excluded
@@ -180,35 +189,68 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     row = {"scope": scope, "n": n, "n_excluded": n_excl, "odds_ratio": np.nan, "ci_low": np.nan,
            "ci_high": np.nan, "p_value": np.nan, "coef": np.nan, "se": np.nan, "firth_odds_ratio": np.nan,
            "firth_ci_low": np.nan, "firth_ci_high": np.nan, "firth_p_value": np.nan}
+
+    def result(fit_status: str, status: str, reason: str) -> pd.DataFrame:
+        return pd.DataFrame([{**row, "fit_status": fit_status, "status": status, "reason": reason}], columns=OR_COLUMNS)
+
     if len(d) == 0:
-        return pd.DataFrame([{**row, "fit_status": "no data"}], columns=OR_COLUMNS)
+        return result("no data", NOT_ESTIMABLE, "no compliant answer (none names a gender)" if n_excl else "no answers")
     X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
     if np.linalg.matrix_rank(X) < X.shape[1]:
-        return pd.DataFrame([{**row, "fit_status": "singular (design not full rank)"}], columns=OR_COLUMNS)
+        missing = [what for what, col in (("one content pole", "content_step"), ("one input voice", "voice_female"))
+                   if d[col].nunique() < 2]
+        return result("singular (design not full rank)", NOT_ESTIMABLE,
+                      f"only {' and '.join(missing) or 'collinear content and voice'} among the compliant answers: "
+                      "the content step and the voice cannot both be estimated")
     y = d["y"].to_numpy()
-    firth = firth_coefficient(X, y, 1, confidence, weights=weights)
-    row.update(firth_odds_ratio=float(np.exp(firth["coef"])), firth_ci_low=float(np.exp(firth["ci_low"])),
-               firth_ci_high=float(np.exp(firth["ci_high"])), firth_p_value=firth["p_value"])
+    firth_note = ""
+    try:
+        firth = firth_coefficient(X, y, 1, confidence, weights=weights)
+    except NotEstimable as exc:
+        firth_note = f"Firth estimate not estimable: {exc}"
+    else:
+        with np.errstate(over="ignore"):
+            row.update(firth_odds_ratio=float(np.exp(firth["coef"])), firth_ci_low=float(np.exp(firth["ci_low"])),
+                       firth_ci_high=float(np.exp(firth["ci_high"])), firth_p_value=firth["p_value"])
+        open_sides = [side for side, v in (("lower", firth["ci_low"]), ("upper", firth["ci_high"])) if np.isinf(v)]
+        if open_sides:
+            firth_note = f"Firth profile CI open on the {' and '.join(open_sides)} side"
+    has_firth = bool(np.isfinite(row["firth_odds_ratio"]))
+
+    def separated(fit_status: str, what: str) -> pd.DataFrame:
+        if not has_firth:
+            return result(fit_status, NOT_ESTIMABLE, "; ".join(x for x in (what, firth_note) if x))
+        return result(fit_status, SEPARATION, "; ".join(x for x in (
+            f"{what}: the maximum-likelihood odds ratio does not exist; the Firth estimate is reported", firth_note) if x))
+
     if d["y"].nunique() < 2:
-        return pd.DataFrame([{**row, "fit_status": "singular (one outcome only)"}], columns=OR_COLUMNS)
+        judged = "female" if float(d["y"].iloc[0]) == 1.0 else "male"
+        return separated("singular (one outcome only)", f"every compliant answer is '{judged}'")
     sep = detect_separation(X, y)
     if sep != "none":
-        return pd.DataFrame([{**row, "fit_status": f"perfect separation ({sep})"}], columns=OR_COLUMNS)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if weights is None or bool(np.all(weights == 1.0)):
-            # without repeats, or every item's answers agree: one 0/1 outcome per item
-            fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
-            converged = fit.mle_retvals.get("converged", True)
-        else:  # the item shares: binomial likelihood of the weighted rows, model-based (item-level) SE
-            fit = sm.GLM(y, X, family=sm.families.Binomial(), freq_weights=weights).fit(maxiter=200, tol=1e-12)
-            converged = fit.converged
+        return separated(f"perfect separation ({sep})", f"{sep} separation")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if weights is None or bool(np.all(weights == 1.0)):
+                # without repeats, or every item's answers agree: one 0/1 outcome per item
+                fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
+                converged = fit.mle_retvals.get("converged", True)
+            else:  # the item shares: binomial likelihood of the weighted rows, model-based (item-level) SE
+                fit = sm.GLM(y, X, family=sm.families.Binomial(), freq_weights=weights).fit(maxiter=200, tol=1e-12)
+                converged = fit.converged
+    except np.linalg.LinAlgError as exc:  # a singular information matrix at some step
+        return result("did not converge", NOT_ESTIMABLE, "; ".join(x for x in (
+            f"maximum-likelihood fit failed: {exc}", firth_note) if x))
     b, se = float(fit.params[1]), float(fit.bse[1])
     z = stats.norm.ppf(0.5 + confidence / 2)
-    status = "ok" if converged and np.isfinite(se) else "did not converge"
-    row.update(odds_ratio=float(np.exp(b)), ci_low=float(np.exp(b - z * se)), ci_high=float(np.exp(b + z * se)),
-               p_value=float(fit.pvalues[1]), coef=b, se=se)
-    return pd.DataFrame([{**row, "fit_status": status}], columns=OR_COLUMNS)
+    with np.errstate(over="ignore", invalid="ignore"):
+        row.update(odds_ratio=float(np.exp(b)), ci_low=float(np.exp(b - z * se)), ci_high=float(np.exp(b + z * se)),
+                   p_value=float(fit.pvalues[1]), coef=b, se=se)
+    if not (converged and se > 0 and all(np.isfinite(row[k]) for k in ("coef", "se", "p_value"))):
+        return result("did not converge", NOT_ESTIMABLE, "; ".join(x for x in (
+            "the maximum-likelihood fit did not converge to a finite estimate", firth_note) if x))
+    return result("ok", OK, firth_note)
 
 
 def _item_keys(df: pd.DataFrame) -> list[str]:
@@ -316,8 +358,8 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
     -------
     DataFrame
         lang, (voice_gender, with `by_voice`), cell_type (aligned, neutral,
-        misaligned), n, n_excluded, misgendered and rate (misgendered / n; NaN
-        when n is 0).
+        misaligned), n, n_excluded, misgendered, rate (misgendered / n; NaN
+        when n is 0), status ('not estimable' when n is 0) and reason.
 
     Examples
     --------
@@ -327,7 +369,7 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
     ...                      "voice_gender": (["male"] * 3 + ["female"] * 3) * 2,
     ...                      "judged_gender": ["male", "male", "female", "female", "none", "female",
     ...                                        "male", "female", "female", "male", "female", "female"]})
-    >>> print(misgender_rates(desc).round(3).to_string(index=False))
+    >>> print(misgender_rates(desc).drop(columns=["status", "reason"]).round(3).to_string(index=False))
     lang  cell_type  n  n_excluded  misgendered  rate
       en    aligned  2           0            0 0.000
       en    neutral  1           1            0 0.000
@@ -339,7 +381,7 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
      ALL    neutral  3           1            1 0.333
      ALL misaligned  4           0            3 0.750
     >>> by_voice = misgender_rates(desc, by_voice=True)
-    >>> print(by_voice[by_voice["lang"] == "ALL"].to_string(index=False))
+    >>> print(by_voice[by_voice["lang"] == "ALL"].drop(columns=["status", "reason"]).to_string(index=False))
     lang voice_gender  cell_type  n  n_excluded  misgendered  rate
      ALL         male    aligned  2           0            0   0.0
      ALL         male    neutral  2           0            1   0.5
@@ -364,13 +406,30 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
                 n = int(c["compliant"].sum())
                 k = float(c["misgendered"].sum()) if repeats else int(c["misgendered"].sum())
                 row = {"lang": lang, "cell_type": ct, "n": n, "n_excluded": int(len(c) - n), "misgendered": k,
-                       "rate": k / n if n else np.nan}
+                       "rate": k / n if n else np.nan, "status": OK if n else NOT_ESTIMABLE,
+                       "reason": "" if n else ("no compliant answer in this cell" if len(c) else "no answers in this cell")}
                 rows.append(row if voice is None else {"lang": lang, "voice_gender": label, **row})
-    return pd.DataFrame(rows)
+    cols = ["lang", *(["voice_gender"] if by_voice else []), "cell_type", "n", "n_excluded", "misgendered", "rate",
+            *STATUS_COLUMNS]
+    return pd.DataFrame(rows, columns=cols)
 
 
 FISHER_COLUMNS = ["lang", "voice_gender", "misaligned_misgendered", "misaligned_n", "neutral_misgendered",
-                  "neutral_n", "odds_ratio", "conditional_odds_ratio", "ci_low", "ci_high", "p_value"]
+                  "neutral_n", "odds_ratio", "conditional_odds_ratio", "ci_low", "ci_high", "p_value", *STATUS_COLUMNS]
+
+
+def _two_by_two_status(a: float, n1: int, c: float, n0: int, odds: float) -> tuple[str, str]:
+    """status and reason of a misaligned-vs-neutral comparison: 'not estimable' when a cell type has no
+    answers, 'separation' when a zero cell leaves the odds ratio `odds` infinite, zero or undefined."""
+    empty = [name for name, n in (("misaligned", n1), ("neutral", n0)) if n == 0]
+    if empty:
+        return NOT_ESTIMABLE, f"no compliant answer in the {' or '.join(empty)} cells"
+    if not (np.isfinite(odds) and odds > 0):
+        word = "undefined" if np.isnan(odds) else "infinite" if odds > 0 else "zero"
+        kinds = ("no answer misgenders" if a + c == 0 else "every answer misgenders" if a + c == n1 + n0
+                 else "a zero cell")
+        return SEPARATION, f"{kinds}: the odds ratio is {word}; the test's p stands"
+    return OK, ""
 
 
 def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
@@ -400,7 +459,8 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
         The columns of FISHER_COLUMNS: lang, voice_gender, misaligned_misgendered,
         misaligned_n, neutral_misgendered, neutral_n, odds_ratio,
         conditional_odds_ratio, ci_low, ci_high, p_value (NaN when a cell type has
-        no answers).
+        no answers), status ('not estimable' then, 'separation' when a zero cell makes
+        the conditional odds ratio infinite, zero or undefined) and reason.
 
     Examples
     --------
@@ -408,7 +468,7 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
     >>> counts = pd.DataFrame({"lang": ["en"] * 3, "cell_type": ["aligned", "neutral", "misaligned"],
     ...                        "n": [20, 20, 20], "misgendered": [1, 2, 9]})
     >>> res = fisher_misaligned_vs_neutral(counts)
-    >>> print(res.drop(columns=["misaligned_n", "neutral_n"]).round(3).to_string(index=False))
+    >>> print(res.drop(columns=["misaligned_n", "neutral_n", "status", "reason"]).round(3).to_string(index=False))
     lang voice_gender  misaligned_misgendered  neutral_misgendered  odds_ratio  conditional_odds_ratio  ci_low  ci_high  p_value
       en       pooled                       9                    2       7.364                   6.994   1.148   78.283    0.031
     """
@@ -433,6 +493,7 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
             ci = cond.confidence_interval(confidence_level=confidence)
             row.update(odds_ratio=float(res.statistic), conditional_odds_ratio=float(cond.statistic),
                        ci_low=float(ci.low), ci_high=float(ci.high), p_value=float(res.pvalue))
+        row["status"], row["reason"] = _two_by_two_status(a, n1, c, n0, row["conditional_odds_ratio"])
         rows.append(row)
     return pd.DataFrame(rows, columns=FISHER_COLUMNS)
 
@@ -556,37 +617,210 @@ def permutation_misaligned_vs_neutral(df: pd.DataFrame, by_voice: bool = False,
                 perm = rng.permuted(np.broadcast_to(pooled, (permutations, len(pooled))), axis=1)
                 diffs = np.abs(perm[:, :n1].mean(axis=1) - perm[:, n1:].mean(axis=1))
                 row["p_value"] = float((1 + np.sum(diffs >= observed - 1e-12)) / (1 + permutations))
+            row["status"], row["reason"] = _two_by_two_status(a, n1, c, n0, row["odds_ratio"])
             rows.append(row)
     return pd.DataFrame(rows, columns=[*FISHER_COLUMNS, "test"])
 
 
-def _firth_loglik(beta: np.ndarray, X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> float:
-    """Penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993); `weights` weigh the rows
-    (their log-likelihood terms and information), all 1 by default."""
-    c = np.ones(len(y)) if weights is None else weights
-    eta = X @ beta
-    ll = float(np.sum(c * (y * eta - np.logaddexp(0, eta))))
-    p = 1 / (1 + np.exp(-eta))
-    w = c * p * (1 - p)
-    sign, logdet = np.linalg.slogdet(X.T @ (X * w[:, None]))
-    return ll + 0.5 * logdet if sign > 0 else -np.inf
+def _collapse(X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Identical (x, y) rows merged into one whose weight is the sum of theirs.
 
-
-def _firth_score(beta: np.ndarray, X: np.ndarray, y: np.ndarray,
-                 weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Modified score U*(b) = X'(c (y - p) + h (1/2 - p)) and Fisher information X'WX at b,
-    W = diag(c p (1 - p)), h the diagonal of the hat matrix W^1/2 X (X'WX)^-1 X' W^1/2 and c
-    the row weights (all 1 by default).
-
-    U* is the exact gradient of the penalised log-likelihood for the logit link.
+    The penalised log-likelihood, its score and the information are sums over rows, so
+    they are unchanged; the describe design (six covariate patterns, two outcomes) becomes
+    at most twelve rows, whatever the number of answers. Rows of weight 0 are dropped.
     """
-    c = np.ones(len(y)) if weights is None else weights
-    p = 1 / (1 + np.exp(-(X @ beta)))
-    w = c * p * (1 - p)
-    info = X.T @ (X * w[:, None])
-    xw = X * np.sqrt(w)[:, None]
-    h = np.einsum("ij,jk,ik->i", xw, np.linalg.pinv(info), xw)
-    return X.T @ (c * (y - p) + h * (0.5 - p)), info
+    X = np.asarray(X, float)
+    y = np.asarray(y, float)
+    c = np.ones(len(y)) if weights is None else np.asarray(weights, float)
+    if len(y) == 0:
+        return X, y, c
+    rows, inverse = np.unique(np.column_stack([X, y]), axis=0, return_inverse=True)
+    w = np.bincount(inverse.ravel(), weights=c, minlength=len(rows))
+    keep = w > 0
+    return rows[keep, :-1], rows[keep, -1], w[keep]
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    """log sum exp(x) of a short vector (scipy's, built for arrays of any backend, costs more here than
+    the whole fit step)."""
+    top = float(np.max(x))
+    return top + float(np.log(np.sum(np.exp(x - top)))) if np.isfinite(top) else top
+
+
+class _PenalisedLogit:
+    """The Firth-penalised logistic log-likelihood l(b) + 0.5 log|X'WX| of rows merged by `_collapse`,
+    with its score, information and Hessian.
+
+    With few covariate patterns (the describe design has six) |X'WX| is taken by the
+    Cauchy-Binet formula, |X'WX| = sum over k-subsets T of the patterns of
+    prod_{t in T} W_t det(X_T)^2, a sum of positive terms formed in log space
+    (log W_t = log c_t - log(1 + e^-eta) - log(1 + e^eta)): nothing cancels or
+    underflows however far out on the profile eta goes. The same terms, normalised,
+    are the probabilities pi_T of volume sampling, whose inclusion probabilities are the
+    hat values (h_r = sum_{T containing r} pi_T, and h_r h_s - sum_{T containing r, s} pi_T
+    = H_rs^2, Q Q' = H the hat matrix), so the modified score and the Hessian come from
+    them too. With many patterns (more than SUBSETS_LIMIT subsets) the pieces come from
+    the QR decomposition of W^1/2 X instead (p and 1 - p each from the logistic function,
+    so neither is formed as 1 minus a number near 1).
+
+    The modified score is U* = X'(c (y - p) + h (1/2 - p)), the exact gradient for the
+    logit link. With A = (X'WX)^-1, M = X A X', w' = w (q - p) and w'' = w (1 - 6 p q)
+    (q = 1 - p), the Hessian of 0.5 log|X'WX| is 0.5 [X' diag(w'' m) X - (w' X)'
+    (M o M) (w' X)], that is 0.5 [X' diag((1 - 6 p q) h) X - X' diag(q - p) (H o H)
+    diag(q - p) X] (o the elementwise product); the log-likelihood adds -X'WX.
+    """
+
+    SUBSETS_LIMIT = 20000
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, c: np.ndarray) -> None:
+        import itertools
+        from math import comb
+
+        self.X, self.y, self.c = X, y, c
+        self.k = X.shape[1]
+        self.patterns, self.pattern_of = np.unique(X, axis=0, return_inverse=True)
+        self.pattern_of = self.pattern_of.ravel()
+        self.weight = np.bincount(self.pattern_of, weights=c, minlength=len(self.patterns))
+        m = len(self.patterns)
+        self.volume = m >= self.k and comb(m, self.k) <= self.SUBSETS_LIMIT
+        if self.volume:
+            subsets = np.array(list(itertools.combinations(range(m), self.k)), dtype=int).reshape(-1, self.k)
+            det = np.abs(np.linalg.det(self.patterns[subsets])) if len(subsets) else np.zeros(0)
+            # a subset of collinear patterns adds nothing (det 0, up to the rounding of det itself)
+            keep = det > 1e-10 * max(1.0, float(np.max(np.abs(self.patterns)))) ** self.k
+            self.subsets, self.logvol = subsets[keep], 2 * np.log(det[keep])
+            self.member = np.zeros((len(self.subsets), m))
+            for col in range(self.k):
+                self.member[np.arange(len(self.subsets)), self.subsets[:, col]] = 1.0
+
+    def _loglik(self, beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        from scipy.special import expit
+
+        eta = self.X @ beta
+        ll = float(np.sum(self.c * (self.y * eta - np.logaddexp(0.0, eta))))
+        return ll, eta, expit(eta), expit(-eta)
+
+    def _log_terms(self, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pattern linear predictors and log prod W_t det(X_T)^2 of each subset."""
+        eta_r = self.patterns @ beta
+        with np.errstate(divide="ignore"):
+            logw = np.log(self.weight) - np.logaddexp(0.0, -eta_r) - np.logaddexp(0.0, eta_r)
+        return eta_r, logw[self.subsets].sum(axis=1) + self.logvol
+
+    def value(self, beta: np.ndarray) -> float:
+        """The penalised log-likelihood at beta (-inf where X'WX is singular)."""
+        ll = self._loglik(beta)[0]
+        if not self.volume:
+            return ll + self._qr(beta)[0]
+        if not len(self.subsets):
+            return -np.inf
+        return ll + 0.5 * _logsumexp(self._log_terms(beta)[1])
+
+    def _qr(self, beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """0.5 log|X'WX|, the hat matrix and X'WX of the rows from the QR decomposition of W^1/2 X."""
+        from scipy.special import expit
+
+        eta = self.X @ beta
+        w = self.c * expit(eta) * expit(-eta)
+        Q, R = np.linalg.qr(self.X * np.sqrt(w)[:, None])
+        d = np.abs(np.diag(R))
+        pen = float(np.sum(np.log(d))) if len(d) == self.k and np.all(d > 0) else -np.inf
+        return pen, Q @ Q.T, R.T @ R
+
+    def derivatives(self, beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """(penalised log-likelihood, modified score U*, information X'WX, Hessian) at beta."""
+        from scipy.special import expit
+
+        ll, eta, p, q = self._loglik(beta)
+        if self.volume:
+            if not len(self.subsets):
+                raise NotEstimable("Firth fit: the design is rank deficient")
+            eta_r, terms = self._log_terms(beta)
+            top = _logsumexp(terms)
+            pi = np.exp(terms - top)
+            h = pi @ self.member  # inclusion probability of each pattern: its hat value
+            H2 = np.outer(h, h) - (self.member * pi[:, None]).T @ self.member
+            np.fill_diagonal(H2, h * h)
+            Xr, pr, qr = self.patterns, expit(eta_r), expit(-eta_r)
+            info = Xr.T @ (Xr * (self.weight * pr * qr)[:, None])
+            value = ll + 0.5 * top
+        else:
+            pen, hat, info = self._qr(beta)
+            h, H2, Xr, pr, qr = np.diag(hat), hat ** 2, self.X, p, q
+            value = ll + pen
+        # c (y - p) with y - p = y q - (1 - y) p, and h (1/2 - p) = h (q - p) / 2
+        score = self.X.T @ (self.c * (self.y * q - (1.0 - self.y) * p)) + Xr.T @ (0.5 * h * (qr - pr))
+        Xs = Xr * (qr - pr)[:, None]
+        hess = -info + 0.5 * (Xr.T @ (Xr * ((1.0 - 6.0 * pr * qr) * h)[:, None]) - Xs.T @ H2 @ Xs)
+        return value, score, info, (hess + hess.T) / 2
+
+
+def _firth_max(model: _PenalisedLogit, fixed: dict[int, float] | None = None, max_iter: int = 500,
+               tol: float = 1e-9, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """`firth_fit` of a `_PenalisedLogit`."""
+    k = model.k
+    fixed = fixed or {}
+    free = [j for j in range(k) if j not in fixed]
+    beta = np.zeros(k) if start is None else np.array(start, float)
+    for j, v in fixed.items():
+        beta[j] = v
+    current = model.value(beta)
+    if not free:
+        return beta, current
+
+    def climb(direction: np.ndarray) -> bool:
+        nonlocal beta, current
+        t = 1.0
+        # halve until the step no longer changes beta in the arithmetic
+        while t * np.max(np.abs(direction)) > 1e-15 * (1.0 + np.max(np.abs(beta))):
+            cand = beta + t * direction
+            val = model.value(cand)
+            if val > current:
+                beta, current = cand, val
+                return True
+            t /= 2
+        return False
+
+    g = np.zeros(len(free))
+    polish = 0
+    for _ in range(max_iter):
+        _, score, info, hess = model.derivatives(beta)
+        g = score[free]
+        if not (np.all(np.isfinite(g)) and np.all(np.isfinite(hess))):
+            raise NotEstimable("Firth fit: the penalised likelihood cannot be evaluated (non-finite score)")
+        evals, evecs = np.linalg.eigh(hess[np.ix_(free, free)])
+        concave = evals[-1] < -1e-10 * max(1.0, float(np.max(np.abs(evals))))
+        ascent = np.zeros(k)
+        ascent[free] = evecs[:, -1]
+        # converged: a score below tol, or a Newton step below 1e-10 (relative) at a concave point: the
+        # score's rounding floor can exceed tol, and the coefficients are then known to that precision
+        flat = concave and float(np.max(np.abs((evecs / evals) @ (evecs.T @ g)))) < 1e-10 * max(1.0, np.max(np.abs(beta)))
+        if np.max(np.abs(g)) < tol or flat:
+            # at a maximum, or at a saddle point (zero score, a direction of ascent): leave it along that direction
+            if concave or not (climb(ascent) or climb(-ascent)):
+                return beta, current
+            continue
+        # Newton with the curvatures taken as |lambda| (the saddle-free Newton step): Newton's step where the
+        # penalised likelihood is concave, quadratic convergence near the maximum, and an ascent direction that
+        # leaves a saddle elsewhere
+        step = np.zeros(k)
+        floor = 1e-8 * max(1.0, float(np.max(np.abs(evals))))
+        step[free] = (evecs / np.maximum(np.abs(evals), floor)) @ (evecs.T @ g)
+        scoring = np.zeros(k)  # Fisher scoring on the modified score: an ascent direction everywhere
+        scoring[free] = np.linalg.lstsq(info[np.ix_(free, free)], g, rcond=None)[0]
+        grad = np.zeros(k)
+        grad[free] = g / max(1.0, float(np.max(np.abs(g))))
+        # near a saddle the score is at its rounding floor and no step gains: the ascent direction does
+        if not (climb(np.clip(step, -5, 5)) or climb(np.clip(scoring, -5, 5)) or climb(grad)
+                or (not concave and (climb(ascent) or climb(-ascent)))):
+            if concave and polish < 5 and np.max(np.abs(step)) < 1e-6 * max(1.0, np.max(np.abs(beta))):
+                # the gain left is below the rounding of the likelihood, not of its score (a flat
+                # direction under separation): finish with Newton steps on the score equation U* = 0
+                beta, current, polish = beta + step, model.value(beta + step), polish + 1
+                continue
+            # no ascent left at the arithmetic's precision: the maximum, to that precision
+            return beta, current
+    raise NotEstimable(f"Firth fit did not converge in {max_iter} steps (max |score| {np.max(np.abs(g)):.3g})")
 
 
 def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = None, max_iter: int = 500,
@@ -594,17 +828,21 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
               weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Maximise the Firth-penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993).
 
-    Newton steps on the modified score (Heinze & Schemper, 2002) with step halving
-    so the penalised likelihood never decreases. `fixed` holds coefficients at given
-    values (for the profile likelihood); the penalty always uses the full design,
-    as logistf does. The fit has converged when the largest free component of the
-    modified score is below `tol` and the penalised likelihood is locally concave
+    Newton steps on the penalised likelihood where it is locally concave (its Hessian in
+    closed form, `_PenalisedLogit`), Fisher scoring on the modified score elsewhere
+    (Heinze & Schemper, 2002), with step halving so the penalised likelihood never
+    decreases. Identical rows are merged first (`_collapse`). `fixed` holds coefficients
+    at given values (for the profile likelihood); the penalty always uses the full
+    design, as logistf does. The fit has converged when the largest free component of
+    the modified score is below `tol` and the penalised likelihood is locally concave
     there; the penalised likelihood need not be concave, and under separation a
     symmetric design can leave a saddle point (zero score, a direction of ascent)
     where a step-size criterion would stop, so from a saddle the search continues
-    along the ascent direction of the numerical Hessian. `start` gives starting
-    values (zeros by default; fixed entries are overwritten). `weights` weigh the rows
-    (an item's share of answers, with repeats); the estimate is finite under separation.
+    along the ascent direction of the Hessian. `start` gives starting values (zeros by
+    default; fixed entries are overwritten). `weights` weigh the rows (an item's share
+    of answers, with repeats). For the logit link the estimate is finite under
+    separation whenever X has full rank (the penalty is Jeffreys' prior, which goes to
+    0 along every direction).
 
     Parameters
     ----------
@@ -630,8 +868,9 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
 
     Raises
     ------
-    RuntimeError
-        If no maximum is reached in `max_iter` steps.
+    NotEstimable
+        If no maximum is reached in `max_iter` steps, or the penalised likelihood
+        cannot be evaluated.
 
     Examples
     --------
@@ -646,69 +885,11 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
     >>> round(float(np.exp(beta[1])), 3)
     25.0
     """
-    X = np.asarray(X, float)
-    y = np.asarray(y, float)
-    k = X.shape[1]
-    fixed = fixed or {}
-    free = [j for j in range(k) if j not in fixed]
-    beta = np.zeros(k) if start is None else np.array(start, float)
-    for j, v in fixed.items():
-        beta[j] = v
-    current = _firth_loglik(beta, X, y, weights)
-    if not free:
-        return beta, current
-
-    def climb(direction: np.ndarray) -> bool:
-        nonlocal beta, current
-        t = 1.0
-        while t > 1e-12:
-            cand = beta + t * direction
-            val = _firth_loglik(cand, X, y, weights)
-            if val > current:
-                beta, current = cand, val
-                return True
-            t /= 2
-        return False
-
-    for _ in range(max_iter):
-        score, info = _firth_score(beta, X, y, weights)
-        g = score[free]
-        evals, evecs = np.linalg.eigh(_penalised_hessian(beta, X, y, free, weights=weights))
-        concave = evals[-1] < -1e-10 * max(1.0, float(np.max(np.abs(evals))))
-        if np.max(np.abs(g)) < tol:
-            if concave:
-                return beta, current
-            # a saddle point (zero score, a direction of ascent): leave it along that direction
-            step = np.zeros(k)
-            step[free] = evecs[:, -1]
-            if not (climb(step) or climb(-step)):
-                return beta, current
-            continue
-        step = np.zeros(k)
-        if concave:  # Newton on the penalised likelihood itself: quadratic convergence near the maximum
-            step[free] = -(evecs / evals) @ (evecs.T @ g)
-        else:  # Fisher scoring on the modified score: an ascent direction everywhere
-            step[free] = np.linalg.lstsq(info[np.ix_(free, free)], g, rcond=None)[0]
-        step = np.clip(step, -5, 5)
-        if not climb(step):
-            grad = np.zeros(k)
-            grad[free] = g / max(1.0, float(np.max(np.abs(g))))
-            if not climb(grad):
-                return beta, current
-    raise RuntimeError(f"Firth fit did not converge in {max_iter} steps (max |score| {np.max(np.abs(g)):.3g})")
+    return _firth_max(_PenalisedLogit(*_collapse(X, y, weights)), fixed=fixed, max_iter=max_iter, tol=tol, start=start)
 
 
-def _penalised_hessian(beta: np.ndarray, X: np.ndarray, y: np.ndarray, free: list[int], delta: float = 1e-5,
-                       weights: np.ndarray | None = None) -> np.ndarray:
-    """Hessian of the penalised log-likelihood over the free coefficients by central differences of U*."""
-    m = len(free)
-    hess = np.zeros((m, m))
-    for a, j in enumerate(free):
-        e = np.zeros(len(beta))
-        e[j] = delta
-        hess[:, a] = (_firth_score(beta + e, X, y, weights)[0][free]
-                      - _firth_score(beta - e, X, y, weights)[0][free]) / (2 * delta)
-    return (hess + hess.T) / 2
+#: how far from the estimate (log-odds) the profile CI's bounds are searched; beyond it a bound is reported infinite
+PROFILE_SEARCH_LIMIT = 1024.0
 
 
 def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 0.95,
@@ -716,10 +897,20 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
     """Firth estimate of coefficient j with profile penalised-likelihood CI and LRT p-value.
 
     The profile at b_j = v maximises the penalised likelihood over the other
-    coefficients from two starts, zeros and the unconstrained estimate, and keeps
-    the higher maximum: under separation the constrained surface can have more
-    than one local maximum. The CI is {v : 2 (l*(b) - l*_v) <= chi2_1(confidence)};
-    a bound is infinite if the profile never crosses that level.
+    coefficients from three starts, zeros, the unconstrained estimate and the profile
+    maximum at the nearest v already visited, and keeps the highest maximum: under
+    separation the constrained surface can have more than one local maximum. The CI
+    is {v : 2 (l*(b) - l*_v) <= chi2_1(confidence)}. Each bound is searched by
+    doubling steps out from the estimate (0.5, 1, 2, ... up to PROFILE_SEARCH_LIMIT on
+    the log-odds scale), then located by Brent's method. A bound is reported infinite
+    (the CI open on that side) when the profile does not cross the level within the
+    search limit, or crosses it only where the penalised likelihood cannot be
+    evaluated (with many covariate patterns it is taken by QR, which underflows at
+    |eta| of several hundred), or the constrained fit cannot be made there. For the logit link the profile falls without bound on both
+    sides whenever X has full rank, so on the describe design both bounds are finite
+    even under complete separation; an open side means the bound lies beyond what can
+    be computed, and the interval reported contains the true one. The p-value is NaN
+    when the profile at 0 cannot be computed.
 
     Parameters
     ----------
@@ -737,7 +928,13 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
     Returns
     -------
     dict
-        coef, ci_low, ci_high (log-odds scale) and p_value (penalised LRT of b_j = 0).
+        coef, ci_low, ci_high (log-odds scale; -inf / +inf for an open side) and
+        p_value (penalised LRT of b_j = 0).
+
+    Raises
+    ------
+    NotEstimable
+        If the unconstrained Firth fit cannot be made (`firth_fit`).
 
     Examples
     --------
@@ -747,27 +944,66 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
     >>> {k: round(v, 3) for k, v in res.items()}
     {'coef': 3.219, 'ci_low': -0.431, 'ci_high': 9.124, 'p_value': 0.088}
     """
-    from scipy.optimize import brentq
+    model = _PenalisedLogit(*_collapse(X, y, weights))
+    beta, ll = _firth_max(model)
+    crit = float(stats.chi2.ppf(confidence, 1))
+    solutions: dict[float, np.ndarray] = {}
 
-    beta, ll = firth_fit(X, y, weights=weights)
-    crit = stats.chi2.ppf(confidence, 1)
+    def dev(v: float) -> tuple[float, float]:
+        """2 (l* - l*_v) - crit and its derivative in v, -2 U*_j at the profile maximum (the
+        envelope theorem); +inf where the penalised likelihood underflows, NaN where no
+        constrained fit was made."""
+        starts = [np.zeros(len(beta)), beta]
+        if solutions:
+            starts.append(solutions[min(solutions, key=lambda u: abs(u - v))])
+        best: tuple[np.ndarray, float] | None = None
+        for s in starts:
+            try:
+                fit = _firth_max(model, fixed={j: v}, start=s)
+            except NotEstimable:
+                continue
+            if best is None or fit[1] > best[1]:
+                best = fit
+        if best is None:
+            return float("nan"), float("nan")
+        solutions[v] = best[0]
+        slope = -2 * float(model.derivatives(best[0])[1][j]) if np.isfinite(best[1]) else float("nan")
+        return 2 * (ll - best[1]) - crit, slope
 
-    def profile(v: float) -> float:
-        return max(firth_fit(X, y, fixed={j: v}, weights=weights)[1],
-                   firth_fit(X, y, fixed={j: v}, start=beta, weights=weights)[1])
-
-    def dev(v: float) -> float:
-        return 2 * (ll - profile(v)) - crit
+    def crossing(lo: float, hi: float, f_lo: float) -> float:
+        """The root of dev in [lo, hi] (dev(lo) = f_lo, of the other sign than dev(hi)) by Newton
+        steps kept inside the bracket (bisection where a step leaves it or dev is infinite)."""
+        x = (lo + hi) / 2
+        for _ in range(200):
+            fx, dfx = dev(x)
+            if fx == 0 or np.isnan(fx):
+                return x
+            if (fx > 0) == (f_lo > 0):
+                lo, f_lo = x, fx
+            else:
+                hi = x
+            newton = x - fx / dfx if np.isfinite(fx) and np.isfinite(dfx) and dfx != 0 else np.nan
+            if abs(hi - lo) < 1e-12 * max(1.0, abs(x)) or (np.isfinite(newton) and abs(newton - x) < 1e-12 * max(1.0, abs(x))):
+                return newton if np.isfinite(newton) and min(lo, hi) <= newton <= max(lo, hi) else x
+            x = newton if np.isfinite(newton) and min(lo, hi) < newton < max(lo, hi) else (lo + hi) / 2
+        return x
 
     b = float(beta[j])
-    p = float(stats.chi2.sf(max(0.0, 2 * (ll - profile(0.0))), 1))
+    at_zero = dev(0.0)[0] + crit
+    p = float(stats.chi2.sf(max(0.0, at_zero), 1)) if np.isfinite(at_zero) else float("nan")
     bounds = []
     for direction in (-1, 1):
-        step, far = 0.5, b
-        for _ in range(60):
+        bound, inner, f_inner, step = direction * np.inf, b, -crit, 0.5
+        while step <= PROFILE_SEARCH_LIMIT:
             far = b + direction * step
-            if dev(far) > 0:
+            d_far = dev(far)[0]
+            if np.isnan(d_far):
                 break
-            step *= 2
-        bounds.append(brentq(dev, *sorted((b, far)), xtol=1e-10) if dev(far) > 0 else direction * np.inf)
+            if d_far > 0:
+                root = crossing(inner, far, f_inner)
+                if abs(dev(root)[0]) < 1e-6:  # a crossing, not the edge where the likelihood underflows
+                    bound = root
+                break
+            inner, f_inner, step = far, d_far, step * 2
+        bounds.append(float(bound))
     return {"coef": b, "ci_low": bounds[0], "ci_high": bounds[1], "p_value": p}

@@ -156,3 +156,93 @@ def test_firth_is_offered_under_separation():
     # content carries no information: the penalised estimate sits at OR 1 with a CI covering it
     assert res["firth_odds_ratio"] == pytest.approx(1.0, abs=1e-6)
     assert res["firth_ci_low"] < 1 < res["firth_ci_high"] and res["firth_p_value"] > 0.99
+
+
+def content_separated(per_cell=12):
+    return {(p, v): ((per_cell, 0) if p == "feminine" else (0, per_cell)) for p in ("masculine", "neutral", "feminine")
+            for v in ("male", "female")}
+
+
+def test_the_content_separated_table_gives_a_separation_row_not_an_exception():
+    # 12 answers per cell, 'female' exactly on feminine content: the table that stopped the describe analysis
+    res = odds_ratio_per_step(table(content_separated(12))).iloc[0]
+    assert (res["status"], res["fit_status"]) == ("separation", "perfect separation (complete)")
+    assert "complete separation" in res["reason"] and "Firth" in res["reason"]
+    assert 1 < res["firth_ci_low"] < res["firth_odds_ratio"] < res["firth_ci_high"] < np.inf
+
+
+def test_a_level_the_profile_never_reaches_leaves_both_sides_open():
+    # at confidence 1 the chi-square level is infinite: the profile crosses it nowhere, so both bounds are open
+    from voicebias.analysis.stats import firth_coefficient
+
+    X, y = two_by_two(0, 10, 7, 3)
+    res = firth_coefficient(X, y, 1, confidence=1.0)
+    assert np.isfinite(res["coef"]) and res["ci_low"] == -np.inf and res["ci_high"] == np.inf
+    row = odds_ratio_per_step(table(content_separated(12)), confidence=1.0).iloc[0]
+    assert row["status"] == "separation" and "open on the lower and upper side" in row["reason"]
+    assert row["firth_ci_low"] == 0.0 and row["firth_ci_high"] == np.inf
+
+
+def test_a_firth_fit_that_cannot_converge_is_not_estimable_not_a_runtime_error():
+    from voicebias.analysis.stats import firth_fit
+    from voicebias.analysis.status import NotEstimable
+
+    X, y = two_by_two(12, 0, 0, 9)
+    with pytest.raises(NotEstimable, match="did not converge in 1 steps"):
+        firth_fit(X, y, max_iter=1)
+
+
+def test_a_failed_firth_fit_leaves_a_row_that_says_so(monkeypatch):
+    import voicebias.analysis.stats as S
+    from voicebias.analysis.status import NotEstimable
+
+    def fails(*args, **kwargs):
+        raise NotEstimable("Firth fit did not converge in 500 steps (max |score| 0.001)")
+
+    monkeypatch.setattr(S, "firth_coefficient", fails)
+    sep = odds_ratio_per_step(table(content_separated(12))).iloc[0]
+    assert sep["status"] == "not estimable" and "did not converge in 500 steps" in sep["reason"]
+    assert np.isnan(sep["firth_odds_ratio"]) and np.isnan(sep["odds_ratio"])
+    counts = {(p, v): (3 + i, 7 - i) for i, p in enumerate(("masculine", "neutral", "feminine")) for v in ("male", "female")}
+    fine = odds_ratio_per_step(table(counts)).iloc[0]
+    assert fine["status"] == "ok" and np.isfinite(fine["odds_ratio"]) and "Firth estimate not estimable" in fine["reason"]
+
+
+@pytest.mark.parametrize("case,rows,reason", [
+    ("no answers", [], "no answers"),
+    ("every answer 'none'", [("masculine", "male", "none"), ("feminine", "female", "none")], "no compliant answer"),
+    ("one input voice", [(p, "male", j) for p in ("masculine", "feminine") for j in ("male", "female")],
+     "only one input voice"),
+    ("one content pole", [("neutral", v, j) for v in ("male", "female") for j in ("male", "female")],
+     "only one content pole"),
+])
+def test_describe_without_an_estimable_model_says_why(case, rows, reason):
+    df = pd.DataFrame(rows, columns=["pole", "voice_gender", "judged_gender"]).assign(lang="en")
+    res = odds_ratio_per_step(df).iloc[0]
+    assert res["status"] == "not estimable" and reason in res["reason"]
+    assert np.isnan(res["odds_ratio"]) and np.isnan(res["firth_odds_ratio"])
+
+
+def test_every_answer_one_gender_is_a_separation_with_a_firth_estimate():
+    counts = {(p, v): (8, 0) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")}
+    res = odds_ratio_per_step(table(counts)).iloc[0]
+    assert res["status"] == "separation" and "every compliant answer is 'female'" in res["reason"]
+    # the answers carry no information about content: the penalised estimate is OR 1
+    assert res["firth_odds_ratio"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_fisher_rows_with_a_zero_cell_or_an_empty_cell_type_carry_a_status():
+    rates = pd.DataFrame([
+        {"lang": "en", "cell_type": "misaligned", "n": 10, "misgendered": 10},
+        {"lang": "en", "cell_type": "neutral", "n": 10, "misgendered": 0},
+        {"lang": "zh", "cell_type": "misaligned", "n": 0, "misgendered": 0},
+        {"lang": "zh", "cell_type": "neutral", "n": 5, "misgendered": 1},
+        {"lang": "es", "cell_type": "misaligned", "n": 6, "misgendered": 0},
+        {"lang": "es", "cell_type": "neutral", "n": 6, "misgendered": 0},
+    ])
+    res = fisher_misaligned_vs_neutral(rates).set_index("lang")
+    assert res.loc["en", "status"] == "separation" and "infinite" in res.loc["en", "reason"]
+    assert res.loc["en", "p_value"] == pytest.approx(2 / 184756)  # two-sided: the two extreme tables of C(20, 10)
+    assert res.loc["zh", "status"] == "not estimable" and "misaligned" in res.loc["zh", "reason"]
+    assert res.loc["es", "status"] == "separation" and "no answer misgenders" in res.loc["es", "reason"]
+    assert res.loc["es", "p_value"] == 1.0
