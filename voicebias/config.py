@@ -57,6 +57,8 @@ CARRIER_GATE_DIR = REPORTS / "carrier_gate"
 GATE_METRICS = CARRIER_GATE_DIR / "metrics.json"
 RESPOND_REPORTS = REPORTS / "respond"
 SC_CONTINUE_REPORTS = REPORTS / "sc_continue"
+#: one file per system: its calls that failed in its last run (an output of the pending_calls stage)
+PENDING_CALLS = REPORTS / "pending_calls"
 ANALYSIS_DIR = REPORTS / "analysis"
 SC_REPORTS = REPORTS / "sc"
 DISAGGREGATED_DIR = REPORTS / "disaggregated"

@@ -61,6 +61,25 @@ class Retry(Section):
     max_delay_s: Annotated[float, Field(ge=0.0)] = 30.0
 
 
+class Breaker(Section):
+    """A circuit breaker per endpoint of a served system (voicebias.clients.endpoints.Breaker): after
+    `failures` consecutive failures to reach an endpoint nothing is sent there for `cooldown_s` (s), then
+    one probe; each failed probe doubles the cool-down (at most `max_cooldown_s`, s), and after
+    `max_reopens` re-opens in a row the system's remaining requests are recorded as failed, unsent."""
+
+    failures: PositiveInt = 5
+    cooldown_s: Annotated[float, Field(gt=0.0)] = 10.0
+    max_cooldown_s: Annotated[float, Field(gt=0.0)] = 120.0
+    max_reopens: Annotated[int, Field(ge=0)] = 3
+
+    @model_validator(mode="after")
+    def _longest_at_least_first(self) -> "Breaker":
+        if self.max_cooldown_s < self.cooldown_s:
+            raise ValueError(f"max_cooldown_s ({self.max_cooldown_s:g}) must be at least cooldown_s "
+                             f"({self.cooldown_s:g})")
+        return self
+
+
 class ASR(Section):
     """A local Whisper folder transcribing outputs that come without text."""
 
@@ -258,6 +277,10 @@ class Run(Section):
     #: stage; sample s has its own seed (voicebias.systems.base.sample_seed), sample 0 the
     #: run's own, so 1 is a run without repeats (docs/repeats.md)
     samples_per_item: int = 1
+    #: per system x task, the largest share of failed calls that still lets the respond (and
+    #: sc_continue) stage succeed, the failures then counted exclusions; above it the stage stops
+    #: with one line naming the system, the task, the count and the commonest reasons
+    max_failed_fraction: Prob = 0.05
 
     @field_validator("samples_per_item", mode="before")
     @classmethod
@@ -313,6 +336,7 @@ class SystemParams(Section):
     batch_size: PositiveInt | None = None
     timeout_s: Annotated[float, Field(gt=0.0)] | None = None
     retry: Retry | None = None
+    breaker: Breaker | None = None
     asr: ASR | str | None = None
 
 
@@ -542,6 +566,11 @@ def validate_section(model: type[Section], data: Any, path: str, exclude_none: b
 def samples_per_item(params: dict[str, Any]) -> int:
     """`run.samples_per_item` of a parameter mapping (the schema's default where the mapping has none)."""
     return int(validate_section(Run, params.get("run"), "run")["samples_per_item"])
+
+
+def max_failed_fraction(params: dict[str, Any]) -> float:
+    """`run.max_failed_fraction` of a parameter mapping (the schema's default where the mapping has none)."""
+    return float(validate_section(Run, params.get("run"), "run")["max_failed_fraction"])
 
 
 def validate_system(name: str, adapter: str, data: Any) -> dict[str, Any]:

@@ -20,6 +20,11 @@ not retryable), "hang" (no reply; the client times out), "noaudio". The first
 `reject_handshakes` connections are refused with HTTP 429 before any audio flows.
 The fingerprint is the sha256 of the 16-bit PCM bytes received
 (:func:`pcm_fingerprint` computes it from a stimulus file).
+
+Besides the websocket it answers the REST lookup the SDK's ``models.get`` sends, ``GET
+/v1beta/models/<model>`` with the same key header: the model's metadata (for every model
+name, or only those in `models`), 404 NOT_FOUND for another, and for another key the
+API's 400 INVALID_ARGUMENT "API key not valid". Lookups are logged in `lookups`.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import numpy as np
 from voicebias.audio import read_audio
 
 PATH = re.compile(r"/ws/google\.ai\.generativelanguage\.v1(alpha|beta)?\.GenerativeService\.BidiGenerateContent")
+MODEL_PATH = re.compile(r"/v1(?:alpha|beta)?/models/([^/?]+)(?:\?.*)?")
 OUT_RATE = 24000
 
 
@@ -96,8 +102,10 @@ class FakeGeminiLiveServer:
     """`with FakeGeminiLiveServer(key, certdir) as srv:`; `srv.base_url` is https://127.0.0.1:<port>."""
 
     def __init__(self, api_key: str, certdir: Path, plan: dict[str, list[str]] | None = None,
-                 reject_handshakes: int = 0, hang_s: float = 2.0):
+                 reject_handshakes: int = 0, hang_s: float = 2.0, models: set[str] | None = None):
         self.api_key = api_key
+        self.models = models
+        self.lookups: list[str] = []
         self.cert, self.key = self_signed_cert(Path(certdir))
         self.plan = {k: list(v) for k, v in (plan or {}).items()}
         self.reject_left = reject_handshakes
@@ -151,7 +159,35 @@ class FakeGeminiLiveServer:
             await self._stop.wait()
 
     # -- protocol ------------------------------------------------------------------
+    @staticmethod
+    def _json(status: HTTPStatus, body: dict):
+        from websockets.datastructures import Headers
+        from websockets.http11 import Response
+
+        data = json.dumps(body).encode()
+        return Response(status.value, status.phrase, Headers([("Content-Type", "application/json; charset=UTF-8"),
+                                                              ("Content-Length", str(len(data)))]), data)
+
+    def _lookup(self, request, model: str):
+        with self._lock:
+            self.lookups.append(model)
+        if request.headers.get("x-goog-api-key") != self.api_key:
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": {
+                "code": 400, "message": "API key not valid. Please pass a valid API key.", "status": "INVALID_ARGUMENT",
+                "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                             "domain": "googleapis.com"}]}})
+        if self.models is not None and model not in self.models:
+            return self._json(HTTPStatus.NOT_FOUND, {"error": {
+                "code": 404, "message": f"models/{model} is not found for API version v1beta, or is not supported "
+                                        "for getModel.", "status": "NOT_FOUND"}})
+        return self._json(HTTPStatus.OK, {
+            "name": f"models/{model}", "version": "001", "displayName": model, "inputTokenLimit": 131072,
+            "outputTokenLimit": 8192, "supportedGenerationMethods": ["countTokens", "bidiGenerateContent"]})
+
     def _process_request(self, connection, request):
+        lookup = MODEL_PATH.fullmatch(request.path)
+        if lookup:
+            return self._lookup(request, lookup.group(1))
         if not PATH.fullmatch(request.path):
             return connection.respond(HTTPStatus.NOT_FOUND, "unknown path\n")
         with self._lock:

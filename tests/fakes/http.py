@@ -65,6 +65,8 @@ class CrashableServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.killed = False
+        #: set when the server stops: a request hanging on it (see :meth:`hang`) ends then
+        self.stopping = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +95,7 @@ class CrashableServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -100,6 +103,7 @@ class CrashableServer:
         """Crash: refuse new connections; requests already open are dropped unanswered."""
         with self._lock:
             self.killed = True
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -133,6 +137,10 @@ class CrashableServer:
 
     def _post(self, h: BaseHTTPRequestHandler, t0: float) -> None:
         raise NotImplementedError
+
+    def hang(self, seconds: float) -> None:
+        """Work on a request for `seconds` without answering (ends early when the server stops)."""
+        self.stopping.wait(seconds)
 
     def dead(self, h: BaseHTTPRequestHandler) -> bool:
         """True (the connection dropped unanswered) when the server was killed while working on this request."""

@@ -8,7 +8,11 @@ and a `transcript`, or with the API's error object and status.
 
 Faults are planned per input: `plan[fingerprint]` lists the outcome of each
 successive attempt for that input ("ok", "429", "500", "503", "400", "401echo",
-"timeout", "drop", "noaudio"); past the end of the list the input gets "ok". The
+"timeout", "drop", "noaudio"); past the end of the list the input gets `default`
+("ok" unless set: ``default="timeout"`` is a server that accepts every request and never
+answers in time). ``GET /v1/models`` answers the model list with the same key check
+(401 for another key), as the API does; ``models_status`` makes it answer that status
+instead. The
 fingerprint of an input is the sha256 of its 16-bit PCM samples
 (:func:`fingerprint_samples`), so a test can compute it from the stimulus file.
 Every request is logged with its fingerprint and outcome.
@@ -61,8 +65,11 @@ class FakeOpenAIAudioServer(CrashableServer):
 
     def __init__(self, api_key: str, plan: dict[str, list[str]] | None = None, latency_s: float = 0.0,
                  hang_s: float = 2.0, transcript: Callable[[str, dict], str] | None = None,
-                 with_transcript: bool = True):
+                 with_transcript: bool = True, default: str = "ok", models_status: int = 200):
         super().__init__()
+        self.default = default
+        self.models_status = models_status
+        self.gets: list[str] = []
         self.api_key = api_key
         self.plan = {k: list(v) for k, v in (plan or {}).items()}
         self.latency_s = latency_s
@@ -105,6 +112,21 @@ class FakeOpenAIAudioServer(CrashableServer):
                         return fingerprint_samples(x[:, 0])
         raise ValueError("no input audio")
 
+    def _get(self, h: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self.gets.append(h.path)
+        if h.path != "/v1/models":
+            self._error(h, 404, f"Invalid URL (GET {h.path})", "invalid_request_error", None)
+        elif h.headers.get("Authorization") != f"Bearer {self.api_key}":
+            self._error(h, 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+        elif self.models_status != 200:
+            self._error(h, self.models_status, "You are not allowed to list models.", "invalid_request_error",
+                        None)
+        else:
+            self._send_json(h, 200, {"object": "list", "data": [
+                {"id": m, "object": "model", "created": 1717000000, "owned_by": "system"}
+                for m in ("gpt-4o-audio-preview", "gpt-audio")]})
+
     def _post(self, h: BaseHTTPRequestHandler, t0: float) -> None:
         length = int(h.headers.get("Content-Length", 0))
         raw = h.rfile.read(length)
@@ -126,7 +148,7 @@ class FakeOpenAIAudioServer(CrashableServer):
             n = self.attempts[fp]
             self.attempts[fp] += 1
             steps = self.plan.get(fp, [])
-            outcome = steps[n] if n < len(steps) else "ok"
+            outcome = steps[n] if n < len(steps) else self.default
         if outcome == "429":
             self._error(h, 429, "Rate limit reached for requests.", "requests", "rate_limit_exceeded",
                         {"retry-after-ms": "20"})
@@ -138,7 +160,7 @@ class FakeOpenAIAudioServer(CrashableServer):
             self._error(h, 401, f"Incorrect API key provided: {self.api_key}.", "invalid_request_error",
                         "invalid_api_key")
         elif outcome == "timeout":
-            time.sleep(self.hang_s)  # the client gives up first
+            self.hang(self.hang_s)  # the client gives up first
             try:
                 self._error(h, 500, "too late", "server_error", None)
             except OSError:

@@ -178,7 +178,7 @@ class FakeVLLMOmniServer(CrashableServer):
         elif outcome == "400":
             self._error(h, 400, "audio is too long for this model", "BadRequestError")
         elif outcome == "timeout":
-            time.sleep(self.hang_s)
+            self.hang(self.hang_s)
             try:
                 self._error(h, 500, "too late", "InternalServerError")
             except OSError:

@@ -30,6 +30,23 @@ they stay out of the cache key and out of every tracked output.
   which the adapter turns into a retryable failure: the runner retries it with
   backoff and, when the tries are spent, records it as failed with that reason.
 
+Each endpoint also has a circuit breaker (:class:`Breaker`, params ``breaker``):
+
+- ``failures`` consecutive failures to reach it (refused or dropped connections,
+  timeouts; requests already in flight count too) open it: for ``cooldown_s`` no
+  request is sent there, not even as a last resort;
+- when the cool-down is over it is half-open: exactly one request goes there as a
+  probe while every other waits. The probe's answer (any answer, an HTTP error
+  included) closes it; a probe that cannot reach it re-opens it for twice the
+  previous cool-down (at most ``max_cooldown_s``);
+- after ``max_reopens`` re-opens in a row it stays open for the rest of the run.
+
+A call that finds no endpoint it may send to (every one open, or half-open with its
+probe out, or left out by the pre-run check) raises :class:`CircuitOpen` at once,
+without sending: ``retry_after_s`` says when to ask again, and ``final`` that every
+endpoint has given up, so nothing will be sent any more (the runner then records this
+request and every one after it as failed with that reason, voicebias.systems.runner).
+
 A request is sent to one endpoint at a time and stops at the first answer, so the pool
 never sends an answered request again.
 """
@@ -74,6 +91,21 @@ def safe_url(url: str) -> str:
     """scheme://host[:port]/path of `url`: no credentials, no query."""
     u = urlsplit(str(url))
     return f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}{u.path}"
+
+
+def connection_reason(exc: BaseException) -> str:
+    """What a failed connection came to, for messages: "connection refused" when a refusal is anywhere
+    in the exception's chain of causes, else "connection error: " and the innermost cause's message."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    inner = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        inner = cause
+        cause = cause.__cause__ or cause.__context__
+    return f"connection error: {inner}"
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -159,6 +191,65 @@ def resolve_endpoints(system: str, params: Mapping[str, Any], card: Mapping[str,
     return [Endpoint(url=default_url, max_concurrency=default_concurrency)], "default"
 
 
+# ---------------------------------------------------------------------------- the circuit breaker
+
+BREAKER_KEYS = ("failures", "cooldown_s", "max_cooldown_s", "max_reopens")
+#: how often a request waiting on a half-open endpoint looks again while its probe is out (s)
+PROBE_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """When an endpoint's circuit breaker opens, for how long, and when it gives up (params ``breaker``).
+
+    Parameters
+    ----------
+    failures
+        Consecutive failures to reach an endpoint (refused or dropped connection, timeout)
+        that open its breaker.
+    cooldown_s
+        How long it stays open the first time (s); each re-open doubles it.
+    max_cooldown_s
+        The longest cool-down (s).
+    max_reopens
+        Re-opens in a row (probes that failed) after which the breaker stays open for the
+        rest of the run; 0 gives up the first time it opens.
+    """
+
+    failures: int = 5
+    cooldown_s: float = 10.0
+    max_cooldown_s: float = 120.0
+    max_reopens: int = 3
+
+    def __post_init__(self) -> None:
+        for key in ("failures", "max_reopens"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "failures" else 0):
+                raise ConfigError(f"breaker.{key} must be an integer >= {1 if key == 'failures' else 0}, got {v!r}")
+        for key in ("cooldown_s", "max_cooldown_s"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ConfigError(f"breaker.{key} must be a positive number of seconds, got {v!r}")
+        if self.max_cooldown_s < self.cooldown_s:
+            raise ConfigError(f"breaker.max_cooldown_s ({self.max_cooldown_s:g}) is shorter than breaker.cooldown_s "
+                              f"({self.cooldown_s:g})")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "Breaker":
+        """The system params' ``breaker`` mapping (absent or empty: the defaults)."""
+        spec = params.get("breaker") or {}
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"'breaker' must be a mapping of {', '.join(BREAKER_KEYS)}, got {spec!r}")
+        unknown = set(spec) - set(BREAKER_KEYS)
+        if unknown:
+            raise ConfigError(f"unknown breaker setting(s) {sorted(unknown)}; use {', '.join(BREAKER_KEYS)}")
+        return cls(**dict(spec))
+
+    def cooldown(self, reopens: int) -> float:
+        """The cool-down after `reopens` re-opens in a row (s): cooldown_s doubled per re-open, capped."""
+        return min(self.cooldown_s * 2.0 ** reopens, self.max_cooldown_s)
+
+
 # ---------------------------------------------------------------------------- the pool
 
 class Unreachable(VoicebiasError):
@@ -173,6 +264,19 @@ class AllEndpointsDown(VoicebiasError):
         self.retry_after_s = retry_after_s
 
 
+class CircuitOpen(VoicebiasError):
+    """No endpoint may be sent this request now (every breaker open, or half-open with its probe out,
+    or the endpoint left out by the pre-run check); nothing was sent.
+
+    `retry_after_s`: when to ask again (s). `final`: every endpoint has given up for this run, so
+    nothing will be sent any more.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None, final: bool):
+        super().__init__(message)
+        self.retry_after_s, self.final = retry_after_s, final
+
+
 @dataclass
 class _State:
     in_flight: int = 0
@@ -184,19 +288,28 @@ class _State:
     failures_in_row: int = 0
     current: float = 0.0  # smooth weighted round-robin
     last_error: str = ""
+    # the circuit breaker
+    opened: bool = False      # open, or half-open once open_until has passed
+    open_until: float = 0.0
+    reopens: int = 0          # probes that failed in a row
+    probing: bool = False     # the half-open probe is out
+    gave_up: bool = False
+    opens: int = 0            # times it opened this run
+    excluded: str = ""        # why the pre-run check left it out of this run
 
 
 class EndpointPool:
-    """Pick, bound and fail over among `endpoints` (see the module docstring)."""
+    """Pick, bound and fail over among `endpoints`, each behind a circuit breaker (see the module docstring)."""
 
     def __init__(self, endpoints: Sequence[Endpoint], name: str = "", cooldown_s: float = 2.0,
                  max_cooldown_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 report: Callable[[str], Any] | None = None):
+                 report: Callable[[str], Any] | None = None, breaker: Breaker | None = None):
         if not endpoints:
             raise ValueError("an endpoint pool needs at least one endpoint")
         self.endpoints = list(endpoints)
         self.name = name
         self.cooldown_s, self.max_cooldown_s = float(cooldown_s), float(max_cooldown_s)
+        self.breaker = breaker or Breaker()
         self.clock = clock
         self.report = report if report is not None else (lambda line: print(line, file=sys.stderr))
         self._state = [_State() for _ in self.endpoints]
@@ -211,58 +324,93 @@ class EndpointPool:
         """(index of the endpoint that answered, `once(index)`'s result).
 
         `once` raises :class:`Unreachable` to move the request to another endpoint;
-        anything else it raises ends the call with that exception.
+        anything else it raises ends the call with that exception (the server answered).
+        Raises :class:`CircuitOpen`, without sending, when no endpoint may be sent to now.
         """
         tried: list[int] = []
         errors: list[str] = []
         while True:
-            i = self._acquire(tried)
-            if i is None:
+            picked = self._acquire(tried)
+            if picked is None:
                 raise self._all_down(tried, errors)
+            i, probe = picked
             tried.append(i)
             try:
                 result = once(i)
             except Unreachable as exc:
                 errors.append(str(exc))
-                self._release(i, reachable=False, error=str(exc))
+                self._release(i, probe, reachable=False, error=str(exc))
                 continue
-            except BaseException:
-                self._release(i, reachable=None)
+            except Exception:
+                self._release(i, probe, reachable=True)  # an error the server answered with: it is up
                 raise
-            self._release(i, reachable=True)
+            except BaseException:
+                self._release(i, probe, reachable=None)
+                raise
+            self._release(i, probe, reachable=True)
             return i, result
 
+    def exclude(self, i: int, reason: str) -> None:
+        """Leave endpoint `i` out of this run (it did not answer the pre-run check): nothing is sent there."""
+        with self._cond:
+            self._state[i].excluded = reason or "left out"
+            self._cond.notify_all()
+
+    @property
+    def given_up(self) -> bool:
+        """Whether no endpoint will be sent anything more in this run (every breaker gave up, or left out)."""
+        with self._cond:
+            return all(s.gave_up or s.excluded for s in self._state)
+
     def stats(self) -> list[dict[str, Any]]:
-        """Per endpoint: label, weight, max_concurrency, sent, answered, unreachable, max_in_flight."""
+        """Per endpoint: label, weight, max_concurrency, sent, answered, unreachable, max_in_flight,
+        breaker (closed, open, given up or left out) and opens (times its breaker opened)."""
         with self._cond:
             return [{"endpoint": e.label, "weight": e.weight, "max_concurrency": e.max_concurrency, "sent": s.sent,
-                     "answered": s.answered, "unreachable": s.unreachable, "max_in_flight": s.max_in_flight}
+                     "answered": s.answered, "unreachable": s.unreachable, "max_in_flight": s.max_in_flight,
+                     "breaker": self._circuit(s), "opens": s.opens}
                     for e, s in zip(self.endpoints, self._state)]
 
     # -- internals -----------------------------------------------------------
-    def _acquire(self, tried: Sequence[int]) -> int | None:
+    @staticmethod
+    def _circuit(s: _State) -> str:
+        return ("left out" if s.excluded else "given up" if s.gave_up else "open" if s.opened else "closed")
+
+    def _acquire(self, tried: Sequence[int]) -> tuple[int, bool] | None:
+        """(endpoint, whether this request is its half-open probe), or None when this call has tried every
+        endpoint it could; raises CircuitOpen when it may send nowhere."""
         with self._cond:
             while True:
                 now = self.clock()
-                untried = [i for i in range(len(self.endpoints)) if i not in tried]
-                if not untried:
-                    return None
-                choices = [i for i in untried if self._state[i].down_until <= now]
+                usable = [i for i in range(len(self.endpoints)) if i not in tried and not self._state[i].excluded]
+                closed = [i for i in usable if not self._state[i].opened]
+                half_open = [i for i in usable if self._half_open(self._state[i], now)]
+                choices = [i for i in closed if self._state[i].down_until <= now] + half_open
                 if not choices:
-                    if tried:
-                        return None  # every endpoint left to this call is cooling down
-                    # every endpoint is down: probe the one whose cool-down ends first
-                    choices = [min(untried, key=lambda j: (self._state[j].down_until, j))]
+                    if closed and not tried:
+                        # every closed endpoint is cooling down: probe the one whose cool-down ends first
+                        choices = [min(closed, key=lambda j: (self._state[j].down_until, j))]
+                    elif tried:
+                        return None  # every endpoint left to this call is cooling down or open
+                    else:
+                        raise self._circuit_open(usable, now)
                 free = [i for i in choices if self._state[i].in_flight < self.endpoints[i].max_concurrency]
                 if free:
                     i = self._pick(free)
                     s = self._state[i]
+                    probe = s.opened
+                    s.probing = s.probing or probe
                     s.in_flight += 1
                     s.sent += 1
                     s.max_in_flight = max(s.max_in_flight, s.in_flight)
-                    return i
-                recovering = [self._state[j].down_until - now for j in untried if self._state[j].down_until > now]
+                    return i, probe
+                recovering = [t - now for j in usable for t in (self._state[j].down_until, self._state[j].open_until)
+                              if t > now]
                 self._cond.wait(timeout=min(recovering) if recovering else None)
+
+    @staticmethod
+    def _half_open(s: _State, now: float) -> bool:
+        return s.opened and not s.gave_up and not s.probing and s.open_until <= now
 
     def _pick(self, free: Sequence[int]) -> int:
         """Smooth weighted round-robin among `free` (nginx's rule): deterministic, shares follow weights."""
@@ -274,32 +422,72 @@ class EndpointPool:
         self._state[best].current -= total
         return best
 
-    def _release(self, i: int, reachable: bool | None, error: str = "") -> None:
-        line = None
+    def _release(self, i: int, probe: bool, reachable: bool | None, error: str = "") -> None:
+        lines = []
+        label = f"{self.name or 'system'}: endpoint {self.endpoints[i].label}"
         with self._cond:
             s = self._state[i]
+            b = self.breaker
             s.in_flight -= 1
+            if probe:
+                s.probing = False
             now = self.clock()
             if reachable:
                 s.answered += 1
+                if s.opened:
+                    lines.append(f"{label} answers again; its circuit is closed")
                 s.failures_in_row, s.down_until = 0, 0.0
+                s.opened, s.open_until, s.reopens, s.gave_up = False, 0.0, 0, False
             elif reachable is False:
                 s.unreachable += 1
                 s.last_error = error
-                if s.down_until <= now:  # requests already in flight when it went down do not lengthen it
-                    s.failures_in_row += 1
+                s.failures_in_row += 1
+                if probe:  # the half-open probe failed: open again, for longer, or give up
+                    s.reopens += 1
+                    s.gave_up = s.reopens >= b.max_reopens
+                    s.open_until = now + b.cooldown(s.reopens)
+                    lines.append(f"{label}: the probe failed ({error}); " + (
+                        f"circuit given up for this run after {s.reopens} re-opens in a row" if s.gave_up
+                        else f"circuit open again for {b.cooldown(s.reopens):g} s"))
+                elif not s.opened and s.failures_in_row >= b.failures:
+                    s.opened, s.open_until, s.opens = True, now + b.cooldown(0), s.opens + 1
+                    s.gave_up = b.max_reopens == 0
+                    lines.append(f"{label}: circuit open after {s.failures_in_row} consecutive failures ({error}); "
+                                 + ("given up for this run" if s.gave_up
+                                    else f"nothing is sent there for {b.cooldown(0):g} s, then one probe"))
+                elif not s.opened and s.down_until <= now:
+                    # requests already in flight when it went down do not lengthen its cool-down
                     wait = min(self.cooldown_s * 2.0 ** (s.failures_in_row - 1), self.max_cooldown_s)
                     s.down_until = now + wait
-                    line = (f"{self.name or 'system'}: endpoint {self.endpoints[i].label} unreachable ({error}); "
-                            f"sending elsewhere for {wait:g} s")
+                    if len(self.endpoints) > 1:
+                        lines.append(f"{label} unreachable ({error}); sending elsewhere for {wait:g} s")
+                # else: a request sent before its breaker opened failed late; it changes nothing
             self._cond.notify_all()
-        if line and len(self.endpoints) > 1:
+        for line in lines:
             self.report(line)
+
+    def _circuit_open(self, usable: Sequence[int], now: float) -> CircuitOpen:
+        """What a call that may send nowhere raises (the caller holds the lock)."""
+        live = [i for i in usable if not self._state[i].gave_up]
+        waits = [max(self._state[i].open_until - now, 0.0) for i in live if not self._state[i].probing]
+        retry = None if not live else min(waits) if waits else PROBE_POLL_S
+        parts = []
+        for i, (e, s) in enumerate(zip(self.endpoints, self._state)):
+            if s.excluded:
+                parts.append((e.label, f"left out of this run by the pre-run check: {s.excluded}"))
+            else:
+                given = f" (re-opened {s.reopens} times, given up for this run)" if s.gave_up else ""
+                parts.append((e.label, f"circuit open after {s.failures_in_row} consecutive failures{given}: "
+                                       f"{s.last_error}"))
+        if len(parts) == 1:
+            return CircuitOpen(parts[0][1], retry, final=not live)
+        return CircuitOpen(f"every endpoint's circuit is open ({len(parts)} endpoints: "
+                           + "; ".join(f"{label} {why}" for label, why in parts) + ")", retry, final=not live)
 
     def _all_down(self, tried: Sequence[int], errors: Sequence[str]) -> AllEndpointsDown:
         with self._cond:
             now = self.clock()
-            waits = [max(s.down_until - now, 0.0) for s in self._state]
+            waits = [max(max(s.down_until, s.open_until) - now, 0.0) for s in self._state if not s.excluded]
         hint = min(waits) if waits else None
         if len(self.endpoints) == 1 and errors:
             return AllEndpointsDown(errors[-1], hint)

@@ -1,4 +1,14 @@
-"""Stage 'respond'."""
+"""Stage 'respond': one system over every task, through the runner (voicebias.systems.runner).
+
+The failure policy: per task, failed calls out of requests above `run.max_failed_fraction`
+stop the stage with one line (StageFailed) naming the system, the task, the count and the
+commonest reasons, after every task has run, so that DVC does not record the stage as
+done; the finished calls are in the response cache and the next run sends only the
+failed ones. At or below it the failures are counted exclusions (`failed` in the stage
+record, a reason per row) and the stage succeeds. Either way the calls that failed are
+written to the system's ledger (voicebias.pipeline.pending_calls), so the next
+`dvc repro` calls them again.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +20,13 @@ from voicebias.tasks import Task
 import pandas as pd
 import shutil
 import sys
+from voicebias.exceptions import StageFailed
 from voicebias.systems.runner import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
+
+#: reasons named in the line of a task over run.max_failed_fraction
+TOP_REASONS = 3
+#: the longest reason quoted in that line (characters)
+REASON_CHARS = 160
 
 
 def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest_path: Path, passages_path: Path | None,
@@ -64,15 +80,22 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
               samples: int | None = None, render_cache: Path | None = None) -> dict[str, pd.DataFrame]:
     """Build the system once and run it on each task in turn (see run_stage for the keywords;
     `tasks` maps task names to Task objects that are not in data/tasks/prompts.yaml;
-    `render_cache` goes to the system's constructor where it takes one)."""
+    `render_cache` goes to the system's constructor where it takes one).
+
+    The system's `check` runs once, before the first call any task sends (not at all when
+    every call is cached). A task whose failed calls exceed `run.max_failed_fraction` of its
+    requests raises StageFailed once every task has run and the ledger of failed calls is
+    written (see the module docstring)."""
     from voicebias.io import read_json, read_table, write_json, write_table
-    from voicebias.params import samples_per_item
+    from voicebias.params import max_failed_fraction, samples_per_item
+    from voicebias.pipeline.pending_calls import update_ledger
     from voicebias.runlog import record as record_run
     from voicebias.runlog import split_counts
     from voicebias.systems import build_system
     from voicebias.tasks import load_tasks
 
     samples = samples_per_item(params) if samples is None else samples
+    limit = max_failed_fraction(params)
     if not read_json(gate_metrics).get("passed"):
         raise RuntimeError(f"{gate} has not passed; no system may hear these stimuli")
     manifest = read_table(manifest_path)
@@ -94,6 +117,15 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
         chosen[name] = known[name]
     system = build_system(system_name, sys_params, stimuli=manifest, root=root, **context)
     results: dict[str, pd.DataFrame] = {}
+    checked: list[bool] = []
+
+    def check_once() -> None:  # the first task with a call to send checks; the others need not
+        if not checked:
+            system.check()
+            checked.append(True)
+
+    failed_keys: dict[str, list[str]] = {}
+    over: list[str] = []
     try:
         if kind is not None and system.kind != kind:
             raise ValueError(f"system '{system_name}' is a {system.kind} system; this stage needs a {kind} system")
@@ -107,7 +139,7 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir),
                                      int(params["base"]["seed"]), root, policy=policy, asr=asr,
                                      continuation_s=float(system.params["continuation_s"])
-                                     if system.kind == "continuation" else 0.0, samples=samples)
+                                     if system.kind == "continuation" else 0.0, samples=samples, check=check_once)
             validate_responses(table, system.kind)
             write_table(out_dir / "responses.csv", table)
             if annotate is not None:
@@ -117,7 +149,26 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             record_run(label, {**run_facts, **system.run_facts()})
             print(f"{label}: {counts['requests']} requests, {counts['calls']} calls, "
                   f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
+            failed = table["status"] == "failed"
+            failed_keys[name] = table.loc[failed, "cache_key"].tolist()
+            if counts["requests"] and counts["failed"] > limit * counts["requests"]:
+                over.append(over_limit(name, counts["failed"], counts["requests"], table.loc[failed, "error"]))
             results[name] = table
     finally:
         system.close()
+    update_ledger(cache_dir, system_name, failed_keys)
+    if over:
+        raise StageFailed(f"system '{system_name}': " + "; ".join(over) + f" (more than run.max_failed_fraction "
+                          f"{limit:g}; the finished calls are cached and the next run sends only the failed ones)")
     return results
+
+
+def over_limit(task: str, failed: int, requests: int, errors: pd.Series) -> str:
+    """'<task>: <failed> of <requests> calls failed: <n> x <reason>, ...', the commonest reasons first."""
+    reasons = errors.fillna("no reason given").astype(str).map(lambda r: " ".join(r.split())).value_counts(sort=False)
+    ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = [f"{n} x {r if len(r) <= REASON_CHARS else r[:REASON_CHARS - 3] + '...'}"
+             for r, n in ranked[:TOP_REASONS]]
+    if len(ranked) > TOP_REASONS:
+        named.append(f"{sum(n for _, n in ranked[TOP_REASONS:])} x {len(ranked) - TOP_REASONS} other reasons")
+    return f"{task}: {failed} of {requests} calls failed: " + ", ".join(named)

@@ -14,19 +14,24 @@ A call that fails is returned as a response with status 'failed' and the reason
 by an invented output. Retryable failures (rate limits, 5xx, timeouts) raise
 :class:`TransientError`; a system that cannot run on this machine at all (missing
 checkout, weights, key or package) raises :class:`SetupError` when it is built,
-with a message that says what to do.
+with a message that says what to do. Before the first request of a run the runner
+calls :meth:`SystemUnderTest.check`, where an adapter asks its servers whether they
+answer and take its key, so a run that cannot get anywhere stops in seconds.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
+from voicebias.clients.endpoints import EndpointPool, Unreachable
 from voicebias.exceptions import VoicebiasError
 from voicebias.secrets import redact  # noqa: F401  (the adapters' redaction, kept importable here)
 
@@ -38,7 +43,7 @@ CONTINUATION_OUTPUT_S = (5.0, 8.0)
 #: they are left out of the cache key, so tuning them never repeats a finished call.
 RUNNER_KEYS = frozenset({
     "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "endpoints", "api_key_env", "python",
-    "checkout", "weights", "device", "asr", "startup_timeout_s",
+    "checkout", "weights", "device", "asr", "startup_timeout_s", "breaker",
     "driver",  # a path: the repository adapters put the driver's sha256 in the key instead
 })
 
@@ -189,6 +194,16 @@ class SystemUnderTest(ABC):
         keeps two stimuli with the same audio from sharing one answer."""
         return {}
 
+    def check(self) -> None:
+        """Before the first request of a run: can this system be reached, and does it take its
+        credentials? Raise :class:`SetupError` with a one-line message when it cannot run.
+
+        The default checks nothing (a system that runs on this machine, e.g. the reference
+        systems); API and served adapters ask their endpoints (:func:`ask_endpoints`) with a
+        short timeout (:data:`CHECK_TIMEOUT_S`). The runner calls it once per run, and only
+        when some request is not in the cache.
+        """
+
     def run_facts(self) -> dict[str, Any]:
         """Facts of this run only (e.g. requests per endpoint): they go to the run log, never to a tracked output."""
         return {}
@@ -230,6 +245,56 @@ class ContinuationSystem(SystemUnderTest):
 
 # ---------------------------------------------------------------------------
 # helpers shared by the adapters
+
+#: the longest the pre-run check waits for one endpoint's answer (s)
+CHECK_TIMEOUT_S = 10.0
+
+R = TypeVar("R")
+
+
+def ask_endpoints(system: str, pool: EndpointPool, ask: Callable[[int], R],
+                  report: Callable[[str], Any] | None = None, hint: str = "") -> dict[int, R]:
+    """Ask every endpoint of `pool` at once, `ask(i)`; {endpoint: answer} of those that answered.
+
+    `ask` raises :class:`~voicebias.clients.endpoints.Unreachable` when endpoint `i` cannot
+    be reached (refused, timed out) and :class:`SetupError` when it answers in a way that
+    stops the run (credentials refused, another model). An endpoint that cannot be reached
+    is left out of this run (:meth:`EndpointPool.exclude`) and named in one line on stderr
+    (`report`), as long as one answers; when none does, SetupError names them all, followed
+    by `hint` (what to do).
+    """
+    report = report if report is not None else (lambda line: print(line, file=sys.stderr))
+    n = len(pool.endpoints)
+
+    def one(i: int) -> tuple[str, Any]:
+        try:
+            return "ok", ask(i)
+        except Unreachable as exc:
+            return "down", str(exc)
+        except SetupError as exc:
+            return "setup", exc
+
+    if n == 1:
+        outcomes = [one(0)]
+    else:
+        with ThreadPoolExecutor(max_workers=min(n, 16), thread_name_prefix=f"{system}-check") as ex:
+            outcomes = list(ex.map(one, range(n)))
+    for kind, value in outcomes:
+        if kind == "setup":
+            raise value
+    down = {i: why for i, (kind, why) in enumerate(outcomes) if kind == "down"}
+    if len(down) == n:
+        if n == 1:
+            raise SetupError(f"system '{system}': cannot reach {pool.endpoints[0].label} ({down[0]}){hint}")
+        raise SetupError(f"system '{system}': cannot reach any of its {n} endpoints: "
+                         + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items()) + hint)
+    for i, why in down.items():
+        pool.exclude(i, why)
+    if down:
+        report(f"system '{system}': {len(down)} of {n} endpoints do not answer, left out of this run: "
+               + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items()))
+    return {i: value for i, (kind, value) in enumerate(outcomes) if kind == "ok"}
+
 
 def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
     """A path from a card or params, relative to the repository root unless absolute."""

@@ -18,8 +18,15 @@ transcription of that audio (the S2S paper's route for Gemini, App. B).
 
 Params: `model` (else the card's checkpoint), `voice` (else the card's), `temperature`,
 `seed_in_config` (send the request seed; default false); runner knobs
-`max_concurrency`, `timeout_s` (whole session, default 120), `retry`, `base_url`,
-`api_key_env` (default GEMINI_API_KEY, then GOOGLE_API_KEY).
+`max_concurrency`, `timeout_s` (whole session, default 120), `retry`, `breaker`,
+`base_url`, `api_key_env` (default GEMINI_API_KEY, then GOOGLE_API_KEY).
+
+Before the first request of a run :meth:`GeminiLiveSystem.check` looks the model up
+(``models.get``, a REST GET of ``models/<model>``): a refused key ("API key not valid",
+401, 403) or a model the API does not know stops the run, and so does an API that
+cannot be reached. Sessions go through a one-endpoint
+:class:`~voicebias.clients.endpoints.EndpointPool`, for its circuit breaker: timeouts
+and failed connections count towards opening it.
 """
 
 from __future__ import annotations
@@ -32,9 +39,14 @@ from typing import Any
 import numpy as np
 
 from voicebias.audio import read_audio
+from voicebias.clients.endpoints import (
+    AllEndpointsDown, Breaker, Endpoint, EndpointPool, Unreachable, connection_reason,
+)
 from voicebias.clients.retry import retry_after_s
 from voicebias.secrets import read_secret
-from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact
+from voicebias.systems.base import (
+    CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, ask_endpoints, redact,
+)
 
 INPUT_RATE = 16000          # Hz, what the Live API takes
 OUTPUT_RATE = 24000         # Hz, what it returns unless the mime type says otherwise
@@ -42,6 +54,23 @@ CHUNK_S = 0.5               # seconds of audio per realtime message
 #: websocket close codes worth retrying: abnormal closure, internal error, service restart, try again later
 TRANSIENT_CLOSE = {1006, 1011, 1012, 1013, 1014}
 TRANSIENT_HTTP = {408, 429, 500, 502, 503, 504}
+
+
+def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, other failures to get an answer) of the HTTP client the SDK uses for REST calls:
+    httpx, or its fork httpx2, whichever is installed."""
+    import importlib
+
+    timeouts: list[type[BaseException]] = [TimeoutError]
+    failures: list[type[BaseException]] = [OSError]
+    for module in ("httpx", "httpx2"):
+        try:
+            m = importlib.import_module(module)
+        except ImportError:
+            continue
+        timeouts.append(m.TimeoutException)
+        failures.append(m.TransportError)
+    return tuple(timeouts), tuple(failures)
 
 
 def _rate(mime: str | None) -> int:
@@ -77,6 +106,38 @@ class GeminiLiveSystem(S2SSystem):
         http_options = types.HttpOptions(base_url=base_url) if base_url else None
         self.client = genai.Client(api_key=key, http_options=http_options)
         self.base_url = base_url
+        self._key_var = var or "GEMINI_API_KEY"
+        self.pool = EndpointPool([Endpoint(url=base_url, max_concurrency=self.max_concurrency)], name=name,
+                                 breaker=Breaker.from_params(params))
+
+    def check(self) -> None:
+        """The API answers and takes the key, and knows the model (see the module docstring)."""
+        ask_endpoints(self.name, self.pool, self._check_one)
+
+    def _check_one(self, i: int) -> None:
+        from google.genai import errors as genai_errors
+
+        t = self._types
+        at = f"system '{self.name}'"
+        timeouts, failures = _transport_errors()
+        try:
+            self.client.models.get(model=self.model, config=t.GetModelConfig(
+                http_options=t.HttpOptions(timeout=int(CHECK_TIMEOUT_S * 1000))))
+        except genai_errors.ClientError as exc:
+            said = redact(str(exc.message or exc.status or ""), self._secrets)
+            if exc.code in (401, 403) or (exc.code == 400 and "api key" in said.lower()):
+                raise SetupError(f"{at}: credentials refused (looking up {self.model} answered HTTP {exc.code}: "
+                                 f"{said}); check the key in {self._key_var}") from None
+            if exc.code == 404:
+                raise SetupError(f"{at}: the API knows no model {self.model!r} (HTTP 404: {said}); set params "
+                                 "'model' or the card's checkpoint to a model the Live API serves") from None
+            # any other answer: the API is up and took the key
+        except genai_errors.APIError:
+            pass  # 5xx: up, if unwell; the run's retries and breaker handle it
+        except timeouts:
+            raise Unreachable(f"no answer within {CHECK_TIMEOUT_S:g} s") from None
+        except failures as exc:
+            raise Unreachable(redact(connection_reason(exc), self._secrets)) from None
 
     def live_config(self, request: S2SRequest) -> Any:
         t = self._types
@@ -147,11 +208,18 @@ class GeminiLiveSystem(S2SSystem):
         return S2SResponse(status="ok", transcript=transcript, audio=audio, sample_rate=rate, provenance=prov)
 
     def respond(self, request: S2SRequest) -> S2SResponse:
-        from google.genai import errors as genai_errors
-        from websockets.exceptions import ConnectionClosed, InvalidStatus
-
         x, _ = read_audio(request.audio_path, target_sr=INPUT_RATE)
         pcm = (np.clip(x, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+        try:
+            _, response = self.pool.call(lambda i: self._once(request, pcm))
+        except AllEndpointsDown as exc:
+            raise TransientError(str(exc), retry_after_s=exc.retry_after_s) from exc
+        return response
+
+    def _once(self, request: S2SRequest, pcm: bytes) -> S2SResponse:
+        """One session: a timeout or a failed connection raises Unreachable (it counts towards the breaker)."""
+        from google.genai import errors as genai_errors
+        from websockets.exceptions import ConnectionClosed, InvalidStatus
 
         async def bounded() -> S2SResponse:
             return await asyncio.wait_for(self._session(request, pcm), timeout=self.timeout_s)
@@ -159,7 +227,7 @@ class GeminiLiveSystem(S2SSystem):
         try:
             return asyncio.run(bounded())  # one event loop per call: each worker thread runs its own
         except (asyncio.TimeoutError, TimeoutError) as exc:
-            raise TransientError(f"timeout after {self.timeout_s:g} s") from exc
+            raise Unreachable(f"timeout after {self.timeout_s:g} s") from exc
         except InvalidStatus as exc:
             status = exc.response.status_code
             msg = redact(f"HTTP {status} at the websocket handshake", self._secrets)
@@ -174,4 +242,4 @@ class GeminiLiveSystem(S2SSystem):
         except ConnectionClosed as exc:
             raise TransientError(redact(f"connection closed: {exc}", self._secrets)) from exc
         except OSError as exc:
-            raise TransientError(redact(f"connection error: {exc}", self._secrets)) from exc
+            raise Unreachable(redact(connection_reason(exc), self._secrets)) from exc

@@ -28,7 +28,11 @@ Every call goes through an :class:`~voicebias.clients.endpoints.EndpointPool`, o
 endpoint or several: a request goes to one endpoint at a time, an unreachable one
 (refused or dropped connection, timeout) is set aside for a cool-down and the request
 moves to another, and the runner's concurrency is the sum of the endpoints'
-`max_concurrency`. The answering endpoint's address is kept in the provenance of the
+`max_concurrency`. Each endpoint has a circuit breaker (params `breaker`), and before
+the first request of a run :meth:`OpenAIAudioSystem.check` asks every endpoint
+``GET {base_url}/models`` with the key: 401 or 403 stops the run ("credentials refused"),
+and so does an endpoint that cannot be reached when it is the only one (with several,
+the run goes on with those that answer). The answering endpoint's address is kept in the provenance of the
 cache entry (untracked) and left out of the responses table (see
 :data:`voicebias.systems.base.DEPLOY_PROVENANCE`).
 """
@@ -43,10 +47,14 @@ from typing import Any
 import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
-from voicebias.clients.endpoints import AllEndpointsDown, EndpointPool, Unreachable, resolve_endpoints, safe_url
+from voicebias.clients.endpoints import (
+    AllEndpointsDown, Breaker, EndpointPool, Unreachable, connection_reason, resolve_endpoints, safe_url,
+)
 from voicebias.clients.retry import retry_after_s
 from voicebias.secrets import require_secret
-from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, redact
+from voicebias.systems.base import (
+    CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, ask_endpoints, redact,
+)
 
 #: HTTP statuses worth retrying: timeout, conflict, rate limit, server errors
 TRANSIENT_STATUS = {408, 409, 429}
@@ -97,7 +105,7 @@ class OpenAIAudioSystem(S2SSystem):
         self.endpoints, self.endpoints_source = resolve_endpoints(name, params, card, root, self.max_concurrency)
         self._check_endpoints()
         self.max_concurrency = sum(e.max_concurrency for e in self.endpoints)  # the runner's thread count
-        self.pool = EndpointPool(self.endpoints, name=name)
+        self.pool = EndpointPool(self.endpoints, name=name, breaker=Breaker.from_params(params))
         key = self._api_key(root)
         self._secrets = [key]
         self.clients = [openai.OpenAI(api_key=key, base_url=e.url, timeout=self.timeout_s, max_retries=0)
@@ -111,6 +119,7 @@ class OpenAIAudioSystem(S2SSystem):
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env") or self.default_key_env
+        self._key_var = var
         return require_secret(f"system '{self.name}'", var, root, error=SetupError)
 
     def endpoint(self, i: int = 0) -> str:
@@ -119,6 +128,29 @@ class OpenAIAudioSystem(S2SSystem):
 
     def run_facts(self) -> dict[str, Any]:
         return {"endpoints": self.pool.stats()} if len(self.endpoints) > 1 else {}
+
+    def check(self) -> None:
+        """Every endpoint answers ``GET /models`` and takes the key (see the module docstring)."""
+        ask_endpoints(self.name, self.pool, self._check_one)
+
+    def _check_one(self, i: int) -> None:
+        openai = self._openai
+        at = f"system '{self.name}': endpoint {self.endpoint(i).rstrip('/')}"
+        client = self.clients[i].with_options(timeout=min(self.timeout_s, CHECK_TIMEOUT_S), max_retries=0)
+        try:
+            client.models.list()
+        except openai.APITimeoutError:
+            raise Unreachable(f"no answer to GET /models within {min(self.timeout_s, CHECK_TIMEOUT_S):g} s") from None
+        except openai.APIConnectionError as exc:
+            raise Unreachable(redact(connection_reason(exc), self._secrets)) from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            said = exc.body.get("message") if isinstance(exc.body, dict) and exc.body.get("message") else exc.message
+            raise SetupError(redact(f"{at}: credentials refused (GET /models answered HTTP {exc.status_code}: "
+                                    f"{said}); " + (f"check the key in {self._key_var}" if self._key_var else
+                                                           "the server wants a key: name its variable in api_key_env"),
+                                    self._secrets)) from None
+        except openai.APIStatusError:
+            pass  # any other answer (404 from a server without /models, 5xx): it is up and took the key
 
     # -- the call ------------------------------------------------------------
     def messages(self, request: S2SRequest) -> list[dict[str, Any]]:
@@ -160,7 +192,7 @@ class OpenAIAudioSystem(S2SSystem):
         except openai.APITimeoutError as exc:
             raise Unreachable(f"timeout after {self.timeout_s:g} s") from exc
         except openai.APIConnectionError as exc:
-            raise Unreachable(redact(f"connection error: {exc}", self._secrets)) from exc
+            raise Unreachable(redact(connection_reason(exc), self._secrets)) from exc
         except openai.APIStatusError as exc:
             msg = redact(f"HTTP {exc.status_code}: {exc.message}", self._secrets)
             if exc.status_code in TRANSIENT_STATUS or exc.status_code >= 500:

@@ -44,4 +44,5 @@ class OpenAICompatibleSystem(OpenAIAudioSystem):
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env")
+        self._key_var = var
         return require_secret(f"system '{self.name}'", var, root, error=SetupError) if var else NO_KEY

@@ -31,8 +31,8 @@ Three routes:
   writes, else params `endpoints` or `base_url`, else the card): the same driver runs
   behind the shim (:mod:`voicebias.serving.shim`), on this machine or another, and each
   request goes over HTTP to one endpoint of an
-  :class:`~voicebias.clients.endpoints.EndpointPool` (fail-over, a bound per endpoint;
-  the runner's concurrency is the sum of the endpoints' `max_concurrency`). No
+  :class:`~voicebias.clients.endpoints.EndpointPool` (fail-over, a bound and a circuit
+  breaker per endpoint; the runner's concurrency is the sum of the endpoints' `max_concurrency`). No
   checkout, environment or weights are needed on this side.
 
 A missing checkout, environment or weights raises :class:`SetupError` with what to
@@ -77,7 +77,9 @@ from pathlib import Path
 from typing import Any
 
 from voicebias.audio import read_audio, sha256_file, write_audio
-from voicebias.clients.endpoints import AllEndpointsDown, EndpointPool, Unreachable, resolve_endpoints, safe_url
+from voicebias.clients.endpoints import (
+    AllEndpointsDown, Breaker, EndpointPool, Unreachable, resolve_endpoints, safe_url,
+)
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
 from voicebias.secrets import child_env
 from voicebias.systems.base import (
@@ -471,7 +473,7 @@ class ShimClient:
         self.name = backend.name
         self.endpoints, self.source = endpoints, source
         self.urls = [str(e.url).rstrip("/") for e in endpoints]
-        self.pool = EndpointPool(endpoints, name=self.name)
+        self.pool = EndpointPool(endpoints, name=self.name, breaker=Breaker.from_params(backend.system.params))
         self.model = str(backend.system.card.get("checkpoint") or self.name)
         self._info: dict[str, Any] | None = None
         self._served: list[dict[str, Any]] = []
@@ -628,6 +630,12 @@ class _Repository:
 
     def generation_settings(self) -> dict[str, Any]:
         return super().generation_settings() | self.backend.key_settings()
+
+    def check(self) -> None:
+        """The served route: every shim answers and runs what the params say (asked once, see the module
+        docstring). The worker and command routes run here and check their checkout when built."""
+        if self.backend.served is not None:
+            self.backend.served.info()
 
     def run_facts(self) -> dict[str, Any]:
         served = self.backend.served

@@ -9,6 +9,16 @@ Transient failures (429, 5xx, timeouts) are retried with exponential backoff; a
 call that still fails is recorded as failed with its reason, never replaced by an
 invented output, and is tried again on the next run.
 
+Before the first request that is not in the cache the system's `check` runs once
+(reachability and credentials; a SetupError stops the run). Served systems send
+through an endpoint pool whose circuit breakers (voicebias.clients.endpoints) fail a
+call fast, without sending, while every endpoint is open: such a call waits for the
+breaker's cool-down and is tried again without spending one of its attempts. Once
+every breaker has given up (`breaker.max_reopens` re-opens in a row) nothing more is
+sent for the system: that request and every one not yet sent are recorded as failed
+with the breaker's reason, so a run against dead or hanging servers ends after a few
+requests, not after requests x attempts x timeout / concurrency.
+
 API systems are called from a thread pool of `max_concurrency` workers; local GPU
 systems get `batch_size` requests per call (the adapter's batching hook). Every
 response carries its provenance in the responses table: the prompt sent, the model
@@ -59,6 +69,7 @@ from voicebias.contract import (
 )
 from voicebias.cache import JsonCache, atomic_write_json, content_key
 from voicebias.exceptions import ConfigError
+from voicebias.clients.endpoints import PROBE_POLL_S, CircuitOpen
 from voicebias.clients.retry import backoff_s
 from voicebias.systems.base import (
     DEPLOY_CARD_KEYS, DEPLOY_PROVENANCE, ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest,
@@ -107,6 +118,10 @@ def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest
     return content_key(payload)
 
 
+#: the shortest wait before asking a breaker again (s), so a zero hint never spins
+MIN_WAIT_S = 0.01
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -118,31 +133,46 @@ def _wait_s(policy: RetryPolicy, attempt: int, exc: TransientError) -> float:
 
 
 def call_with_retries(system: SystemUnderTest, request: Any, policy: RetryPolicy, sleep: Callable[[float], Any] = time.sleep,
-                      errors: list[str] | None = None) -> tuple[S2SResponse, int]:
+                      errors: list[str] | None = None, gave_up: list[str] | None = None) -> tuple[S2SResponse, int]:
     """(response, attempts). Transient errors retry with backoff; others fail at once.
 
     The wait before attempt k+1 is base_delay_s * 2**(k-1), capped at max_delay_s,
     or the server's Retry-After hint if that is longer (still capped). Transient
     error messages are appended to `errors` (provenance of the retries).
+
+    A :class:`~voicebias.clients.endpoints.CircuitOpen` (nothing was sent: every
+    endpoint's breaker is open) is no attempt: the call waits its `retry_after_s` and
+    asks again; a final one (every breaker gave up) fails the request with its reason,
+    which is appended to `gave_up` (the runner then sends nothing more for this system).
+    `attempts` counts the tries that were sent.
     """
-    for attempt in range(1, policy.max_attempts + 1):
+    attempt = 0
+    while True:
         try:
+            attempt += 1
             return system.call(request), attempt
         except SetupError:
             raise  # the system cannot run here at all: stop the stage with its message, record nothing
+        except CircuitOpen as exc:
+            attempt -= 1  # nothing was sent
+            if exc.final:
+                if gave_up is not None:
+                    gave_up.append(str(exc))
+                return S2SResponse.failed(str(exc)), attempt
+            sleep(max(exc.retry_after_s if exc.retry_after_s is not None else PROBE_POLL_S, MIN_WAIT_S))
         except TransientError as exc:
             if errors is not None:
                 errors.append(str(exc))
-            if attempt == policy.max_attempts:
+            if attempt >= policy.max_attempts:
                 return S2SResponse.failed(f"transient error after {attempt} attempts: {exc}"), attempt
             sleep(_wait_s(policy, attempt, exc))
         except Exception as exc:  # one bad item must not kill the run
             return S2SResponse.failed(f"{type(exc).__name__}: {exc}"), attempt
-    raise AssertionError("unreachable")
 
 
 def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], policy: RetryPolicy,
-                            sleep: Callable[[float], Any] = time.sleep) -> list[tuple[S2SResponse, int, list[str]]]:
+                            sleep: Callable[[float], Any] = time.sleep, gave_up: list[str] | None = None
+                            ) -> list[tuple[S2SResponse, int, list[str]]]:
     """Batch version: one (response, attempts, transient errors) per request.
 
     A batch that raises a transient error is retried whole with backoff; a batch
@@ -151,7 +181,7 @@ def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], po
     """
     if len(requests) == 1:
         errs: list[str] = []
-        resp, n = call_with_retries(system, requests[0], policy, sleep, errs)
+        resp, n = call_with_retries(system, requests[0], policy, sleep, errs, gave_up)
         return [(resp, n, errs)]
     errs = []
     for attempt in range(1, policy.max_attempts + 1):
@@ -162,6 +192,8 @@ def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], po
             return [(r, attempt, list(errs)) for r in out]
         except SetupError:
             raise
+        except CircuitOpen:
+            break  # nothing was sent; item by item, each waits for the breaker or fails with it
         except TransientError as exc:
             errs.append(f"batch: {exc}")
             if attempt == policy.max_attempts:
@@ -173,7 +205,10 @@ def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], po
     results = []
     for req in requests:
         item_errs = list(errs)
-        resp, n = call_with_retries(system, req, policy, sleep, item_errs)
+        if gave_up:  # every breaker gave up on an earlier item: nothing more is sent
+            results.append((S2SResponse.failed(gave_up[0]), 0, item_errs))
+            continue
+        resp, n = call_with_retries(system, req, policy, sleep, item_errs, gave_up)
         results.append((resp, n, item_errs))
     return results
 
@@ -330,7 +365,7 @@ def output_audio_name(request: S2SRequest | ContinuationRequest) -> str:
 def run_task(
     system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, out_dir: Path, cache: ResponseCache, seed: int,
     root: Path, policy: RetryPolicy | None = None, asr: Any | None = None, continuation_s: float = 6.0,
-    progress: bool = True, samples: int = 1,
+    progress: bool = True, samples: int = 1, check: Callable[[], Any] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run `task` on every stimulus whose language the task covers, `samples` times each.
 
@@ -340,7 +375,13 @@ def run_task(
     (retries included), cache_hits, shared (requests answered by another request's
     identical call), failed, asr_calls, corrupt (cache entries found damaged, so called
     again: see ResponseCache), wall_s. `asr` (a :class:`voicebias.instruments.asr.WhisperASR`)
-    transcribes outputs that come without text.
+    transcribes outputs that come without text. `check` (default: the system's own
+    :meth:`~voicebias.systems.base.SystemUnderTest.check`) runs once before the first call
+    is sent, and not at all when every request is in the cache; a SetupError it raises
+    stops the run before anything is sent.
+
+    When every endpoint's circuit breaker has given up (see the module docstring), the
+    requests not yet sent are recorded as failed with the breaker's reason, never sent.
 
     An interruption (Ctrl-C, or any BaseException raised by the system) cancels the
     calls not yet started, lets the running ones finish into the cache, and re-raises.
@@ -372,6 +413,8 @@ def run_task(
             records[key] = rec
             bump("cache_hits")
     pending = [(k, r) for k, r in first.items() if k not in records]
+    if pending:
+        (check or system.check)()
     card_revision = str(system.card.get("revision", ""))
 
     def finish(key: str, req: Any, resp: S2SResponse, attempts: int, errs: list[str], started: str,
@@ -393,15 +436,21 @@ def run_task(
             record["error"] = "system reported a failure without a reason"
         if record["status"] == "ok":
             cache.put(key, record, resp)
-        bump("calls")
-        bump("attempts", attempts)
+        if attempts:  # a request the breaker never let out was not sent
+            bump("calls")
+            bump("attempts", attempts)
         with lock:
             records[key] = record
+
+    gave_up: list[str] = []  # the breaker's reason, once every endpoint's breaker has given up
 
     def work(batch: list[tuple[str, Any]]) -> None:
         started = _now()
         t0 = time.perf_counter()
-        results = call_batch_with_retries(system, [r for _, r in batch], policy)
+        if gave_up:  # nothing more is sent for this system
+            results = [(S2SResponse.failed(gave_up[0]), 0, []) for _ in batch]
+        else:
+            results = call_batch_with_retries(system, [r for _, r in batch], policy, gave_up=gave_up)
         latency = (time.perf_counter() - t0) / len(batch)
         for (key, req), (resp, attempts, errs) in zip(batch, results):
             finish(key, req, resp, attempts, errs, started, latency)

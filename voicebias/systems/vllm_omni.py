@@ -41,10 +41,14 @@ concurrency is the sum of the endpoints' `max_concurrency`.
 Before the first call the adapter asks every endpoint what it runs: ``GET /version``
 (vLLM's version; vLLM-Omni serves through vLLM's app and reports no version of its
 own) and ``GET {url}/models`` (the served model ids, their `root` and
-`max_model_len`). An endpoint that does not answer, does not serve the card's model,
-serves it from a snapshot other than the card's pinned `revision`, or reports other
-facts (vLLM version, snapshot, context length) than the first endpoint is a setup error
-naming that endpoint. What the servers report (the snapshot commit read from `root`,
+`max_model_len`); the runner asks through :meth:`VLLMOmniSystem.check` before its first
+request, and the cache key needs the answers. An endpoint that cannot be reached is left
+out of the run and named on stderr, as long as another answers (when none does, the run
+stops); one that refuses the key (401, 403), does not serve the card's model, serves it
+from a snapshot other than the card's pinned `revision`, or reports other facts (vLLM
+version, snapshot, context length) than the other endpoints is a setup error naming
+that endpoint. Each endpoint has a circuit breaker (params `breaker`,
+:mod:`voicebias.clients.endpoints`). What the servers report (the snapshot commit read from `root`,
 not the path itself, which is a fact of the machine), the deploy settings (the card's
 `deploy`, with `batch_invariant: true` unless set otherwise, overridden by params
 `deploy`) and the full sampling parameters are part of :meth:`generation_settings`,
@@ -80,10 +84,14 @@ from typing import Any
 import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
-from voicebias.clients.endpoints import AllEndpointsDown, EndpointPool, Unreachable, resolve_endpoints, safe_url
+from voicebias.clients.endpoints import (
+    AllEndpointsDown, Breaker, EndpointPool, Unreachable, resolve_endpoints, safe_url,
+)
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
 from voicebias.secrets import require_secret
-from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, item_seed, redact
+from voicebias.systems.base import (
+    CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, ask_endpoints, item_seed, redact,
+)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8091/v1"
 ENGINE = "vllm-omni"
@@ -156,9 +164,10 @@ class VLLMOmniSystem(S2SSystem):
         self.urls = [str(e.url).rstrip("/") for e in self.endpoints]
         self.base_url = self.urls[0]
         self.max_concurrency = sum(e.max_concurrency for e in self.endpoints)  # the runner's thread count
-        self.pool = EndpointPool(self.endpoints, name=name)
+        self.pool = EndpointPool(self.endpoints, name=name, breaker=Breaker.from_params(params))
         self.timeout_s = float(params.get("timeout_s") or 300.0)
         var = params.get("api_key_env") or card.get("api_key_env")
+        self._key_var = var
         self._key = require_secret(f"system '{name}'", var, root, error=SetupError) if var else NO_KEY
         self._secrets = [self._key] if var else []
         self._server: dict[str, Any] | None = None
@@ -195,19 +204,23 @@ class VLLMOmniSystem(S2SSystem):
         return {"Authorization": f"Bearer {self._key}"}
 
     def _get(self, i: int, path: str) -> Any:
-        """GET `path` of endpoint `i` (``/version`` of the server's root, else under the API prefix)."""
+        """GET `path` of endpoint `i` (``/version`` of the server's root, else under the API prefix); raises
+        Unreachable when no server answers there, SetupError for an answer other than 200 with JSON."""
         import requests
 
         url = f"{self.server_root(self.urls[i])}{path}" if path == "/version" else f"{self.urls[i]}{path}"
         at = f"system '{self.name}': endpoint {self.endpoint(i)}"
         try:
-            r = requests.get(url, headers=self._headers(), timeout=min(self.timeout_s, 30.0))
+            r = requests.get(url, headers=self._headers(), timeout=min(self.timeout_s, CHECK_TIMEOUT_S))
         except requests.RequestException as exc:
-            raise SetupError(redact(f"{at}: no vLLM-Omni server answers at {safe_url(url)} ({exc}); start it as "
-                                    "docs/serving.md says (voicebias serve, or "
-                                    f"{self.deploy.get('command', 'vllm serve ... --omni')}), or name the servers "
-                                    f"that run (base_url or endpoints; these came from {self.endpoints_source})",
-                                    self._secrets)) from None
+            raise Unreachable(redact(f"no vLLM-Omni server answers at {safe_url(url)} ({exc})",
+                                     self._secrets)) from None
+        if r.status_code in (401, 403):
+            raise SetupError(redact(f"{at}: credentials refused (GET {safe_url(url)} answered HTTP {r.status_code}: "
+                                    f"{_error_message(_json(r), r.text[:200])}); " + (
+                                        f"check the key in {self._key_var}" if self._key_var else
+                                        "the server was started with --api-key: name its variable in api_key_env"),
+                                    self._secrets))
         if r.status_code != 200:
             raise SetupError(redact(f"{at}: GET {safe_url(url)} answered HTTP {r.status_code}: "
                                     f"{_error_message(_json(r), r.text[:200])}", self._secrets))
@@ -216,21 +229,32 @@ class VLLMOmniSystem(S2SSystem):
             raise SetupError(f"{at}: GET {safe_url(url)} did not answer JSON")
         return body
 
+    def check(self) -> None:
+        """The servers answer, take the key and serve the card's model (:meth:`server_info`)."""
+        self.server_info()
+
     def server_info(self) -> dict[str, Any]:
         """What the servers report about themselves and the served model (asked once, then kept): the
-        facts every endpoint shares, without paths of the server machines."""
+        facts every endpoint shares, without paths of the server machines. An endpoint that cannot be
+        reached is left out of the run (see the module docstring)."""
         with self._lock:
             if self._server is None:
-                asked = [self._ask_server(i) for i in range(len(self.urls))]
-                first = asked[0][0]
-                for i, (facts, _) in enumerate(asked[1:], start=1):
+                hint = ("; start the servers as docs/serving.md says (voicebias serve, or "
+                        f"{self.deploy.get('command', 'vllm serve ... --omni')}), or name the servers that run "
+                        f"(base_url or endpoints; these came from {self.endpoints_source})")
+                asked = ask_endpoints(self.name, self.pool, self._ask_server, hint=hint)
+                order = sorted(asked)
+                ref = order[0]
+                first = asked[ref][0]
+                for i in order[1:]:
+                    facts = asked[i][0]
                     if facts != first:
-                        diff = "; ".join(f"{k}: {v!r} there, {first.get(k)!r} at {self.endpoint(0)}"
+                        diff = "; ".join(f"{k}: {v!r} there, {_flat(first).get(k)!r} at {self.endpoint(ref)}"
                                          for k, v in _flat(facts).items() if _flat(first).get(k) != v)
                         raise SetupError(f"system '{self.name}': endpoint {self.endpoint(i)} does not serve what "
-                                         f"{self.endpoint(0)} serves ({diff}); every endpoint of a system must run "
+                                         f"{self.endpoint(ref)} serves ({diff}); every endpoint of a system must run "
                                          "the same model, revision and engine")
-                self._roots = [root for _, root in asked]
+                self._roots = [asked[i][1] if i in asked else None for i in range(len(self.urls))]
                 self._server = first
             return self._server
 

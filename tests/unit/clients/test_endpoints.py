@@ -1,9 +1,11 @@
-"""The endpoint pool: weighted picks, a bound per endpoint, fail-over with a cool-down, a clear
-error when every endpoint is down, and where an endpoint list is read from.
+"""The endpoint pool: weighted picks, a bound per endpoint, fail-over with a cool-down, a circuit
+breaker per endpoint, a clear error when every endpoint is down, and where an endpoint list is read from.
 
 What users rely on: a request is at one endpoint at a time and never sent again once
 answered; an endpoint never holds more than its max_concurrency; an unreachable one is
-skipped until its cool-down ends; the endpoints file overrides params and card.
+skipped until its cool-down ends; an endpoint that keeps failing gets nothing while its
+breaker is open, then exactly one probe, and after a set number of failed probes nothing
+at all; the endpoints file overrides params and card.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections import Counter
 import pytest
 
 from voicebias.clients.endpoints import (
-    AllEndpointsDown, Endpoint, EndpointPool, Unreachable, endpoints_file, parse_endpoints, resolve_endpoints,
+    PROBE_POLL_S, AllEndpointsDown, Breaker, CircuitOpen, Endpoint, EndpointPool, Unreachable, endpoints_file,
+    parse_endpoints, resolve_endpoints,
 )
 from voicebias.exceptions import ConfigError
 
@@ -174,6 +177,202 @@ def test_other_errors_end_the_call_at_that_endpoint():
         pool.call(once)
     assert len(calls) == 1 and all(s["unreachable"] == 0 for s in pool.stats())
     assert all(st.in_flight == 0 for st in pool._state)
+
+
+# ---------------------------------------------------------------------------- the circuit breaker
+
+class Dead:
+    """`once` of an endpoint that cannot be reached (or answers, once `alive`), counting what was sent."""
+
+    def __init__(self):
+        self.sent = []
+        self.alive = set()
+
+    def __call__(self, i):
+        self.sent.append(i)
+        if i in self.alive:
+            return f"answer from {i}"
+        raise Unreachable("timeout after 1 s")
+
+
+def fail(pool, once, n):
+    """n calls that reach the endpoint and fail (each raises AllEndpointsDown)."""
+    for _ in range(n):
+        with pytest.raises(AllEndpointsDown):
+            pool.call(once)
+
+
+def test_the_breaker_opens_after_consecutive_failures_and_then_sends_nothing():
+    clock = Clock()
+    pool = pool_of((1, 4), clock=clock, breaker=Breaker(failures=3, cooldown_s=10.0, max_cooldown_s=40.0,
+                                                        max_reopens=2))
+    once = Dead()
+    fail(pool, once, 3)
+    assert once.sent == [0, 0, 0]
+    for _ in range(5):
+        with pytest.raises(CircuitOpen) as info:
+            pool.call(once)
+        assert str(info.value) == "circuit open after 3 consecutive failures: timeout after 1 s"
+        assert info.value.retry_after_s == pytest.approx(10.0) and not info.value.final
+    assert once.sent == [0, 0, 0]  # failed fast: nothing was sent while it is open
+    clock.t += 4.0
+    with pytest.raises(CircuitOpen) as info:
+        pool.call(once)
+    assert info.value.retry_after_s == pytest.approx(6.0) and once.sent == [0, 0, 0]
+    assert pool.stats()[0]["breaker"] == "open" and pool.stats()[0]["opens"] == 1
+
+
+def test_a_success_in_between_resets_the_count():
+    pool = pool_of((1, 4), clock=Clock(), breaker=Breaker(failures=3))
+    once = Dead()
+    fail(pool, once, 2)
+    once.alive.add(0)
+    assert pool.call(once) == (0, "answer from 0")
+    once.alive.clear()
+    fail(pool, once, 2)
+    assert pool.stats()[0]["breaker"] == "closed"  # 2, 1, 2 in a row: never 3
+
+
+def test_half_open_lets_exactly_one_probe_through_and_its_answer_closes_the_breaker():
+    clock = Clock()
+    pool = pool_of((1, 4), clock=clock, breaker=Breaker(failures=2, cooldown_s=5.0, max_cooldown_s=60.0))
+    once = Dead()
+    fail(pool, once, 2)
+    clock.t += 5.0
+    probe_out, answer = threading.Event(), threading.Event()
+    outcome = {}
+
+    def slow_probe(i):
+        once.sent.append(i)
+        probe_out.set()
+        assert answer.wait(10)
+        return "probe answered"
+
+    def probe():
+        outcome["result"] = pool.call(slow_probe)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    assert probe_out.wait(10)
+    # while the probe is out every other call fails fast, told to look again shortly
+    for _ in range(3):
+        with pytest.raises(CircuitOpen) as info:
+            pool.call(once)
+        assert info.value.retry_after_s == PROBE_POLL_S and not info.value.final
+    assert once.sent == [0, 0, 0]  # two failures, one probe
+    answer.set()
+    t.join(10)
+    assert outcome["result"] == (0, "probe answered")
+    once.alive.add(0)
+    assert [pool.call(once)[1] for _ in range(3)] == ["answer from 0"] * 3
+    s = pool.stats()[0]
+    assert s["breaker"] == "closed" and s["opens"] == 1 and pool._state[0].failures_in_row == 0
+
+
+def test_a_failed_probe_reopens_for_twice_as_long_and_the_breaker_gives_up_after_max_reopens():
+    clock = Clock()
+    pool = pool_of((1, 4), clock=clock, breaker=Breaker(failures=2, cooldown_s=5.0, max_cooldown_s=15.0,
+                                                        max_reopens=3))
+    once = Dead()
+    fail(pool, once, 2)
+    waits = []
+    for _ in range(3):
+        with pytest.raises(CircuitOpen) as info:
+            pool.call(once)
+        waits.append(info.value.retry_after_s)
+        clock.t += info.value.retry_after_s
+        fail(pool, once, 1)  # the probe: sent, and it fails
+    assert waits == [5.0, 10.0, 15.0]  # doubled per re-open, capped at max_cooldown_s
+    assert len(once.sent) == 2 + 3
+    clock.t += 1000.0
+    with pytest.raises(CircuitOpen) as info:
+        pool.call(once)
+    assert info.value.final and info.value.retry_after_s is None and len(once.sent) == 5
+    assert str(info.value) == ("circuit open after 5 consecutive failures (re-opened 3 times, given up for this run): "
+                               "timeout after 1 s")
+    assert pool.given_up and pool.stats()[0]["breaker"] == "given up"
+
+
+def test_max_reopens_zero_gives_up_when_the_breaker_first_opens():
+    pool = pool_of((1, 4), clock=Clock(), breaker=Breaker(failures=2, max_reopens=0))
+    once = Dead()
+    fail(pool, once, 2)
+    with pytest.raises(CircuitOpen) as info:
+        pool.call(once)
+    assert info.value.final and once.sent == [0, 0]
+
+
+def test_an_http_error_is_an_answer_and_closes_a_half_open_breaker():
+    clock = Clock()
+    pool = pool_of((1, 4), clock=clock, breaker=Breaker(failures=2, cooldown_s=5.0))
+    fail(pool, Dead(), 2)
+    clock.t += 5.0
+
+    def bad_request(i):
+        raise RuntimeError("HTTP 400: Invalid input audio.")
+
+    with pytest.raises(RuntimeError, match="HTTP 400"):
+        pool.call(bad_request)
+    assert pool.stats()[0]["breaker"] == "closed"
+
+
+def test_with_several_endpoints_an_open_one_gets_nothing_and_all_open_fails_fast_naming_each():
+    clock = Clock()
+    pool = pool_of((1, 4), (1, 4), clock=clock, cooldown_s=1.0, max_cooldown_s=1.0,
+                   breaker=Breaker(failures=3, cooldown_s=30.0, max_cooldown_s=60.0))
+    once = Dead()
+    once.alive.add(1)
+    while pool.stats()[0]["unreachable"] < 3:  # endpoint 0 fails whenever it is picked; 1 answers
+        assert pool.call(once)[0] == 1
+        clock.t += 1.01  # past its fail-over cool-down: it is picked again
+    assert pool.stats()[0]["breaker"] == "open"
+    once.sent.clear()
+    for _ in range(9):  # for its 30 s of cool-down nothing goes to 0
+        assert pool.call(once)[0] == 1
+        clock.t += 2.9
+    assert once.sent == [1] * 9
+    once.alive.clear()
+    fail(pool, once, 3)  # now 1 fails too, three times in a row
+    with pytest.raises(CircuitOpen) as info:
+        pool.call(once)
+    assert str(info.value) == ("every endpoint's circuit is open (2 endpoints: http://h0:8000/v1 circuit open after "
+                               "3 consecutive failures: timeout after 1 s; http://h1:8000/v1 circuit open after 3 "
+                               "consecutive failures: timeout after 1 s)")
+    assert info.value.retry_after_s == pytest.approx(30.0 - 1.01 - 9 * 2.9) and not info.value.final  # 0's ends first
+    assert once.sent == [1] * 12
+
+
+def test_an_endpoint_left_out_by_the_check_gets_nothing():
+    pool = pool_of((1, 4), (1, 4), clock=Clock())
+    once = Dead()
+    once.alive.update({0, 1})
+    pool.exclude(1, "connection refused")
+    assert [pool.call(once)[0] for _ in range(6)] == [0] * 6 and once.sent == [0] * 6
+    pool.exclude(0, "connection refused")
+    with pytest.raises(CircuitOpen, match="left out of this run by the pre-run check: connection refused") as info:
+        pool.call(once)
+    assert info.value.final and pool.given_up and len(once.sent) == 6
+
+
+def test_breaker_settings_are_checked_and_match_the_params_schema():
+    from voicebias.params import Breaker as BreakerParams
+    from voicebias.params import validate_system
+
+    assert Breaker.from_params({}) == Breaker() == Breaker(**BreakerParams().model_dump())
+    assert Breaker.from_params({"breaker": {"failures": 2, "cooldown_s": 1}}) == Breaker(failures=2, cooldown_s=1.0)
+    assert Breaker().cooldown(0) == 10.0 and Breaker().cooldown(1) == 20.0 and Breaker().cooldown(9) == 120.0
+    for bad, msg in [({"failures": 0}, "failures"), ({"cooldown_s": 0}, "cooldown_s"), ({"max_reopens": -1},
+                     "max_reopens"), ({"cooldown_s": 30, "max_cooldown_s": 10}, "shorter"), ({"tries": 3}, "unknown")]:
+        with pytest.raises(ConfigError, match=msg):
+            Breaker.from_params({"breaker": bad})
+    from voicebias.params import ParamsError
+
+    checked = validate_system("s", "openai_compatible", {"breaker": {"failures": 2}})
+    assert checked["breaker"] == {"failures": 2, "cooldown_s": 10.0, "max_cooldown_s": 120.0, "max_reopens": 3}
+    with pytest.raises(ParamsError, match="systems.s.breaker.failurs: unknown key; did you mean failures"):
+        validate_system("s", "openai_compatible", {"breaker": {"failurs": 2}})
+    with pytest.raises(ParamsError, match="max_cooldown_s .* must be at least cooldown_s"):
+        validate_system("s", "vllm_omni", {"breaker": {"cooldown_s": 30, "max_cooldown_s": 10}})
 
 
 # ---------------------------------------------------------------------------- configuration

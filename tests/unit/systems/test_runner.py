@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from voicebias.systems.runner import ResponseCache, RetryPolicy, call_with_retries, run_task, validate_responses
-from voicebias.systems.base import S2SResponse, S2SSystem, TransientError
+from voicebias.systems.base import S2SResponse, S2SSystem, SetupError, TransientError
 from voicebias.tasks import load_tasks
 from voicebias.validation import ValidationFailed
 
@@ -279,3 +279,131 @@ def test_the_response_cache_keeps_a_systems_flac_only_where_it_fits_the_audio(tm
         cache.put(key * 64, {"status": "ok"}, S2SResponse("ok", "t", x, 16000, audio_flac=given))
         assert cache.audio_path(key * 64).read_bytes() == flac_bytes(x, 16000)  # encoded afresh
     assert all(cache.get(k * 64)["output_audio_cached"] for k in "abcde")
+
+
+# ---------------------------------------------------------------------------
+# the pre-run check and the circuit breaker
+
+def test_the_check_runs_once_before_the_first_call_and_not_when_everything_is_cached(tmp_path):
+    class Checked(CountingSystem):
+        def __init__(self, refuse=False):
+            super().__init__()
+            self.checks, self.refuse = [], refuse
+
+        def check(self):
+            self.checks.append(self.calls)  # how many calls were made before it
+            if self.refuse:
+                raise SetupError("system 'counting': cannot reach http://h:1/v1 (connection refused)")
+
+    task = load_tasks()["describe"]
+    cache = ResponseCache(tmp_path / "cache")
+    refused = Checked(refuse=True)
+    with pytest.raises(SetupError, match="connection refused"):
+        run_task(refused, task, stimuli(tmp_path), tmp_path / "o0", cache, 1, tmp_path, progress=False)
+    assert refused.checks == [0] and refused.calls == 0 and not list(cache.root.glob("*/*"))
+    system = Checked()
+    run_task(system, task, stimuli(tmp_path), tmp_path / "o1", cache, 1, tmp_path, progress=False)
+    assert system.checks == [0] and system.calls == 4
+    run_task(system, task, stimuli(tmp_path), tmp_path / "o2", cache, 1, tmp_path, progress=False)
+    assert system.checks == [0]  # every call cached: nothing to check, e.g. an offline re-run
+
+
+class BreakerSystem(S2SSystem):
+    """Test double in front of a real EndpointPool whose one endpoint never answers (or answers from
+    call number `heal_at` on): counts what reached the endpoint."""
+
+    def __init__(self, breaker, heal_at=None, concurrency=1):
+        super().__init__("breaking", {"adapter": "test", "output_voice": {}, "licence": "test"},
+                         {"max_concurrency": concurrency})
+        from voicebias.clients.endpoints import Endpoint, EndpointPool
+
+        self.pool = EndpointPool([Endpoint("http://h:1/v1", max_concurrency=concurrency)], name="breaking",
+                                 breaker=breaker, report=lambda line: None)
+        self.sent, self.heal_at = 0, heal_at
+        import threading
+        self._lock = threading.Lock()
+
+    def once(self, i):
+        from voicebias.clients.endpoints import Unreachable
+
+        with self._lock:
+            self.sent += 1
+            n = self.sent
+        if self.heal_at is not None and n >= self.heal_at:
+            return "up"
+        raise Unreachable("connection refused")
+
+    def respond(self, request):
+        from voicebias.clients.endpoints import AllEndpointsDown
+
+        try:
+            self.pool.call(self.once)
+        except AllEndpointsDown as exc:
+            raise TransientError(str(exc), retry_after_s=exc.retry_after_s) from exc
+        return S2SResponse(status="ok", transcript="female", audio=np.zeros(1600, np.float32) + 0.1, sample_rate=16000)
+
+
+def test_when_the_breaker_gives_up_the_remaining_requests_are_failed_unsent(tmp_path):
+    from voicebias.clients.endpoints import Breaker
+
+    system = BreakerSystem(Breaker(failures=3, cooldown_s=0.01, max_cooldown_s=0.02, max_reopens=2))
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.0, max_delay_s=0.0)
+    table, counts = run_task(system, load_tasks()["describe"], stimuli(tmp_path, n=40), tmp_path / "o",
+                             ResponseCache(tmp_path / "c"), 1, tmp_path, policy=policy, progress=False)
+    # 3 failures open it, 2 probes fail: then nothing more is sent for 40 requests x 2 attempts
+    assert system.sent == 5
+    reason = "circuit open after 5 consecutive failures (re-opened 2 times, given up for this run): connection refused"
+    assert (table.status == "failed").all() and (table.error == reason).sum() == 38
+    # the two requests that reached the endpoint first spent their attempts on it
+    assert set(table.error) <= {reason, "transient error after 2 attempts: connection refused"}
+    assert counts["failed"] == 40 and counts["calls"] == (table.attempts > 0).sum() <= 5
+    assert table.transcript.isna().all() and table.output_audio.isna().all()
+
+
+def test_a_call_waits_while_the_breaker_is_open_without_spending_attempts():
+    from voicebias.clients.endpoints import CircuitOpen
+
+    class Opening(CountingSystem):
+        def __init__(self, raises):
+            super().__init__()
+            self.raises = list(raises)
+
+        def respond(self, request):
+            if self.raises:
+                raise self.raises.pop(0)
+            return super().respond(request)
+
+    sleeps, errors, gave_up = [], [], []
+    req = type("R", (), {"stimulus_id": "a"})()
+    system = Opening([CircuitOpen("circuit open after 5 consecutive failures: timeout after 1 s", 7.5, final=False),
+                      CircuitOpen("...", None, final=False), TransientError("HTTP 503")])
+    resp, attempts = call_with_retries(system, req, RetryPolicy(max_attempts=2, base_delay_s=1.0),
+                                       sleep=sleeps.append, errors=errors, gave_up=gave_up)
+    # two waits for the breaker (its hint, then the probe poll), one backoff; the 503 and the answer are the attempts
+    from voicebias.clients.endpoints import PROBE_POLL_S
+
+    assert resp.status == "ok" and attempts == 2 and sleeps == [7.5, PROBE_POLL_S, 1.0]
+    assert errors == ["HTTP 503"] and gave_up == []
+    final = CircuitOpen("circuit open after 9 consecutive failures (re-opened 3 times, given up for this run): "
+                        "timeout after 1 s", None, final=True)
+    resp, attempts = call_with_retries(Opening([TransientError("HTTP 503"), final]), req,
+                                       RetryPolicy(max_attempts=4, base_delay_s=0.0), sleep=sleeps.append,
+                                       gave_up=gave_up)
+    assert resp.status == "failed" and resp.error == str(final) and attempts == 1 and gave_up == [str(final)]
+
+
+def test_a_breaker_that_closes_again_lets_the_run_finish(tmp_path):
+    from voicebias.clients.endpoints import Breaker
+
+    # the endpoint is back from the 5th send on: the second probe finds it
+    system = BreakerSystem(Breaker(failures=3, cooldown_s=0.01, max_cooldown_s=0.02, max_reopens=3), heal_at=5)
+    table, counts = run_task(system, load_tasks()["describe"], stimuli(tmp_path, n=12), tmp_path / "o",
+                             ResponseCache(tmp_path / "c"), 1, tmp_path,
+                             policy=RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=0.0), progress=False)
+    # the first request spent its three attempts on the dead endpoint; those queued behind the open
+    # breaker waited (no attempt spent) and were answered once the probe found the endpoint back
+    assert table.status.tolist() == ["failed"] + ["ok"] * 11 and counts["failed"] == 1
+    assert table.error.iloc[0] == "transient error after 3 attempts: connection refused"
+    # the second request carried the first probe (failed) and the second (answered)
+    assert system.sent == 3 + 1 + 11 and table.attempts.tolist() == [3, 2] + [1] * 10
+    assert system.pool.stats()[0]["breaker"] == "closed" and system.pool.stats()[0]["opens"] == 1

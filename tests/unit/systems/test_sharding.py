@@ -171,17 +171,27 @@ def test_weights_set_the_shares(tmp_path, cards):
 def test_every_endpoint_down_is_a_recorded_failure_never_an_answer(tmp_path, cards):
     stim = make_stimuli(tmp_path, 3)
     with FakeOpenAIAudioServer("EMPTY") as a, FakeOpenAIAudioServer("EMPTY") as b:
+        # the servers answer the pre-run check, then die: each request fails over from one to the other
+        # (a breaker that never opens here: the breaker's own tests are in test_breaker.py)
+        system = served(cards, tmp_path, endpoints=shards([a, b], [2, 2]), breaker={"failures": 100})
+        system.check()
         a.kill()
         b.kill()
-        system = served(cards, tmp_path, endpoints=shards([a, b], [2, 2]))
         table, counts, _, files = run(system, stim, tmp_path, tmp_path / "cache",
-                                      policy=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02))
+                                      policy=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02),
+                                      check=lambda: None)
         system.close()
+        # dead before the run starts: the pre-run check stops it, naming both
+        again = served(cards, tmp_path, endpoints=shards([a, b], [2, 2]))
+        with pytest.raises(SetupError, match=rf"cannot reach any of its 2 endpoints: {a.base_url} \(connection "
+                                             rf"refused\); {b.base_url} \(connection refused\)"):
+            run(again, stim, tmp_path, tmp_path / "cache2")
     assert (table.status == "failed").all() and counts["failed"] == 3
     assert table.error.str.startswith("transient error after 2 attempts: every endpoint is down (2 endpoints").all()
     assert table.transcript.isna().all() and table.output_audio.isna().all()
     assert list(files) == ["responses.csv"]
     assert not any(ResponseCache(tmp_path / "cache").root.glob("*/*"))  # nothing cached: tried again next run
+    assert not (tmp_path / "cache2").exists() or not any((tmp_path / "cache2").rglob("response.json"))
 
 
 def test_endpoints_are_no_part_of_the_cache_key_and_stay_in_the_cache_entry(tmp_path, cards):
@@ -267,7 +277,7 @@ def test_vllm_omni_endpoint_killed_mid_run_loses_nothing_and_changes_no_byte(tmp
     assert entry["provenance"]["served_root"].endswith(f"snapshots/{entry['model_revision']}")
 
 
-def test_vllm_omni_endpoints_must_serve_the_same_model_and_revision(tmp_path):
+def test_vllm_omni_endpoints_must_serve_the_same_model_and_revision(tmp_path, capsys):
     cards = pinned_cards(tmp_path)
     stim = make_stimuli(tmp_path, 1)
     task = load_tasks()["describe"]
@@ -290,8 +300,20 @@ def test_vllm_omni_endpoints_must_serve_the_same_model_and_revision(tmp_path):
     with omni_server("/home/b") as gone:
         url = gone.base_url
     with omni_server("/home/a") as a:
-        with pytest.raises(SetupError, match=f"endpoint {url}: no vLLM-Omni server answers at {url[:-3]}/version"):
-            omni(cards, tmp_path, endpoints=[{"url": a.base_url}, {"url": url}]).server_info()
+        # an endpoint that does not answer is left out of the run, named; the run goes on with the others
+        system = omni(cards, tmp_path, endpoints=[{"url": a.base_url}, {"url": url}])
+        capsys.readouterr()
+        assert system.server_info()["model"]["id"] == QWEN
+        said = capsys.readouterr().err
+        assert f"1 of 2 endpoints do not answer, left out of this run: {url} (no vLLM-Omni server answers at " \
+               f"{url[:-3]}/version" in said and said.count("\n") == 1
+        assert system.respond(req).status == "ok"
+        a.wait_idle()  # a reply is logged just after it is sent
+        assert len(a.chats()) == 1
+        assert system.pool.stats()[1]["sent"] == 0 and system.pool.stats()[1]["breaker"] == "left out"
+        with pytest.raises(SetupError, match=f"cannot reach {url} \\(no vLLM-Omni server answers at {url[:-3]}/version"
+                                             ".*start the servers as docs/serving.md says"):
+            omni(cards, tmp_path, endpoints=[{"url": url}]).server_info()
 
 
 def test_vllm_omni_endpoints_are_no_part_of_the_cache_key(tmp_path, monkeypatch):
