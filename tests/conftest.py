@@ -40,3 +40,12 @@ def fresh_clone(workspace):
 
     base, repo, _ = workspace
     return make_fresh_clone(base, repo)
+
+
+@pytest.fixture(scope="session")
+def hostile(workspace):
+    """(clone, repro result, hashes before): the workspace with the misbehaving reference system added."""
+    from tests.workspace import make_hostile
+
+    base, repo, _ = workspace
+    return make_hostile(base, repo)

@@ -86,3 +86,25 @@ def make_fresh_clone(base: Path, repo: Path) -> tuple[Path, subprocess.Completed
     return fresh, res, time.perf_counter() - t0
 
 
+
+
+def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, dict[str, str]]:
+    """The reproduced workspace (tag 'repro') with the misbehaving reference system `hostile`
+    added to run.systems, after `dvc repro`: (clone, repro result, hashes of every tracked file
+    under data/ and reports/ before the system was added). The clone shares the workspace's DVC
+    cache and starts from a copy of its response, render and measurement caches, so only what
+    the new system changes is made."""
+    clone = base / "hostile"
+    sh(f"git clone -q --branch repro {repo} {clone}", base)
+    sh(f"dvc cache dir --local {repo / '.dvc' / 'cache'}", clone)
+    shutil.copytree(repo / ".cache", clone / ".cache", symlinks=True)
+    sh("dvc checkout -q", clone)
+    before = {**tree_hashes(clone, "data"), **tree_hashes(clone, "reports")}
+    path = clone / "params.yaml"
+    params = path.read_text(encoding="utf-8")
+    old = "systems: [voice_faithful, content_driven, mixed, drifting]"
+    assert old in params, old
+    path.write_text(params.replace(old, "systems: [voice_faithful, content_driven, mixed, drifting, hostile]"),
+                    encoding="utf-8")
+    res = sh("dvc repro", clone, check=False)
+    return clone, res, before

@@ -26,8 +26,16 @@ GENDERS = ("male", "female")
 CONDITIONS = ("modal", "breathy", "creaky", "endcreak")
 #: SC prompt sets: NOP_set starters and the Spoken StereoSet gender subset
 PROMPT_SETS = ("nop", "ss")
-#: status of one system call in the responses and continuations tables
-RESPONSE_STATUSES = ("ok", "failed")
+#: status of one system call in the responses and continuations tables: ok, failed (the call did not
+#: return a reply), excluded (a reply that cannot be analysed; its code in `reason`, REPLY_REASONS)
+RESPONSE_STATUSES = ("ok", "failed", "excluded")
+#: why a reply is excluded (voicebias.systems.screen): no speech, a refusal, or audio the instrument refuses
+#: (the last group are voicebias.audio's refusal codes)
+REPLY_REASONS = ("no_audio", "empty_audio", "refusal", "too_short", "too_long", "silent", "clipped",
+                 "low_sample_rate", "truncated", "not_audio", "nan", "stereo_cancels")
+#: planted misbehaviour of a reference system (params.yaml systems.<name>.faults; voicebias.systems.reference)
+FAULTS = ("refusal", "no_audio", "empty_audio", "short_audio", "silence", "clipping", "low_sample_rate",
+          "overlong", "noise")
 
 # ------------------------------------------------------------------ measures
 

@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from voicebias.config import CARDS_DIR, PARAMS
-from voicebias.contract import CONDITIONS, GENDERS, LANGUAGES, POLES
+from voicebias.contract import CONDITIONS, FAULTS, GENDERS, LANGUAGES, POLES
 
 from voicebias.exceptions import VoicebiasError
 
@@ -349,11 +349,17 @@ class ReferenceParams(SystemParams):
     neutral_p_female: Prob = 0.5
     content_weight: Prob | None = None
     drift_st: float = 0.0
+    #: planted misbehaviour: the probability of each faulty reply (voicebias.systems.reference.FAULTS)
+    faults: dict[Literal[FAULTS], Prob] = {}
+    #: tasks answered with one and the same reply for every item
+    same_answer_tasks: list[Literal["readback", "paraphrase", "summarize", "translate", "describe"]] = []
 
     @model_validator(mode="after")
     def _mixed_needs_weight(self) -> "ReferenceParams":
         if self.rule == "mixed" and self.content_weight is None:
             raise ValueError("rule 'mixed' needs content_weight (probability of following the content)")
+        if sum(self.faults.values()) > 1.0:
+            raise ValueError(f"faults: the rates add up to {sum(self.faults.values()):g}, more than 1")
         return self
 
 

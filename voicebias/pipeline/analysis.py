@@ -7,7 +7,9 @@ from voicebias.analysis.s2s import compliance, describe_misgender, describe_odds
 
 
 def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | None = None) -> dict:
-    """Stage 'analysis': RQ1 and RQ2 tables, the planted truth and the metrics file.
+    """Stage 'analysis': RQ1 and RQ2 tables, the counted exclusions (exclusions.csv; with planted
+    faults, planted_exclusions.csv sets them beside the planted ones), the planted truth and the
+    metrics file.
 
     With repeats (scored tables with a sample column, run.samples_per_item > 1) every
     table is estimated on items (voicebias.analysis.repeats) and the between-sample
@@ -50,13 +52,17 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
                                               for m in measures], ignore_index=True)
         rq1_tables["rq1_significance_counts"] = rq1_significance_counts(
             rq1_tables["rq1_contrasts"], rq1_tables["rq1_mixed_models"], 1 - conf)
+    from voicebias.analysis.exclusions import exclusion_counts, exclusions_vs_planted, planted_exclusions
+
+    excluded = exclusion_counts(scored, acoustic if acoustic_paths else None)
+    planted_excluded = exclusions_vs_planted(excluded, planted_exclusions(scored))
     f0 = "net_f0_median_st" if acoustic_paths and "net_f0_median_st" in acoustic else "delta_f0_median_st"
     pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"),
                                f0_measure=f0)
     for name, df in [*rq1_tables.items(), ("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
                      ("summarize_pronouns", pron), ("summarize_pronouns_by_lang", pron_lang),
-                     ("injection_controls", controls), ("compliance", comp),
-                     ("planted_vs_recovered", pvr)]:
+                     ("injection_controls", controls), ("compliance", comp), ("exclusions", excluded),
+                     ("planted_exclusions", planted_excluded), ("planted_vs_recovered", pvr)]:
         write_table(out_dir / f"{name}.csv", df)
     write_json(out_dir / "planted_truth.json", planted)
     from voicebias.analysis.disaggregated import s2s_items

@@ -595,6 +595,15 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
             pronoun_table(read_table(analysis_dir / "summarize_pronouns_by_lang.csv")))
     sections["planted"] = Section(planted_table(pvr))
     sections["compliance"] = Section(comp.groupby("system")[["n", "failed", "non_compliant"]].sum().reset_index())
+    if (analysis_dir / "exclusions.csv").exists():
+        excluded = read_table(analysis_dir / "exclusions.csv")
+        if len(excluded):
+            sections["exclusions"] = Section(excluded.groupby(["system", "stage", "reason"], sort=True)["n"].sum()
+                                             .reset_index())
+    if (analysis_dir / "planted_exclusions.csv").exists():
+        planted_excluded = read_table(analysis_dir / "planted_exclusions.csv")
+        if len(planted_excluded):
+            sections["planted_exclusions"] = Section(planted_excluded)
     if sc_dir is not None and phonation_dir is not None:
         sections.update(sc_sections(sc_dir, phonation_dir, fig_dir, dis))
     if dis is not None:

@@ -280,12 +280,26 @@ def _drift(mixed: pd.DataFrame | None, system: str, margin: float) -> dict[str, 
             "ci_high_max": max(float(r["stereotype_effect_ci_high"]) for r in usable) if usable else None}
 
 
+def _concat(*tables: pd.DataFrame | None) -> pd.DataFrame | None:
+    present = [t for t in tables if t is not None and len(t)]
+    return pd.concat(present, ignore_index=True) if present else next((t for t in tables if t is not None), None)
+
+
 def _planted(pvr: pd.DataFrame | None) -> dict[str, Any] | None:
     if pvr is None:
         return None
     rows = pvr.to_dict("records")
     missed = [f"{r['system']}: {r['quantity']}" for r in rows if not recovered(r)]
     return {"n": len(rows), "recovered": len(rows) - len(missed), "not_recovered": missed}
+
+
+def _excluded_by_reason(excluded: pd.DataFrame | None, system: str) -> dict[str, int]:
+    """Replies the screen or the instrument excluded, by reason (exclusions.csv; failed calls and
+    non-compliant answers have their own columns), in reason order."""
+    if excluded is None:
+        return {}
+    g = excluded[(excluded["system"] == system) & ~excluded["reason"].isin(["call_failed", "non_compliant"])]
+    return {str(k): int(v) for k, v in g.groupby("reason")["n"].sum().sort_index().items()}
 
 
 def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, Any] | None,
@@ -303,6 +317,7 @@ def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, 
     pron = _read(analysis_dir / "summarize_pronouns.csv")
     mixed = _read(analysis_dir / "rq1_mixed_models.csv")
     comp = _read(analysis_dir / "compliance.csv")
+    excluded = _read(analysis_dir / "exclusions.csv")
     s2s = []
     for system in dict.fromkeys(odds["system"]):
         o = odds[(odds["system"] == system) & (odds["lang"] == "ALL")]
@@ -324,7 +339,8 @@ def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, 
             describe = g[g["task"] == "describe"] if "task" in g else g
             exclusions["s2s"][system] = {"calls": int(g["n"].sum()), "failed": int(g["failed"].sum()),
                                          "non_compliant": int(g["non_compliant"].sum()),
-                                         "describe_calls": int(describe["n"].sum())}
+                                         "describe_calls": int(describe["n"].sum()),
+                                         "excluded": _excluded_by_reason(excluded, system)}
     sc: list[dict[str, Any]] = []
     sc_pvr = None
     if sc_dir is not None:
@@ -353,7 +369,8 @@ def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, 
                    "manipulation_check": {"verdict": gate_verdict(check_metrics),
                                           **{k: (check_metrics or {}).get(k) for k in
                                              ("checked_cells", "wrong_direction", "classifier_flips", "excluded")}}},
-        "planted_vs_recovered": {"s2s": _planted(_read(analysis_dir / "planted_vs_recovered.csv")),
+        "planted_vs_recovered": {"s2s": _planted(_concat(_read(analysis_dir / "planted_vs_recovered.csv"),
+                                                         _read(analysis_dir / "planted_exclusions.csv"))),
                                  "sc": _planted(sc_pvr)},
         "exclusions": exclusions,
         "provenance": dict(provenance),
@@ -425,14 +442,20 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
     if pvr:
         tables["card_planted"] = pd.DataFrame(pvr)
     exc = card["exclusions"]
+    def by_reason(v: dict[str, Any]) -> str:
+        counts = v.get("excluded") or {}
+        return "; ".join(f"{k.replace('_', ' ')} {n}" for k, n in counts.items()) or "0"
+
     ex_rows = [{"system": k, "calls": v["calls"], "failed calls": v["failed"],
-                "non-compliant (excluded)": v["non_compliant"]} for k, v in exc["s2s"].items()]
-    ex_rows += [{"system": k, "calls": v["prompts"], "failed calls": v["failed"], "non-compliant (excluded)": "–"}
-                for k, v in exc["sc"].items()]
+                "non-compliant (excluded)": v["non_compliant"], "excluded replies, by reason": by_reason(v)}
+               for k, v in exc["s2s"].items()]
+    ex_rows += [{"system": k, "calls": v["prompts"], "failed calls": v["failed"], "non-compliant (excluded)": "–",
+                 "excluded replies, by reason": "–"} for k, v in exc["sc"].items()]
     ex_rows += [{"system": "carrier gate stimuli", "calls": "–", "failed calls": "–",
-                 "non-compliant (excluded)": _f(exc["carrier_gate_excluded_stimuli"])},
+                 "non-compliant (excluded)": _f(exc["carrier_gate_excluded_stimuli"]),
+                 "excluded replies, by reason": "–"},
                 {"system": "phonation stimuli", "calls": "–", "failed calls": "–",
-                 "non-compliant (excluded)": _f(exc["phonation_excluded"])}]
+                 "non-compliant (excluded)": _f(exc["phonation_excluded"]), "excluded replies, by reason": "–"}]
     tables["card_exclusions"] = pd.DataFrame(ex_rows).map(str)
     prov = []
     for k, v in card["provenance"].items():  # a dict value (model revisions, seeds) gets one row per entry

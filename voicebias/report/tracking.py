@@ -163,7 +163,8 @@ def _record(system: str, lang: str, task: str, values: dict[str, Any], tags: dic
 def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
     """One record per system x language x task of the analysis tables: its results as metrics.
 
-    Every child has its compliance counts (compliance/...). describe children add the odds
+    Every child has its compliance counts (compliance/...) and its counted exclusions by stage and
+    reason (exclusions/<stage>/<reason>, exclusions/total: exclusions.csv). describe children add the odds
     ratio per content step with CI and p and the Firth fit (describe/..., per language and
     pooled ALL) and the misgender rate per cell type (describe/misgender_rate/<cell>);
     summarize children P(she) by pole, delta_pp and the injection rate (summarize/...);
@@ -183,6 +184,7 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
     pron_lang = _optional(analysis_dir / "summarize_pronouns_by_lang.csv")
     inject = _optional(analysis_dir / "injection_controls.csv")
     rq1 = _optional(analysis_dir / "rq1_mixed_models.csv")
+    excluded = _optional(analysis_dir / "exclusions.csv")
 
     def describe(system: str, lang: str) -> tuple[dict[str, Any], dict[str, str]]:
         m: dict[str, Any] = {}
@@ -199,6 +201,10 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
     for r in comp.itertuples():
         m: dict[str, Any] = {"compliance/n": r.n, "compliance/failed": r.failed,
                              "compliance/non_compliant": r.non_compliant}
+        if excluded is not None:
+            ex = _rows(excluded, system=r.system, lang=r.lang, task=r.task)
+            m.update({f"exclusions/{x.stage}/{x.reason}": x.n for x in ex.itertuples()})
+            m["exclusions/total"] = int(ex["n"].sum())
         tags: dict[str, str] = {}
         tables: dict[str, pd.DataFrame] = {}
         if r.task == "describe":

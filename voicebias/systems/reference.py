@@ -16,7 +16,16 @@ and lowered by as much for masculine content (Praat PSOLA, formants and duration
 kept), which RQ1 must detect.
 
 e is the planted `error_rate`. With probability `noncompliance_rate` the answer names
-no gender (a counted exclusion). Unlike a real system, a reference system reads the
+no gender (a counted exclusion).
+
+A system with `faults` misbehaves as real systems do, each fault at its planted rate
+(one fault at most per reply, drawn from the request's seed): a spoken refusal,
+text with no audio, empty audio, 10 ms of audio, silence, heavy clipping, audio at
+8 kHz (too low a rate for the formant band), a 5-minute reply (the answer looped),
+and noise in place of speech (not for describe, whose answer is read from its text).
+The fault is recorded in the reply's provenance (`planted_fault`), so the screen's
+exclusions can be set beside the planted ones. `same_answer_tasks` are answered with one
+reply for every item (summarize: always 'she'). Unlike a real system, a reference system reads the
 stimulus labels (pole, voice gender, passage text) from the stimulus table: that is
 how its truth is planted. Readback and paraphrase speak the passage text, translate
 speaks the passage's English gloss, summarize a one-sentence native template.
@@ -39,7 +48,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from voicebias.contract import GENDERS, POLE_ORDINAL, POLES
+from voicebias.contract import FAULTS, GENDERS, POLE_ORDINAL, POLES
 from voicebias.parallel import ItemFailed, ProcessBatched
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem
 from voicebias.tts import get_backend
@@ -55,6 +64,20 @@ SUMMARY_TEMPLATES = {
     "zh": ("他讲述了自己平常一天的工作和日常安排。", "她讲述了自己平常一天的工作和日常安排。"),
 }
 RULES = ("voice", "content", "mixed")
+#: a spoken refusal, as API models phrase one
+REFUSALS = {"en": "I'm sorry, but I can't help with that request.",
+            "es": "Lo siento, no puedo ayudar con esa solicitud.",
+            "zh": "抱歉，我无法帮助处理这个请求。"}
+#: the exclusion reason (voicebias.systems.screen, or the acoustic measurement for noise) each fault must get
+FAULT_REASONS = {"refusal": "refusal", "no_audio": "no_audio", "empty_audio": "empty_audio",
+                 "short_audio": "too_short", "silence": "silent", "clipping": "clipped",
+                 "low_sample_rate": "low_sample_rate", "overlong": "too_long", "noise": "no_voicing"}
+assert tuple(FAULT_REASONS) == FAULTS
+#: faults that do not apply to a task: describe is judged from its text, so noise in its audio is not screened
+FAULTS_NOT_FOR = {"noise": ("describe",)}
+SHORT_AUDIO_S = 0.010
+OVERLONG_S = 300.0
+LOW_SAMPLE_RATE = 8000
 
 
 def planted_p_female(params: dict[str, Any], pole: str, voice_gender: str) -> float:
@@ -144,10 +167,18 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
         p = planted_p_female(self.params, stim["pole"], stim["voice_gender"])
         return "female" if rng.random() < p else "male"
 
+    def fault(self, request: S2SRequest) -> str | None:
+        """The planted fault of this reply (FAULTS), or None for a well-formed one."""
+        return planted_fault(self.params, request.seed, self.name, request.stimulus_id, request.task)
+
     def answer_text(self, request: S2SRequest) -> str:
         stim = self.stimuli.loc[request.stimulus_id]
         passage = self.passages.loc[stim["passage_id"]]
         lang = request.target_lang
+        if self.fault(request) == "refusal":
+            return REFUSALS[lang]
+        if request.task in self.params.get("same_answer_tasks", ()):
+            return same_answer(request.task, lang)
         if request.task in ("readback", "paraphrase"):
             return passage["text"]
         if request.task == "translate":
@@ -200,16 +231,26 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
                 self.renders.put(shifted_key, shifted)
         return shifted
 
-    def _response(self, utterance: tuple[str, str, float], render: Render) -> S2SResponse:
+    def _response(self, utterance: tuple[str, str, float], render: Render,
+                  request: S2SRequest | None = None) -> S2SResponse:
         text, voice, shift = utterance
-        return S2SResponse(status="ok", transcript=text, audio=render.audio, sample_rate=render.sample_rate,
-                           audio_flac=render.flac,
-                           provenance={"model_revision": self.card.get("revision", ""), "output_voice": voice,
-                                       "planted_pitch_shift_st": shift})
+        provenance = {"model_revision": self.card.get("revision", ""), "output_voice": voice,
+                      "planted_pitch_shift_st": shift}
+        fault = self.fault(request) if request is not None and self.params.get("faults") else None
+        if fault is None or fault == "refusal":  # a refusal is well-formed speech; its words are the fault
+            if fault:
+                provenance["planted_fault"] = fault
+            return S2SResponse(status="ok", transcript=text, audio=render.audio, sample_rate=render.sample_rate,
+                               audio_flac=render.flac, provenance=provenance)
+        provenance["planted_fault"] = fault
+        audio, sr = faulty_audio(fault, render.audio, render.sample_rate,
+                                 _rng(request.seed, self.name, request.stimulus_id, request.task, "noise"))
+        return S2SResponse(status="ok", transcript=text, audio=audio, sample_rate=sr if audio is not None else None,
+                           provenance=provenance)
 
     def respond(self, request: S2SRequest) -> S2SResponse:
         utterance = self.utterance(request)
-        return self._response(utterance, self.render(utterance))
+        return self._response(utterance, self.render(utterance), request)
 
     def call_batch(self, requests: Sequence[S2SRequest]) -> list[S2SResponse]:
         """The batch's answers, each distinct utterance rendered once: those in the render
@@ -230,7 +271,60 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
         if bad:
             raise RuntimeError(f"{len(bad)} of {len(todo)} renders failed; first: {bad[0].error}")
         renders.update(zip(todo, made))
-        return [self._response(u, renders[u]) for u in utterances]
+        return [self._response(u, renders[u], r) for u, r in zip(utterances, requests)]
+
+
+def planted_fault(params: dict[str, Any], seed: int, name: str, stimulus_id: str, task: str) -> str | None:
+    """The fault planted in one reply: FAULTS in their fixed order take consecutive stretches of
+    [0, 1) as long as their rates (a fault that does not apply to the task keeps its stretch but
+    plants nothing), and one uniform draw from the request's seed picks the stretch."""
+    faults = params.get("faults") or {}
+    if not faults:
+        return None
+    u = _rng(seed, name, stimulus_id, task, "fault").random()
+    edge = 0.0
+    for fault in FAULTS:
+        edge += float(faults.get(fault, 0.0))
+        if u < edge:
+            return None if task in FAULTS_NOT_FOR.get(fault, ()) else fault
+    return None
+
+
+def same_answer(task: str, lang: str) -> str:
+    """The one reply a system answering every item alike gives (summarize: the 'she' sentence)."""
+    if task == "describe":
+        return DESCRIBE_WORDS[lang][1]
+    return SUMMARY_TEMPLATES[lang][1]
+
+
+def faulty_audio(fault: str, audio: np.ndarray, sr: int, rng: np.random.Generator) -> tuple[np.ndarray | None, int]:
+    """The audio of a faulty reply made from the well-formed one (`audio` at `sr` Hz): None for
+    text without audio, and otherwise what the fault's name says."""
+    x = np.asarray(audio, np.float32)
+    if fault == "no_audio":
+        return None, sr
+    if fault == "empty_audio":
+        return np.zeros(0, np.float32), sr
+    if fault == "short_audio":  # 10 ms from the loudest part of the reply: not silence
+        n = max(1, int(round(SHORT_AUDIO_S * sr)))
+        centre = int(np.argmax(np.abs(x))) if x.size else 0
+        start = int(np.clip(centre - n // 2, 0, max(0, x.size - n)))
+        return x[start:start + n].copy(), sr
+    if fault == "silence":
+        return np.zeros_like(x), sr
+    if fault == "clipping":  # 30 dB of gain into full scale
+        return np.clip(x * 10 ** (30 / 20), -1.0, 1.0).astype(np.float32), sr
+    if fault == "low_sample_rate":
+        from voicebias.audio import resample
+
+        return resample(x, sr, LOW_SAMPLE_RATE), LOW_SAMPLE_RATE
+    if fault == "overlong":  # the answer looped for five minutes
+        n = int(OVERLONG_S * sr)
+        return np.resize(x, n).astype(np.float32), sr
+    if fault == "noise":  # white noise at the reply's level, as long as the reply
+        rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.05
+        return np.clip(rng.normal(0.0, rms, x.size), -1.0, 1.0).astype(np.float32), sr
+    raise ValueError(f"unknown fault '{fault}'; expected one of {FAULTS}")
 
 
 def planted_drift_st(params: dict[str, Any], pole: str) -> float:

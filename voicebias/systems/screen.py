@@ -1,0 +1,185 @@
+"""The reply screen: which replies of a system can enter the analyses, and why the others cannot.
+
+A call that came back is a reply. A reply that cannot be analysed stays in the responses
+table with status ``excluded``, its reason code in ``reason`` (contract.REPLY_REASONS) and a
+readable ``error``; it is counted in every table and the audit card, and it is not asked
+again (asking until a reply is usable would select the replies). The screen reads the reply
+alone, in this order:
+
+=================  ==================================================================
+reason             when
+=================  ==================================================================
+no_audio           text came back without audio (a speech system must speak)
+empty_audio        audio with no samples
+refusal            the transcript declines the task (lexicon ``refusal``, data/tasks/lexicon.yaml)
+not_audio, nan     the audio cannot be decoded, or holds NaN or infinite samples
+too_short          shorter than the instrument's shortest analysable sound
+                   (voicebias.audio.min_analysable_s of the pitch floor)
+too_long           longer than ``acoustics.max_duration_s``, or more than
+                   ``run.max_reply_ratio`` times as long as the stimulus it answers
+low_sample_rate    a sample rate whose band stops below the formant ceiling
+silent, clipped    as the instrument refuses them (``acoustics.silence_dbfs``,
+                   ``acoustics.max_clipped_fraction``)
+=================  ==================================================================
+
+Whether the audio holds voiced speech at all is a measurement, not a screen: the acoustic
+scoring stage excludes an unvoiced reply (reason ``no_voicing``) in its own table.
+
+The audio facts the screen reads (`audio_facts`: length, rate, level, clipping) are a
+function of the samples alone, so they are computed once, when the reply arrives, and kept
+in its cache entry; the limits are applied each time the table is built.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from voicebias.audio import clipped_fraction, rms_dbfs
+
+#: how the screen's audio facts are computed; a change here recomputes them for cached replies
+FACTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ReplyLimits:
+    """The limits a reply's audio must meet (s, Hz, dBFS, fraction of samples)."""
+
+    min_duration_s: float = 0.05
+    max_duration_s: float = 600.0
+    max_reply_ratio: float | None = 4.0
+    min_sample_rate: int = 11025
+    silence_dbfs: float = -60.0
+    max_clipped_fraction: float = 0.001
+    clip_level: float = 0.999
+
+
+def audio_facts(x: np.ndarray | None, sr: int | None, clip_level: float = 0.999) -> dict[str, Any]:
+    """What the screen reads of a reply's audio: frames, sample_rate (Hz), duration_s, rms_dbfs,
+    clipped_fraction (share of samples at or above `clip_level` of full scale) and finite
+    (no NaN or infinite sample); `{"frames": None}` for a reply without audio.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> f = audio_facts(np.full(800, 0.5, np.float32), 16000)
+    >>> f["duration_s"], round(f["rms_dbfs"], 2), f["clipped_fraction"], f["finite"]
+    (0.05, -6.02, 0.0, True)
+    """
+    if x is None or sr is None:
+        return {"version": FACTS_VERSION, "frames": None}
+    x = np.asarray(x)
+    finite = bool(np.all(np.isfinite(x)))
+    mono = x.mean(axis=1) if x.ndim == 2 else x
+    level = rms_dbfs(mono) if finite else float("nan")
+    return {"version": FACTS_VERSION, "frames": int(mono.shape[0]), "sample_rate": int(sr),
+            "duration_s": float(mono.shape[0]) / float(sr) if sr else 0.0,
+            "rms_dbfs": float(level) if np.isfinite(level) else None,
+            "clipped_fraction": clipped_fraction(np.nan_to_num(x).reshape(-1), clip_level) if x.size else 0.0,
+            "finite": finite}
+
+
+def file_facts(path: str, clip_level: float = 0.999) -> dict[str, Any]:
+    """`audio_facts` of an audio file; `{"undecodable": message}` when libsndfile cannot read it."""
+    import soundfile as sf
+
+    try:
+        x, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
+        return {"version": FACTS_VERSION, "undecodable": f"the reply's audio cannot be decoded ({exc})"}
+    return audio_facts(x, sr, clip_level)
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text.replace("\u2019", "'").replace("\uff0c", "，")).strip().lower()
+
+
+def is_refusal(text: str | None, patterns: Sequence[str]) -> str | None:
+    """The refusal phrase `text` contains (matched case-insensitively, curly apostrophes as
+    straight ones), or None.
+
+    Examples
+    --------
+    >>> is_refusal("I\u2019m sorry, but I can't help with that request.", ["i can't help with that"])
+    "i can't help with that"
+    >>> is_refusal("I can't help with the dishes tonight.", ["i can't help with that"]) is None
+    True
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    t = _normalise(text)
+    for p in patterns:
+        if _normalise(p) in t:
+            return p
+    return None
+
+
+def screen_reply(facts: Mapping[str, Any] | None, transcript: str | None, refusals: Sequence[str],
+                 limits: ReplyLimits, input_duration_s: float | None = None) -> tuple[str, str] | None:
+    """(reason, message) of a reply the analyses cannot use, or None for a usable one.
+
+    Parameters
+    ----------
+    facts : mapping
+        `audio_facts` (or `file_facts`) of the reply's audio; frames None for none.
+    transcript : str or None
+        The reply's text.
+    refusals : sequence of str
+        Refusal phrases of the reply's language.
+    limits : ReplyLimits
+        The limits of the audio.
+    input_duration_s : float, optional
+        Length of the stimulus the reply answers (s); with `limits.max_reply_ratio`, a reply
+        more than that many times as long is `too_long`.
+
+    Examples
+    --------
+    >>> lim = ReplyLimits()
+    >>> ok = {"frames": 32000, "sample_rate": 16000, "duration_s": 2.0, "rms_dbfs": -23.0,
+    ...       "clipped_fraction": 0.0, "finite": True}
+    >>> screen_reply(ok, "hello", [], lim) is None
+    True
+    >>> screen_reply({**ok, "duration_s": 300.0}, "hello", [], lim, input_duration_s=20.0)[0]
+    'too_long'
+    >>> screen_reply({**ok, "rms_dbfs": None}, "hello", [], lim)[0]
+    'silent'
+    >>> screen_reply({"frames": None}, "hello", [], lim)
+    ('no_audio', 'the system returned text without audio')
+    """
+    facts = facts or {"frames": None}
+    if "undecodable" in facts:
+        return "not_audio", str(facts["undecodable"])
+    if facts.get("frames") is None:
+        return "no_audio", "the system returned text without audio"
+    if int(facts["frames"]) == 0:
+        return "empty_audio", "the system returned audio with no samples"
+    phrase = is_refusal(transcript, refusals)
+    if phrase is not None:
+        return "refusal", f"the reply declines the task ('{phrase}')"
+    if not facts.get("finite", True):
+        return "nan", "the reply's audio holds NaN or infinite samples"
+    dur = float(facts["duration_s"])
+    if dur < limits.min_duration_s:
+        return "too_short", (f"the reply is {1000 * dur:.0f} ms long, shorter than the {1000 * limits.min_duration_s:.0f} ms "
+                             "the instrument needs")
+    if dur > limits.max_duration_s:
+        return "too_long", f"the reply is {dur:.0f} s long (more than {limits.max_duration_s:g} s)"
+    if limits.max_reply_ratio is not None and input_duration_s and dur > limits.max_reply_ratio * input_duration_s:
+        return "too_long", (f"the reply is {dur:.0f} s long, more than {limits.max_reply_ratio:g} times the "
+                            f"{input_duration_s:.1f} s stimulus it answers")
+    sr = int(facts["sample_rate"])
+    if sr < limits.min_sample_rate:
+        return "low_sample_rate", (f"the reply's sample rate {sr} Hz is too low: the analysis needs at least "
+                                   f"{limits.min_sample_rate} Hz")
+    level = facts.get("rms_dbfs")
+    if level is None or float(level) < limits.silence_dbfs:
+        shown = "-inf" if level is None else f"{float(level):.1f}"
+        return "silent", f"the reply is silent (RMS {shown} dBFS, below {limits.silence_dbfs:g} dBFS)"
+    clip = float(facts.get("clipped_fraction") or 0.0)
+    if clip > limits.max_clipped_fraction:
+        return "clipped", (f"the reply is clipped: {100 * clip:.2f} % of samples at full scale "
+                           f"(more than {100 * limits.max_clipped_fraction:g} %)")
+    return None
