@@ -25,7 +25,7 @@ too_long           longer than the allowed duration (checked from the header,
 stereo_cancels     the channels cancel when averaged (one channel polarity-inverted)
 no_voicing         readable audio with too few voiced frames to measure
 too_short          too short for the pitch analysis to give the frames every
-                   measure needs (voicebias.instruments.acoustics.min_duration_s)
+                   measure needs (min_analysable_s)
 measure_error      any other error while one file was measured (its text in
                    the row's `error`)
 =================  ===========================================================
@@ -92,6 +92,25 @@ class LoadedAudio:
     source_sr: int
     channels: int
     notes: list[str] = field(default_factory=list)
+
+
+#: Praat's autocorrelation pitch analysis (Sound: To Pitch) uses a window of this many
+#: periods of the pitch floor
+PITCH_WINDOW_PERIODS = 3.0
+#: voiced pitch frames a file needs: fewer is `no_voicing`, and a signal too short to
+#: give this many frames at all is `too_short`
+MIN_VOICED_FRAMES = 3
+
+
+def min_analysable_s(pitch_floor: float, time_step: float) -> float:
+    """The shortest signal (s) the acoustic measure set can measure: the pitch window
+    (PITCH_WINDOW_PERIODS periods of `pitch_floor`, Hz) plus MIN_VOICED_FRAMES - 1 time
+    steps of `time_step` (s).
+
+    >>> round(min_analysable_s(60.0, 0.01), 6)
+    0.07
+    """
+    return PITCH_WINDOW_PERIODS / float(pitch_floor) + (MIN_VOICED_FRAMES - 1) * float(time_step)
 
 
 def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:

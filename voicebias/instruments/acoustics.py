@@ -56,7 +56,9 @@ import pandas as pd
 import parselmouth
 from parselmouth.praat import call
 
-from voicebias.audio import AudioChecks, AudioError, load_for_analysis
+from voicebias.audio import (
+    MIN_VOICED_FRAMES, PITCH_WINDOW_PERIODS, AudioChecks, AudioError, load_for_analysis, min_analysable_s,
+)
 from voicebias.contract import MEASURE_COLUMNS, VOICE_QUALITY_MEASURES
 from voicebias.exceptions import ConfigError, NotFound
 from voicebias.instruments.jit import kernel
@@ -725,14 +727,6 @@ _COMPONENT_FUNCTIONS = {"pitch": _pitch_measures, "formants": _formant_measures,
                         "cpps": _cpps_measures, "hnr": _hnr_measures}
 
 
-#: Praat's autocorrelation pitch analysis (Sound: To Pitch) uses a window of this many
-#: periods of the pitch floor
-PITCH_WINDOW_PERIODS = 3.0
-#: voiced pitch frames a file needs: fewer is `no_voicing`, and a signal too short to
-#: give this many frames at all is `too_short`
-MIN_VOICED_FRAMES = 3
-
-
 def pitch_frames(n_samples: int, sr: int, settings: MeasureSettings) -> int:
     """The number of frames Praat's pitch analysis gives a signal of `n_samples` samples at
     `sr` Hz (0: shorter than the window), by Praat's own arithmetic (Sampled_shortTermAnalysis):
@@ -744,7 +738,7 @@ def pitch_frames(n_samples: int, sr: int, settings: MeasureSettings) -> int:
 def min_duration_s(settings: MeasureSettings) -> float:
     """The shortest signal (s) the measure set can measure with these settings: the pitch
     window plus MIN_VOICED_FRAMES - 1 time steps (module docstring, `too_short`)."""
-    return PITCH_WINDOW_PERIODS / settings.pitch_floor + (MIN_VOICED_FRAMES - 1) * settings.time_step
+    return min_analysable_s(settings.pitch_floor, settings.time_step)
 
 
 def check_settings(settings: MeasureSettings) -> None:
