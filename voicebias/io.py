@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+from voicebias.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _clean(v: Any) -> Any:
@@ -29,9 +32,44 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
         fh.write("\n")
 
 
+def read_text(path: Path | str) -> str:
+    """A text file's contents; ConfigError naming the file and the byte where it is not UTF-8.
+
+    A missing file raises FileNotFoundError, as open() does."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 4]!r}); "
+                          "save it as UTF-8") from exc
+
+
+def read_yaml(path: Path | str) -> Any:
+    """A YAML file parsed; ConfigError naming the file, line and column of a syntax error (or the
+    byte that is not UTF-8)."""
+    import yaml
+
+    text = read_text(path)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: not valid YAML ({problem})") from exc
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON parsed from `text`; ConfigError naming `source`, line and column when it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
+
+
 def read_json(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+    """A JSON file parsed; ConfigError when it is not UTF-8 or not JSON (FileNotFoundError when missing)."""
+    return parse_json(read_text(path), str(path))
 
 
 def write_table(path: Path, df: pd.DataFrame) -> None:
@@ -40,6 +78,15 @@ def write_table(path: Path, df: pd.DataFrame) -> None:
 
 
 def read_table(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     if not Path(path).exists():
         raise FileNotFoundError(f"table not found: {path}")
-    return pd.read_csv(path, keep_default_na=True)
+    if Path(path).is_dir():
+        raise ConfigError(f"{path} is a folder, not a table")
+    try:
+        return pd.read_csv(path, keep_default_na=True)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 CSV table (byte {exc.start})") from exc
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ConfigError(f"{path}: not a CSV table ({' '.join(str(exc).split())})") from exc

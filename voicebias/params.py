@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from voicebias.io import read_yaml
 from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, FAULTS, GENDERS, LANGUAGES, POLES
 
@@ -281,6 +282,9 @@ class Run(Section):
     #: sc_continue) stage succeed, the failures then counted exclusions; above it the stage stops
     #: with one line naming the system, the task, the count and the commonest reasons
     max_failed_fraction: Prob = 0.05
+    #: a speech-to-speech reply more than this many times as long as its stimulus is excluded
+    #: as too_long (a reply looping its answer); null: no such limit (voicebias.systems.screen)
+    max_reply_ratio: Annotated[float, Field(gt=0.0)] | None = 4.0
 
     @field_validator("samples_per_item", mode="before")
     @classmethod
@@ -590,8 +594,7 @@ def _card_adapter(system: str, cards_dir: Path) -> str:
     path = Path(cards_dir) / f"{system}.yaml"
     if not path.exists():
         raise ParamsError(f"systems.{system}: no system card {path}")
-    with open(path, encoding="utf-8") as fh:
-        card = yaml.safe_load(fh) or {}
+    card = read_yaml(path) or {}
     adapter = card.get("adapter") if isinstance(card, dict) else None
     if adapter not in ADAPTER_PARAMS:
         raise ParamsError(f"systems.{system}: card {path} names adapter {adapter!r}; known: {', '.join(ADAPTER_PARAMS)}")
@@ -651,6 +654,5 @@ def load_params(path: Path | str | None = None) -> dict[str, Any]:
     p = Path(path) if path else PARAMS
     if not p.exists():
         raise FileNotFoundError(f"parameter file not found: {p}")
-    with open(p, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh)
+    raw = read_yaml(p)
     return validate_params(raw, source=p.name)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from voicebias.exceptions import NotFound
+from voicebias.io import read_yaml
 from voicebias.config import TASKS_DIR
 
 TASK_NAMES = ("readback", "paraphrase", "summarize", "translate", "describe")
@@ -26,7 +28,7 @@ class Task:
 
     def prompt(self, lang: str) -> str:
         if lang not in self.prompts:
-            raise KeyError(f"task '{self.name}' has no prompt for language '{lang}'")
+            raise NotFound(f"task '{self.name}' has no prompt for language '{lang}'")
         return self.prompts[lang]
 
     def target_lang(self, source_lang: str) -> str:
@@ -35,12 +37,10 @@ class Task:
 
 @lru_cache(maxsize=4)
 def load_tasks(tasks_dir: Path = TASKS_DIR) -> dict[str, Task]:
-    with open(Path(tasks_dir) / "prompts.yaml", encoding="utf-8") as fh:
-        spec = yaml.safe_load(fh)
+    spec = read_yaml(Path(tasks_dir) / "prompts.yaml")
     return {name: Task(name, t["role"], str(t["output_lang"]), dict(t["prompts"])) for name, t in spec["tasks"].items()}
 
 
 @lru_cache(maxsize=4)
 def load_lexicon(tasks_dir: Path = TASKS_DIR) -> dict:
-    with open(Path(tasks_dir) / "lexicon.yaml", encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    return read_yaml(Path(tasks_dir) / "lexicon.yaml")

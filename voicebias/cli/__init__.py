@@ -88,7 +88,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def _load_scored(path: str) -> pd.DataFrame:
     from voicebias.scoring.text import score_responses
 
-    df = pd.read_csv(path) if not str(path).endswith(".parquet") else pd.read_parquet(path)
+    from voicebias.io import read_table
+
+    df = read_table(Path(path)) if not str(path).endswith(".parquet") else pd.read_parquet(path)
     needed = {"system", "task", "lang", "pole", "voice_gender"}
     missing = needed - set(df.columns)
     if missing:
@@ -195,7 +197,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # MLflow's UI opens an experiment on its GenAI overview unless the address names the workflow type
     last = config.TRACKING_MARKER.with_name("last_run.json")
     if last.exists():
-        ui_path = json.loads(last.read_text(encoding="utf-8")).get("ui_path")
+        from voicebias.io import read_json
+
+        marker = read_json(last)
+        ui_path = marker.get("ui_path") if isinstance(marker, dict) else None
         if ui_path:
             print(f"then open http://127.0.0.1:{args.port}/{ui_path}  (the runs table of the last pipeline run)")
     if args.run:

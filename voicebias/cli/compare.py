@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from voicebias.io import read_text
 from voicebias import config
 from voicebias.exceptions import ConfigError, VoicebiasError
 
@@ -187,12 +188,12 @@ def repo_root(cwd: Path) -> Path | None:
 def _from_path(run: str, cwd: Path) -> tuple[dict[str, Any], str] | str:
     path = Path(run) if Path(run).is_absolute() else cwd / run
     if path.is_file():
-        return load_card(path.read_text(encoding="utf-8"), str(path)), f"file {path}"
+        return load_card(read_text(path), str(path)), f"file {path}"
     if path.is_dir():
         for rel in (CARD_NAME, CARD_IN_REPO):
             if (path / rel).is_file():
                 card = path / rel
-                return load_card(card.read_text(encoding="utf-8"), str(card)), f"file {card}"
+                return load_card(read_text(card), str(card)), f"file {card}"
         return f"folder {path} holds neither {CARD_NAME} nor {CARD_IN_REPO}"
     return f"no file or folder {path}"
 
@@ -211,7 +212,11 @@ def _from_git(run: str, cwd: Path) -> tuple[dict[str, Any], str] | str:
     if shown.returncode != 0:
         return f"revision {run} ({commit[:12]}) of {root} has no {CARD_IN_REPO}"
     source = f"git revision {run} ({commit[:12]}) of {root}: {CARD_IN_REPO}"
-    return load_card(shown.stdout.decode("utf-8"), source), source
+    try:
+        text = shown.stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
+    return load_card(text, source), source
 
 
 def store_uri(cwd: Path) -> str:
@@ -262,7 +267,7 @@ def _from_mlflow(run: str, cwd: Path) -> tuple[dict[str, Any], str] | str:
         except (MlflowException, OSError) as exc:
             return f"run {run} in {uri} has no artifact {CARD_ARTIFACT} ({exc})"
         source = f"MLflow run {run} in {uri}: {CARD_ARTIFACT}"
-        return load_card(Path(local).read_text(encoding="utf-8"), source), source
+        return load_card(read_text(Path(local)), source), source
 
 
 RESOLVERS = (("path", _from_path), ("git revision", _from_git), ("MLflow run id", _from_mlflow))

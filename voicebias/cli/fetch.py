@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from voicebias import config
-from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.exceptions import ConfigError, NotFound, VoicebiasError
 
 DEFAULT_DEST = "models/weights"
 MANIFEST = "fetched.json"
@@ -269,6 +269,11 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     names = list(args.systems) or default_systems(load_params())
     if not names:
         raise ConfigError("no systems named and the active profile lists none (run.systems, run.sc_systems)")
+    unknown = [n for n in dict.fromkeys(names) if not (config.CARDS_DIR / f"{n}.yaml").is_file()]
+    if unknown:
+        known = sorted(p.stem for p in config.CARDS_DIR.glob("*.yaml"))
+        raise NotFound(f"no system card for {', '.join(repr(n) for n in unknown)} in {config.CARDS_DIR}; "
+                       f"known: {', '.join(known)}")
     dest = resolve_path(args.dest, config.ROOT)  # relative to the repository root, like the cards' paths
     print(f"voicebias fetch: {'dry run, nothing is downloaded; ' if args.dry_run else ''}hub {_shown_endpoint()}, "
           f"destination {dest}", file=sys.stderr)

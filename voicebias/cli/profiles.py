@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from voicebias.io import read_yaml
 from voicebias.config import PARAMS, PROFILES_DIR
 
 MERGE_REPLACES = {"voices", "systems", "classifier_weights"}  # mappings replaced whole, not merged
@@ -36,12 +37,10 @@ def resolve_profile(name: str, profiles_dir: Path = PROFILES_DIR) -> dict[str, A
     path = Path(profiles_dir) / f"{name}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no profile '{name}'; available: {', '.join(available_profiles(profiles_dir))}")
-    with open(Path(profiles_dir) / "embedded.yaml", encoding="utf-8") as fh:
-        base = yaml.safe_load(fh)
+    base = read_yaml(Path(profiles_dir) / "embedded.yaml")
     if name == "embedded":
         return base
-    with open(path, encoding="utf-8") as fh:
-        return deep_merge(base, yaml.safe_load(fh) or {})
+    return deep_merge(base, read_yaml(path) or {})
 
 
 def write_profile(name: str, params_path: Path = PARAMS, profiles_dir: Path = PROFILES_DIR) -> Path:

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from voicebias.io import read_yaml
 from voicebias.config import JUDGE_RUBRIC, ROOT
 from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.clients.llm import ChatError, chat_completion, extract_json_object, openai_client
@@ -65,8 +66,7 @@ class JudgeCallError(VoicebiasError, RuntimeError):
 
 @lru_cache(maxsize=2)
 def load_rubric(path: Path = JUDGE_RUBRIC) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    return read_yaml(path)
 
 
 def build_prompt(prompt_text: str, continuation_text: str, rubric: dict[str, Any] | None = None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.contract import POLES
 from voicebias.stimuli.generate import CachedChat, generate_candidates, load_seeds, make_chat, rate_candidates, select_passages, selection_yaml
 
@@ -31,11 +32,11 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
     seeds = load_seeds(bank_dir, languages, Path(extra) if extra else None)
     cache = Path(cfg.get("cache_dir") or CACHE_DIR / "llm")
     if "writer" not in cfg or not cfg.get("judges"):
-        raise KeyError("generate needs a 'writer' and a non-empty 'judges' list (see params generate)")
+        raise ConfigError("generate needs a 'writer' and a non-empty 'judges' list (see params generate)")
     writer = CachedChat(make_chat(cfg["writer"]), cache)
     judges = [(j.get("name") or f"judge{i + 1}", CachedChat(make_chat(j), cache)) for i, j in enumerate(cfg["judges"])]
     if len({n for n, _ in judges}) != len(judges):
-        raise ValueError("generate.judges: every judge needs a distinct name")
+        raise ConfigError("generate.judges: every judge needs a distinct name")
     base_seed = int(params.get("base", {}).get("seed", 0))
     cands = generate_candidates(seeds, writer, cfg, windows, base_seed)
     ratings = rate_candidates(cands, judges, cfg)
@@ -64,7 +65,7 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
     write_json(out_dir / "status.json", {k: v for k, v in status.items() if k != "llm_calls"})
     write_json(Path(metrics_path), status)
     if short:
-        raise ValueError(f"generate: fewer than {per_cell} passages passed the gates in {short}; raise "
+        raise StageFailed(f"generate: fewer than {per_cell} passages passed the gates in {short}; raise "
                          "candidates_per_seed or add seeds (candidates, ratings and the partial selection are "
                          f"written to {out_dir})")
     return status

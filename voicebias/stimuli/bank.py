@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from voicebias.io import read_yaml
 from voicebias.params import load_params
 from voicebias.exceptions import ConfigError
 from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
@@ -52,8 +53,7 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
         path = Path(bank_dir) / f"{lang}.yaml"
         if not path.exists():
             raise FileNotFoundError(f"passage bank for '{lang}' not found: {path}")
-        with open(path, encoding="utf-8") as fh:
-            entries = yaml.safe_load(fh) or []
+        entries = read_yaml(path) or []
         if not isinstance(entries, list):
             raise ConfigError(f"{path}: expected a list of passages")
         for i, e in enumerate(entries):

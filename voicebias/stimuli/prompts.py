@@ -32,6 +32,7 @@ import soundfile as sf
 import yaml
 from tqdm import tqdm
 
+from voicebias.io import read_yaml
 from voicebias.exceptions import ConfigError, NotFound
 from voicebias.contract import GENDERS, PROMPT_SETS, SC_PROMPT_COLUMNS, SC_STIMULUS_COLUMNS
 from voicebias.validation import ValidationReport, expectations, require_valid
@@ -47,8 +48,7 @@ def load_nop_set(path: Path | str) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"NOP_set not found: {path}")
-    with open(path, encoding="utf-8") as fh:
-        doc = yaml.safe_load(fh) or {}
+    doc = read_yaml(path) or {}
     cats = doc.get("categories")
     if not isinstance(cats, list):
         raise ConfigError(f"{path}: expected a 'categories' list, each with an id and its starters")

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from voicebias.io import read_yaml
 from voicebias.config import CARDS_DIR
 from voicebias.exceptions import ConfigError, NotAvailable, NotFound
 from voicebias.registry import Registry
@@ -165,8 +166,7 @@ def load_card(name: str, cards_dir: Path = CARDS_DIR) -> dict[str, Any]:
     path = Path(cards_dir) / f"{name}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no system card for '{name}' (expected {path})")
-    with open(path, encoding="utf-8") as fh:
-        card = yaml.safe_load(fh)
+    card = read_yaml(path)
     if not isinstance(card, dict):
         raise ConfigError(f"system card {path} does not hold a mapping")
     for key in CARD_KEYS:

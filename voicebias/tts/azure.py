@@ -24,7 +24,7 @@ import numpy as np
 import soundfile as sf
 
 from voicebias.cache import atomic_write_bytes
-from voicebias.exceptions import VoicebiasError
+from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.clients.retry import post_with_retries
 from voicebias.secrets import read_secret
 from voicebias.tts import TTSBackend
@@ -45,7 +45,7 @@ def voice_locale(voice: str) -> str:
     """'en-US-JennyNeural' -> 'en-US' (the xml:lang the SSML must carry)."""
     m = _VOICE.match(voice)
     if not m:
-        raise ValueError(f"'{voice}' is not an Azure neural voice name like 'en-US-JennyNeural'")
+        raise ConfigError(f"'{voice}' is not an Azure neural voice name like 'en-US-JennyNeural'")
     return m.group(1)
 
 
@@ -85,7 +85,7 @@ class AzureTTS(TTSBackend):
         self.endpoint = endpoint
         m = _PCM_FORMAT.match(output_format)
         if not m:
-            raise ValueError(f"output_format '{output_format}' is not a 16-bit mono PCM format "
+            raise ConfigError(f"output_format '{output_format}' is not a 16-bit mono PCM format "
                              "(e.g. riff-24khz-16bit-mono-pcm, raw-16khz-16bit-mono-pcm)")
         self.output_format = output_format
         self._container, self._rate = m.group(1), int(m.group(2)) * 1000

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicebias.exceptions import StageFailed
+from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.tts import TTSBackend
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -264,7 +264,7 @@ class EspeakTTS(TTSBackend):
                     while len(_RECENT) > _RECENT_KEPT:
                         _RECENT.popitem(last=False)
         if status == 1:
-            raise ValueError(f"eSpeak NG has no voice '{voice}'")
+            raise ConfigError(f"eSpeak NG has no voice '{voice}'")
         if status == 2:
             raise RuntimeError(f"espeak_Synth failed for voice '{voice}'")
         if pcm.size == 0:
