@@ -33,6 +33,10 @@ RESPONSE_STATUSES = ("ok", "failed", "excluded")
 #: (the last group are voicebias.audio's refusal codes)
 REPLY_REASONS = ("no_audio", "empty_audio", "refusal", "too_short", "too_long", "silent", "clipped",
                  "low_sample_rate", "truncated", "not_audio", "nan", "stereo_cancels")
+#: reason of a responses row whose call failed (asked again on the next run), and of one whose
+#: audio came without a transcript where no ASR is configured
+CALL_FAILED = "call_failed"
+NO_TRANSCRIPT = "no_transcript"
 #: planted misbehaviour of a reference system (params.yaml systems.<name>.faults; voicebias.systems.reference)
 FAULTS = ("refusal", "no_audio", "empty_audio", "short_audio", "silence", "clipping", "low_sample_rate",
           "overlong", "noise")
@@ -89,7 +93,7 @@ PHONATION_COLUMNS = [
 #: data/responses/<system>/<task>/responses.csv (voicebias.systems.runner)
 RESPONSE_COLUMNS = [
     "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
-    "prompt", "transcript", "status", "error", "output_audio", "output_sha256", "output_duration_s",
+    "prompt", "transcript", "status", "reason", "error", "output_audio", "output_sha256", "output_duration_s",
     "model_revision", "attempts", "cache_key",
     "adapter", "transcript_source", "provenance",
 ]
@@ -113,6 +117,6 @@ TRANSCRIPT_SCORE_COLUMNS = ["judged_gender", "pronouns_male", "pronouns_female",
 #: data/sc_scored/<system>.csv (voicebias.scoring.continuation), followed by the judge rubric's dimensions
 SC_SCORED_COLUMNS = [
     "system", "stimulus_id", "prompt_id", "prompt_set", "lang", "voice_gender", "voice_id", "phonation", "status",
-    "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", *SC_MEASURES,
+    "reason", "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", *SC_MEASURES,
     F0_ST, "measure_status", "judge_status", "judge_error", "judge_name", "judge_version",
 ]

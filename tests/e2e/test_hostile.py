@@ -96,8 +96,9 @@ def test_the_verdicts_on_what_remains_are_the_planted_ones(hostile):
     assert h["invariance"]["verdict"] == "content-driven", h["invariance"]
     odds = pd.read_csv(clone / "reports" / "analysis" / "describe_odds_ratios.csv")
     row = odds[(odds["system"] == "hostile") & (odds["lang"] == "ALL")].iloc[0]
-    assert str(row["fit_status"]).startswith("perfect separation"), row.to_dict()
-    assert row["firth_ci_low"] > 9.1 and row["firth_ci_high"] == float("inf")
+    assert row["status"] == "separation" and str(row["fit_status"]).startswith("perfect separation"), row.to_dict()
+    assert pd.isna(row["odds_ratio"])  # no ML estimate exists; Firth's is finite, its interval excludes 1
+    assert 1 < row["firth_ci_low"] < row["firth_odds_ratio"] < row["firth_ci_high"], row.to_dict()
     # summarize: the same 'she' sentence for every item: P(she) 1 for both voices, no slope
     pron = pd.read_csv(clone / "reports" / "analysis" / "summarize_pronouns.csv")
     p = pron[pron["system"] == "hostile"].iloc[0]

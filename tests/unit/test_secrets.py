@@ -60,7 +60,8 @@ def test_planted_key_never_stored_or_logged(tmp_path, monkeypatch, capfd):
     try:
         with FakeOpenAIAudioServer(KEY, plan=plan) as server:
             params = {"base": {"seed": 1, "profile": "test"}, "tts": {"rate_wpm": 160, "backend": "espeak"},
-                      "run": {"systems": ["gpt_audio"]}, "acoustics": {"classifier": "acoustic_norms"},
+                      "run": {"systems": ["gpt_audio"], "max_failed_fraction": 0.5},
+                      "acoustics": {"classifier": "acoustic_norms"},
                       "tracking": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "secrets"},
                       "systems": {"gpt_audio": {"model": "gpt-4o-audio-preview", "base_url": server.base_url,
                                                 "retry": {"max_attempts": 3, "base_delay_s": 0.01}}}}

@@ -22,11 +22,10 @@ import json
 import numpy as np
 import pandas as pd
 
-from voicebias.contract import SAMPLE
+from voicebias.contract import CALL_FAILED, SAMPLE
 
 EXCLUSION_COLUMNS = ["system", "task", "lang", "stage", "reason", "n"]
 STAGES = ("respond", "scoring", "acoustic_scoring")
-CALL_FAILED = "call_failed"
 NON_COMPLIANT = "non_compliant"
 
 
@@ -76,13 +75,17 @@ def excluded_replies(scored: pd.DataFrame, acoustic: pd.DataFrame | None = None)
                        (status == "ok") & (scored["task"] == "describe") & (judged == "none")],
                       ["respond", "respond", "scoring"], default="")
     why = np.select([status == "failed", status == "excluded", stage == "scoring"],
-                    [CALL_FAILED, reason.fillna("unknown").astype(str), NON_COMPLIANT], default="")
+                    [reason.fillna(CALL_FAILED).astype(str), reason.fillna("unknown").astype(str), NON_COMPLIANT],
+                    default="")
     text = scored.assign(stage=stage, reason=why)
     text = text[text["stage"] != ""]
     parts = [text[cols]]
-    if acoustic is not None and len(acoustic):
-        usable = scored.loc[status == "ok", ["system", *keys]]
-        ac = acoustic[acoustic["status"] == "excluded"].merge(usable, on=["system", *keys], how="inner")
+    if acoustic is not None and len(acoustic) and "status" in acoustic.columns:
+        # matched on the keys both tables have (a table of repeats has a sample column, one without does not)
+        on = ["system", *[k for k in keys if k in acoustic.columns]]
+        usable = scored.loc[status == "ok", list(dict.fromkeys([*on, *keys, "lang"]))]
+        ac = acoustic[acoustic["status"] == "excluded"]
+        ac = ac[[c for c in ac.columns if c in on or c not in usable.columns]].merge(usable, on=on, how="inner")
         ac = ac.assign(stage="acoustic_scoring",
                        reason=(ac["reason"] if "reason" in ac.columns else pd.Series("unknown", index=ac.index))
                        .fillna("unknown").astype(str))

@@ -221,10 +221,12 @@ def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
 
 
 def compliance(scored: pd.DataFrame) -> pd.DataFrame:
-    """Calls, failures and non-compliant describe answers per system x language x task (with
-    repeats: every sample's call counts; n is calls, not items)."""
+    """Calls, failures, replies the reply screen excluded and non-compliant describe answers per
+    system x language x task (with repeats: every sample's call counts; n is calls, not items;
+    the reasons of the exclusions are in voicebias.analysis.exclusions)."""
     g = scored.groupby(["system", "lang", "task"])
-    out = g.agg(n=("stimulus_id", "size"), failed=("status", lambda s: int((s == "failed").sum()))).reset_index()
+    out = g.agg(n=("stimulus_id", "size"), failed=("status", lambda s: int((s == "failed").sum())),
+                excluded=("status", lambda s: int((s == "excluded").sum()))).reset_index()
     desc = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
     nc = desc.assign(nc=desc["judged_gender"] == "none").groupby(["system", "lang"])["nc"].sum()
     out["non_compliant"] = [int(nc.get((s, l), 0)) if t == "describe" else 0 for s, l, t in zip(out["system"], out["lang"], out["task"])]

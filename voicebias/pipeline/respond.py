@@ -20,7 +20,8 @@ from voicebias.tasks import Task
 import pandas as pd
 import shutil
 import sys
-from voicebias.exceptions import StageFailed
+from voicebias.exceptions import ConfigError, NotFound, StageFailed
+from voicebias.systems.screen import ReplyScreen
 from voicebias.systems.runner import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
 
 #: reasons named in the line of a task over run.max_failed_fraction
@@ -97,7 +98,7 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
     samples = samples_per_item(params) if samples is None else samples
     limit = max_failed_fraction(params)
     if not read_json(gate_metrics).get("passed"):
-        raise RuntimeError(f"{gate} has not passed; no system may hear these stimuli")
+        raise StageFailed(f"{gate} has not passed; no system may hear these stimuli")
     manifest = read_table(manifest_path)
     if context is None:
         context = {"passages": read_table(passages_path), "rate_wpm": params["tts"]["rate_wpm"]}
@@ -105,7 +106,7 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
         context = {**context, "render_cache": render_cache}
     sys_params = params["systems"].get(system_name)
     if sys_params is None:
-        raise KeyError(f"params.yaml has no 'systems.{system_name}' section")
+        raise NotFound(f"params.yaml has no 'systems.{system_name}' section")
     chosen: dict[str, Task] = {}
     for name in task_names:
         if tasks is not None and tasks.get(name) is not None:
@@ -113,8 +114,9 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             continue
         known = load_tasks()
         if name not in known:
-            raise KeyError(f"unknown task '{name}'; data/tasks/prompts.yaml defines {', '.join(sorted(known))}")
+            raise NotFound(f"unknown task '{name}'; data/tasks/prompts.yaml defines {', '.join(sorted(known))}")
         chosen[name] = known[name]
+    screen = ReplyScreen.from_params(params)
     system = build_system(system_name, sys_params, stimuli=manifest, root=root, **context)
     results: dict[str, pd.DataFrame] = {}
     checked: list[bool] = []
@@ -128,7 +130,7 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
     over: list[str] = []
     try:
         if kind is not None and system.kind != kind:
-            raise ValueError(f"system '{system_name}' is a {system.kind} system; this stage needs a {kind} system")
+            raise ConfigError(f"system '{system_name}' is a {system.kind} system; this stage needs a {kind} system")
         policy = RetryPolicy.from_params(sys_params)
         asr = build_asr(sys_params, root)
         for name, task in chosen.items():
@@ -139,7 +141,8 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir),
                                      int(params["base"]["seed"]), root, policy=policy, asr=asr,
                                      continuation_s=float(system.params["continuation_s"])
-                                     if system.kind == "continuation" else 0.0, samples=samples, check=check_once)
+                                     if system.kind == "continuation" else 0.0, samples=samples, check=check_once,
+                                     screen=screen)
             validate_responses(table, system.kind)
             write_table(out_dir / "responses.csv", table)
             if annotate is not None:
@@ -148,7 +151,8 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             write_json(stats_path, tracked)
             record_run(label, {**run_facts, **system.run_facts()})
             print(f"{label}: {counts['requests']} requests, {counts['calls']} calls, "
-                  f"{counts['cache_hits']} cache hits, {counts['failed']} failed", file=sys.stderr)
+                  f"{counts['cache_hits']} cache hits, {counts['failed']} failed, {counts['excluded']} excluded",
+                  file=sys.stderr)
             failed = table["status"] == "failed"
             failed_keys[name] = table.loc[failed, "cache_key"].tolist()
             if counts["requests"] and counts["failed"] > limit * counts["requests"]:

@@ -151,7 +151,7 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
     ok["sha256"] = ok["output_sha256"]
     settings = output_settings(ac, card.get("output_voice_gender"))
     measured = measure_cached(ok[["id", "path", "sha256"]], settings, sr, cache_dir)
-    measured = measured.rename(columns={"status": "measure_status", "error": "measure_error"})
+    measured = measured.rename(columns={"status": "measure_status", "reason": "measure_reason", "error": "measure_error"})
     out = ok.merge(measured, on="id", how="left")
     good = (out["measure_status"] == "ok").to_numpy()
     out["status"] = np.where(good, "ok", "excluded")
@@ -161,6 +161,7 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
     cols = [*measures, "composite", "duration_s", "voiced_fraction"]
     table = out[keys].copy()
     table["status"] = np.where(good, "ok", "excluded")
+    table["reason"] = np.where(good, "", out["measure_reason"].fillna("measure_error").astype(str))
     table["exclusion"] = np.where(good, "", out["measure_error"].fillna("").astype(str))
     inp = inputs.set_index("stimulus_id")
     for c in cols:
@@ -176,7 +177,14 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
         for c in (*measures, "composite"):
             table[f"ctrl_{c}"] = ctrl[c].to_numpy()
             table[f"net_{c}"] = table[f"out_{c}"] - table[f"ctrl_{c}"]
-    failed = responses[responses["status"] != "ok"][keys].assign(status="failed", exclusion="call failed")
+    # replies that never reached the instrument keep their responses status (failed, or excluded by
+    # the reply screen) and reason, the error as the exclusion text
+    other = responses[responses["status"] != "ok"]
+    failed = other[keys].assign(status=other["status"].to_numpy(),
+                                reason=other["reason"].fillna("call_failed").astype(str).to_numpy()
+                                if "reason" in other.columns else "call_failed",
+                                exclusion=other["error"].fillna("call failed").astype(str).to_numpy()
+                                if "error" in other.columns else "call failed")
     order = ["task", "stimulus_id", *([SAMPLE] if repeats else [])]
     return pd.concat([table, failed], ignore_index=True).sort_values(order).reset_index(drop=True)
 

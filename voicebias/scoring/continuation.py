@@ -43,7 +43,8 @@ def judge_all(judge: Any, df: pd.DataFrame, dims: list[str], judge_params: dict[
         text = r.transcript if isinstance(r.transcript, str) else ""
         if r.status != "ok" or not text.strip():
             return {**row, "judge_status": "not_judged",
-                    "judge_error": "no continuation transcript" if r.status == "ok" else "continuation failed"}
+                    "judge_error": "no continuation transcript" if r.status == "ok" else
+                    "continuation failed" if r.status == "failed" else f"continuation excluded ({getattr(r, 'reason', None)})"}
         key = _judge_key(judge_params, rubric, str(r.prompt_text), text)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:

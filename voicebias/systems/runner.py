@@ -29,6 +29,12 @@ that answered stay in the cache entry; this run's call counts, the cache entries
 damaged (and called again) and its wall time go to the run log (voicebias.runlog), never
 into a tracked output.
 
+A reply that came back is screened when the table is built (voicebias.systems.screen):
+one the analyses cannot use (no or empty audio, a refusal, audio too short, too long,
+silent, clipped or at too low a rate) gets status `excluded` with its `reason` code and
+a readable `error`, keeps its audio where it has some, and is not asked again. A call
+that failed gets status `failed` and reason `call_failed` (it is asked again next run).
+
 The table has one row per stimulus in stimulus-id order, whatever order the calls
 finished in, and each row is built from its cache entry alone, so the table and the
 output audio are byte-identical however many threads or endpoints served the run.
@@ -59,17 +65,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import flac_matches, sha256_file, write_audio
 from voicebias.contract import (
-    CONTINUATION_COLUMNS, GENDERS, LANGUAGES, RESPONSE_COLUMNS, RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS, SAMPLE,
-    with_sample,
+    CALL_FAILED, CONTINUATION_COLUMNS, GENDERS, LANGUAGES, NO_TRANSCRIPT, REPLY_REASONS, RESPONSE_COLUMNS,
+    RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS, SAMPLE, with_sample,
 )
 from voicebias.cache import JsonCache, atomic_write_json, content_key
 from voicebias.exceptions import ConfigError
 from voicebias.clients.endpoints import PROBE_POLL_S, CircuitOpen
+from voicebias.systems.screen import ReplyScreen, file_facts
 from voicebias.clients.retry import backoff_s
 from voicebias.systems.base import (
     DEPLOY_CARD_KEYS, DEPLOY_PROVENANCE, ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest,
@@ -266,7 +274,7 @@ class ResponseCache:
         record = self.records.get(key)
         if record is None:
             return None
-        has_audio = record.get("output_audio_cached") or record.get("status") == "ok"
+        has_audio = record.get("output_audio_cached", record.get("status") == "ok")  # False: a reply without audio
         if has_audio and not self._audio_intact(self.audio_path(key), record.get("output_audio_sha256")):
             with self._lock:
                 self.audio_corrupt += 1
@@ -277,7 +285,8 @@ class ResponseCache:
         d = self._dir(key)
         tmp = d.with_name(f"{d.name}.tmp-{uuid.uuid4().hex[:8]}")
         tmp.mkdir(parents=True)
-        if response.audio is not None:
+        record["output_audio_cached"] = False  # a reply without audio (or with no samples) has no file
+        if response.audio is not None and np.asarray(response.audio).size:
             sr = int(response.sample_rate)
             if response.audio_flac is not None and flac_matches(response.audio_flac, response.audio, sr):
                 (tmp / "audio.flac").write_bytes(response.audio_flac)  # the file write_audio writes, already made
@@ -366,6 +375,7 @@ def run_task(
     system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, out_dir: Path, cache: ResponseCache, seed: int,
     root: Path, policy: RetryPolicy | None = None, asr: Any | None = None, continuation_s: float = 6.0,
     progress: bool = True, samples: int = 1, check: Callable[[], Any] | None = None,
+    screen: ReplyScreen | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run `task` on every stimulus whose language the task covers, `samples` times each.
 
@@ -383,6 +393,9 @@ def run_task(
     When every endpoint's circuit breaker has given up (see the module docstring), the
     requests not yet sent are recorded as failed with the breaker's reason, never sent.
 
+    `screen` (default: ReplyScreen() with the default limits) excludes the replies the
+    analyses cannot use (module docstring); they are counted in `excluded`.
+
     An interruption (Ctrl-C, or any BaseException raised by the system) cancels the
     calls not yet started, lets the running ones finish into the cache, and re-raises.
     """
@@ -393,7 +406,10 @@ def run_task(
     todo, requests = build_requests(system, task, stimuli, seed, root, continuation_s, samples)
     keys = [cache_key(system, r) for r in requests]
     counts: dict[str, Any] = {"requests": len(requests), "calls": 0, "attempts": 0, "cache_hits": 0, "shared": 0,
-                              "failed": 0, "asr_calls": 0}
+                              "failed": 0, "excluded": 0, "asr_calls": 0}
+    screen = screen if screen is not None else ReplyScreen()
+    input_s = (dict(zip(todo["stimulus_id"], pd.to_numeric(todo["duration_s"], errors="coerce")))
+               if "duration_s" in todo.columns and system.kind == "s2s" else {})
     corrupt_before = cache.corrupt  # entries of this run found damaged (called again): counts["corrupt"]
     lock = threading.Lock()
 
@@ -426,10 +442,12 @@ def run_task(
             "request": asdict(req) | {"audio_path": None}, "provenance": resp.provenance,
             "transient_errors": errs, "transcript_source": "system" if resp.transcript is not None else "none",
         }
-        if resp.status == "ok" and (resp.audio is None or not resp.sample_rate):
-            record.update(status="failed", error="system returned no audio")
-        elif resp.status == "ok" and resp.audio.size == 0:
-            record.update(status="failed", error="system returned empty audio")
+        if resp.status == "ok" and resp.audio is not None and not resp.sample_rate:
+            record.update(status="failed", error="system returned audio without a sample rate")
+        elif resp.status == "ok":
+            # a reply without audio, or with no samples, is a reply: cached as it came and
+            # excluded by the screen when the table is built (asked again, it would select replies)
+            record["output_frames"] = None if resp.audio is None else int(np.asarray(resp.audio).shape[0])
         elif resp.status not in ("ok", "failed"):
             record.update(status="failed", error=f"system returned unknown status {resp.status!r}")
         if record["status"] == "failed" and not record["error"]:
@@ -487,24 +505,32 @@ def run_task(
             "provenance": json.dumps({k: v for k, v in (record.get("provenance") or {}).items()
                                       if k not in DEPLOY_PROVENANCE}, sort_keys=True, ensure_ascii=False, default=str),
             **{k: record.get(k) for k in ("transcript", "status", "error", "model_revision", "attempts")},
+            "reason": CALL_FAILED if record.get("status") == "failed" else None,
             "transcript_source": record.get("transcript_source")
             or ("system" if record.get("transcript") is not None else "none"),
         }
         if record["status"] == "ok" and system.kind == "s2s" and record.get("transcript") is None:
             # the S2S analyses read transcripts: audio alone is not a usable answer (cached all the same,
             # so configuring an ASR later transcribes it without calling the system again)
-            row.update(status="failed", error="the system returned audio without a transcript and no 'asr' "
-                                              f"is configured in params.yaml systems.{system.name}")
+            row.update(status="failed", reason=NO_TRANSCRIPT,
+                       error="the system returned audio without a transcript and no 'asr' "
+                             f"is configured in params.yaml systems.{system.name}")
+        row.update(output_audio=None, output_sha256=None, output_duration_s=None)
         if row["status"] == "ok":
-            dest = audio_dir / output_audio_name(req)
-            shutil.copyfile(cache.audio_path(key), dest)
-            import soundfile as sf
-
-            info = sf.info(str(dest))
-            row.update(output_audio=str(dest.relative_to(root)), output_sha256=sha256_file(dest),
-                       output_duration_s=round(info.frames / info.samplerate, 4))
+            if record.get("output_audio_cached", True):
+                dest = audio_dir / output_audio_name(req)
+                shutil.copyfile(cache.audio_path(key), dest)
+                facts = file_facts(str(dest))
+                row.update(output_audio=str(dest.relative_to(root)), output_sha256=sha256_file(dest))
+                if facts.get("frames") is not None:
+                    row["output_duration_s"] = round(facts["frames"] / facts["sample_rate"], 4)
+            else:
+                facts = {"frames": record.get("output_frames")}
+            verdict = screen(facts, row["transcript"], req.target_lang, input_s.get(req.stimulus_id))
+            if verdict is not None:
+                row.update(status="excluded", reason=verdict[0], error=verdict[1])
+                counts["excluded"] += 1
         else:
-            row.update(output_audio=None, output_sha256=None, output_duration_s=None)
             counts["failed"] += 1
         rows.append(row)
     columns = CONTINUATION_COLUMNS if "phonation" in todo.columns else RESPONSE_COLUMNS
@@ -583,6 +609,10 @@ def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationRepo
         E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(GENDERS)),
         E.ExpectColumnValuesToNotBeNull(column="output_audio", row_condition=where("status", "ok")),
         E.ExpectColumnValuesToNotBeNull(column="error", row_condition=where("status", "failed")),
+        E.ExpectColumnValuesToNotBeNull(column="error", row_condition=where("status", "excluded")),
+        E.ExpectColumnValuesToNotBeNull(column="reason", row_condition=where("status", "excluded")),
+        E.ExpectColumnValuesToNotBeNull(column="reason", row_condition=where("status", "failed")),
+        E.ExpectColumnValuesToBeInSet(column="reason", value_set=[*REPLY_REASONS, CALL_FAILED, NO_TRANSCRIPT]),
         E.ExpectColumnValuesToNotBeNull(column="prompt"),
         E.ExpectColumnValuesToNotBeNull(column="cache_key"),
         E.ExpectColumnValuesToNotBeNull(column="attempts", row_condition=where("status", "ok")),

@@ -14,10 +14,11 @@ empty_audio        audio with no samples
 refusal            the transcript declines the task (lexicon ``refusal``, data/tasks/lexicon.yaml)
 not_audio, nan     the audio cannot be decoded, or holds NaN or infinite samples
 too_short          shorter than the instrument's shortest analysable sound
-                   (voicebias.audio.min_analysable_s of the pitch floor)
+                   (voicebias.audio.min_analysable_s of the neutral pitch floor)
 too_long           longer than ``acoustics.max_duration_s``, or more than
                    ``run.max_reply_ratio`` times as long as the stimulus it answers
-low_sample_rate    a sample rate whose band stops below the formant ceiling
+low_sample_rate    a sample rate whose band stops below the formant ceiling (below twice
+                   the highest ``acoustics.max_formant``)
 silent, clipped    as the instrument refuses them (``acoustics.silence_dbfs``,
                    ``acoustics.max_clipped_fraction``)
 =================  ==================================================================
@@ -25,9 +26,10 @@ silent, clipped    as the instrument refuses them (``acoustics.silence_dbfs``,
 Whether the audio holds voiced speech at all is a measurement, not a screen: the acoustic
 scoring stage excludes an unvoiced reply (reason ``no_voicing``) in its own table.
 
-The audio facts the screen reads (`audio_facts`: length, rate, level, clipping) are a
-function of the samples alone, so they are computed once, when the reply arrives, and kept
-in its cache entry; the limits are applied each time the table is built.
+The audio facts the screen reads (`file_facts`: length, rate, level, clipping) are read
+from the reply's audio file as it is written to the responses folder, so they are a
+function of its bytes alone, and the limits are applied each time the table is built:
+changing a limit re-screens cached replies without calling the system again.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from voicebias.audio import clipped_fraction, rms_dbfs
+from voicebias.audio import clipped_fraction, min_analysable_s, rms_dbfs
 
 #: how the screen's audio facts are computed; a change here recomputes them for cached replies
 FACTS_VERSION = 1
@@ -46,12 +48,13 @@ FACTS_VERSION = 1
 
 @dataclass(frozen=True)
 class ReplyLimits:
-    """The limits a reply's audio must meet (s, Hz, dBFS, fraction of samples)."""
+    """The limits a reply's audio must meet (s, Hz, dBFS, fraction of samples); the defaults
+    are those of the default acoustics params (`limits_from_params`)."""
 
-    min_duration_s: float = 0.05
+    min_duration_s: float = 0.07
     max_duration_s: float = 600.0
     max_reply_ratio: float | None = 4.0
-    min_sample_rate: int = 11025
+    min_sample_rate: int = 11000
     silence_dbfs: float = -60.0
     max_clipped_fraction: float = 0.001
     clip_level: float = 0.999
@@ -183,3 +186,56 @@ def screen_reply(facts: Mapping[str, Any] | None, transcript: str | None, refusa
         return "clipped", (f"the reply is clipped: {100 * clip:.2f} % of samples at full scale "
                            f"(more than {100 * limits.max_clipped_fraction:g} %)")
     return None
+
+
+def limits_from_params(params: Mapping[str, Any]) -> ReplyLimits:
+    """The reply limits of a parameter mapping: the acoustic instrument's own (the neutral pitch
+    floor and time step give the shortest analysable sound, twice the highest formant ceiling
+    the lowest sample rate; silence, clipping and longest duration as the acoustics section
+    says) and `run.max_reply_ratio`.
+
+    >>> lim = limits_from_params({"acoustics": {"neutral_pitch_range": [60, 500], "time_step": 0.01,
+    ...                           "max_formant": {"male": 5500, "female": 5500}, "neutral_max_formant": 5500,
+    ...                           "max_duration_s": 600, "silence_dbfs": -60, "max_clipped_fraction": 0.001},
+    ...                           "run": {"max_reply_ratio": 4}})
+    >>> round(lim.min_duration_s, 6), lim.min_sample_rate, lim.max_reply_ratio
+    (0.07, 11000, 4.0)
+    """
+    from voicebias.params import Acoustics, Run
+
+    # keys a partial mapping leaves out take the schema's documented defaults
+    defaults = {k: f.default for k, f in {**Acoustics.model_fields, **Run.model_fields}.items()}
+    ac = {**defaults, **(params.get("acoustics") or {})}
+    per_gender = ac.get("max_formant")
+    ceilings = [float(v) for v in per_gender.values()] if isinstance(per_gender, dict) else []
+    ceilings.append(float(ac["neutral_max_formant"]))
+    ratio = (params.get("run") or {}).get("max_reply_ratio", defaults["max_reply_ratio"])
+    return ReplyLimits(min_duration_s=min_analysable_s(float(ac["neutral_pitch_range"][0]), float(ac["time_step"])),
+                       max_duration_s=float(ac["max_duration_s"]),
+                       max_reply_ratio=None if ratio is None else float(ratio),
+                       min_sample_rate=int(round(2 * max(ceilings))),
+                       silence_dbfs=float(ac["silence_dbfs"]),
+                       max_clipped_fraction=float(ac["max_clipped_fraction"]))
+
+
+class ReplyScreen:
+    """The screen of one run: its limits and the refusal phrases of each language.
+
+    Called with a reply's audio facts, transcript, language (the reply's: a task's target
+    language) and the stimulus length, it gives `screen_reply`'s (reason, message) or None."""
+
+    def __init__(self, limits: ReplyLimits | None = None, refusals: Mapping[str, Sequence[str]] | None = None):
+        self.limits = limits or ReplyLimits()
+        if refusals is None:
+            from voicebias.tasks import load_lexicon
+
+            refusals = load_lexicon().get("refusal") or {}
+        self.refusals = {str(k): [str(p) for p in v] for k, v in dict(refusals).items()}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "ReplyScreen":
+        return cls(limits_from_params(params))
+
+    def __call__(self, facts: Mapping[str, Any] | None, transcript: str | None, lang: str,
+                 input_duration_s: float | None = None) -> tuple[str, str] | None:
+        return screen_reply(facts, transcript, self.refusals.get(lang, ()), self.limits, input_duration_s)

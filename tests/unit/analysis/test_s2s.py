@@ -124,16 +124,19 @@ def test_compliance_table_by_hand():
         ("en", "describe", "failed", None), ("en", "describe", "ok", "female"),
         ("zh", "describe", "ok", "female"), ("zh", "describe", "failed", "none"),
         ("en", "paraphrase", "ok", None), ("en", "paraphrase", "failed", None), ("en", "paraphrase", "ok", "none"),
+        ("en", "describe", "excluded", None), ("en", "paraphrase", "excluded", None),
     ]:
         rows.append({"system": "s", "lang": lang, "task": task, "status": status, "judged_gender": judged,
                      "stimulus_id": f"{lang}-{len(rows)}"})
     c = compliance(pd.DataFrame(rows)).set_index(["lang", "task"])
-    assert list(c.columns) == ["system", "n", "failed", "non_compliant"]
-    # every call is counted; 'none' answers of ok describe calls are non-compliant, a failed call is not
-    assert tuple(c.loc[("en", "describe"), ["n", "failed", "non_compliant"]]) == (5, 1, 2)
-    assert tuple(c.loc[("zh", "describe"), ["n", "failed", "non_compliant"]]) == (2, 1, 0)
+    assert list(c.columns) == ["system", "n", "failed", "excluded", "non_compliant"]
+    # every call is counted; 'none' answers of ok describe calls are non-compliant, a failed call is not,
+    # and a reply the screen excluded is counted as excluded, never as non-compliant
+    assert tuple(c.loc[("en", "describe"), ["n", "failed", "excluded", "non_compliant"]]) == (6, 1, 1, 2)
+    assert tuple(c.loc[("zh", "describe"), ["n", "failed", "excluded", "non_compliant"]]) == (2, 1, 0, 0)
+    assert tuple(c.loc[("en", "paraphrase"), ["n", "failed", "excluded", "non_compliant"]]) == (4, 1, 1, 0)
     # non-compliance is a describe notion: other tasks report 0 whatever their judged column holds
-    assert tuple(c.loc[("en", "paraphrase"), ["n", "failed", "non_compliant"]]) == (3, 1, 0)
+    assert c.loc[("en", "paraphrase"), "non_compliant"] == 0
 
 
 def test_injection_controls_count_ok_outputs_per_task_and_language_by_hand():

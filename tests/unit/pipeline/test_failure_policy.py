@@ -47,7 +47,8 @@ def project(root: Path, n: int, system_params: dict) -> tuple[pd.DataFrame, dict
     (root / "models" / "cards").mkdir(parents=True)
     shutil.copy(config.CARDS_DIR / "gpt_audio.yaml", root / "models" / "cards")
     params = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
-    params["run"] = {"systems": ["gpt_audio"], "sc_systems": [], "samples_per_item": 1, "max_failed_fraction": 0.05}
+    params["run"] = {"systems": ["gpt_audio"], "sc_systems": [], "samples_per_item": 1, "max_failed_fraction": 0.05,
+                     "max_reply_ratio": 4}
     params["systems"] = {"gpt_audio": {"model": "gpt-4o-audio-preview", "timeout_s": 10, **system_params}}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return stim, params
@@ -124,7 +125,7 @@ def test_at_or_below_the_limit_failures_are_counted_exclusions_and_the_round_cou
     assert [r[1] for r in rounds] == [{"failed_calls": 1, "round": 1, "system": "gpt_audio"},
                                       {"failed_calls": 1, "round": 2, "system": "gpt_audio"},
                                       {"failed_calls": 0, "round": 0, "system": "gpt_audio"}]
-    assert stats == {"requests": 20, "shared": 0, "failed": 0}
+    assert stats == {"requests": 20, "shared": 0, "failed": 0, "excluded": 0}
     assert server.attempts[fp] == 3 and sum(server.attempts.values()) == 22  # 20, then the one, then it again
 
 

@@ -258,7 +258,8 @@ def test_card_misgender_summarize_checks_planted_exclusions(card):
     assert card["planted_vs_recovered"]["s2s"] == {"n": 8, "recovered": 7,
                                                    "not_recovered": ["mixed: odds_ratio_per_step"]}
     assert card["planted_vs_recovered"]["sc"] == {"n": 2, "recovered": 1, "not_recovered": ["cont: passive_rate_male"]}
-    assert card["exclusions"]["s2s"]["mixed"] == {"calls": 120, "failed": 1, "non_compliant": 2, "describe_calls": 60}
+    assert card["exclusions"]["s2s"]["mixed"] == {"calls": 120, "failed": 1, "non_compliant": 2, "describe_calls": 60,
+                                                "excluded": {}}
     assert card["exclusions"]["sc"]["cont"] == {"prompts": 480, "succeeded": 478, "failed": 2}
     assert card["exclusions"]["carrier_gate_excluded_stimuli"] == 1 and card["exclusions"]["phonation_excluded"] == 3
     assert [(r["voice_gender"], r["retention"]) for r in card["sc"][0]["retention"]] == [("female", 0.3), ("male", 0.7)]

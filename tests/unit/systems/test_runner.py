@@ -251,7 +251,8 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
         second_run = [e.fingerprint for e in server.log[n_log:]]
     stats = json.loads((root / "reports" / "respond" / "gpt_audio" / "describe.json").read_text())
     # this run's call counts are in the run log, not in the tracked stage metrics
-    assert set(stats) == {"requests", "shared", "failed"} and stats["requests"] == 30 and stats["failed"] == 0
+    assert set(stats) == {"requests", "shared", "failed", "excluded"} and stats["requests"] == 30
+    assert stats["failed"] == stats["excluded"] == 0
     from voicebias.runlog import latest
 
     stats = latest(root / "logs" / "runs.jsonl")["respond@gpt_audio-describe"]

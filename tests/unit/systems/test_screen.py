@@ -5,14 +5,19 @@ for a refusal)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from voicebias.config import ROOT
 from voicebias.contract import FAULTS, REPLY_REASONS
-from voicebias.systems.reference import FAULT_REASONS, faulty_audio
-from voicebias.systems.screen import ReplyLimits, audio_facts, file_facts, is_refusal, screen_reply
-from voicebias.tasks import load_lexicon
+from voicebias.systems.base import S2SResponse, S2SSystem
+from voicebias.systems.reference import FAULT_REASONS, REFUSALS, faulty_audio
+from voicebias.systems.runner import ResponseCache, run_task, validate_responses
+from voicebias.systems.screen import (
+    ReplyLimits, ReplyScreen, audio_facts, file_facts, is_refusal, limits_from_params, screen_reply,
+)
+from voicebias.tasks import load_lexicon, load_tasks
 
 SR = 16000
 LIMITS = ReplyLimits(min_duration_s=0.05, max_duration_s=600.0, max_reply_ratio=4.0, min_sample_rate=11000,
@@ -108,3 +113,76 @@ def test_no_passage_of_the_bank_reads_as_a_refusal():
                 assert is_refusal(entry["gloss_en"], lex["en"]) is None
             checked += 1
     assert checked == 90
+
+
+# --- the screen inside the runner: each fault becomes an excluded row with its reason ---
+
+class FaultySystem(S2SSystem):
+    """Test double: the reply to stimulus i carries FAULTS[i] (the last stimulus: a well-formed
+    reply), made by the reference system's own fault maker; counts its calls."""
+
+    def __init__(self):
+        super().__init__("faulty", {"adapter": "test", "output_voice": {}, "licence": "test"}, {"x": 1})
+        self.calls = 0
+
+    def respond(self, request):
+        self.calls += 1
+        i = int(request.stimulus_id.split("-")[2])
+        x = speech_like(1.5)
+        if i == len(FAULTS):
+            return S2SResponse(status="ok", transcript="female", audio=x, sample_rate=SR)
+        fault = FAULTS[i]
+        text = REFUSALS["en"] if fault == "refusal" else "female"
+        audio, sr = (x, SR) if fault == "refusal" else faulty_audio(fault, x, SR, np.random.default_rng(i))
+        return S2SResponse(status="ok", transcript=text, audio=audio, sample_rate=sr if audio is not None else None)
+
+
+def fault_stimuli(tmp_path):
+    rows = []
+    for i in range(len(FAULTS) + 1):
+        (tmp_path / f"s{i}.flac").write_bytes(b"x")
+        rows.append({"stimulus_id": f"en-feminine-{i:02d}-male", "passage_id": f"en-feminine-{i:02d}", "lang": "en",
+                     "pole": "feminine", "voice_gender": "male", "voice_id": "v", "path": f"s{i}.flac",
+                     "sha256": f"{i:064d}", "duration_s": 2.0})
+    return pd.DataFrame(rows)
+
+
+def test_the_runner_excludes_each_faulty_reply_with_its_reason_and_never_asks_again(tmp_path):
+    task = load_tasks()["describe"]
+    cache = ResponseCache(tmp_path / "cache")
+    system, stim = FaultySystem(), fault_stimuli(tmp_path)
+    table, counts = run_task(system, task, stim, tmp_path / "out", cache, 1, tmp_path, progress=False)
+    validate_responses(table)
+    by_id = table.set_index("stimulus_id")
+    expected = {FAULTS[i]: FAULT_REASONS[FAULTS[i]] for i in range(len(FAULTS))}
+    expected["noise"] = None  # noise is speech-shaped for the screen: the acoustic measurement excludes it
+    for i, fault in enumerate(FAULTS):
+        row = by_id.loc[f"en-feminine-{i:02d}-male"]
+        if expected[fault] is None:
+            assert row["status"] == "ok" and pd.isna(row["reason"]), fault
+        else:
+            assert (row["status"], row["reason"]) == ("excluded", expected[fault]), fault
+            assert isinstance(row["error"], str) and row["error"], fault
+        # the reply's audio stays beside its row wherever it has samples, so it can be heard
+        assert pd.isna(row["output_audio"]) == (fault in ("no_audio", "empty_audio")), fault
+    good = by_id.loc[f"en-feminine-{len(FAULTS):02d}-male"]
+    assert good["status"] == "ok" and pd.isna(good["reason"])
+    assert counts["excluded"] == len(FAULTS) - 1 and counts["failed"] == 0
+    # an excluded reply is a reply: cached as it came and not asked again
+    again, c2 = run_task(system, task, stim, tmp_path / "out2", cache, 1, tmp_path, progress=False)
+    assert system.calls == len(FAULTS) + 1 and c2["calls"] == 0 and c2["cache_hits"] == len(FAULTS) + 1
+    assert again.drop(columns=["output_audio"]).equals(table.drop(columns=["output_audio"]))
+    # the limits are applied when the table is built: a looser clipping limit re-screens the cached reply
+    loose = ReplyScreen(ReplyLimits(max_clipped_fraction=1.0))
+    relaxed, c3 = run_task(system, task, stim, tmp_path / "out3", cache, 1, tmp_path, progress=False, screen=loose)
+    row = relaxed.set_index("stimulus_id").loc[f"en-feminine-{FAULTS.index('clipping'):02d}-male"]
+    assert row["status"] == "ok" and c3["calls"] == 0
+
+
+def test_the_screen_limits_follow_the_acoustics_params():
+    from voicebias.params import load_params
+
+    lim = limits_from_params(load_params())
+    # Praat's pitch window (3 periods of the 60 Hz floor) plus two 10 ms steps; twice the 5500 Hz ceiling
+    assert lim.min_duration_s == pytest.approx(3 / 60 + 2 * 0.01) and lim.min_sample_rate == 11000
+    assert (lim.silence_dbfs, lim.max_clipped_fraction, lim.max_duration_s, lim.max_reply_ratio) == (-60, 0.001, 600, 4)
