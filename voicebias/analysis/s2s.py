@@ -290,9 +290,11 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
                 q = q.iloc[0]
                 d = truth.get("drift_st", 0.0)
                 ok = q.get("status", OK) == OK
+                # a zero-width CI (no variance between passages) still says whether it holds the planted value
+                found = bool(np.isfinite(q["ci_low"]) and np.isfinite(q["ci_high"]))
                 rows.append({"system": system, "quantity": "rq1_f0_shift_st", "planted": d,
                              "recovered": q["pooled_contrast"], "ci_low": q["ci_low"], "ci_high": q["ci_high"],
-                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]) if ok else None,
+                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]) if found else None,
                              "fit_status": "ok" if ok else str(q["reason"]), "tolerance": F0_TOLERANCE_ST})
         if mixed is not None and len(mixed):
             f0 = mixed[(mixed["system"] == system) & (mixed["task"] == "readback")

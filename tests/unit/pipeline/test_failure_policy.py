@@ -153,8 +153,27 @@ def test_every_endpoint_refusing_stops_the_stage_in_seconds_with_one_line(tmp_pa
         assert lines[0].startswith("voicebias respond gpt_audio: system 'gpt_audio': cannot reach ")
         assert lines[0].count("(connection refused)") == len(spec.get("endpoints", [1]))
         assert not (root / "data" / "responses" / "gpt_audio" / "describe" / "responses.csv").exists()
+    # the same through `dvc repro`: it exits non-zero, our one line in its output, and records nothing
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "pending_calls": {k: spec["pending_calls"][k] for k in ("cmd", "always_changed", "params", "outs")},
+        "respond": {"foreach": ["gpt_audio"], "do": {
+            "cmd": spec["respond"]["do"]["cmd"] + " --task describe", "deps": ["reports/pending_calls/${item}.json"],
+            "params": spec["respond"]["do"]["params"], "outs": spec["respond"]["do"]["outs"]}}}}))
+    env = {**env, "DVC_NO_ANALYTICS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=root, env=env, check=True)
+    t0 = time.perf_counter()
+    done = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    seconds.append(time.perf_counter() - t0)
+    ours = [line for line in done.stderr.splitlines() if line.startswith("voicebias respond gpt_audio:")]
+    assert done.returncode != 0 and len(ours) == 1 and "cannot reach" in ours[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    lock = root / "dvc.lock"
+    assert not lock.exists() or "respond@gpt_audio" not in lock.read_text()  # DVC did not record it as done
+    assert seconds[2] < 60
     print(f"\nevery endpoint refusing: the respond stage exited in {seconds[0]:.2f} s (one endpoint), "
-          f"{seconds[1]:.2f} s (two)")
+          f"{seconds[1]:.2f} s (two); dvc repro exited {done.returncode} in {seconds[2]:.2f} s")
 
 
 def test_repeated_dvc_repro_sends_the_failed_calls_again_without_force(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from voicebias import config
+from voicebias.exceptions import StageFailed
 from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank
 from voicebias.stimuli.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity, parse_json_reply, parse_rating)
@@ -206,7 +207,7 @@ def test_rerun_reads_the_cache_and_reproduces_every_file(server, tmp_path, empty
 
 
 def test_short_cells_stop_the_stage_after_writing_what_was_made(server, tmp_path, empty_bank):
-    with pytest.raises(ValueError, match="fewer than 3 passages"):
+    with pytest.raises(StageFailed, match="fewer than 3 passages"):
         run_stage(stage_params(server, tmp_path, per_cell=3), empty_bank, tmp_path / "g", tmp_path / "m.json")
     assert (tmp_path / "g" / "candidates.csv").exists() and (tmp_path / "g" / "ratings.csv").exists()
 
