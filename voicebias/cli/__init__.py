@@ -16,6 +16,8 @@
   voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
   voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems (--replicas, --gpus) outside
                                    DVC and write the endpoints file; voicebias serve --stop ends them
+  voicebias verify [REV]           this checkout's outputs against REV's committed ones: identical, same
+                                   results within tolerance, or different results (exit 1)
   voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
 """
 
@@ -29,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from voicebias import config
-from voicebias.cli import compare, fetch, measure, serve
+from voicebias.cli import compare, fetch, measure, serve, verify
 from voicebias.params import load_params
 from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError
@@ -239,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_parser(sub)
     compare.add_parser(sub)
     serve.add_parser(sub)
+    verify.add_parser(sub)
     p = sub.add_parser("ui", help="print (or --run) the MLflow UI command, bound to 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--run", action="store_true")
