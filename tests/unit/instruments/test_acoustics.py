@@ -159,10 +159,10 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
     import sys
     from pathlib import Path
 
-    from tests.isa import AVX2_CODE_PATHS as avx2, require_avx512
+    from tests.isa import AVX2_CODE_PATHS as avx2, NATIVE, require_avx512
 
     require_avx512()
-    base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "NUMBA_CACHE_DIR"}
+    base = {**{k: v for k, v in os.environ.items() if k not in avx2 and k != "NUMBA_CACHE_DIR"}, **NATIVE}
     script = tmp_path / "measure_one.py"
     script.write_text(_MEASURE_ONE)
     out = {}
