@@ -10,6 +10,7 @@ computed again. Every byte under the stages' outputs must equal the native run's
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 
@@ -48,7 +49,7 @@ def test_every_core_type_this_machine_runs_writes_the_native_bytes(workspace):
         env = {"OPENBLAS_CORETYPE": core, **CAPS, "VOICEBIAS_CACHE": str(base / f"cache-{core}")}
         if "avx512f" in FLAGS and core != "SkylakeX":
             env["NPY_DISABLE_CPU_FEATURES"] = "X86_V4 AVX512_ICL AVX512_SPR"
-        prefix = " ".join(f"{k}={v}" for k, v in env.items())
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         t0 = time.perf_counter()
         for cmd in STAGES:
             sh(f"env {prefix} {cmd}", clone)
