@@ -27,6 +27,8 @@ import platform
 import sys
 from pathlib import Path
 
+from voicebias.exceptions import ConfigError
+
 MODE_VARIABLE = "VOICEBIAS_CODE_PATHS"
 MODES = ("avx2", "native")
 
@@ -48,7 +50,7 @@ V3_FLAGS = {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
 NUMERIC_MODULES = ("numpy", "scipy", "torch", "numba", "sklearn")
 
 
-class CodePathError(ValueError):
+class CodePathError(ConfigError):
     """VOICEBIAS_CODE_PATHS holds a value voicebias does not know."""
 
 
