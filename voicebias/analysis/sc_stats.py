@@ -512,6 +512,38 @@ def _reml_objective(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np
     return 2 * np.sum(np.log(np.diag(L))) + logdet_x + (n - p) * np.log(rss)
 
 
+FREE_MARGIN = 1e-6
+# The REML optimum is located when the deviance's derivative in each log variance ratio is
+# below this (a located optimum gives about 1e-6 or less; a search stopped on the way, 1e-2 and
+# more). The decision looks at where the search ended, not at the optimiser's own stopping flag,
+# whose line search stops on the last bits of a flat deviance and so flips between machines.
+GRADIENT_TOL = 1e-3
+
+
+def _at_optimum(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray], bounded: bool) -> bool:
+    """The KKT conditions of the REML problem at gamma, by central differences in log gamma
+    (forward differences in gamma at the bound gamma_j = 0, where the derivative must not be
+    negative), to GRADIENT_TOL."""
+    f0 = _reml_objective(gamma, y, X, Gs)
+    if not np.isfinite(f0) or f0 >= 1e299:
+        return False
+    for j, g in enumerate(gamma):
+        if bounded and g <= 1e-8:
+            h = 1e-6
+            up = gamma.copy()
+            up[j] = g + h
+            if (_reml_objective(up, y, X, Gs) - f0) / h < -GRADIENT_TOL:
+                return False
+            continue
+        h = 1e-4 * max(abs(g), 1e-8)
+        up, down = gamma.copy(), gamma.copy()
+        up[j], down[j] = g + h, g - h
+        d = (_reml_objective(up, y, X, Gs) - _reml_objective(down, y, X, Gs)) / (2 * h) * abs(g)
+        if not np.isfinite(d) or abs(d) > GRADIENT_TOL:
+            return False
+    return True
+
+
 def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]]) -> RemlFit:
     """REML fit of a linear mixed model with independent random intercepts per grouping.
 
@@ -579,24 +611,22 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     best = None
     # first the bounded fit (gamma >= 0, as lme4), then released from the bound: Nelder-Mead over the whole
     # region where H = I + sum gamma_j G_j is positive definite (the objective refuses the rest)
-    runs = []
     for start in (0.1, 1.0, 5.0):
         res = optimize.minimize(_reml_objective, np.full(len(Gs), start), args=(y, X, Gs), method="L-BFGS-B",
                                 bounds=[(0.0, None)] * len(Gs), options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10})
-        runs.append(res)
         if best is None or res.fun < best.fun:
             best = res
     assert best is not None
-    # converged: some start reported convergence and reached the best value (to 1e-8 in the deviance)
-    bounded_ok = any(r.success and r.fun <= best.fun + 1e-8 for r in runs)
-    best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=bounded_ok)
+    best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(best.x, y, X, Gs, bounded=True))
     free = optimize.minimize(_reml_objective, best.x, args=(y, X, Gs), method="Nelder-Mead",
                              options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 4000 * max(len(Gs), 1),
                                       "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))])})
-    if free.fun < best.fun - 1e-12:
+    # released from the bound only when that improves the REML deviance by a margin (1e-6), not by
+    # rounding, and away from the edge of the region (V singular)
+    if free.fun < best.fun - FREE_MARGIN:
         H = np.eye(len(y)) + sum(g * G for g, G in zip(free.x, Gs))
-        if np.linalg.cond(H) < 1e10:  # a released fit at the edge of the region (V singular) is not used
-            best = optimize.OptimizeResult(x=free.x, fun=free.fun, success=bool(free.success))
+        if np.linalg.cond(H) < 1e10:
+            best = optimize.OptimizeResult(x=free.x, fun=free.fun, success=_at_optimum(free.x, y, X, Gs, bounded=False))
     n, p = X.shape
     llf = -0.5 * (best.fun + (n - p) * (1 + np.log(2 * np.pi / (n - p))))
     design = X_m.design_info

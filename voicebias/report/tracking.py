@@ -411,6 +411,16 @@ def experiment_ui_path(exp_id: str) -> str:
     return f"#/experiments/{exp_id}?workflowType=machine_learning"
 
 
+def _code_paths() -> str:
+    """The numerical libraries' code paths this machine ran with (voicebias.codepaths), in one line."""
+    from voicebias.codepaths import describe
+
+    d = describe()
+    fixed = ", ".join(f"{k}={v}" for k, v in sorted(d["variables"].items()))
+    late = f"; loaded before voicebias: {', '.join(d['loaded_before'])}" if d["loaded_before"] else ""
+    return f"{d['mode']} ({fixed}){late}"
+
+
 def _logged_parent(client: Any, exp_id: str, state: str, child_names: list[str]) -> str | None:
     """The finished parent already logged for `state` with all its children (matched by
     name); partial ones, and ones whose children carry other names, are deleted."""
@@ -521,7 +531,7 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
                   "voicebias.pipeline_state": state}
         parent = client.create_run(exp_id, run_name=parent_name, tags={
             **family, "voicebias.level": "pipeline", "voicebias.git_commit": git_commit(root),
-            "voicebias.dvc_lock": file_hash(root / "dvc.lock")})
+            "voicebias.dvc_lock": file_hash(root / "dvc.lock"), "voicebias.code_paths": _code_paths()})
         pid = parent.info.run_id
         gate = read_json(gate_dir / "metrics.json")
         client.log_batch(pid, metrics=[Metric("carrier_gate_passed", float(gate["passed"]), 0, 0),
