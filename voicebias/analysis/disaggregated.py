@@ -46,6 +46,7 @@ import pandas as pd
 from scipy import stats
 
 from voicebias.analysis.repeats import has_repeats, item_means
+from voicebias.analysis.rounding import is_constant
 from voicebias.analysis.rq1 import ACOUSTIC_TASKS
 from voicebias.analysis.stats import cell_type
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
@@ -124,7 +125,7 @@ def bootstrap_row(values: np.ndarray, ref: np.ndarray | None, rng: np.random.Gen
     n = len(values)
     est = float(values.mean()) if n else np.nan
     row: dict[str, Any] = {"n": n, "estimate": est}
-    spread = n > 0 and bool(np.ptp(values) > 0)
+    spread = n > 0 and not is_constant(values)
     reps = _means(values, rng, resamples) if n else np.array([np.nan])
     iv = _interval(reps, n, confidence, spread)
     row.update(ci_low=iv.low, ci_high=iv.high, ci_method=iv.method)
@@ -140,7 +141,7 @@ def bootstrap_row(values: np.ndarray, ref: np.ndarray | None, rng: np.random.Gen
         return row
     ref_est = float(ref.mean())
     ref_reps = _means(ref, rng, resamples)
-    both_spread = spread or bool(np.ptp(ref) > 0)
+    both_spread = spread or not is_constant(ref)
     k = min(n, m)
     d = _interval(reps - ref_reps, k, confidence, both_spread, df=n + m - 2)
     row.update(ref_estimate=ref_est, diff=est - ref_est, diff_ci_low=d.low, diff_ci_high=d.high)

@@ -23,6 +23,7 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from voicebias.analysis.repeats import has_repeats, item_means
+from voicebias.analysis.rounding import is_constant, magnitude, negligible, singular_ratio
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
 
 ACOUSTIC_TASKS = ("readback", "paraphrase", "summarize", "translate")
@@ -76,7 +77,7 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
                ((f"misaligned ({MISALIGNED[voice]})", mis), ("neutral", neu)) if len(x) < 2]
         if few:
             status, reason = NOT_ESTIMABLE, f"fewer than 2 outputs in a cell ({', '.join(few)}): no test"
-        elif np.ptp(mis) == 0 and np.ptp(neu) == 0:
+        elif all(negligible(np.ptp(x), magnitude([*mis, *neu])) for x in (mis, neu)):
             # constant in both cells (e.g. net 0 everywhere): no test
             status, reason = NOT_ESTIMABLE, "no variance: the measure is constant in both cells"
         else:
@@ -171,7 +172,7 @@ class _RandomInterceptREML:
             res = minimize_scalar(lambda g: -self._profiled(g)[0], bounds=(lo, hi), method="bounded",
                                   options={"xatol": 1e-12 * max(1.0, hi)})
             ratio, converged = float(res.x), bool(res.success) and i < len(grid) - 1
-            if self._profiled(0.0)[0] >= -res.fun:
+            if self._profiled(0.0)[0] >= -res.fun or singular_ratio(ratio):
                 ratio = 0.0
         return np.array([ratio * self._profiled(ratio)[1], self._profiled(ratio)[1]]), converged
 
@@ -195,20 +196,23 @@ class _RandomInterceptREML:
         return float(-0.5 * (np.linalg.slogdet(V)[1] + np.linalg.slogdet(xvx)[1] + r @ vi @ r))
 
     def satterthwaite_df(self, L: np.ndarray, theta: np.ndarray) -> float:
-        """Satterthwaite df of L b: 2 (L C L')^2 / (g' A g), g the gradient of L C L' in the
-        variances and A the inverse observed REML information (as lmerTest, there in another
+        """Satterthwaite df of L b: 2 (L C L')^2 / (g' A g), with the analytic derivatives
+        g_i = d(L C L')/d theta_i = L C X' V^-1 V_i V^-1 X C L' (V_1 = Z Z', V_2 = I) and A the
+        inverse observed REML information, I_ij = y'P V_i P V_j P y - tr(P V_i P V_j) / 2 with
+        P = V^-1 - V^-1 X C X' V^-1 (as lmerTest, which differentiates numerically and in another
         parametrisation of the variances; the df does not depend on it at an interior maximum)."""
-        h = 1e-4 * max(theta[1], 1e-8)
-        steps = [np.array([h, 0.0]), np.array([0.0, h])]
-        var = float(L @ self.fe_cov(theta) @ L)
-        g = np.array([(L @ self.fe_cov(theta + e) @ L - L @ self.fe_cov(theta - e) @ L) / (2 * h) for e in steps])
-        H = np.zeros((2, 2))
-        for i, ei in enumerate(steps):
-            for j, ej in enumerate(steps):
-                H[i, j] = (self.loglik(theta + ei + ej) - self.loglik(theta + ei - ej) - self.loglik(theta - ei + ej)
-                           + self.loglik(theta - ei - ej)) / (4 * h * h)
-        A = np.linalg.inv(-H)
-        return float(2 * var**2 / (g @ A @ g))
+        vi = self._vinv(theta)
+        C = np.linalg.inv(self.X.T @ vi @ self.X)
+        var = float(L @ C @ L)
+        w = vi @ self.X @ C @ L
+        mats = (self.ZZt, np.eye(len(self.y)))
+        g = np.array([float(w @ M @ w) for M in mats])
+        P = vi - vi @ self.X @ C @ self.X.T @ vi
+        PV = [P @ M for M in mats]
+        Py = P @ self.y
+        info = np.array([[float(Py @ mats[i] @ PV[j] @ Py) - 0.5 * float(np.sum(PV[i] * PV[j].T)) for j in range(2)]
+                         for i in range(2)])
+        return float(2 * var**2 / (g @ np.linalg.solve(info, g)))
 
     def satterthwaite_f_df(self, L: np.ndarray, theta: np.ndarray) -> float:
         """Denominator df of the Wald F test of L b = 0 (q rows), as lmerTest's contestMD:
@@ -223,6 +227,22 @@ class _RandomInterceptREML:
             return 2.0
         e = float(np.sum(nu / (nu - 2)))
         return 2 * e / (e - len(nu))
+
+
+_CELLS = pd.DataFrame([(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")],
+                      columns=["pole", "voice_gender"])
+
+
+def _has_every_cell(g: pd.DataFrame) -> bool:
+    present = set(zip(g["pole"], g["voice_gender"]))
+    return all((p, v) in present for p, v in zip(_CELLS["pole"], _CELLS["voice_gender"]))
+
+
+def _cell_design(g: pd.DataFrame, exog: np.ndarray) -> np.ndarray:
+    """The fixed-effects design row of each of the six pole x voice cells (_CELLS order): every row
+    of a cell has the same one, so a cell mean is that row times b."""
+    first = {key: i for i, key in reversed(list(enumerate(zip(g["pole"], g["voice_gender"]))))}
+    return np.array([exog[first[(p, v)]] for p, v in zip(_CELLS["pole"], _CELLS["voice_gender"])])
 
 
 def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95) -> pd.DataFrame:
@@ -252,8 +272,11 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
     there, and the warning says 'singular fit'. status is 'ok' when the fit converged
     and both effects were estimated with a positive SE (reason: the warning, such as
     'singular fit'), else 'not estimable' (fewer than 3 passages, no neutral outputs,
-    a constant measure, an empty pole x voice cell, a failed or non-converged fit),
-    the warning its reason.
+    a constant measure, an empty pole x voice cell, a failed or non-converged fit, an
+    exact fit: the measure a function of content and voice, whose effects are then given
+    with SE 0, a zero-width interval and no test), the warning its reason. These switches
+    are decided with the margins of voicebias.analysis.rounding, so rounding in the
+    inputs does not move a row from one to another.
     """
     rows = []
     d = _ok(acoustic, measure).rename(columns={measure: "y"})
@@ -269,7 +292,7 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row["warning"] = "too few passages"
             rows.append(row)
             continue
-        if g["y"].std() == 0:
+        if is_constant(g["y"]):
             # every output has the same value (e.g. each equals its text control): the
             # effects are exactly 0 with no sampling variance; no test is possible
             if {(p, v) for p in STEREOTYPE_STEP for v in PREDICTED_SIGN} <= set(zip(g["pole"], g["voice_gender"])):
@@ -293,20 +316,41 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             row["warning"] = f"no residual degrees of freedom ({len(g)} outputs for {exog.shape[1]} fixed effects)"
             rows.append(row)
             continue
-        reml = _RandomInterceptREML(exog, g["y"].to_numpy(float), g["passage_id"].to_numpy())
-        try:
-            theta, converged = reml.fit()
-            beta, cov = reml.fe(theta), reml.fe_cov(theta)
-        except np.linalg.LinAlgError as exc:
-            row["warning"] = f"fit failed: {exc}"
-            rows.append(row)
-            continue
-        singular = theta[0] == 0.0
         # the residual variance at its boundary: the outputs of a passage are identical
         # (a fixed output voice reading the same words for both input voices), so all
         # variance is between passages; the effects are then between-passage contrasts,
-        # with the between-within df (passages minus the pole means they estimate)
-        no_residual = (not converged) and g["y"].groupby(g["passage_id"]).std(ddof=0).max() == 0
+        # with the between-within df (passages minus the pole means they estimate), and
+        # there is no REML fit to make (its likelihood is unbounded there)
+        scale = magnitude(g["y"])
+        y = g["y"].to_numpy(float)
+        ols = np.linalg.lstsq(exog, y, rcond=None)[0]
+        if negligible(magnitude(y - exog @ ols), scale) and _has_every_cell(g):
+            # the measure is a function of content and voice (every passage of a cell gives the
+            # same value): the effects are known exactly, and there is no variance to test them
+            # against
+            cell_X = _cell_design(g, exog)
+            for eff, w in effect_weights(_CELLS).items():
+                est = float(w @ cell_X @ ols)
+                row.update({f"{eff}_est": est, f"{eff}_se": 0.0, f"{eff}_ci_low": est, f"{eff}_ci_high": est})
+            row.update(converged=True, warning="exact fit: the measure is a function of content and voice "
+                                               "(no residual variance): no test")
+            rows.append(row)
+            continue
+        no_residual = negligible(float(g["y"].groupby(g["passage_id"]).std(ddof=0).max()), scale)
+        reml = _RandomInterceptREML(exog, g["y"].to_numpy(float), g["passage_id"].to_numpy())
+        if no_residual:
+            theta, converged = np.array([np.nan, 0.0]), True
+            beta = ols
+            cov = np.full((exog.shape[1], exog.shape[1]), np.nan)
+        else:
+            try:
+                theta, converged = reml.fit()
+                beta, cov = reml.fe(theta), reml.fe_cov(theta)
+            except np.linalg.LinAlgError as exc:
+                row["warning"] = f"fit failed: {exc}"
+                rows.append(row)
+                continue
+        singular = theta[0] == 0.0
         between_df = float(g["passage_id"].nunique() - g["pole"].nunique())
         if no_residual:
             converged = True
@@ -315,13 +359,9 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             msgs = [] if converged else ["REML optimum not located (variance ratio at the search bound)"]
         if singular:
             msgs = ["singular fit (passage variance 0)", *msgs]
-        cells = pd.DataFrame([(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")],
-                             columns=["pole", "voice_gender"])
-        present = set(zip(g["pole"], g["voice_gender"]))
-        if all((p, v) in present for p, v in zip(cells["pole"], cells["voice_gender"])):
-            # every row of a cell has the same fixed-effects design row: the cell mean is that row times b
-            first = {key: i for i, key in reversed(list(enumerate(zip(g["pole"], g["voice_gender"]))))}
-            cell_X = np.array([exog[first[(p, v)]] for p, v in zip(cells["pole"], cells["voice_gender"])])
+        cells = _CELLS
+        if _has_every_cell(g):
+            cell_X = _cell_design(g, exog)
             if no_residual:
                 per = g.groupby("passage_id").agg(y=("y", "first"), pole=("pole", "first"))
                 pole_mean, pole_n = per.groupby("pole")["y"].mean(), per.groupby("pole")["y"].size()
@@ -341,8 +381,10 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
                 except np.linalg.LinAlgError:
                     df = float(len(g) - len(names))
                 half = float(stats.t.ppf(zcrit_p, df) * se)
+                # a zero or undefined SE has no test: p is NaN (the row is then not estimable)
+                pval = float(2 * stats.t.sf(abs(est / se), df)) if se > 0 else np.nan
                 row.update({f"{eff}_est": est, f"{eff}_se": se, f"{eff}_df": df, f"{eff}_ci_low": est - half,
-                            f"{eff}_ci_high": est + half, f"{eff}_p": float(2 * stats.t.sf(abs(est / se), df))})
+                            f"{eff}_ci_high": est + half, f"{eff}_p": pval})
         else:
             msgs = ["missing pole x voice cell: effects not estimated", *msgs]
         inter = [i for i, n in enumerate(names) if ":" in n]

@@ -24,6 +24,7 @@ import statsmodels.formula.api as smf
 from patsy import build_design_matrices
 from scipy import stats
 
+from voicebias.analysis.rounding import is_constant
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import SC_MEASURES
 
@@ -929,7 +930,7 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
                 "reason": "" if fit.converged else "the REML optimisation did not converge"}
 
     def fitted(formula: str, cells: pd.DataFrame, groups: dict, y: str) -> tuple[RemlFit | None, str]:
-        if np.ptp(cells[y].to_numpy(float)) == 0:
+        if is_constant(cells[y].to_numpy(float)):
             return None, f"no variance: {'continuation - prompt' if y == 'd' else 'the prompt measure'} is the same in every cell"
         try:
             return fit_reml(formula, cells, groups), ""

@@ -141,3 +141,44 @@ def test_identical_outputs_within_passages_use_the_passage_means():
     half = stats.t.ppf(0.975, 27) * r["stereotype_effect_se"]
     assert r["stereotype_effect_ci_low"] == pytest.approx(r["stereotype_effect_est"] - half, abs=1e-12)
     assert r["converged"] and "residual variance 0" in r["warning"] and np.isnan(r["p_interaction"])
+
+
+def pole_function_table(rounding: float = 0.0, seed: int = 3) -> pd.DataFrame:
+    """Every output's measure is a function of its content pole alone (the same value for both voices
+    and every passage of a pole: what a system that ignores its input gives), optionally with relative
+    noise of size `rounding` as another BLAS kernel's last bits would add."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for pole, mu in (("masculine", 0.00893), ("neutral", 0.0), ("feminine", 0.384337)):
+        for i in range(3):
+            for voice in ("male", "female"):
+                rows.append({"system": "s", "lang": "zh", "task": "summarize", "pole": pole, "voice_gender": voice,
+                             "passage_id": f"{pole}-{i}", "stimulus_id": f"{pole}-{i}-{voice}", "status": "ok",
+                             "delta_composite": mu * (1 + rounding * rng.standard_normal())})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("rounding", [0.0, 1e-15, 1e-9])
+def test_a_measure_that_is_a_function_of_the_pole_is_an_exact_fit_not_a_crash(rounding):
+    """No residual variance within or between passages: the effects are the pole means' contrasts,
+    known exactly (SE 0, zero-width interval, no p), and the row says so; the last bits of the
+    values (exactly equal, or equal up to 1e-15 or 1e-9 of their size) do not change the category."""
+    r = rq1_mixed_models(pole_function_table(rounding)).iloc[0]
+    # per content step (mu_feminine - mu_masculine) / 2; signed misaligned - neutral, averaged over
+    # the voices: ((mu_feminine - 0) - (mu_masculine - 0)) / 2, the same number here
+    assert r["stereotype_effect_est"] == pytest.approx((0.384337 - 0.00893) / 2, rel=1e-6)
+    assert r["misaligned_minus_neutral_est"] == pytest.approx((0.384337 - 0.00893) / 2, rel=1e-6)
+    for eff in ("stereotype_effect", "misaligned_minus_neutral"):
+        assert r[f"{eff}_se"] == 0 and np.isnan(r[f"{eff}_p"])
+        assert r[f"{eff}_ci_low"] == r[f"{eff}_ci_high"] == r[f"{eff}_est"]
+    assert r["status"] == "not estimable" and "exact fit" in r["reason"]
+
+
+@pytest.mark.parametrize("rounding", [0.0, 1e-15, 1e-9])
+def test_a_measure_constant_up_to_rounding_is_constant(rounding):
+    d = deltas(seed=5).assign(delta_composite=0.25)
+    d["delta_composite"] *= 1 + rounding * np.random.default_rng(1).standard_normal(len(d))
+    m = rq1_mixed_models(d)
+    assert m["warning"].str.startswith("no variance").all() and (m["status"] == "not estimable").all()
+    c = rq1_contrasts(d)
+    assert (c["reason"] == "no variance: the measure is constant in both cells").all()

@@ -268,7 +268,7 @@ def test_rq1_mixed_model_effects_match_lmertest_and_emmeans(case):
     for i, eff in enumerate(("stereotype_effect", "misaligned_minus_neutral")):
         assert ours[f"{eff}_est"] == pytest.approx(ref["est"][i], abs=1e-6)
         assert ours[f"{eff}_se"] == pytest.approx(ref["se"][i], abs=1e-6)
-        # lmerTest differentiates numerically too; at a singular fit its df is n - 6
+        # lmerTest differentiates numerically (ours analytically); at a singular fit its df is n - 6
         assert ours[f"{eff}_df"] == pytest.approx(ref["df"][i], rel=1e-5)
         assert ours[f"{eff}_ci_low"] == pytest.approx(ref["lo"][i], abs=1e-6)
         assert ours[f"{eff}_ci_high"] == pytest.approx(ref["hi"][i], abs=1e-6)
