@@ -80,7 +80,10 @@ def ml_fit(y: np.ndarray, X: np.ndarray) -> np.ndarray:
 
     start = np.append(np.linalg.lstsq(X, special.logit(y), rcond=None)[0], np.log(10.0))
     res = optimize.minimize(nll, start, jac=True, method="BFGS", options={"gtol": 1e-10, "maxiter": 5000})
-    assert res.success or np.max(np.abs(res.jac)) < 1e-6, res.message
+    # BFGS may stop at rounding ("precision loss") before gtol: the point is the optimum when the
+    # gradient is small next to the curvature: with SEs about 0.01 (curvature 1/SE^2 = 1e4), a
+    # gradient below 1e-4 puts b within 1e-8 of the optimum
+    assert res.success or np.max(np.abs(res.jac)) < 1e-4, res.message
     return res.x
 
 
