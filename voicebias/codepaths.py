@@ -102,5 +102,12 @@ def describe() -> dict[str, object]:
             "variables": dict(APPLIED), "loaded_before": list(LOADED_BEFORE)}
 
 
+def identity() -> dict[str, object]:
+    """What a cached computation's key carries of the code paths: the mode and the variables
+    voicebias set, so a value computed under one set of kernels is not served under another."""
+    d = describe()
+    return {"mode": d["mode"], "variables": dict(sorted(APPLIED.items()))}
+
+
 LOADED_BEFORE = tuple(m for m in NUMERIC_MODULES if m in sys.modules)
 APPLIED = apply()

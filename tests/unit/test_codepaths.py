@@ -79,3 +79,24 @@ def test_the_paths_hold_in_the_process_and_its_workers_whatever_the_machine_woul
     native = probe(**played, VOICEBIAS_CODE_PATHS="native")
     assert native["openblas"] == [played["OPENBLAS_CORETYPE"]] and native["numba"] == "generic"
     assert native["record"]["mode"] == "native"
+
+
+def test_cached_measures_and_embeddings_are_keyed_by_the_code_paths():
+    """A measure or embedding computed under the native kernels is not served to a run under the
+    fixed ones (or the other way round): the processes' cache keys differ, and within one mode
+    they are the same."""
+    script = ("import voicebias, json\n"
+              "from voicebias.instruments import acoustics, measure_cache\n"
+              "from voicebias.instruments.acoustics import MeasureSettings\n"
+              "print(json.dumps(measure_cache.component_key('pitch', '0' * 64, 'whole', 16000, MeasureSettings(),"
+              " acoustics)))")
+
+    def key(**env: str) -> str:
+        out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True,
+                             text=True, check=True)
+        return json.loads(out.stdout)
+
+    fixed, native = key(**{MODE_VARIABLE: "avx2"}), key(**{MODE_VARIABLE: "native"})
+    assert fixed == key(**{MODE_VARIABLE: "avx2"})
+    if "OPENBLAS_CORETYPE" in plan({MODE_VARIABLE: "avx2"}):
+        assert fixed != native

@@ -435,13 +435,15 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
     core (`voicebias.parallel.map_processes`); the results are those of one process.
 
     With `cache_dir`, embeddings are kept there by content: the sha256 of the file's
-    bytes and the embedder's `identity()` (weights, code, device, batch size), so the
+    bytes, the embedder's `identity()` (weights, code, device, batch size) and the code paths
+    (voicebias.codepaths.identity: the kernels the values were computed with), so the
     same audio is embedded once across stages (the phonation check's stimuli are the
     continuation prompts) and across runs. The float64 values read back are the ones
     computed. Exclusions are not kept: they are found again.
     """
     from tqdm import tqdm
 
+    from voicebias import codepaths
     from voicebias.cache import JsonCache, content_key
     from voicebias.parallel import cores, map_processes
 
@@ -455,7 +457,8 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
         for path in unique:
             full = (Path(root) / path) if root else Path(path)
             if full.is_file():
-                keys[path] = content_key({"entry": "speaker_embedding", "sha256": sha256_file(full), "embedder": ident})
+                keys[path] = content_key({"entry": "speaker_embedding", "sha256": sha256_file(full), "embedder": ident,
+                                          "code_paths": codepaths.identity()})
                 hit = cache.get(keys[path])
                 if hit is not None:
                     embs[path] = np.asarray(hit, dtype=np.float64)

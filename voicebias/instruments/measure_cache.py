@@ -13,7 +13,9 @@ formants, harmonics, cpps, hnr) of one file and is keyed by
   the harmonic levels need both);
 - the code of that component and of its inputs: the source text of the functions that
   compute it (voicebias.instruments.acoustics.component_sources), the reader's, and the
-  versions of parselmouth and Praat.
+  versions of parselmouth and Praat;
+- the code paths the numerical libraries take (voicebias.codepaths.identity), so a value
+  measured with a machine's native kernels is not served to a run with the fixed ones.
 
 So the same audio is measured once across stages and systems (a system that returns its
 input, or two systems with the same output, cost nothing the second time), and a change
@@ -52,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from voicebias import codepaths
 from voicebias.cache import JsonCache, content_key
 from voicebias.exceptions import ConfigError
 
@@ -95,7 +98,7 @@ def component_key(component: str, sha256: str, part: str, sample_rate: int, sett
     return content_key({
         "entry": component, "sha256": sha256, "part": part, "sample_rate": int(sample_rate),
         "settings": {f: getattr(settings, f) for c in lineage for f in instrument.COMPONENT_SETTINGS[c]},
-        "code": {c: code[c] for c in ("read", *lineage)},
+        "code": {c: code[c] for c in ("read", *lineage)}, "code_paths": codepaths.identity(),
     })
 
 
