@@ -5,5 +5,4 @@ from voicebias.pipeline.bank import run_stage
 from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES,
-            config.BANK_METRICS, stage="bank")
+    guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES, config.BANK_METRICS, stage="bank")

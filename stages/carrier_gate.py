@@ -5,4 +5,6 @@ from voicebias.pipeline.carrier_gate import run_stage
 from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("carrier_gate"), config.INPUT_MEASURES, config.CARRIER_GATE_DIR, stage="carrier_gate")
+    guarded(
+        run_stage, stage_params("carrier_gate"), config.INPUT_MEASURES, config.CARRIER_GATE_DIR, stage="carrier_gate"
+    )

@@ -7,7 +7,12 @@ from voicebias.pipeline.disaggregate import run_stage
 if __name__ == "__main__":
     params = stage_params("disaggregate")
     systems = params["run"]["systems"]
-    guarded(run_stage, params, [config.scored_table(s) for s in systems],
-            [config.acoustic_table(s) for s in systems],
-            [config.sc_scored_table(s) for s in params["run"].get("sc_systems") or []],
-            config.DISAGGREGATED_DIR, stage="disaggregate")
+    guarded(
+        run_stage,
+        params,
+        [config.scored_table(s) for s in systems],
+        [config.acoustic_table(s) for s in systems],
+        [config.sc_scored_table(s) for s in params["run"].get("sc_systems") or []],
+        config.DISAGGREGATED_DIR,
+        stage="disaggregate",
+    )

@@ -5,5 +5,11 @@ from voicebias.errors import guarded, stage_params
 from voicebias.pipeline.generate import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("generate"), config.BANK_DIR, config.GENERATED_DIR,
-            config.GENERATE_METRICS, stage="generate")
+    guarded(
+        run_stage,
+        stage_params("generate"),
+        config.BANK_DIR,
+        config.GENERATED_DIR,
+        config.GENERATE_METRICS,
+        stage="generate",
+    )

@@ -11,5 +11,10 @@ from voicebias.pipeline.pending_calls import run_stage
 
 if __name__ == "__main__":
     params = stage_params("pending_calls")
-    guarded(run_stage, [*params["run"]["systems"], *params["run"]["sc_systems"]], config.RESPONSE_CACHE,
-            config.PENDING_CALLS, stage="pending_calls")
+    guarded(
+        run_stage,
+        [*params["run"]["systems"], *params["run"]["sc_systems"]],
+        config.RESPONSE_CACHE,
+        config.PENDING_CALLS,
+        stage="pending_calls",
+    )

@@ -5,5 +5,12 @@ from voicebias.errors import guarded, stage_params
 from voicebias.pipeline.phonation import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("phonation"), config.SC_STIMULI_MANIFEST, config.PHONATION_DIR,
-            config.PHONATION_METRICS, config.ROOT, stage="phonation")
+    guarded(
+        run_stage,
+        stage_params("phonation"),
+        config.SC_STIMULI_MANIFEST,
+        config.PHONATION_DIR,
+        config.PHONATION_METRICS,
+        config.ROOT,
+        stage="phonation",
+    )

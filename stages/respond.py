@@ -15,7 +15,18 @@ if __name__ == "__main__":
     ap.add_argument("--system", required=True)
     ap.add_argument("--task", action="append", help="run only this task (repeatable; default: tasks.names)")
     a = ap.parse_args()
-    guarded(run_system_stage, stage_params("respond"), a.system, config.STIMULI_MANIFEST, config.PASSAGES,
-            config.GATE_METRICS, lambda task: config.responses_dir(a.system, task),
-            lambda task: config.respond_report(a.system, task), config.RESPONSE_CACHE, config.ROOT, a.task,
-            config.RENDER_CACHE, stage=f"respond {a.system}")
+    guarded(
+        run_system_stage,
+        stage_params("respond"),
+        a.system,
+        config.STIMULI_MANIFEST,
+        config.PASSAGES,
+        config.GATE_METRICS,
+        lambda task: config.responses_dir(a.system, task),
+        lambda task: config.respond_report(a.system, task),
+        config.RESPONSE_CACHE,
+        config.ROOT,
+        a.task,
+        config.RENDER_CACHE,
+        stage=f"respond {a.system}",
+    )

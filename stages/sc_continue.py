@@ -10,7 +10,15 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    guarded(run_stage, stage_params("sc_continue"), a.system, config.PHONATION_MANIFEST,
-            config.CHECK_METRICS, config.continuations_dir(a.system),
-            config.continuation_report(a.system), config.RESPONSE_CACHE, config.ROOT,
-            stage=f"sc_continue {a.system}")
+    guarded(
+        run_stage,
+        stage_params("sc_continue"),
+        a.system,
+        config.PHONATION_MANIFEST,
+        config.CHECK_METRICS,
+        config.continuations_dir(a.system),
+        config.continuation_report(a.system),
+        config.RESPONSE_CACHE,
+        config.ROOT,
+        stage=f"sc_continue {a.system}",
+    )

@@ -5,5 +5,11 @@ from voicebias.errors import guarded, stage_params
 from voicebias.pipeline.sc_stimuli import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("sc_stimuli"), config.SC_STIMULI_DIR,
-            config.SC_STIMULI_METRICS, config.ROOT, stage="sc_stimuli")
+    guarded(
+        run_stage,
+        stage_params("sc_stimuli"),
+        config.SC_STIMULI_DIR,
+        config.SC_STIMULI_METRICS,
+        config.ROOT,
+        stage="sc_stimuli",
+    )

@@ -11,5 +11,11 @@ if __name__ == "__main__":
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
     params = stage_params("scoring")
-    guarded(run_stage, a.system, params["tasks"]["names"], config.RESPONSES_DIR, config.scored_table(a.system),
-            stage=f"scoring {a.system}")
+    guarded(
+        run_stage,
+        a.system,
+        params["tasks"]["names"],
+        config.RESPONSES_DIR,
+        config.scored_table(a.system),
+        stage=f"scoring {a.system}",
+    )

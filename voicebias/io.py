@@ -40,8 +40,9 @@ def read_text(path: Path | str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 4]!r}); "
-                          "save it as UTF-8") from exc
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 4]!r}); save it as UTF-8"
+        ) from exc
 
 
 def read_yaml(path: Path | str) -> Any:

@@ -72,14 +72,16 @@ def validate_table(df: pd.DataFrame, suite_name: str, expectations: Iterable[Any
             continue
         cfg = r.expectation_config
         res = r.result or {}
-        failures.append({
-            "expectation": cfg.type,
-            "column": cfg.kwargs.get("column") or cfg.kwargs.get("column_list"),
-            "unexpected_count": res.get("unexpected_count"),
-            "observed": res.get("observed_value"),
-            "examples": (res.get("partial_unexpected_list") or [])[:5],
-            "error": (r.exception_info or {}).get("exception_message") if r.exception_info else None,
-        })
+        failures.append(
+            {
+                "expectation": cfg.type,
+                "column": cfg.kwargs.get("column") or cfg.kwargs.get("column_list"),
+                "unexpected_count": res.get("unexpected_count"),
+                "observed": res.get("observed_value"),
+                "examples": (res.get("partial_unexpected_list") or [])[:5],
+                "error": (r.exception_info or {}).get("exception_message") if r.exception_info else None,
+            }
+        )
     return ValidationReport(suite_name, bool(result.success), len(df), failures, len(exps))
 
 

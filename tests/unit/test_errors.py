@@ -20,8 +20,9 @@ SKIP = ("voicebias.stimuli.phonation.external", "voicebias.systems.drivers", "vo
 
 
 def package_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.walk_packages(voicebias.__path__, "voicebias.")
-                  if not m.name.startswith(SKIP))
+    return sorted(
+        m.name for m in pkgutil.walk_packages(voicebias.__path__, "voicebias.") if not m.name.startswith(SKIP)
+    )
 
 
 def test_every_exception_class_of_the_package_subclasses_voicebias_error():
@@ -31,8 +32,13 @@ def test_every_exception_class_of_the_package_subclasses_voicebias_error():
         for _, obj in inspect.getmembers(module, inspect.isclass):
             if issubclass(obj, BaseException) and obj.__module__ == name:
                 classes[f"{name}.{obj.__qualname__}"] = obj
-    assert {"voicebias.params.ParamsError", "voicebias.systems.base.SetupError", "voicebias.audio.AudioError",
-            "voicebias.instruments.judge.JudgeCallError", "voicebias.validation.ValidationFailed"} <= set(classes)
+    assert {
+        "voicebias.params.ParamsError",
+        "voicebias.systems.base.SetupError",
+        "voicebias.audio.AudioError",
+        "voicebias.instruments.judge.JudgeCallError",
+        "voicebias.validation.ValidationFailed",
+    } <= set(classes)
     assert [n for n, c in classes.items() if not issubclass(c, VoicebiasError)] == []
 
 

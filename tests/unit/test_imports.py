@@ -86,6 +86,8 @@ KNOWN: list[list[str]] = []  # no cycle is tolerated
 def test_no_import_cycle_among_voicebias_modules():
     mods = project_modules()
     edges = {m: import_edges(p, mods, m) for m, p in mods.items()}
-    assert "voicebias.instruments.classifiers" not in edges["voicebias.instruments.acoustics"] or \
-        "voicebias.instruments.acoustics" not in edges["voicebias.instruments.classifiers"]
+    assert (
+        "voicebias.instruments.classifiers" not in edges["voicebias.instruments.acoustics"]
+        or "voicebias.instruments.acoustics" not in edges["voicebias.instruments.classifiers"]
+    )
     assert [c for c in cycles(edges) if c not in KNOWN] == []

@@ -1,24 +1,24 @@
 """The `voicebias` command: what users do besides `dvc repro`.
 
-  voicebias preflight              what the active profile still needs, in plain words
-  voicebias profile NAME           switch params.yaml to a profile (embedded, paper)
-  voicebias systems                systems of the active profile and their adapters
-  voicebias tasks                  tasks and the languages they run on
-  voicebias bank render|lint       the passage bank as markdown for review, or its linter hits
-  voicebias analyze describe T     describe statistics from a table alone
-  voicebias analyze summarize T    summarize pronoun statistics from a table alone
-  voicebias analyze rq1 T...       RQ1 voice-rendering contrasts and mixed models (acoustic tables)
-  voicebias analyze sc T... --prompt-measures M
-                                   speech-continuation analyses (scored continuation tables)
-  voicebias analyze phonation M    the phonation manipulation check from its measures table
-  voicebias measure AUDIO...       acoustic measures of any audio files (CSV, one row per file)
-  voicebias fetch [SYSTEM...]      download the hub weights the system cards list, at their revision, and verify them
-  voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
-  voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems (--replicas, --gpus) outside
-                                   DVC and write the endpoints file; voicebias serve --stop ends them
-  voicebias verify [REV]           this checkout's outputs against REV's committed ones: identical, same
-                                   results within tolerance, or different results (exit 1)
-  voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
+voicebias preflight              what the active profile still needs, in plain words
+voicebias profile NAME           switch params.yaml to a profile (embedded, paper)
+voicebias systems                systems of the active profile and their adapters
+voicebias tasks                  tasks and the languages they run on
+voicebias bank render|lint       the passage bank as markdown for review, or its linter hits
+voicebias analyze describe T     describe statistics from a table alone
+voicebias analyze summarize T    summarize pronoun statistics from a table alone
+voicebias analyze rq1 T...       RQ1 voice-rendering contrasts and mixed models (acoustic tables)
+voicebias analyze sc T... --prompt-measures M
+                                 speech-continuation analyses (scored continuation tables)
+voicebias analyze phonation M    the phonation manipulation check from its measures table
+voicebias measure AUDIO...       acoustic measures of any audio files (CSV, one row per file)
+voicebias fetch [SYSTEM...]      download the hub weights the system cards list, at their revision, and verify them
+voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
+voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems (--replicas, --gpus) outside
+                                 DVC and write the endpoints file; voicebias serve --stop ends them
+voicebias verify [REV]           this checkout's outputs against REV's committed ones: identical, same
+                                 results within tolerance, or different results (exit 1)
+voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
 """
 
 from __future__ import annotations
@@ -71,9 +71,16 @@ def cmd_systems(args: argparse.Namespace) -> int:
     rows = []
     for name in list(params["run"]["systems"]) + list(params["run"].get("sc_systems") or []):
         card = load_card(name)
-        rows.append({"system": name, "kind": card.get("kind", "s2s"), "adapter": card["adapter"],
-                     "available": card["adapter"] in ADAPTERS, "checkpoint": card.get("checkpoint", ""),
-                     "licence": card["licence"]})
+        rows.append(
+            {
+                "system": name,
+                "kind": card.get("kind", "s2s"),
+                "adapter": card["adapter"],
+                "available": card["adapter"] in ADAPTERS,
+                "checkpoint": card.get("checkpoint", ""),
+                "licence": card["licence"],
+            }
+        )
     _print(pd.DataFrame(rows))
     return 0
 
@@ -81,8 +88,10 @@ def cmd_systems(args: argparse.Namespace) -> int:
 def cmd_tasks(args: argparse.Namespace) -> int:
     from voicebias.tasks import load_tasks
 
-    rows = [{"task": t.name, "languages": ",".join(t.languages()), "output": t.output_lang, "role": t.role}
-            for t in load_tasks().values()]
+    rows = [
+        {"task": t.name, "languages": ",".join(t.languages()), "output": t.output_lang, "role": t.role}
+        for t in load_tasks().values()
+    ]
     _print(pd.DataFrame(rows))
     return 0
 
@@ -128,13 +137,19 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
         _require(df, {"system", "task", "lang", "pole", "voice_gender", "passage_id", "delta_composite"}, "rq1 table")
         measures = [m for m in ("delta_composite", "delta_f0_median_st") if m in df]
         every = [*measures, *sorted(c for c in df.columns if c.startswith("delta_") and c not in measures)]
-        tables = {"rq1_contrasts": pd.concat([rq1_contrasts(df, m) for m in every], ignore_index=True),
-                  "rq1_mixed_models": pd.concat([rq1_mixed_models(df, m, args.confidence) for m in measures],
-                                                ignore_index=True),
-                  "rq1_pooled": pd.concat([rq1_pooled(df, m, args.confidence, pool_systems=pool)
-                                           for pool in (False, True) for m in measures], ignore_index=True)}
-        tables["rq1_significance_counts"] = rq1_significance_counts(tables["rq1_contrasts"], tables["rq1_mixed_models"],
-                                                                    1 - args.confidence)
+        tables = {
+            "rq1_contrasts": pd.concat([rq1_contrasts(df, m) for m in every], ignore_index=True),
+            "rq1_mixed_models": pd.concat(
+                [rq1_mixed_models(df, m, args.confidence) for m in measures], ignore_index=True
+            ),
+            "rq1_pooled": pd.concat(
+                [rq1_pooled(df, m, args.confidence, pool_systems=pool) for pool in (False, True) for m in measures],
+                ignore_index=True,
+            ),
+        }
+        tables["rq1_significance_counts"] = rq1_significance_counts(
+            tables["rq1_contrasts"], tables["rq1_mixed_models"], 1 - args.confidence
+        )
         return tables
     if args.what == "sc":
         from voicebias.contract import SC_MEASURES
@@ -143,8 +158,21 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
         if not args.prompt_measures:
             raise ConfigError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
         df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
-        _require(df, {"system", "stimulus_id", "prompt_id", "voice_gender", "phonation", "status", "speaker_similarity",
-                      *SC_MEASURES, "judge_status"}, "scored continuation table")
+        _require(
+            df,
+            {
+                "system",
+                "stimulus_id",
+                "prompt_id",
+                "voice_gender",
+                "phonation",
+                "status",
+                "speaker_similarity",
+                *SC_MEASURES,
+                "judge_status",
+            },
+            "scored continuation table",
+        )
         return analyse(df, _read_any(args.prompt_measures))
     from voicebias.gates.phonation_check import paired_changes, summarise
     from voicebias.stimuli.phonation.presets import presets_from_params
@@ -152,11 +180,17 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     df = _read_any(args.table[0])
     _require(df, {"stimulus_id", "source_stimulus_id", "phonation", "voice_id", "measure_status"}, "phonation measures")
     presets = presets_from_params(load_params().get("phonation"))
-    sims = df[["stimulus_id", "speaker_similarity"]] if "speaker_similarity" in df else \
-        pd.DataFrame(columns=["stimulus_id", "speaker_similarity"])
+    sims = (
+        df[["stimulus_id", "speaker_similarity"]]
+        if "speaker_similarity" in df
+        else pd.DataFrame(columns=["stimulus_id", "speaker_similarity"])
+    )
     between_path = Path(args.table[0]).with_name("between_voice_similarity.csv")
-    between = _read_any(str(between_path)) if between_path.exists() else \
-        pd.DataFrame(columns=["prompt_id", "voice_gender", "voice_id", "other_voice_id", "between_similarity"])
+    between = (
+        _read_any(str(between_path))
+        if between_path.exists()
+        else pd.DataFrame(columns=["prompt_id", "voice_gender", "voice_id", "other_voice_id", "between_similarity"])
+    )
     return {"manipulation_check": summarise(paired_changes(df, presets), sims.dropna(), between, df)}
 
 
@@ -186,7 +220,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_bank(args: argparse.Namespace) -> int:
     from voicebias.stimuli.bank import main as bank_main
 
-    argv = [args.action] + [x for lang in (args.lang or []) for x in ("--lang", lang)] + (["--out", args.out] if args.out else [])
+    argv = (
+        [args.action]
+        + [x for lang in (args.lang or []) for x in ("--lang", lang)]
+        + (["--out", args.out] if args.out else [])
+    )
     return bank_main(argv)
 
 
@@ -194,7 +232,18 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from voicebias.report.tracking import tracking_uri
 
     uri = tracking_uri(load_params())
-    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
+    cmd = [
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+        "--workers",
+        "1",
+    ]
     print(" ".join(cmd))
     # MLflow's UI opens an experiment on its GenAI overview unless the address names the workflow type
     last = config.TRACKING_MARKER.with_name("last_run.json")
@@ -225,9 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("tasks", help="tasks and their languages").set_defaults(fn=cmd_tasks)
     p = sub.add_parser("analyze", help="re-run an analysis on a table with the contract columns")
     p.add_argument("what", choices=["describe", "summarize", "rq1", "sc", "phonation"])
-    p.add_argument("table", nargs="+", help="CSV or Parquet table(s): data/scored/<system>.csv (describe, summarize), "
-                   "data/scored/<system>_acoustics.csv (rq1), data/sc_scored/<system>.csv (sc), "
-                   "reports/phonation/measures.csv (phonation)")
+    p.add_argument(
+        "table",
+        nargs="+",
+        help="CSV or Parquet table(s): data/scored/<system>.csv (describe, summarize), "
+        "data/scored/<system>_acoustics.csv (rq1), data/sc_scored/<system>.csv (sc), "
+        "reports/phonation/measures.csv (phonation)",
+    )
     p.add_argument("--prompt-measures", help="sc: the prompts' measures (reports/phonation/measures.csv)")
     p.add_argument("--out", help="folder to write the result tables to")
     p.add_argument("--confidence", type=float, default=0.95)

@@ -93,12 +93,21 @@ def passage_expectations(length_window: dict[str, list[int]], languages=LANGUAGE
         exps.append(E.ExpectColumnValuesToNotBeNull(column="seed_statistic", row_condition=where("pole", pole)))
     for lang in languages:
         lo, hi = length_window[lang]
-        exps.append(E.ExpectColumnValuesToBeBetween(
-            column="length_units", min_value=lo, max_value=hi, row_condition=where("lang", lang),
-        ))
-        exps.append(E.ExpectColumnValuesToNotMatchRegex(
-            column="text", regex=GENDERED_REGEX[lang], row_condition=where("lang", lang),
-        ))
+        exps.append(
+            E.ExpectColumnValuesToBeBetween(
+                column="length_units",
+                min_value=lo,
+                max_value=hi,
+                row_condition=where("lang", lang),
+            )
+        )
+        exps.append(
+            E.ExpectColumnValuesToNotMatchRegex(
+                column="text",
+                regex=GENDERED_REGEX[lang],
+                row_condition=where("lang", lang),
+            )
+        )
     if with_lint:
         exps += lint_expectations(languages)
     return exps
@@ -136,9 +145,13 @@ def _field(v: Any) -> str:
 def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None = None) -> str:
     """The bank as plain Markdown, one section per language and pole, each passage
     with its text, English gloss and provenance (seed, statistic, rating, review)."""
-    lines = ["# Passage bank", "",
-             f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.stimuli.bank render`; "
-             "edit the YAML, not this file.", ""]
+    lines = [
+        "# Passage bank",
+        "",
+        f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.stimuli.bank render`; "
+        "edit the YAML, not this file.",
+        "",
+    ]
     for lang in [l for l in LANGUAGES if l in set(df["lang"])]:
         sub = df[df["lang"] == lang]
         window = f"; window {length_window[lang][0]}-{length_window[lang][1]} {_UNITS[lang]}" if length_window else ""
@@ -150,8 +163,10 @@ def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None
             lines += [f"### {pole} ({len(cell)})", ""]
             for p in cell.itertuples(index=False):
                 lines += [
-                    f"#### {p.passage_id}: {_field(p.theme)}", "",
-                    f"> {p.text}", "",
+                    f"#### {p.passage_id}: {_field(p.theme)}",
+                    "",
+                    f"> {p.text}",
+                    "",
                 ]
                 if lang != "en":
                     lines += [f"*Gloss:* {_field(p.gloss_en)}", ""]
@@ -174,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     from voicebias import config
 
     ap = argparse.ArgumentParser(prog="python -m voicebias.stimuli.bank", description="Review the passage bank.")
-    ap.add_argument("action", choices=["render", "lint"], help="render: Markdown for reviewers; lint: list every rule hit")
+    ap.add_argument(
+        "action", choices=["render", "lint"], help="render: Markdown for reviewers; lint: list every rule hit"
+    )
     ap.add_argument("--bank-dir", default=str(config.BANK_DIR))
     ap.add_argument("--lang", action="append", choices=list(LANGUAGES), help="only these languages (repeatable)")
     ap.add_argument("--out", help="write to this file instead of standard output")
@@ -191,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         from voicebias.stimuli.lint import lint_hits
 
         hits = lint_hits(df, languages)
-        text = ("no rule fired on any passage\n" if hits.empty
-                else hits.to_string(index=False) + f"\n{len(hits)} hit(s)\n")
+        text = (
+            "no rule fired on any passage\n" if hits.empty else hits.to_string(index=False) + f"\n{len(hits)} hit(s)\n"
+        )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text, encoding="utf-8")

@@ -41,11 +41,25 @@ CONTINUATION_OUTPUT_S = (5.0, 8.0)
 
 #: Parameter keys that steer how the runner calls a system, not what the system says:
 #: they are left out of the cache key, so tuning them never repeats a finished call.
-RUNNER_KEYS = frozenset({
-    "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "endpoints", "api_key_env", "python",
-    "checkout", "weights", "device", "asr", "startup_timeout_s", "breaker",
-    "driver",  # a path: the repository adapters put the driver's sha256 in the key instead
-})
+RUNNER_KEYS = frozenset(
+    {
+        "max_concurrency",
+        "batch_size",
+        "timeout_s",
+        "retry",
+        "base_url",
+        "endpoints",
+        "api_key_env",
+        "python",
+        "checkout",
+        "weights",
+        "device",
+        "asr",
+        "startup_timeout_s",
+        "breaker",
+        "driver",  # a path: the repository adapters put the driver's sha256 in the key instead
+    }
+)
 
 #: Card keys that say where a system is served, not what it is: left out of the cache key,
 #: so moving a model to other servers (or to several) never repeats a finished call.
@@ -76,8 +90,8 @@ class SetupError(VoicebiasError, RuntimeError):
 @dataclass(frozen=True)
 class S2SRequest:
     stimulus_id: str
-    lang: str            # source language of the audio
-    target_lang: str     # language the answer should be in
+    lang: str  # source language of the audio
+    target_lang: str  # language the answer should be in
     task: str
     prompt: str
     audio_path: str
@@ -98,8 +112,8 @@ class ContinuationRequest:
     audio_sha256: str
     seed: int
     continuation_s: float = 6.0
-    prompt: str = ""     # continuation systems take no instruction; kept for a uniform table
-    sample: int = 0      # repeat index, as S2SRequest.sample
+    prompt: str = ""  # continuation systems take no instruction; kept for a uniform table
+    sample: int = 0  # repeat index, as S2SRequest.sample
 
     @property
     def target_lang(self) -> str:
@@ -117,7 +131,7 @@ class S2SResponse:
     `sample_rate`, when the system already has it (a render it kept): the response cache
     then stores these bytes instead of encoding the audio again."""
 
-    status: str                      # 'ok' or 'failed'
+    status: str  # 'ok' or 'failed'
     transcript: str | None = None
     audio: np.ndarray | None = None
     sample_rate: int | None = None
@@ -252,8 +266,9 @@ CHECK_TIMEOUT_S = 10.0
 R = TypeVar("R")
 
 
-def ask_endpoints(system: str, pool: EndpointPool, ask: Callable[[int], R],
-                  report: Callable[[str], Any] | None = None, hint: str = "") -> dict[int, R]:
+def ask_endpoints(
+    system: str, pool: EndpointPool, ask: Callable[[int], R], report: Callable[[str], Any] | None = None, hint: str = ""
+) -> dict[int, R]:
     """Ask every endpoint of `pool` at once, `ask(i)`; {endpoint: answer} of those that answered.
 
     `ask` raises :class:`~voicebias.clients.endpoints.Unreachable` when endpoint `i` cannot
@@ -286,13 +301,18 @@ def ask_endpoints(system: str, pool: EndpointPool, ask: Callable[[int], R],
     if len(down) == n:
         if n == 1:
             raise SetupError(f"system '{system}': cannot reach {pool.endpoints[0].label} ({down[0]}){hint}")
-        raise SetupError(f"system '{system}': cannot reach any of its {n} endpoints: "
-                         + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items()) + hint)
+        raise SetupError(
+            f"system '{system}': cannot reach any of its {n} endpoints: "
+            + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items())
+            + hint
+        )
     for i, why in down.items():
         pool.exclude(i, why)
     if down:
-        report(f"system '{system}': {len(down)} of {n} endpoints do not answer, left out of this run: "
-               + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items()))
+        report(
+            f"system '{system}': {len(down)} of {n} endpoints do not answer, left out of this run: "
+            + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items())
+        )
     return {i: value for i, (kind, value) in enumerate(outcomes) if kind == "ok"}
 
 
@@ -311,7 +331,7 @@ def item_seed(base: int, item_id: str) -> int:
     """
     import hashlib
 
-    return (int(base) + int(hashlib.sha256(str(item_id).encode()).hexdigest()[:8], 16)) % (2 ** 32)
+    return (int(base) + int(hashlib.sha256(str(item_id).encode()).hexdigest()[:8], 16)) % (2**32)
 
 
 def sample_seed(base: int, item_id: str, sample: int) -> int:

@@ -39,8 +39,10 @@ class OpenAICompatibleSystem(OpenAIAudioSystem):
 
     def _check_endpoints(self) -> None:
         if self.endpoints_source == "default":
-            raise ValueError(f"system '{self.name}' (openai_compatible) needs 'base_url' or 'endpoints' in its "
-                             "params or card, e.g. base_url: http://gpu-box:8000/v1")
+            raise ValueError(
+                f"system '{self.name}' (openai_compatible) needs 'base_url' or 'endpoints' in its "
+                "params or card, e.g. base_url: http://gpu-box:8000/v1"
+            )
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env")

@@ -18,8 +18,11 @@ FLAGS = doctest.NORMALIZE_WHITESPACE
 
 
 def public_functions(module):
-    return [f for name, f in inspect.getmembers(module, inspect.isfunction)
-            if not name.startswith("_") and f.__module__ == module.__name__]
+    return [
+        f
+        for name, f in inspect.getmembers(module, inspect.isfunction)
+        if not name.startswith("_") and f.__module__ == module.__name__
+    ]
 
 
 def example_tests(module):
@@ -53,6 +56,7 @@ def test_docstring_examples_run_and_print_what_they_show(module):
 
 
 def test_a_wrong_example_output_is_caught():
-    t = doctest.DocTestParser().get_doctest(">>> cell_type('neutral', 'male')\n'aligned'\n", vars(stats).copy(),
-                                            "wrong", None, 0)
+    t = doctest.DocTestParser().get_doctest(
+        ">>> cell_type('neutral', 'male')\n'aligned'\n", vars(stats).copy(), "wrong", None, 0
+    )
     assert doctest.DocTestRunner(optionflags=FLAGS).run(t, out=lambda s: None).failed == 1

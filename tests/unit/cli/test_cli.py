@@ -69,8 +69,17 @@ def test_analyze_describe_from_a_shared_table(tmp_path, capsys):
         for voice in ("male", "female"):
             for i in range(40):
                 word = "female" if rng.random() < planted_p_female(params, pole, voice) else "male"
-                rows.append({"system": "shared", "task": "describe", "lang": "en", "pole": pole, "voice_gender": voice,
-                             "stimulus_id": f"{pole}-{voice}-{i}", "transcript": word})
+                rows.append(
+                    {
+                        "system": "shared",
+                        "task": "describe",
+                        "lang": "en",
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "stimulus_id": f"{pole}-{voice}-{i}",
+                        "transcript": word,
+                    }
+                )
     table = tmp_path / "shared.csv"
     pd.DataFrame(rows).to_csv(table, index=False)
     assert cli.main(["analyze", "describe", str(table), "--out", str(tmp_path / "out")]) == 0

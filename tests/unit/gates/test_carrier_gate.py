@@ -59,8 +59,18 @@ def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
     for metrics in ({"passed": False, "flips": 2}, {}):
         write_json(tmp_path / "gate.json", metrics)
         with pytest.raises(RuntimeError, match="carrier gate has not passed; no system may hear"):
-            run_stage(params, "voice_faithful", "readback", tmp_path / "no-manifest.csv", tmp_path / "no-passages.csv",
-                      tmp_path / "gate.json", out, tmp_path / "stats.json", tmp_path / "cache", tmp_path)
+            run_stage(
+                params,
+                "voice_faithful",
+                "readback",
+                tmp_path / "no-manifest.csv",
+                tmp_path / "no-passages.csv",
+                tmp_path / "gate.json",
+                out,
+                tmp_path / "stats.json",
+                tmp_path / "cache",
+                tmp_path,
+            )
         # refused before reading the manifest or writing anything
         assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
 
@@ -84,12 +94,22 @@ def _zh_inputs(seed: int, effect: float) -> pd.DataFrame:
     for step, pole in enumerate(("masculine", "neutral", "feminine")):
         for i in range(10):
             for voice, base in (("male", -1.0), ("female", 1.0)):
-                rows.append({"lang": "zh", "pole": pole, "voice_gender": voice, "stimulus_id": f"{pole}-{i}-{voice}",
-                             "status": "ok", "composite": base + rng.normal(0, 0.05),
-                             "formant_index": base * 0.1 + effect * (step - 1) + (0.01 if pole == "neutral" else 0)
-                             + rng.normal(0, 0.012),
-                             "f0_median_st": base * 6 + rng.normal(0, 0.2),
-                             "margin_acoustic_norms": base * 20 + rng.normal(0, 1.0)})
+                rows.append(
+                    {
+                        "lang": "zh",
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "stimulus_id": f"{pole}-{i}-{voice}",
+                        "status": "ok",
+                        "composite": base + rng.normal(0, 0.05),
+                        "formant_index": base * 0.1
+                        + effect * (step - 1)
+                        + (0.01 if pole == "neutral" else 0)
+                        + rng.normal(0, 0.012),
+                        "f0_median_st": base * 6 + rng.normal(0, 0.2),
+                        "margin_acoustic_norms": base * 20 + rng.normal(0, 1.0),
+                    }
+                )
     return pd.DataFrame(rows)
 
 

@@ -11,8 +11,12 @@ import torch
 from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
 
 from voicebias.instruments.acoustics import add_margins
-from voicebias.instruments.classifiers import (AcousticNormsClassifier, Wav2Vec2GenderClassifier, get_classifier,
-                                   label_indices)
+from voicebias.instruments.classifiers import (
+    AcousticNormsClassifier,
+    Wav2Vec2GenderClassifier,
+    get_classifier,
+    label_indices,
+)
 
 SR = 16000
 
@@ -21,22 +25,36 @@ def tiny_checkpoint(folder, id2label, layer_norm=True, seed=0):
     """A randomly initialised two-layer wav2vec2 sequence classifier saved like a hub download."""
     torch.manual_seed(seed)
     cfg = Wav2Vec2Config(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-        conv_dim=(16, 16, 16), conv_stride=(5, 4, 4), conv_kernel=(10, 8, 4),
-        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, classifier_proj_size=8,
-        feat_extract_norm="layer" if layer_norm else "group", do_stable_layer_norm=layer_norm,
-        num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()},
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        conv_dim=(16, 16, 16),
+        conv_stride=(5, 4, 4),
+        conv_kernel=(10, 8, 4),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=8,
+        feat_extract_norm="layer" if layer_norm else "group",
+        do_stable_layer_norm=layer_norm,
+        num_labels=len(id2label),
+        id2label=id2label,
+        label2id={v: k for k, v in id2label.items()},
     )
     Wav2Vec2ForSequenceClassification(cfg).eval().save_pretrained(folder)
-    Wav2Vec2FeatureExtractor(sampling_rate=SR, return_attention_mask=layer_norm, do_normalize=True).save_pretrained(folder)
+    Wav2Vec2FeatureExtractor(sampling_rate=SR, return_attention_mask=layer_norm, do_normalize=True).save_pretrained(
+        folder
+    )
     return folder
 
 
 def clips(n=5, seed=1):
     rng = np.random.default_rng(seed)
     t = lambda d: np.arange(int(d * SR)) / SR  # noqa: E731
-    return [(0.3 * np.sin(2 * np.pi * f * t(d)) + 0.05 * rng.standard_normal(int(d * SR))).astype(np.float32)
-            for f, d in zip(rng.uniform(90, 250, n), rng.uniform(0.4, 1.3, n))]
+    return [
+        (0.3 * np.sin(2 * np.pi * f * t(d)) + 0.05 * rng.standard_normal(int(d * SR))).astype(np.float32)
+        for f, d in zip(rng.uniform(90, 250, n), rng.uniform(0.4, 1.3, n))
+    ]
 
 
 def direct_logits(folder, clip):
@@ -131,10 +149,18 @@ def test_pipeline_reads_classifier_weights_from_params(tmp_path, male_first):
     import shutil
 
     shutil.copytree(male_first, root / "models" / "tiny")
-    df = pd.DataFrame({"path": [f"audio/{i}.flac" for i in range(3)], "status": ["ok", "excluded", "ok"],
-                       "f0_median_st": [3.0, np.nan, 12.0], "formant_index": [0.0, np.nan, 0.25]})
-    params = {"classifier": ["acoustic_norms", "w2v2_librispeech"],
-              "classifier_weights": {"w2v2_librispeech": "models/tiny"}}
+    df = pd.DataFrame(
+        {
+            "path": [f"audio/{i}.flac" for i in range(3)],
+            "status": ["ok", "excluded", "ok"],
+            "f0_median_st": [3.0, np.nan, 12.0],
+            "formant_index": [0.0, np.nan, 0.25],
+        }
+    )
+    params = {
+        "classifier": ["acoustic_norms", "w2v2_librispeech"],
+        "classifier_weights": {"w2v2_librispeech": "models/tiny"},
+    }
     out = add_margins(df.copy(), params, root)
     clf = Wav2Vec2GenderClassifier(male_first)
     from voicebias.audio import read_audio
@@ -148,10 +174,15 @@ def test_pipeline_reads_classifier_weights_from_params(tmp_path, male_first):
 def test_acoustic_norms_margin_is_the_log_likelihood_ratio():
     clf = AcousticNormsClassifier()
     # at the female norm the margin is +half the squared standardised distance, at the male norm minus it
-    d2 = ((clf.FEMALE["f0_st"] - clf.MALE["f0_st"]) / clf.f0_sd_st) ** 2 + \
-        ((clf.FEMALE["formant_index"] - clf.MALE["formant_index"]) / clf.formant_sd_oct) ** 2
-    df = pd.DataFrame({"f0_median_st": [clf.FEMALE["f0_st"], clf.MALE["f0_st"]],
-                       "formant_index": [clf.FEMALE["formant_index"], clf.MALE["formant_index"]]})
+    d2 = ((clf.FEMALE["f0_st"] - clf.MALE["f0_st"]) / clf.f0_sd_st) ** 2 + (
+        (clf.FEMALE["formant_index"] - clf.MALE["formant_index"]) / clf.formant_sd_oct
+    ) ** 2
+    df = pd.DataFrame(
+        {
+            "f0_median_st": [clf.FEMALE["f0_st"], clf.MALE["f0_st"]],
+            "formant_index": [clf.FEMALE["formant_index"], clf.MALE["formant_index"]],
+        }
+    )
     np.testing.assert_allclose(clf.margins(df), [d2 / 2, -d2 / 2])
     assert get_classifier("acoustic_norms").needs_audio is False
 
@@ -172,8 +203,12 @@ def test_composite_takes_several_classifiers_with_equal_weights():
     # one SD above on a single measure of four scores +1/4
     R = ref.set_index(["lang", "measure"])
     up = {m: R.loc[("es", m), "mean"] + R.loc[("es", m), "sd"] for m in measures}
-    one = {**up, "f0_median_st": R.loc[("es", "f0_median_st"), "mean"], "margin_a": R.loc[("es", "margin_a"), "mean"],
-           "margin_b": R.loc[("es", "margin_b"), "mean"]}
+    one = {
+        **up,
+        "f0_median_st": R.loc[("es", "f0_median_st"), "mean"],
+        "margin_a": R.loc[("es", "margin_a"), "mean"],
+        "margin_b": R.loc[("es", "margin_b"), "mean"],
+    }
     out = pd.DataFrame([up, one]).assign(lang="es")
     np.testing.assert_allclose(femininity_composite(out, ref, measures), [1.0, 0.25])
     # inputs standardised against themselves average to 0 per language
@@ -196,6 +231,10 @@ def test_float16_checkpoint_scores_on_cpu(tmp_path):
     for clip, row in zip(audio, logits):
         feats = fe(clip, sampling_rate=SR, return_tensors="pt")
         with torch.no_grad():
-            want = model(input_values=feats["input_values"].to(torch.float16),
-                         attention_mask=feats["attention_mask"]).logits[0].float().numpy()
+            want = (
+                model(input_values=feats["input_values"].to(torch.float16), attention_mask=feats["attention_mask"])
+                .logits[0]
+                .float()
+                .numpy()
+            )
         np.testing.assert_allclose(row, want, rtol=0, atol=2e-3)

@@ -109,11 +109,19 @@ def test_closure_follows_function_level_and_lazy_registry_imports(tmp_path):
     (pkg / "deep.py").write_text("import os\n")
     (pkg / "top.py").write_text("import voicebias.inner\nfrom voicebias.sub import REG\n")
     got = {str(p.relative_to(tmp_path)) for p in closure("voicebias.top", tmp_path)}
-    assert got == {"voicebias/__init__.py", "voicebias/top.py", "voicebias/inner.py", "voicebias/deep.py",
-                   "voicebias/sub/__init__.py", "voicebias/sub/lazy.py"}
-    assert uncovered(closure("voicebias.top", tmp_path), ["voicebias/top.py", "voicebias/inner.py",
-                                                          "voicebias/__init__.py", "voicebias/sub"], tmp_path) \
-        == ["voicebias/deep.py"]
+    assert got == {
+        "voicebias/__init__.py",
+        "voicebias/top.py",
+        "voicebias/inner.py",
+        "voicebias/deep.py",
+        "voicebias/sub/__init__.py",
+        "voicebias/sub/lazy.py",
+    }
+    assert uncovered(
+        closure("voicebias.top", tmp_path),
+        ["voicebias/top.py", "voicebias/inner.py", "voicebias/__init__.py", "voicebias/sub"],
+        tmp_path,
+    ) == ["voicebias/deep.py"]
 
 
 def test_dropping_one_module_from_a_stage_is_caught():
@@ -126,9 +134,16 @@ def test_dropping_one_module_from_a_stage_is_caught():
 
 # Path functions of config, with the dvc.yaml placeholders they are called with.
 PATH_FUNCTIONS = {
-    "card_path": ("${item}",), "system_responses": ("${item}",), "responses_dir": ("${item.system}", "${item.task}"),
-    "respond_report": ("${item.system}", "${item.task}"), "respond_reports": ("${item}",), "scored_table": ("${item}",), "acoustic_table": ("${item}",),
-    "continuations_dir": ("${item}",), "continuation_responses": ("${item}",), "continuation_report": ("${item}",),
+    "card_path": ("${item}",),
+    "system_responses": ("${item}",),
+    "responses_dir": ("${item.system}", "${item.task}"),
+    "respond_report": ("${item.system}", "${item.task}"),
+    "respond_reports": ("${item}",),
+    "scored_table": ("${item}",),
+    "acoustic_table": ("${item}",),
+    "continuations_dir": ("${item}",),
+    "continuation_responses": ("${item}",),
+    "continuation_report": ("${item}",),
     "sc_scored_table": ("${item}",),
 }
 
@@ -164,8 +179,14 @@ def test_every_path_of_dvc_yaml_is_defined_in_config():
 
 
 def test_config_path_functions_are_listed_here():
-    funcs = {n for n, v in vars(config).items() if callable(v) and getattr(v, "__module__", "") == config.__name__
-             and not n.startswith("_") and n != "find_root"}
+    funcs = {
+        n
+        for n, v in vars(config).items()
+        if callable(v)
+        and getattr(v, "__module__", "") == config.__name__
+        and not n.startswith("_")
+        and n != "find_root"
+    }
     assert funcs == set(PATH_FUNCTIONS)
 
 
