@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from voicebias.params import load_params
 import pandas as pd
+
+from voicebias.params import load_params
 
 
 def synthesise(n_files: int, out_dir: Path) -> pd.DataFrame:

@@ -52,9 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants  # noqa: E402
-from voicebias import config  # noqa: E402
-from voicebias.params import load_params
 from voicebias.instruments.acoustics import MALE_FORMANT_NORMS, MeasureSettings, measure_signal  # noqa: E402
+from voicebias.params import load_params  # noqa: E402
 
 SR = 16000
 VOWELS = tuple(MALE_VOWEL_FORMANTS)
@@ -252,6 +251,7 @@ def summary(
     for name, g in grid.groupby("method", sort=False):
         target = g[g["f1_target"]]
         pv, pp = per_vowel[per_vowel["method"] == name], per_passage[per_passage["method"] == name]
+        within = int((pv["index_range_sd"] <= INDEX_TOLERANCE_SD).sum())
         out.append(
             {
                 "method": name,
@@ -262,7 +262,7 @@ def summary(
                 "max abs F1 err % (target cells)": round(float(target["f1_err_pct"].abs().max()), 1),
                 "max abs F2 err %": round(float(g["f2_err_pct"].abs().max()), 1),
                 "max abs F3 err %": round(float(g["f3_err_pct"].abs().max()), 1),
-                "index range <= 0.1 SD (vowel x tract)": f"{int((pv['index_range_sd'] <= INDEX_TOLERANCE_SD).sum())}/{len(pv)}",
+                "index range <= 0.1 SD (vowel x tract)": f"{within}/{len(pv)}",
                 "max index range (SD), single vowels": round(float(pv["index_range_sd"].max()), 2),
                 "max index range (SD), five-vowel passage": round(float(pp["index_range_sd"].max()), 2),
                 "s per grid": round(seconds[name], 2),

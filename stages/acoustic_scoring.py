@@ -3,8 +3,8 @@
 import argparse
 
 from voicebias import config
-from voicebias.pipeline.acoustic_scoring import run_stage
 from voicebias.errors import guarded, stage_params
+from voicebias.pipeline.acoustic_scoring import run_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)

@@ -1,8 +1,8 @@
 """Stage bank: read and validate the passage bank into data/passages/passages.csv."""
 
 from voicebias import config
-from voicebias.pipeline.bank import run_stage
 from voicebias.errors import guarded, stage_params
+from voicebias.pipeline.bank import run_stage
 
 if __name__ == "__main__":
     guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES, config.BANK_METRICS, stage="bank")

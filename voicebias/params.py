@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from voicebias.io import read_yaml
 from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, FAULTS, GENDERS, LANGUAGES, POLES
-
 from voicebias.exceptions import VoicebiasError
+from voicebias.io import read_yaml
 
 Lang = Literal[LANGUAGES]
 Pole = Literal[POLES]

@@ -32,7 +32,10 @@ class ValidationReport:
     n_expectations: int = 0
 
     def summary(self) -> str:
-        head = f"suite '{self.suite}': {len(self.failures)} of {self.n_expectations} expectations failed on {self.n_rows} rows"
+        head = (
+            f"suite '{self.suite}': {len(self.failures)} of {self.n_expectations} expectations failed"
+            f" on {self.n_rows} rows"
+        )
         lines = [head]
         for f in self.failures:
             col = f" column '{f['column']}'" if f.get("column") else ""

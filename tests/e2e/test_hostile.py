@@ -12,7 +12,6 @@ import pandas as pd
 
 from tests.workspace import sh, tree_hashes
 from voicebias.analysis.exclusions import planted_fault_of
-from voicebias.contract import FAULTS
 from voicebias.systems.reference import FAULT_REASONS
 
 OTHERS = ("voice_faithful", "content_driven", "mixed", "drifting")

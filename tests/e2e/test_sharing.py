@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.servers import free_port, mlflow_server_cmd, post_json, server  # noqa: F401 (server: a fixture)
+from tests.servers import free_port, mlflow_server_cmd, post_json
 from tests.workspace import BIN, sh, tree_hashes
 
 

@@ -40,16 +40,6 @@ class KimiAudio:
 """
 
 
-def kimi_checkout(folder: Path) -> Path:
-    """A checkout exposing kimia_infer.api.kimia.KimiAudio."""
-    pkg = folder / "kimia_infer" / "api"
-    pkg.mkdir(parents=True)
-    (folder / "kimia_infer" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "kimia.py").write_text(KIMI)
-    return folder
-
-
 CONTINUE_SCRIPT = """
 import sys
 import numpy as np

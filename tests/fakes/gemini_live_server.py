@@ -66,11 +66,12 @@ def pcm_fingerprint(path) -> str:
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
     """A certificate and key for 127.0.0.1, valid for a day (cert also serves as its own CA)."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])

@@ -15,12 +15,12 @@ def build_tiny_whisper(
     declares float16, which transformers then loads by default). `init_std` spreads the random
     weights: at the default 0.02 the tiny model's output hardly depends on its input."""
     from transformers import (
+        GenerationConfig,
         WhisperConfig,
         WhisperFeatureExtractor,
         WhisperForConditionalGeneration,
         WhisperProcessor,
         WhisperTokenizer,
-        GenerationConfig,
     )
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 

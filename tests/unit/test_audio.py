@@ -7,8 +7,8 @@ import pytest
 import soundfile as sf
 from scipy.signal import lfilter
 
-from voicebias.instruments.acoustics import MeasureSettings, exclusion_counts, measure_file, measure_files
 from voicebias.audio import AudioError, load_for_analysis, read_audio, resample
+from voicebias.instruments.acoustics import MeasureSettings, exclusion_counts, measure_file, measure_files
 
 SR = 16000
 SETTINGS = MeasureSettings(60, 300, 5000, 0.01)

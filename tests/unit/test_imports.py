@@ -6,7 +6,6 @@ import ast
 from pathlib import Path
 
 from tests.unit.pipeline.test_dvc_deps import module_file
-
 from voicebias import config
 
 ROOT = config.ROOT

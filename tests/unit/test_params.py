@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from voicebias import config
-from voicebias.params import ParamsError, validate_params
 from voicebias.cli.profiles import resolve_profile
+from voicebias.params import ParamsError, validate_params
 
 EMBEDDED = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
 

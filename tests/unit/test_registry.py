@@ -12,9 +12,7 @@ from voicebias.registry import Registry, UnknownName
 
 def all_registries() -> dict[str, Registry]:
     from voicebias import systems, tts
-    from voicebias.instruments import classifiers
-    from voicebias.instruments import embeddings
-    from voicebias.instruments import judge
+    from voicebias.instruments import classifiers, embeddings, judge
     from voicebias.stimuli import generate, phonation
 
     return {

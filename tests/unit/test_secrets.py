@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from voicebias import config
+from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank, validate_passages
-from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.validation import ValidationFailed
 
 WINDOW = load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]
@@ -158,8 +158,8 @@ def _measure_carrier(root, signals, manifest, leak_semitones):
     import yaml
     from parselmouth.praat import call
 
-    from voicebias.pipeline.acoustics import run_stage
     from voicebias.audio import write_audio
+    from voicebias.pipeline.acoustics import run_stage
 
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     for r in manifest.itertuples():

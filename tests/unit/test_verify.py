@@ -50,7 +50,8 @@ def project(tmp_path: Path) -> Path:
     (root / "make.py").write_text(STAGE)
     (root / "dvc.yaml").write_text(
         "stages:\n  make:\n    cmd: python make.py\n    deps: [make.py]\n    outs:\n"
-        "    - data/audio\n    - reports/fits.csv:\n        cache: false\n    - reports/card.json:\n        cache: false\n"
+        "    - data/audio\n    - reports/fits.csv:\n        cache: false\n"
+        "    - reports/card.json:\n        cache: false\n"
     )
     sh("git", "init", "-q", cwd=root)
     sh("dvc", "init", "-q", cwd=root)

@@ -9,19 +9,19 @@ the difference and ratio against the reference group of the same system, task,
 language and voice (neutral content; modal phonation; the neutral cell), each with its
 interval.
 
-The unit of resampling is the item (one stimulus, one output; with repeats, one
-stimulus with all its samples, entering with the mean of its samples' values, so the
-samples of an item are drawn together): within each group the items are drawn with replacement, the group and its reference independently (they
-hold different stimuli). The interval is the expanded percentile interval of
-Hesterberg (2015, "What teachers should know about the bootstrap", The American
-Statistician 69(4), sec. 4.3): the percentile interval taken at the widened level
-alpha' = 2 Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}), which corrects the percentile
-interval's narrowness at small n (n the group's items and n - 1 df; for a difference
-or ratio the smaller group's n and n + m - 2 df). A group whose items are all equal has no bootstrap spread: its
-interval has zero width and ci_method says 'no spread' (a 0/10 rate is not certain
-to be 0; read such a row with its n). Groups of fewer than 2 items get no interval, and
-status 'not estimable' (voicebias.analysis.status); the others status 'ok', with a
-reason noting a zero-width interval or a missing reference group.
+The unit of resampling is the item (one stimulus, one output; with repeats, one stimulus
+with all its samples, entering with the mean of its samples' values, so the samples of an
+item are drawn together): within each group the items are drawn with replacement, the group
+and its reference independently (they hold different stimuli). The interval is the expanded
+percentile interval of Hesterberg (2015, "What teachers should know about the bootstrap",
+The American Statistician 69(4), sec. 4.3): the percentile interval taken at the widened
+level alpha' = 2 Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}), which corrects the percentile
+interval's narrowness at small n (n the group's items and n - 1 df; for a difference or
+ratio the smaller group's n and n + m - 2 df). A group whose items are all equal has no
+bootstrap spread: its interval has zero width and ci_method says 'no spread' (a 0/10 rate is
+not certain to be 0; read such a row with its n). Groups of fewer than 2 items get no
+interval, and status 'not estimable' (voicebias.analysis.status); the others status 'ok',
+with a reason noting a zero-width interval or a missing reference group.
 
 Each row's resamples come from its own random stream, seeded by `base.seed` and the
 row's key, so a row's interval does not change when another system or metric is added.

@@ -301,7 +301,8 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
     desc = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
     nc = desc.assign(nc=desc["judged_gender"] == "none").groupby(["system", "lang"])["nc"].sum()
     out["non_compliant"] = [
-        int(nc.get((s, l), 0)) if t == "describe" else 0 for s, l, t in zip(out["system"], out["lang"], out["task"])
+        int(nc.get((s, lang), 0)) if t == "describe" else 0
+        for s, lang, t in zip(out["system"], out["lang"], out["task"])
     ]
     return out
 

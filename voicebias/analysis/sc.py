@@ -16,7 +16,6 @@ The other SC stages: voicebias.pipeline.sc_continue (the continuations), voicebi
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -335,8 +334,8 @@ def analyse(
 ) -> dict[str, pd.DataFrame]:
     """Every SC analysis on the scored table (all systems) and the prompts' measures;
     `truths` (system -> planted truth) adds the planted-vs-recovered table."""
-    from voicebias.instruments.judge import load_rubric
     from voicebias.analysis.sc_stats import all_systems_succeeded, similarity_table, success_table, voice_quality_models
+    from voicebias.instruments.judge import load_rubric
 
     dims = [d for d in load_rubric()["dimensions"] if d in scored]
     order = {c: i for i, c in enumerate(CONDITIONS)}

@@ -20,7 +20,6 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-import statsmodels.formula.api as smf
 from patsy import build_design_matrices
 from scipy import stats
 
@@ -992,7 +991,8 @@ def voice_quality_models(
         if is_constant(cells[y].to_numpy(float)):
             return (
                 None,
-                f"no variance: {'continuation - prompt' if y == 'd' else 'the prompt measure'} is the same in every cell",
+                f"no variance: {'continuation - prompt' if y == 'd' else 'the prompt measure'}"
+                " is the same in every cell",
             )
         try:
             return fit_reml(formula, cells, groups), ""

@@ -24,7 +24,6 @@ voicebias ui                     the command that serves the MLflow UI on 127.0.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -32,9 +31,9 @@ import pandas as pd
 
 from voicebias import config
 from voicebias.cli import compare, fetch, measure, serve, verify
-from voicebias.params import load_params
 from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError
+from voicebias.params import load_params
 
 
 def _print(df: pd.DataFrame) -> None:
@@ -43,9 +42,9 @@ def _print(df: pd.DataFrame) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from voicebias.params import validate_params
     from voicebias.cli.preflight import format_checks, preflight
     from voicebias.cli.profiles import resolve_profile
+    from voicebias.params import validate_params
 
     if args.profile:
         params = validate_params(resolve_profile(args.profile), source=f"profile '{args.profile}'")
@@ -97,9 +96,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _load_scored(path: str) -> pd.DataFrame:
-    from voicebias.scoring.text import score_responses
-
     from voicebias.io import read_table
+    from voicebias.scoring.text import score_responses
 
     df = read_table(Path(path)) if not str(path).endswith(".parquet") else pd.read_parquet(path)
     needed = {"system", "task", "lang", "pole", "voice_gender"}
@@ -112,7 +110,7 @@ def _load_scored(path: str) -> pd.DataFrame:
         if "transcript" not in df:
             raise ConfigError(f"{path}: needs judged_gender/pronoun_choice or a transcript column to score")
         if "target_lang" not in df:
-            df["target_lang"] = [("en" if t == "translate" else l) for t, l in zip(df["task"], df["lang"])]
+            df["target_lang"] = [("en" if t == "translate" else lang) for t, lang in zip(df["task"], df["lang"])]
         df = score_responses(df)
     return df
 
@@ -152,8 +150,8 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
         )
         return tables
     if args.what == "sc":
-        from voicebias.contract import SC_MEASURES
         from voicebias.analysis.sc import analyse
+        from voicebias.contract import SC_MEASURES
 
         if not args.prompt_measures:
             raise ConfigError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voicebias.io import read_text
 from voicebias import config
 from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.io import read_text
 
 DEFAULT_RTOL = 1e-9
 CARD_NAME = "audit_card.json"

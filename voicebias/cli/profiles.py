@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from voicebias.io import read_yaml
 from voicebias.config import PARAMS, PROFILES_DIR
+from voicebias.io import read_yaml
 
 MERGE_REPLACES = {"voices", "systems", "classifier_weights"}  # mappings replaced whole, not merged
 

@@ -27,9 +27,6 @@ in the pooled variance; otherwise the table's phonation column reads 'all'.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf

@@ -34,12 +34,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
-from voicebias.audio import AudioError
-from voicebias.instruments.acoustics import MeasureSettings, measure_files
 from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_COMPONENTS, SC_MEASURES
-from voicebias.stimuli.phonation.presets import presets_from_params
+from voicebias.instruments.acoustics import MeasureSettings, measure_files
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 #: measures of the check -> the preset feature whose sign sets their expected direction

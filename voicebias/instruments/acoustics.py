@@ -23,7 +23,8 @@ their input (MeasureSettings.neutral) from `neutral_pitch_range` (Hz),
 `neutral_max_formant` (Hz) and `octave_check_st` (semitones); optional
 `bandwidths` for the Iseli correction ('hawks_miller', default, or 'measured'),
 `cpps_time_step` (s, default 0.002 as in Praat; 0.005 reads within about 0.05 dB
-of it at under a third of the time, 0.01 within about 0.15 dB), and audio checks: `max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
+of it at under a third of the time, 0.01 within about 0.15 dB), and audio checks:
+`max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
 
 Files that cannot be measured are kept in the table with status 'excluded', a
 short `reason` code and the readable `error` (voicebias.audio lists the codes);
@@ -64,7 +65,7 @@ from voicebias.audio import (
     load_for_analysis,
     min_analysable_s,
 )
-from voicebias.contract import MEASURE_COLUMNS, VOICE_QUALITY_MEASURES
+from voicebias.contract import MEASURE_COLUMNS
 from voicebias.exceptions import ConfigError, NotFound
 from voicebias.instruments.jit import kernel
 from voicebias.instruments.units import hz_to_semitones
@@ -360,8 +361,8 @@ def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alph
                     rq[k] += q[i] * cos[i, k]
             for k in range(order):
                 model = 0.0
-                for l in range(m):
-                    model += a[l] * rq[abs(k + 1 - l)]
+                for lag in range(m):
+                    model += a[lag] * rq[abs(k + 1 - lag)]
                 rhs[k] = gain * model - r[k + 1]
             step[0] = 1.0
             _matvec(inverse, rhs, step[1:])
@@ -638,7 +639,9 @@ def component_sources() -> dict[str, list[Any]]:
     """The functions and constants whose source decides each component (and the reader),
     hashed into the measurement cache's keys (voicebias.instruments.measure_cache)."""
     from voicebias import audio
-    from voicebias.instruments import cepstrum, harmonicity as hm, jit, measure_cache, units, voice_quality as vq
+    from voicebias.instruments import cepstrum, jit, measure_cache, units
+    from voicebias.instruments import harmonicity as hm
+    from voicebias.instruments import voice_quality as vq
 
     return {
         "read": [
@@ -1056,8 +1059,8 @@ def add_margins(
     explicit label order, where a checkpoint's config has generic label names, from
     `acoustics.classifier_labels` ({name: {female: i, male: j}}).
     """
-    from voicebias.instruments.classifiers import get_classifier
     from voicebias.audio import read_audio
+    from voicebias.instruments.classifiers import get_classifier
 
     ok = (df["status"] == "ok").to_numpy()
     weights = acoustics_params.get("classifier_weights") or {}

@@ -160,16 +160,16 @@ def _interpolate_sinc(y: np.ndarray, y_pad: np.ndarray, index: np.ndarray) -> np
 
 
 def _fine_kernel(up: int, shift: float = 0.0) -> np.ndarray:
-    """Praat's depth-50 sinc kernel at the distances (l / up + shift) samples,
-    l = -(50 up - 1) .. 50 up - 1: 1 at distance 0, 0 at the other whole distances."""
-    l = np.arange(-(SINC_DEPTH * up - 1), SINC_DEPTH * up)
+    """Praat's depth-50 sinc kernel at the distances (d / up + shift) samples,
+    d = -(50 up - 1) .. 50 up - 1: 1 at distance 0, 0 at the other whole distances."""
+    dist = np.arange(-(SINC_DEPTH * up - 1), SINC_DEPTH * up)
     if shift == 0.0:
-        e = np.abs(l)
+        e = np.abs(dist)
         j, g = e // up, (e % up) / up
         whole = g == 0
         w = _kernel(j, np.where(whole, 0.5, g), SINC_DEPTH)
         return np.where(whole, (e == 0).astype(float), w)
-    e = np.abs(l / up + shift)
+    e = np.abs(dist / up + shift)
     j = np.floor(e)
     g = e - j
     return np.where(e < SINC_DEPTH, _kernel(j.astype(np.int64), g, SINC_DEPTH), 0.0)

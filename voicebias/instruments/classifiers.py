@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from voicebias.exceptions import ConfigError
-from voicebias.registry import Registry
 from voicebias.instruments.units import hz_to_semitones
+from voicebias.registry import Registry
 
 # Published checkpoints behind the registered wav2vec2 names (S2S paper, App. F).
 CHECKPOINTS: dict[str, str] = {

@@ -41,15 +41,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
-from voicebias.io import read_yaml
-from voicebias.config import JUDGE_RUBRIC, ROOT
-from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.clients.llm import ChatError, chat_completion, extract_json_object, openai_client
 from voicebias.clients.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
-from voicebias.secrets import require_secret
+from voicebias.config import JUDGE_RUBRIC, ROOT
+from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.io import read_yaml
 from voicebias.registry import Registry
+from voicebias.secrets import require_secret
 from voicebias.systems.base import SetupError, redact, resolve_path
 
 

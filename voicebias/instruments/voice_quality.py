@@ -24,8 +24,8 @@ Bandwidths B_i come by default from the Hawks & Miller (1995, JASA 97(2):1343-13
 formula of formant frequency and f0, as in VoiceSauce and PraatSauce, because
 LPC bandwidths are noisy (on a synthetic vowel Burg read B3 = 300 Hz for a true
 140 Hz, moving A3* by 4 dB); `bandwidths="measured"` uses those of the formant analysis instead. As in
-VoiceSauce, H1 and H2 are corrected for F1 and F2, A3 for F1, F2 and F3. Per-frame values are summarised by their median over voiced
-frames.
+VoiceSauce, H1 and H2 are corrected for F1 and F2, A3 for F1, F2 and F3. Per-frame values are
+summarised by their median over voiced frames.
 
 CPPS (smoothed cepstral peak prominence, dB) is Praat's "Get CPPS" on a
 PowerCepstrogram of the voiced stretches only (pauses would lower it), with the

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-import pandas as pd
-from voicebias.instruments.acoustics import add_margins, classifier_names, exclusion_counts, measure_table
 
+import pandas as pd
+
+from voicebias.instruments.acoustics import add_margins, classifier_names, exclusion_counts, measure_table
 
 #: what the stage's readers use of the inputs' measures: F0 and formants (the classifiers,
 #: the femininity composite, the carrier gate, the output deltas); the voice-quality

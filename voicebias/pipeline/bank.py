@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
+
 from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
 
 
@@ -23,7 +25,7 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_table: Path, metrics_p
         metrics_path,
         {
             "passages": int(len(df)),
-            "per_cell": {f"{l}_{p}": int(n) for (l, p), n in counts.items()},
+            "per_cell": {f"{lang}_{p}": int(n) for (lang, p), n in counts.items()},
             "expectations_passed": report.n_expectations,
             "lint_rules_checked": len(rule_columns(languages)),
             "review_status": {

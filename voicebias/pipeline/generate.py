@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.exceptions import ConfigError, StageFailed
+
 from voicebias.contract import POLES
+from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.stimuli.generate import (
     CachedChat,
     generate_candidates,
@@ -21,7 +22,6 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
     """Stage 'generate': off unless generate.enabled; then writes candidates, ratings and selection."""
     from voicebias.config import CACHE_DIR
     from voicebias.io import write_json, write_table
-
     from voicebias.params import Generate, validate_section
 
     cfg = validate_section(Generate, params.get("generate"), "generate")
@@ -62,7 +62,10 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
     per_cell = int(cfg["per_cell"])
     counts = selection.groupby(["lang", "pole"]).size()
     short = {
-        f"{l}_{p}": int(counts.get((l, p), 0)) for l in languages for p in POLES if counts.get((l, p), 0) < per_cell
+        f"{lang}_{p}": int(counts.get((lang, p), 0))
+        for lang in languages
+        for p in POLES
+        if counts.get((lang, p), 0) < per_cell
     }
     status = {
         "enabled": True,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.contract import CONDITIONS
-from voicebias.contract import PHONATION_COLUMNS
-from voicebias.exceptions import ConfigError
-from voicebias.exceptions import StageFailed
-from voicebias.stimuli.phonation.presets import presets_from_params
+
 import pandas as pd
+
+from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
+from voicebias.exceptions import ConfigError, StageFailed
 from voicebias.stimuli.phonation import CONVERTERS, ParametricSettings, _stable_seed, select_prompts
+from voicebias.stimuli.phonation.presets import presets_from_params
 
 
 def run_stage(

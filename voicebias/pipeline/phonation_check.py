@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.stimuli.phonation.presets import presets_from_params
+
 import pandas as pd
+
 from voicebias.gates.phonation_check import (
     classifier_flips,
     measure_stimuli,
@@ -15,6 +16,7 @@ from voicebias.gates.phonation_check import (
     validate_check,
     validate_flips,
 )
+from voicebias.stimuli.phonation.presets import presets_from_params
 
 
 def run_stage(

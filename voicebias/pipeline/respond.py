@@ -12,17 +12,18 @@ written to the system's ledger (voicebias.pipeline.pending_calls), so the next
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-from typing import Callable
-from voicebias.systems.base import SystemUnderTest
-from voicebias.tasks import Task
-import pandas as pd
 import shutil
 import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
 from voicebias.exceptions import ConfigError, NotFound, StageFailed
-from voicebias.systems.screen import ReplyScreen
+from voicebias.systems.base import SystemUnderTest
 from voicebias.systems.runner import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
+from voicebias.systems.screen import ReplyScreen
+from voicebias.tasks import Task
 
 #: reasons named in the line of a task over run.max_failed_fraction
 TOP_REASONS = 3

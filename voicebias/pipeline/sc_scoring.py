@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
+
 from voicebias.scoring.continuation import score_continuations
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.contract import GENDERS
-from voicebias.contract import PROMPT_SETS
-from voicebias.exceptions import ConfigError
+
 import pandas as pd
+
+from voicebias.contract import GENDERS, PROMPT_SETS
+from voicebias.exceptions import ConfigError
 from voicebias.stimuli.prompts import (
     import_ss_clips,
     load_nop_set,
@@ -25,7 +26,6 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
     the prompts with the SC voices; write prompts.csv, manifest.csv and backend.json
     under out_dir, and the stage metrics."""
     from voicebias.io import write_json, write_table
-
     from voicebias.params import SCStimuli, validate_section
 
     sc = validate_section(SCStimuli, params["sc_stimuli"], "sc_stimuli")

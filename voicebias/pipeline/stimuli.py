@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
+
 from voicebias.stimuli.passages import synthesize_stimuli, validate_manifest
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 from voicebias.report.tracking import log_pipeline_run
 
 

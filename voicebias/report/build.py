@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 import matplotlib
 
 matplotlib.use("Agg")
+import jinja2  # noqa: E402
+import markupsafe  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import jinja2  # noqa: E402
-import markupsafe  # noqa: E402
 import yaml  # noqa: E402
 
 from voicebias.io import read_json, read_table  # noqa: E402

@@ -31,13 +31,12 @@ samples of an item (voicebias.analysis.repeats).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from dataclasses import replace
 
 from voicebias.contract import SAMPLE
 from voicebias.instruments.acoustics import MeasureSettings, add_margins, classifier_names, measure_files

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
+from voicebias.exceptions import ConfigError
 from voicebias.io import read_yaml
 from voicebias.params import load_params
-from voicebias.exceptions import ConfigError
-from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -33,7 +32,8 @@ _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*", re.UNICODE)
 # Third-person and speaker-revealing words that must never occur in a passage
 # (a first gate; the per-language linters deepen it).
 GENDERED_REGEX = {
-    "en": r"(?i)\b(?:he|she|him|her|his|hers|himself|herself|man|woman|men|women|husband|wife|boyfriend|girlfriend|mother|father|mom|dad|son|daughter|brother|sister)\b",
+    "en": r"(?i)\b(?:he|she|him|her|his|hers|himself|herself|man|woman|men|women|husband|wife|boyfriend|girlfriend"
+    r"|mother|father|mom|dad|son|daughter|brother|sister)\b",
     "es": r"(?i)\b(?:él|ella|ellos|ellas|esposo|esposa|marido|novio|novia|hombre|mujer)\b",
     "zh": r"(?:他|她|丈夫|妻子|老公|老婆|男人|女人)",
 }
@@ -66,7 +66,7 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
             df[col] = None
     df["text"] = df["text"].astype(str).str.strip()
     df["gloss_en"] = df["gloss_en"].where(df["gloss_en"].notna(), None)
-    df["length_units"] = [length_units(t, l) for t, l in zip(df["text"], df["lang"])]
+    df["length_units"] = [length_units(t, lang) for t, lang in zip(df["text"], df["lang"])]
     return df[PASSAGE_COLUMNS].sort_values(["lang", "pole", "passage_id"]).reset_index(drop=True)
 
 
@@ -124,7 +124,7 @@ def validate_passages(df: pd.DataFrame, length_window: dict[str, list[int]], lan
     table = lint_table(df, languages)
     report = require_valid(table, "passages", passage_expectations(length_window, languages))
     cells = df.groupby(["lang", "pole"]).size()
-    missing = [(l, p) for l in languages for p in POLES if (l, p) not in cells.index]
+    missing = [(lang, p) for lang in languages for p in POLES if (lang, p) not in cells.index]
     if missing:
         from voicebias.validation import ValidationFailed
 
@@ -152,7 +152,7 @@ def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None
         "edit the YAML, not this file.",
         "",
     ]
-    for lang in [l for l in LANGUAGES if l in set(df["lang"])]:
+    for lang in [x for x in LANGUAGES if x in set(df["lang"])]:
         sub = df[df["lang"] == lang]
         window = f"; window {length_window[lang][0]}-{length_window[lang][1]} {_UNITS[lang]}" if length_window else ""
         lines += [f"## {LANG_NAMES.get(lang, lang)} ({lang}): {len(sub)} passages{window}", ""]

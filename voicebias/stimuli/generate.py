@@ -41,14 +41,13 @@ import yaml
 from tqdm import tqdm
 
 from voicebias.cache import JsonCache, content_key
-from voicebias.registry import Registry
-from voicebias.stimuli.bank import length_units, load_bank
-from voicebias.contract import LANGUAGES as LANGS
+from voicebias.clients.llm import ChatError, chat_completion, openai_client, parse_json_reply
 from voicebias.contract import POLES
 from voicebias.exceptions import VoicebiasError
-from voicebias.stimuli.lint import GLOSS_RULES, lint_text
-from voicebias.clients.llm import ChatError, chat_completion, openai_client, parse_json_reply
+from voicebias.registry import Registry
 from voicebias.secrets import read_secret, redact
+from voicebias.stimuli.bank import length_units, load_bank
+from voicebias.stimuli.lint import GLOSS_RULES, lint_text
 
 LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
 UNIT_NAMES = {"en": "words", "es": "words", "zh": "Chinese characters"}
@@ -528,7 +527,9 @@ def select_passages(cands: pd.DataFrame, ratings: pd.DataFrame, cfg: dict[str, A
     df = df.drop_duplicates(["lang", "theme"])  # best candidate per theme
     top = df.groupby(["lang", "pole"], sort=False).head(int(cfg["per_cell"])).copy()
     top["passage_id"] = [
-        f"{l}-{p}-g{i:02d}" for (l, p), grp in top.groupby(["lang", "pole"], sort=False) for i in range(1, len(grp) + 1)
+        f"{lang}-{p}-g{i:02d}"
+        for (lang, p), grp in top.groupby(["lang", "pole"], sort=False)
+        for i in range(1, len(grp) + 1)
     ]
     return top[SELECTION_COLUMNS].reset_index(drop=True)
 

@@ -29,12 +29,11 @@ from typing import Any
 
 import pandas as pd
 import soundfile as sf
-import yaml
 from tqdm import tqdm
 
-from voicebias.io import read_yaml
-from voicebias.exceptions import ConfigError, NotFound
 from voicebias.contract import GENDERS, PROMPT_SETS, SC_PROMPT_COLUMNS, SC_STIMULUS_COLUMNS
+from voicebias.exceptions import ConfigError, NotFound
+from voicebias.io import read_yaml
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 SS_COLUMNS = ["id", "speaker", "gender", "context", "irrelevant", "stereotypical", "anti-stereotypical"]

@@ -32,11 +32,9 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
-from voicebias.io import read_yaml
 from voicebias.config import CARDS_DIR
 from voicebias.exceptions import ConfigError, NotAvailable, NotFound
+from voicebias.io import read_yaml
 from voicebias.registry import Registry
 from voicebias.systems.base import (
     ContinuationRequest,

@@ -106,9 +106,8 @@ class ReferenceContinuationSystem(ProcessBatched, ContinuationSystem):
         self.stimuli = stimuli.set_index("stimulus_id")
         self.tts = get_backend("espeak", rate_wpm=rate_wpm)
         self.pitch_range = pitch_range or {"male": [60, 300], "female": [100, 500]}
-        from voicebias.stimuli.phonation.presets import presets_from_params
-
         from voicebias.stimuli.phonation import ParametricSettings
+        from voicebias.stimuli.phonation.presets import presets_from_params
 
         self.presets = presets_from_params({"presets": presets} if presets else None)
         self.settings = ParametricSettings.from_params(parametric)

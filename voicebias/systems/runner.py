@@ -55,7 +55,6 @@ import errno
 import json
 import os
 import shutil
-import sys
 import threading
 import time
 import uuid
@@ -70,6 +69,9 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import flac_matches, sha256_file, write_audio
+from voicebias.cache import JsonCache, atomic_write_json, content_key
+from voicebias.clients.endpoints import PROBE_POLL_S, CircuitOpen
+from voicebias.clients.retry import backoff_s
 from voicebias.contract import (
     CALL_FAILED,
     CONTINUATION_COLUMNS,
@@ -83,11 +85,7 @@ from voicebias.contract import (
     SAMPLE,
     with_sample,
 )
-from voicebias.cache import JsonCache, atomic_write_json, content_key
 from voicebias.exceptions import ConfigError
-from voicebias.clients.endpoints import PROBE_POLL_S, CircuitOpen
-from voicebias.systems.screen import ReplyScreen, file_facts
-from voicebias.clients.retry import backoff_s
 from voicebias.systems.base import (
     DEPLOY_CARD_KEYS,
     DEPLOY_PROVENANCE,
@@ -99,6 +97,7 @@ from voicebias.systems.base import (
     TransientError,
     sample_seed,
 )
+from voicebias.systems.screen import ReplyScreen, file_facts
 from voicebias.tasks import Task
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 

@@ -24,8 +24,8 @@ import numpy as np
 import soundfile as sf
 
 from voicebias.cache import atomic_write_bytes
-from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.clients.retry import post_with_retries
+from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.secrets import read_secret
 from voicebias.tts import TTSBackend
 

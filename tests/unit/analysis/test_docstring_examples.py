@@ -9,9 +9,7 @@ import time
 
 import pytest
 
-from voicebias.analysis import sc_stats
-
-from voicebias.analysis import stats
+from voicebias.analysis import sc_stats, stats
 
 MODULES = [stats, sc_stats]
 FLAGS = doctest.NORMALIZE_WHITESPACE

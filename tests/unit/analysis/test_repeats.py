@@ -19,7 +19,7 @@ from voicebias.analysis.disaggregated import disaggregate, s2s_items
 from voicebias.analysis.repeats import between_sample_variance, item_means, variance_components
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
 from voicebias.analysis.s2s import describe_misgender, describe_odds_ratios, injection_controls, summarize_pronouns
-from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates
+from voicebias.analysis.stats import misgender_rates
 
 needs_r = pytest.mark.skipif(
     shutil.which("Rscript") is None,

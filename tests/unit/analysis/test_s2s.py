@@ -147,8 +147,8 @@ def test_rq1_significance_counts_by_hand():
 
 def test_planted_vs_recovered_reports_the_mixed_model_f0_effect_per_language():
     from tests.unit.analysis.test_rq1 import deltas
-    from voicebias.analysis.s2s import describe_odds_ratios, planted_vs_recovered
     from voicebias.analysis.rq1 import rq1_mixed_models
+    from voicebias.analysis.s2s import describe_odds_ratios, planted_vs_recovered
 
     ac = deltas(drift=2.0, seed=3, noise=0.3).assign(system="drifting")
     ac["delta_f0_median_st"] = ac["delta_composite"]

@@ -25,8 +25,8 @@ import pytest
 from scipy import stats
 
 from tests.s2s_design import acoustic_table, describe_table, misgender_table
-from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.rq1 import rq1_mixed_models, rq1_pooled
+from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
 
 ALPHA = 0.05
@@ -421,8 +421,8 @@ emit("F", ct[["F value"]]); emit("den_df", ct[["DenDF"]]); emit("p", ct[["Pr(>F)
 def test_rq1_interaction_f_test_matches_lmertest(case):
     """The interaction p is lmerTest's joint F test (Satterthwaite denominator df), not the
     asymptotic chi-square that rejects a true null too often with 30 passages."""
-    from tests.unit.analysis.test_stats_rref import mixed_table, singular_table
     from tests.rref import run_r
+    from tests.unit.analysis.test_stats_rref import mixed_table, singular_table
 
     g = mixed_table() if case == "interior passage variance" else singular_table()
     ours = rq1_mixed_models(g).iloc[0]

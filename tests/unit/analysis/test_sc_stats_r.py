@@ -286,7 +286,8 @@ def test_beta_regression_matches_an_ml_fit_and_cluster_sandwich_in_r():
 X <- cbind(1, ifelse(d$phonation == "breathy", 1, -1), ifelse(d$voice_gender == "female", 1, -1))
 X <- cbind(X, X[, 2] * X[, 3]); y <- d$y
 nll <- function(th) { b <- th[1:4]; phi <- exp(th[5]); mu <- plogis(X %*% b)
-  -sum(lgamma(phi) - lgamma(mu * phi) - lgamma((1 - mu) * phi) + (mu * phi - 1) * log(y) + ((1 - mu) * phi - 1) * log(1 - y)) }
+  -sum(lgamma(phi) - lgamma(mu * phi) - lgamma((1 - mu) * phi) + (mu * phi - 1) * log(y)
+       + ((1 - mu) * phi - 1) * log(1 - y)) }
 o <- optim(c(0, 0, 0, 0, 1), nll, method = "BFGS", control = list(reltol = 1e-14, maxit = 10000), hessian = TRUE)
 th <- o$par; b <- th[1:4]; phi <- exp(th[5]); mu <- as.vector(plogis(X %*% b))
 ys <- log(y / (1 - y)); ms <- digamma(mu * phi) - digamma((1 - mu) * phi)

@@ -1,4 +1,5 @@
-"""The S2S statistics (voicebias.analysis.stats, voicebias.analysis.rq1, voicebias.analysis.s2s) against R on the same tables.
+"""The S2S statistics (voicebias.analysis.stats, voicebias.analysis.rq1, voicebias.analysis.s2s) against R
+on the same tables.
 
 Every number is computed by R at test time (tests/rref.py); a missing R fails, it never skips.
 References: glm (logistic OR per step, Wald CI), brglm2 (Firth, method "brglmFit", type "AS_mean"),
@@ -16,8 +17,8 @@ import statsmodels.api as sm
 from tests.rref import run_r
 from tests.unit.analysis.test_rq1 import deltas
 from tests.unit.analysis.test_stats import table
-from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
+from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.stats import (
     describe_design,
     firth_coefficient,

@@ -8,9 +8,8 @@ import pytest
 import yaml
 
 from voicebias import cli, config
-from voicebias.params import load_params
-from voicebias.params import validate_params
 from voicebias.cli.profiles import resolve_profile, write_profile
+from voicebias.params import load_params, validate_params
 from voicebias.systems.reference import planted_p_female
 
 

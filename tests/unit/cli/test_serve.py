@@ -180,8 +180,9 @@ def test_a_driver_that_cannot_load_stops_serve_with_its_log(tmp_path, monkeypatc
     monkeypatch.setenv("VOICEBIAS_ROOT", str(root))
     monkeypatch.setenv("VOICEBIAS_CACHE", str(root / ".cache"))
     monkeypatch.delenv("VOICEBIAS_ENDPOINTS", raising=False)
-    from voicebias.cli.serve import cmd_serve  # noqa: F401  (the error, not the exit, is checked)
     import argparse
+
+    from voicebias.cli.serve import cmd_serve  # noqa: F401  (the error, not the exit, is checked)
 
     args = argparse.Namespace(
         stop=False,

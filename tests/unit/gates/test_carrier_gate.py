@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from tests.unit.test_validation import gate_inputs
-from voicebias.params import load_params
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
+from voicebias.params import load_params
 from voicebias.validation import ValidationFailed
 
 

@@ -6,8 +6,8 @@ import pytest
 import soundfile as sf
 from scipy.signal import lfilter
 
-from voicebias.instruments.acoustics import MEASURE_COLUMNS, MeasureSettings, measure_files, measure_signal
 from voicebias.audio import AudioError
+from voicebias.instruments.acoustics import MEASURE_COLUMNS, MeasureSettings, measure_files, measure_signal
 from voicebias.instruments.classifiers import AcousticNormsClassifier
 from voicebias.tts import get_backend
 
@@ -148,7 +148,8 @@ for name, f0, floor, ceiling in (("male", 105.0, 60.0, 300.0), ("female", 215.0,
     phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.04 * np.sin(2 * np.pi * 4 * t))) / sr
     x = sum(np.sin(k * phase + 0.3 * k) / k ** 1.5 for k in range(1, int(7000 / f0)))
     x = x * (0.6 + 0.4 * np.sin(2 * np.pi * 1.3 * t) ** 2) + 0.02 * rng.standard_normal(t.size)
-    m = measure_signal((0.3 * x / np.max(np.abs(x))).astype(np.float32), sr, MeasureSettings(floor, ceiling, 5500.0, 0.01))
+    y = (0.3 * x / np.max(np.abs(x))).astype(np.float32)
+    m = measure_signal(y, sr, MeasureSettings(floor, ceiling, 5500.0, 0.01))
     out[name] = {k: float(v).hex() for k, v in m.items()}
 json.dump(out, open(sys.argv[1], "w"))
 """
@@ -167,7 +168,8 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
     import sys
     from pathlib import Path
 
-    from tests.isa import AVX2_CODE_PATHS as avx2, require_avx512
+    from tests.isa import AVX2_CODE_PATHS as avx2
+    from tests.isa import require_avx512
 
     require_avx512()
     base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "NUMBA_CACHE_DIR"}

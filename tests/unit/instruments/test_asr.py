@@ -15,8 +15,8 @@ import pytest
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.tiny_models import build_tiny_whisper
 from voicebias.instruments.asr import ASRSetupError, WhisperASR
-from voicebias.systems.runner import ResponseCache, run_task, validate_responses
 from voicebias.systems.base import ContinuationSystem, S2SResponse
+from voicebias.systems.runner import ResponseCache, run_task, validate_responses
 from voicebias.tasks import Task
 
 

@@ -274,7 +274,8 @@ def test_resemblyzer_embedding_is_the_same_on_avx2_and_avx512_code_paths(tmp_pat
     import subprocess
     import sys
 
-    from tests.isa import AVX2_CODE_PATHS as avx2, NATIVE, require_avx512
+    from tests.isa import AVX2_CODE_PATHS as avx2
+    from tests.isa import NATIVE, require_avx512
 
     require_avx512()
     base = {**{k: v for k, v in os.environ.items() if k not in avx2 and k != "MKL_CBWR"}, **NATIVE}

@@ -9,8 +9,6 @@ import pytest
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants
 from voicebias import config
-from voicebias.params import load_params
-from voicebias.scoring.acoustic import output_settings
 from voicebias.instruments.acoustics import (
     MeasureSettings,
     correct_octave_jumps,
@@ -19,6 +17,8 @@ from voicebias.instruments.acoustics import (
     measure_signal,
     poles_to_formants,
 )
+from voicebias.params import load_params
+from voicebias.scoring.acoustic import output_settings
 
 SR = 16000
 CEILING = 5500.0

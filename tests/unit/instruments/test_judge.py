@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from tests.fakes.http import send_json, start_loopback, stop_loopback
 from voicebias.instruments.judge import (
     GeminiJudge,
     InvalidJudgement,
@@ -22,7 +23,6 @@ from voicebias.instruments.judge import (
     parse_judgement,
 )
 from voicebias.systems.base import SetupError
-from tests.fakes.http import send_json, start_loopback, stop_loopback
 
 VALID = json.dumps(
     {

@@ -156,6 +156,7 @@ def test_cepstrogram_cpps_equals_praats_get_cpps(f0, noise, time_step, quefrency
     """The NumPy evaluation of Get CPPS gives Praat's number on voices from clean to
     noisy, at the time steps the params allow and another quefrency window."""
     import parselmouth
+
     from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
 
     snd = parselmouth.Sound(_voice(f0, 1.3, noise, seed=int(f0)), sampling_frequency=SR)
@@ -168,6 +169,7 @@ def test_cepstrogram_cpps_equals_praat_on_short_sounds(dur):
     """Sounds at or below Praat's 0.1-s cepstrogram window (one frame, window cut to the
     sound) and a few frames long, where every averaging window meets an edge."""
     import parselmouth
+
     from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
 
     snd = parselmouth.Sound(_voice(140.0, dur, 0.1, seed=3), sampling_frequency=SR)

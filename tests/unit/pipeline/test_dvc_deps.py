@@ -53,7 +53,7 @@ def closure(start: str, root: Path = ROOT) -> set[Path]:
     todo = [start]
     while todo:
         name = todo.pop()
-        if not name.split(".")[0] in ("voicebias", "stages"):
+        if name.split(".")[0] not in ("voicebias", "stages"):
             continue
         parts = name.split(".")
         for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first

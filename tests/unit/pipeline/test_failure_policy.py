@@ -101,7 +101,8 @@ def test_over_the_limit_the_stage_stops_with_one_line_and_the_next_run_sends_onl
         first = sent(server)
         msg = str(info.value)
         assert msg == (
-            "system 'gpt_audio': describe: 3 of 30 calls failed: 2 x RuntimeError: HTTP 400: Error code: 400 - Invalid input "
+            "system 'gpt_audio': describe: 3 of 30 calls failed: 2 x RuntimeError: HTTP 400: "
+            "Error code: 400 - Invalid input "
             "audio., 1 x reply has no audio (finish_reason stop); the model wrote: I can't help with that. "
             "(more than run.max_failed_fraction 0.05; the finished calls are cached and the next run sends "
             "only the failed ones)"

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.params import load_params
-from voicebias.instruments.acoustics import MeasureSettings, measure_signal
 from voicebias.analysis.sc import judge_score_table, retention
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
+from voicebias.params import load_params
 from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest
 from voicebias.systems.reference_continuation import planted_retention, planted_truth, topic_word
@@ -305,8 +305,8 @@ def test_cli_reanalyses_a_shared_scored_table(tmp_path):
 def test_report_tables_have_the_sc_papers_layout():
     """Table 2: rows Unmod./Breathy/Creaky/EndCr., columns system x Male/Female, 'mean ± SD';
     Fig. 2 as a table: one block per dimension, VQ rows with 'All' last."""
-    from voicebias.report.build import judge_table, sc_similarity_table
     from voicebias.analysis.sc_stats import similarity_table
+    from voicebias.report.build import judge_table, sc_similarity_table
 
     pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=3)
     sc2 = sc.assign(system="other")
@@ -385,11 +385,11 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     the system's success rate and drops the stimulus from the all-systems comparison set."""
     from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
     from voicebias import config
-    from voicebias.audio import write_audio
-    from voicebias.instruments.judge import load_rubric
-    from voicebias.contract import SC_SCORED_COLUMNS as SCORED_COLUMNS
-    from voicebias.scoring.continuation import score_continuations
     from voicebias.analysis.sc_stats import all_systems_succeeded, success_table
+    from voicebias.audio import write_audio
+    from voicebias.contract import SC_SCORED_COLUMNS as SCORED_COLUMNS
+    from voicebias.instruments.judge import load_rubric
+    from voicebias.scoring.continuation import score_continuations
 
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     for name in ("prompt-a", "prompt-b", "cont-a"):

@@ -15,7 +15,6 @@ import yaml
 
 from voicebias import config
 from voicebias.params import load_params
-
 from voicebias.report import build as report
 
 TEMPLATES = config.ROOT / "voicebias" / "report" / "templates"

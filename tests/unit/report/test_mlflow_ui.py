@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, mlflow_server_cmd, server  # noqa: F401 (server: a fixture)
+from tests.servers import free_port, mlflow_server_cmd
 from tests.unit.report.hand_made import SYSTEM, hand_made_store
 
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

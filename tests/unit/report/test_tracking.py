@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from voicebias import config
+from voicebias.io import read_table, write_json, write_table
 from voicebias.params import load_params
 from voicebias.pipeline.analysis import run_stage as run_analysis
-from voicebias.io import read_table, write_json, write_table
-from voicebias.systems.reference import planted_p_female
 from voicebias.report.tracking import log_pipeline_run
+from voicebias.systems.reference import planted_p_female
 
 
 def scored_table(system, params, seed):

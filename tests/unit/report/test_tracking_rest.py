@@ -16,7 +16,7 @@ import urllib.parse
 import pandas as pd
 import pytest
 
-from tests.servers import free_port, get_json, mlflow_server_cmd, post_json, server  # noqa: F401 (server: a fixture)
+from tests.servers import free_port, get_json, mlflow_server_cmd, post_json
 from tests.unit.report.hand_made import SYSTEM, hand_made_store
 
 

@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from voicebias import config
-from voicebias.params import load_params
-from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
-from voicebias.pipeline.bank import run_stage
 from voicebias.contract import LANGUAGES, POLES
+from voicebias.params import load_params
+from voicebias.pipeline.bank import run_stage
+from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
 from voicebias.stimuli.lint import lint_hits
 
 PARAMS = load_params(config.ROOT / "profiles" / "embedded.yaml")

@@ -14,9 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.fakes.http import send_json
 from voicebias import config
 from voicebias.exceptions import StageFailed
 from voicebias.params import load_params
+from voicebias.pipeline.generate import run_stage
 from voicebias.stimuli.bank import load_bank
 from voicebias.stimuli.generate import (
     GeminiChat,
@@ -27,9 +29,7 @@ from voicebias.stimuli.generate import (
     parse_json_reply,
     parse_rating,
 )
-from voicebias.pipeline.generate import run_stage
 from voicebias.stimuli.lint import lint_text
-from tests.fakes.http import send_json
 
 KEY = "sk-test-local"
 PARAMS = load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -252,7 +252,7 @@ def test_stage_generates_lints_rates_and_selects(server, tmp_path, empty_bank):
         "LLM panel" in e["rated_by"] for e in entries
     )
     bank = load_bank(out / "selection", ["en", "es"])
-    assert len(bank) == 12 and all(lint_text(t, l) == {} for t, l in zip(bank["text"], bank["lang"]))
+    assert len(bank) == 12 and all(lint_text(t, lang) == {} for t, lang in zip(bank["text"], bank["lang"]))
     # every request carried the key and went to the configured models
     assert {c["headers"]["authorization"] for c in FakeLLM.calls} == {f"Bearer {KEY}"}
     assert {c["body"]["model"] for c in FakeLLM.calls} == {"writer-1", "judge-a", "judge-b"}

@@ -9,9 +9,9 @@ import pytest
 from parselmouth.praat import call
 from scipy import signal
 
+from voicebias.gates.phonation_check import expected_signs, summarise, validate_check
 from voicebias.instruments.acoustics import MeasureSettings, measure_signal
 from voicebias.stimuli.phonation import ParametricSettings, convert_parametric, select_prompts
-from voicebias.gates.phonation_check import expected_signs, summarise, validate_check
 from voicebias.stimuli.phonation.presets import FEATURES, PAPER_PRESETS, conditioning, n_frames
 from voicebias.validation import ValidationFailed
 
@@ -376,9 +376,9 @@ def test_a_shared_manipulation_copy_resynthesises_like_a_fresh_one(x):
 
 
 def test_conversions_on_every_core_equal_one_by_one(tmp_path):
+    from voicebias.audio import write_audio
     from voicebias.stimuli.phonation import convert_all
     from voicebias.stimuli.phonation.presets import presets_from_params
-    from voicebias.audio import write_audio
 
     presets = presets_from_params(None)
     jobs = []

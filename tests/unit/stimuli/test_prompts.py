@@ -11,6 +11,7 @@ import yaml
 
 from voicebias import config
 from voicebias.audio import read_audio, rms_dbfs
+from voicebias.pipeline.sc_stimuli import run_stage
 from voicebias.stimuli.lint import lint_text
 from voicebias.stimuli.prompts import (
     load_nop_set,
@@ -20,7 +21,6 @@ from voicebias.stimuli.prompts import (
     validate_nop_set,
     validate_sc_manifest,
 )
-from voicebias.pipeline.sc_stimuli import run_stage
 from voicebias.validation import ValidationFailed
 
 NOP = config.DATA / "nop_set" / "nop_set.yaml"

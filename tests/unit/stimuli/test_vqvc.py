@@ -14,7 +14,6 @@ import soundfile as sf
 
 from voicebias.stimuli.phonation.external.vqvc_driver import fit_frames, trim_silence
 from voicebias.stimuli.phonation.presets import FEATURES, PAPER_PRESETS, n_frames
-from voicebias.systems.base import SetupError
 from voicebias.stimuli.phonation.vqvc import (
     VQVCConfig,
     VQVCError,
@@ -23,6 +22,7 @@ from voicebias.stimuli.phonation.vqvc import (
     convert_batch,
     setup_report,
 )
+from voicebias.systems.base import SetupError
 
 SR = 16000
 

@@ -15,9 +15,9 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
-from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.systems import SetupError, build_system, load_card
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.tasks import load_tasks
 
 KEY = "sk-test-openai-0123456789abcdefPLANTED"

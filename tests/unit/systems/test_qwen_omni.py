@@ -259,8 +259,8 @@ def test_tiny_model_answers_with_text_and_24khz_speech(tiny_qwen, tmp_path):
     import soundfile as sf
 
     from tests.fakes.stimuli import make_stimuli
-    from voicebias.systems.runner import ResponseCache, run_task, validate_responses
     from voicebias.systems.base import S2SRequest
+    from voicebias.systems.runner import ResponseCache, run_task, validate_responses
     from voicebias.tasks import load_tasks
 
     stimuli = make_stimuli(tmp_path, 1)  # 0.25 s tone at 16 kHz

@@ -89,7 +89,8 @@ def test_three_samples_per_item(tmp_path):
     assert list(zip(table["stimulus_id"], table["sample"])) == [(i, s) for i in ids for s in range(3)]
     cols = list(table.columns)
     assert cols[cols.index("stimulus_id") + 1] == "sample"
-    # sample 0 is the run without repeats: same key, same answer, same file name (a cache hit: only 2 new calls per item)
+    # sample 0 is the run without repeats: same key, same answer, same file name (a cache hit: only 2 new
+    # calls per item)
     s0 = table[table["sample"] == 0].drop(columns="sample").reset_index(drop=True)
     assert list(s0["cache_key"]) == list(one["cache_key"]) and list(s0["transcript"]) == list(one["transcript"])
     assert [p.split("/")[-1] for p in s0["output_audio"]] == [p.split("/")[-1] for p in one["output_audio"]]

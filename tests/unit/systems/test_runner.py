@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.systems.runner import ResponseCache, RetryPolicy, call_with_retries, run_task, validate_responses
 from voicebias.systems.base import S2SResponse, S2SSystem, SetupError, TransientError
+from voicebias.systems.runner import ResponseCache, RetryPolicy, call_with_retries, run_task, validate_responses
 from voicebias.tasks import load_tasks
 from voicebias.validation import ValidationFailed
 
@@ -206,8 +206,8 @@ def test_batching_hook_gets_batches_and_isolates_a_bad_item(tmp_path):
 
 
 def test_runner_knobs_do_not_change_the_cache_key(tmp_path):
-    from voicebias.systems.runner import cache_key
     from voicebias.systems.base import S2SRequest
+    from voicebias.systems.runner import cache_key
 
     req = S2SRequest("a", "en", "en", "describe", "p", "x", "0" * 64, 1)
     a, b = CountingSystem(), CountingSystem()
@@ -225,7 +225,6 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     import yaml
 

@@ -16,8 +16,8 @@ import pytest
 import soundfile as sf
 
 from voicebias import config
-from voicebias.params import load_params
 from voicebias.audio import read_audio, rms_dbfs, sha256_file
+from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank
 from voicebias.stimuli.passages import render_utterance, synthesize_stimuli, validate_manifest
 from voicebias.tts import REGISTRY, get_backend

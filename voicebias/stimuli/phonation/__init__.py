@@ -57,9 +57,8 @@ from parselmouth.praat import call
 from scipy import signal
 
 from voicebias.exceptions import ConfigError, StageFailed
-from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
-from voicebias.stimuli.phonation.presets import FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
 from voicebias.registry import Registry
+from voicebias.stimuli.phonation.presets import FEATURES, FRAME_S, conditioning, n_frames
 
 
 @dataclass(frozen=True)
@@ -408,8 +407,8 @@ def _convert_vqvc(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path,
     """The stage's jobs through VoiceQualityVC in its own environment (voicebias.stimuli.phonation.vqvc)."""
     import shutil
 
-    from voicebias.stimuli.phonation import vqvc
     from voicebias.audio import sha256_file
+    from voicebias.stimuli.phonation import vqvc
 
     cfg = vqvc.VQVCConfig.from_params(ph, root)
     vqvc.check_setup(cfg)

@@ -83,8 +83,9 @@ import numpy as np
 import soundfile as sf
 
 from voicebias.audio import AudioError, read_audio
-from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.contract import CONDITIONS
+from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.secrets import child_env
 from voicebias.stimuli.phonation.presets import (
     FEATURES,
     FRAME_S,
@@ -93,7 +94,6 @@ from voicebias.stimuli.phonation.presets import (
     n_frames,
     presets_from_params,
 )
-from voicebias.secrets import child_env
 from voicebias.systems.base import SetupError, resolve_path
 
 REPO_URL = "https://github.com/Hfkml/VQVC"

@@ -113,9 +113,10 @@ def load(job: dict[str, Any]) -> dict[str, Any]:
     import logging
 
     import utils  # noqa: E402  (the checkout's)
-    from models import SynthesizerTrn
     from speaker_encoder.voice_encoder import SpeakerEncoder
     from wavlm import WavLM, WavLMConfig
+
+    from models import SynthesizerTrn
 
     logging.getLogger().setLevel(logging.WARNING)  # the checkout's utils logs at DEBUG to stdout
     device = job.get("device") or "auto"
