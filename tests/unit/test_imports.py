@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.unit.pipeline.test_dvc_deps import module_file
 from voicebias import config
+from voicebias.codedeps import module_file
 
 ROOT = config.ROOT
 
@@ -76,7 +76,7 @@ def test_the_cycle_finder_sees_function_level_cycles():
 
 def test_module_file_and_modules_agree():
     mods = project_modules()
-    assert mods["voicebias.instruments.acoustics"] == module_file("voicebias.instruments.acoustics")
+    assert mods["voicebias.instruments.acoustics"] == module_file("voicebias.instruments.acoustics", config.ROOT)
 
 
 KNOWN: list[list[str]] = []  # no cycle is tolerated

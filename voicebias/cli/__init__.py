@@ -19,6 +19,7 @@ voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems
 voicebias verify [REV]           this checkout's outputs against REV's committed ones: identical, same
                                  results within tolerance, or different results (exit 1)
 voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
+voicebias dev deps [--check]     write (or check) every stage's code deps in dvc.yaml from its imports
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from voicebias import config
-from voicebias.cli import compare, fetch, measure, serve, verify
+from voicebias.cli import compare, dev, fetch, measure, serve, verify
 from voicebias.errors import guarded
 from voicebias.exceptions import ConfigError
 from voicebias.params import load_params
@@ -293,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_parser(sub)
     serve.add_parser(sub)
     verify.add_parser(sub)
+    dev.add_parser(sub)
     p = sub.add_parser("ui", help="print (or --run) the MLflow UI command, bound to 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--run", action="store_true")
