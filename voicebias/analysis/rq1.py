@@ -723,3 +723,27 @@ def rq1_significance_counts(contrasts: pd.DataFrame, mixed: pd.DataFrame, alpha:
             "n_fits_stereotype_away",
         ],
     )
+
+
+def rq1_tables(acoustic: pd.DataFrame, confidence: float = 0.95) -> dict[str, pd.DataFrame]:
+    """Every RQ1 table, as the analysis stage writes it and `voicebias analyze rq1` prints it:
+    mixed models and pooled contrasts of the composite and F0 deltas and, where the scoring made
+    them, their text-controlled net_ versions; Welch contrasts of every delta_ and net_ measure
+    (F0, formant index, each classifier margin, the composite); the significance counts."""
+    measures = [m for m in ("delta_composite", "delta_f0_median_st") if m in acoustic]
+    # the text-controlled versions (output - text-matched control), when the scoring stage made them
+    measures += [m.replace("delta_", "net_", 1) for m in measures if m.replace("delta_", "net_", 1) in acoustic]
+    every = [*measures, *sorted(c for c in acoustic.columns if c.startswith(("delta_", "net_")) and c not in measures)]
+    tables = {
+        "rq1_contrasts": pd.concat([rq1_contrasts(acoustic, m) for m in every], ignore_index=True),
+        "rq1_mixed_models": pd.concat([rq1_mixed_models(acoustic, m, confidence) for m in measures], ignore_index=True),
+        # per system, and the whole panel pooled (system 'ALL', as the S2S paper's pooled contrast)
+        "rq1_pooled": pd.concat(
+            [rq1_pooled(acoustic, m, confidence, pool_systems=pool) for pool in (False, True) for m in measures],
+            ignore_index=True,
+        ),
+    }
+    tables["rq1_significance_counts"] = rq1_significance_counts(
+        tables["rq1_contrasts"], tables["rq1_mixed_models"], 1 - confidence
+    )
+    return tables

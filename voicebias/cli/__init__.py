@@ -130,26 +130,11 @@ def _require(df: pd.DataFrame, cols: set[str], what: str) -> None:
 
 def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     if args.what == "rq1":
-        from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
+        from voicebias.analysis.rq1 import rq1_tables
 
         df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
         _require(df, {"system", "task", "lang", "pole", "voice_gender", "passage_id", "delta_composite"}, "rq1 table")
-        measures = [m for m in ("delta_composite", "delta_f0_median_st") if m in df]
-        every = [*measures, *sorted(c for c in df.columns if c.startswith("delta_") and c not in measures)]
-        tables = {
-            "rq1_contrasts": pd.concat([rq1_contrasts(df, m) for m in every], ignore_index=True),
-            "rq1_mixed_models": pd.concat(
-                [rq1_mixed_models(df, m, args.confidence) for m in measures], ignore_index=True
-            ),
-            "rq1_pooled": pd.concat(
-                [rq1_pooled(df, m, args.confidence, pool_systems=pool) for pool in (False, True) for m in measures],
-                ignore_index=True,
-            ),
-        }
-        tables["rq1_significance_counts"] = rq1_significance_counts(
-            tables["rq1_contrasts"], tables["rq1_mixed_models"], 1 - args.confidence
-        )
-        return tables
+        return rq1_tables(df, args.confidence)
     if args.what == "sc":
         from voicebias.analysis.sc import analyse
         from voicebias.contract import SC_MEASURES
@@ -205,7 +190,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         df = _load_scored(args.table[0])
         if args.what == "describe":
             tables = {"describe_odds_ratios": describe_odds_ratios(df, args.confidence)}
-            tables["describe_misgender"], tables["describe_fisher"] = describe_misgender(df)
+            tables["describe_misgender"], tables["describe_fisher"] = describe_misgender(df, args.confidence)
         else:
             tables = {"summarize_pronouns": summarize_pronouns(df)}
     for name, t in tables.items():

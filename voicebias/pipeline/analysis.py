@@ -44,31 +44,12 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
         for s, p in params["systems"].items()
         if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"
     }
-    from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
+    from voicebias.analysis.rq1 import rq1_tables as build_rq1_tables
 
     rq1_tables: dict[str, pd.DataFrame] = {}
     if acoustic_paths:
         acoustic = pd.concat([read_table(Path(p)) for p in acoustic_paths], ignore_index=True)
-        measures = ["delta_composite", "delta_f0_median_st"]
-        # the text-controlled versions (output - text-matched control), when the scoring stage made them
-        measures += [m.replace("delta_", "net_", 1) for m in measures if m.replace("delta_", "net_", 1) in acoustic]
-        # Welch contrasts for every delta and net measure (F0, formant index, each classifier margin, the composite)
-        every = [
-            *measures,
-            *sorted(c for c in acoustic.columns if c.startswith(("delta_", "net_")) and c not in measures),
-        ]
-        rq1_tables["rq1_contrasts"] = pd.concat([rq1_contrasts(acoustic, m) for m in every], ignore_index=True)
-        rq1_tables["rq1_mixed_models"] = pd.concat(
-            [rq1_mixed_models(acoustic, m, conf) for m in measures], ignore_index=True
-        )
-        # per system, and the whole panel pooled (system 'ALL', as the S2S paper's pooled contrast)
-        rq1_tables["rq1_pooled"] = pd.concat(
-            [rq1_pooled(acoustic, m, conf, pool_systems=pool) for pool in (False, True) for m in measures],
-            ignore_index=True,
-        )
-        rq1_tables["rq1_significance_counts"] = rq1_significance_counts(
-            rq1_tables["rq1_contrasts"], rq1_tables["rq1_mixed_models"], 1 - conf
-        )
+        rq1_tables = build_rq1_tables(acoustic, conf)
     from voicebias.analysis.exclusions import exclusion_counts, exclusions_vs_planted, planted_exclusions
 
     excluded = exclusion_counts(scored, acoustic if acoustic_paths else None)
