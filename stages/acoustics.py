@@ -1,7 +1,8 @@
 """Stage acoustics: measure every input stimulus (F0, formants, classifier margins, composite)."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.acoustics import run_stage
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Stage bank: read and validate the passage bank into data/passages/passages.csv."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.bank import run_stage
 
 if __name__ == "__main__":

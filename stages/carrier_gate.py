@@ -1,7 +1,8 @@
 """Stage carrier_gate: certify the stimuli (H0) or stop the pipeline."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.carrier_gate import run_stage
 
 if __name__ == "__main__":

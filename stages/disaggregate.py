@@ -1,7 +1,8 @@
 """Stage disaggregate: every rate and mean by system x language x voice x condition, with bootstrap CIs."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.disaggregate import run_stage
 
 if __name__ == "__main__":

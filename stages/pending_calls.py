@@ -6,7 +6,8 @@ next `dvc repro` (voicebias.pipeline.pending_calls).
 """
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.pending_calls import run_stage
 
 if __name__ == "__main__":

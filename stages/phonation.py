@@ -1,7 +1,8 @@
 """Stage phonation: breathy, creaky and end-creak versions of the selected SC stimuli."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.phonation import run_stage
 
 if __name__ == "__main__":

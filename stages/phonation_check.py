@@ -1,7 +1,8 @@
 """Stage phonation_check: the manipulation check of the phonation conversion (GE gate)."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.phonation_check import run_stage
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Stage report: reports/report/audit_card.{md,json} and report.{md,html} (the card first) with figures."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.report import run_stage
 
 if __name__ == "__main__":

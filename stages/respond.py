@@ -7,7 +7,8 @@ only the named tasks, outside DVC.
 import argparse
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.respond import run_system_stage
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Stage sc_analysis: the speech-continuation analyses over all continuation systems."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.sc_analysis import run_stage
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 import argparse
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.sc_scoring import run_stage
 
 if __name__ == "__main__":

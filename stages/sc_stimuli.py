@@ -1,7 +1,8 @@
 """Stage sc_stimuli: voice the speech-continuation prompts (NOP_set, SS_set) with the SC voices."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.sc_stimuli import run_stage
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 language x task (children) to MLflow."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.tracking import run_stage
 
 if __name__ == "__main__":

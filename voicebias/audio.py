@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 
 class AudioError(VoicebiasError, ValueError):

@@ -27,7 +27,7 @@ import platform
 import sys
 from pathlib import Path
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 MODE_VARIABLE = "VOICEBIAS_CODE_PATHS"
 MODES = ("avx2", "native")

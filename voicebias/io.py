@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd

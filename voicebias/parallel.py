@@ -33,7 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 _STATE: dict[int, Any] = {}
 

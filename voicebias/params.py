@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, FAULTS, GENDERS, LANGUAGES, POLES
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 from voicebias.io import read_yaml
 
 Lang = Literal[LANGUAGES]
@@ -680,3 +680,10 @@ def load_params(path: Path | str | None = None) -> dict[str, Any]:
         raise FileNotFoundError(f"parameter file not found: {p}")
     raw = read_yaml(p)
     return validate_params(raw, source=p.name)
+
+
+def stage_params(stage: str) -> dict[str, Any]:
+    """params.yaml validated for a stage; a schema problem prints its key paths and exits 1."""
+    from voicebias.errors import guarded
+
+    return guarded(load_params, stage=stage)

@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from voicebias.exceptions import NotAvailable, NotFound
+from voicebias.errors import NotAvailable, NotFound
 
 
 class UnknownName(NotFound):

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from voicebias.config import TASKS_DIR
-from voicebias.exceptions import NotFound
+from voicebias.errors import NotFound
 from voicebias.io import read_yaml
 
 TASK_NAMES = ("readback", "paraphrase", "summarize", "translate", "describe")

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 

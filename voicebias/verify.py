@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ import textwrap
 import pytest
 
 import voicebias
-from voicebias.errors import guarded
-from voicebias.exceptions import ConfigError, NotFound, VoicebiasError
+from voicebias.errors import ConfigError, NotFound, VoicebiasError, guarded
 
 # modules that run in another environment or need optional heavy packages to import
 SKIP = ("voicebias.stimuli.phonation.external", "voicebias.systems.drivers", "voicebias.serving.shim")
@@ -34,7 +33,7 @@ def test_every_exception_class_of_the_package_subclasses_voicebias_error():
                 classes[f"{name}.{obj.__qualname__}"] = obj
     assert {
         "voicebias.params.ParamsError",
-        "voicebias.systems.base.SetupError",
+        "voicebias.errors.SetupError",
         "voicebias.audio.AudioError",
         "voicebias.instruments.judge.JudgeCallError",
         "voicebias.validation.ValidationFailed",
@@ -44,8 +43,8 @@ def test_every_exception_class_of_the_package_subclasses_voicebias_error():
 
 def test_project_errors_keep_their_builtin_base():
     from voicebias.audio import AudioError
+    from voicebias.errors import SetupError, TransientError
     from voicebias.params import ParamsError
-    from voicebias.systems.base import SetupError, TransientError
     from voicebias.tts.kokoro import KokoroWeightsMissing
 
     assert issubclass(ParamsError, ValueError) and issubclass(AudioError, ValueError)
@@ -98,7 +97,7 @@ def _run(code: str, env_debug: str | None) -> subprocess.CompletedProcess:
 def test_voicebias_debug_prints_the_traceback():
     code = """
         from voicebias.errors import guarded
-        from voicebias.exceptions import StageFailed
+        from voicebias.errors import StageFailed
         def deep_inside():
             raise StageFailed("2 conversion(s) failed")
         guarded(deep_inside, stage="phonation")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from voicebias.exceptions import NotAvailable, VoicebiasError
+from voicebias.errors import NotAvailable, VoicebiasError
 from voicebias.registry import Registry, UnknownName
 
 

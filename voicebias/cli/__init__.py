@@ -32,8 +32,7 @@ import pandas as pd
 
 from voicebias import config
 from voicebias.cli import compare, dev, fetch, measure, serve, verify
-from voicebias.errors import guarded
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError, guarded
 from voicebias.params import load_params
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from voicebias import config
-from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.errors import ConfigError, VoicebiasError
 from voicebias.io import read_text
 
 DEFAULT_RTOL = 1e-9

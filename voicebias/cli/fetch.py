@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from voicebias import config
-from voicebias.exceptions import ConfigError, NotFound, VoicebiasError
+from voicebias.errors import ConfigError, NotFound, VoicebiasError
 
 DEFAULT_DEST = "models/weights"
 MANIFEST = "fetched.json"

@@ -32,7 +32,7 @@ import pandas as pd
 
 from voicebias import config
 from voicebias.contract import GENDERS, MEASURE_COLUMNS
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 from voicebias.io import write_table
 from voicebias.params import load_params
 

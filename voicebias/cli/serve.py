@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 SHIM = Path(__file__).resolve().parent.parent / "serving" / "shim.py"
 PIDS_FILE = "pids.json"

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit
 
-from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.errors import ConfigError, VoicebiasError
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 #: The key sent to servers that take none (vLLM, llama.cpp, Ollama); not a secret.
 NO_KEY = "EMPTY"

@@ -19,7 +19,7 @@ import math
 import time
 from typing import Any, Callable, TypeVar
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 T = TypeVar("T")
 

@@ -33,7 +33,7 @@ import statsmodels.formula.api as smf
 from scipy import stats
 from statsmodels.stats.anova import anova_lm
 
-from voicebias.exceptions import NotFound
+from voicebias.errors import NotFound
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 GATE_COLUMNS = [

@@ -66,7 +66,7 @@ from voicebias.audio import (
     min_analysable_s,
 )
 from voicebias.contract import MEASURE_COLUMNS
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.errors import ConfigError, NotFound
 from voicebias.instruments.jit import kernel
 from voicebias.instruments.units import hz_to_semitones
 from voicebias.instruments.voice_quality import (

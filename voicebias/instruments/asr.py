@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from voicebias.audio import resample
-from voicebias.systems.base import SetupError
+from voicebias.errors import SetupError
 
 SAMPLE_RATE = 16000  # Hz, Whisper's input rate
 REQUIRED_TOKENS = ("<|startoftranscript|>", "<|transcribe|>", "<|notimestamps|>")

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 from voicebias.instruments.units import hz_to_semitones
 from voicebias.registry import Registry
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.errors import ConfigError, NotFound
 
 REFERENCE_COLUMNS = ["lang", "measure", "mean", "sd", "n"]
 

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from voicebias.audio import AudioError, resample, sha256_file
-from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.registry import Registry
 
 REGISTRY = Registry(

@@ -44,11 +44,11 @@ from typing import Any, NamedTuple
 from voicebias.clients.llm import ChatError, chat_completion, extract_json_object, openai_client
 from voicebias.clients.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
 from voicebias.config import JUDGE_RUBRIC, ROOT
-from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.errors import ConfigError, SetupError, VoicebiasError
 from voicebias.io import read_yaml
 from voicebias.registry import Registry
 from voicebias.secrets import require_secret
-from voicebias.systems.base import SetupError, redact, resolve_path
+from voicebias.systems.base import redact, resolve_path
 
 
 class InvalidJudgement(VoicebiasError, ValueError):

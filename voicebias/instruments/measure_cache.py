@@ -56,7 +56,7 @@ import numpy as np
 
 from voicebias import codepaths
 from voicebias.cache import JsonCache, content_key
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 #: the parts of a file that can be measured: all of it, or either half of the signal as read
 PARTS = ("whole", "first_half", "second_half")

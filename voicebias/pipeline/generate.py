@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from voicebias.contract import POLES
-from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.stimuli.generate import (
     CachedChat,
     generate_candidates,

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
-from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.stimuli.phonation import CONVERTERS, ParametricSettings, _stable_seed, select_prompts
 from voicebias.stimuli.phonation.presets import presets_from_params
 

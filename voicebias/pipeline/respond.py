@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from voicebias.exceptions import ConfigError, NotFound, StageFailed
+from voicebias.errors import ConfigError, NotFound, StageFailed
 from voicebias.systems.base import SystemUnderTest
 from voicebias.systems.runner import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
 from voicebias.systems.screen import ReplyScreen

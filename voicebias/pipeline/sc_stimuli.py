@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from voicebias.contract import GENDERS, PROMPT_SETS
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 from voicebias.stimuli.prompts import (
     import_ss_clips,
     load_nop_set,

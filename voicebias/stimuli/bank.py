@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 from voicebias.io import read_yaml
 from voicebias.params import load_params
 from voicebias.validation import ValidationReport, expectations, require_valid, where

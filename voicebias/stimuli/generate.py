@@ -43,7 +43,7 @@ from tqdm import tqdm
 from voicebias.cache import JsonCache, content_key
 from voicebias.clients.llm import ChatError, chat_completion, openai_client, parse_json_reply
 from voicebias.contract import POLES
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 from voicebias.registry import Registry
 from voicebias.secrets import read_secret, redact
 from voicebias.stimuli.bank import length_units, load_bank

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from voicebias.audio import normalize_rms, resample, sha256_file, write_audio
 from voicebias.contract import GENDERS, LANGUAGES, POLES, STIMULUS_COLUMNS
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.errors import ConfigError, NotFound
 from voicebias.tts import TTSBackend, get_backend
 from voicebias.validation import ValidationReport, expectations, require_valid
 

@@ -32,7 +32,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from voicebias.contract import GENDERS, PROMPT_SETS, SC_PROMPT_COLUMNS, SC_STIMULUS_COLUMNS
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.errors import ConfigError, NotFound
 from voicebias.io import read_yaml
 from voicebias.validation import ValidationReport, expectations, require_valid
 

@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from voicebias.config import CARDS_DIR
-from voicebias.exceptions import ConfigError, NotAvailable, NotFound
+from voicebias.errors import ConfigError, NotAvailable, NotFound, SetupError, TransientError
 from voicebias.io import read_yaml
 from voicebias.registry import Registry
 from voicebias.systems.base import (
@@ -42,9 +42,7 @@ from voicebias.systems.base import (
     S2SRequest,
     S2SResponse,
     S2SSystem,
-    SetupError,
     SystemUnderTest,
-    TransientError,
 )
 
 # Adapters named by a profile that this version does not ship yet: the preflight

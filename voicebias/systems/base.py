@@ -12,8 +12,8 @@ Two kinds of system, one request/response shape each:
 A call that fails is returned as a response with status 'failed' and the reason
 (or raises; the runner records the exception as the reason). It is never replaced
 by an invented output. Retryable failures (rate limits, 5xx, timeouts) raise
-:class:`TransientError`; a system that cannot run on this machine at all (missing
-checkout, weights, key or package) raises :class:`SetupError` when it is built,
+:class:`voicebias.errors.TransientError`; a system that cannot run on this machine at all (missing
+checkout, weights, key or package) raises :class:`voicebias.errors.SetupError` when it is built,
 with a message that says what to do. Before the first request of a run the runner
 calls :meth:`SystemUnderTest.check`, where an adapter asks its servers whether they
 answer and take its key, so a run that cannot get anywhere stops in seconds.
@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 
 from voicebias.clients.endpoints import EndpointPool, Unreachable
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import SetupError
 from voicebias.secrets import redact  # noqa: F401  (the adapters' redaction, kept importable here)
 
 #: Prompt and continuation lengths of the speech-continuation protocol (SC paper), in s.
@@ -70,21 +70,6 @@ DEPLOY_CARD_KEYS = frozenset({"base_url", "endpoints", "api_key_env"})
 #: answered, so they stay in the cache entry (untracked) and are left out of the responses
 #: table, which must not depend on them.
 DEPLOY_PROVENANCE = frozenset({"endpoint", "served_root"})
-
-
-class TransientError(VoicebiasError, RuntimeError):
-    """A failure worth retrying (rate limit, 5xx, timeout).
-
-    `retry_after_s` carries a server's Retry-After hint, when it sent one.
-    """
-
-    def __init__(self, message: str, retry_after_s: float | None = None):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class SetupError(VoicebiasError, RuntimeError):
-    """This system cannot run on this machine as configured; the message says what is missing."""
 
 
 @dataclass(frozen=True)

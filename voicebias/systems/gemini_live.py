@@ -48,17 +48,9 @@ from voicebias.clients.endpoints import (
     connection_reason,
 )
 from voicebias.clients.retry import retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import read_secret
-from voicebias.systems.base import (
-    CHECK_TIMEOUT_S,
-    S2SRequest,
-    S2SResponse,
-    S2SSystem,
-    SetupError,
-    TransientError,
-    ask_endpoints,
-    redact,
-)
+from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, redact
 
 INPUT_RATE = 16000  # Hz, what the Live API takes
 OUTPUT_RATE = 24000  # Hz, what it returns unless the mime type says otherwise

@@ -57,17 +57,9 @@ from voicebias.clients.endpoints import (
     safe_url,
 )
 from voicebias.clients.retry import retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import require_secret
-from voicebias.systems.base import (
-    CHECK_TIMEOUT_S,
-    S2SRequest,
-    S2SResponse,
-    S2SSystem,
-    SetupError,
-    TransientError,
-    ask_endpoints,
-    redact,
-)
+from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, redact
 
 #: HTTP statuses worth retrying: timeout, conflict, rate limit, server errors
 TRANSIENT_STATUS = {408, 409, 429}

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from voicebias.errors import SetupError
 from voicebias.secrets import require_secret
-from voicebias.systems.base import SetupError
 from voicebias.systems.openai_audio import OpenAIAudioSystem
 
 NO_KEY = "EMPTY"  # placeholder for servers that take no key; not a secret

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from voicebias.audio import read_audio
-from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, SetupError, resolve_path
+from voicebias.errors import SetupError
+from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, resolve_path
 
 QWEN_SYSTEM = (
     "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "

@@ -86,6 +86,7 @@ from voicebias.clients.endpoints import (
     safe_url,
 )
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import child_env
 from voicebias.systems.base import (
     ContinuationRequest,
@@ -93,9 +94,7 @@ from voicebias.systems.base import (
     S2SRequest,
     S2SResponse,
     S2SSystem,
-    SetupError,
     SystemUnderTest,
-    TransientError,
     resolve_path,
 )
 

@@ -85,16 +85,14 @@ from voicebias.contract import (
     SAMPLE,
     with_sample,
 )
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError, SetupError, TransientError
 from voicebias.systems.base import (
     DEPLOY_CARD_KEYS,
     DEPLOY_PROVENANCE,
     ContinuationRequest,
     S2SRequest,
     S2SResponse,
-    SetupError,
     SystemUnderTest,
-    TransientError,
     sample_seed,
 )
 from voicebias.systems.screen import ReplyScreen, file_facts

@@ -93,18 +93,9 @@ from voicebias.clients.endpoints import (
     safe_url,
 )
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import require_secret
-from voicebias.systems.base import (
-    CHECK_TIMEOUT_S,
-    S2SRequest,
-    S2SResponse,
-    S2SSystem,
-    SetupError,
-    TransientError,
-    ask_endpoints,
-    item_seed,
-    redact,
-)
+from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, item_seed, redact
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8091/v1"
 ENGINE = "vllm-omni"

@@ -25,7 +25,7 @@ import soundfile as sf
 
 from voicebias.cache import atomic_write_bytes
 from voicebias.clients.retry import post_with_retries
-from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.errors import ConfigError, VoicebiasError
 from voicebias.secrets import read_secret
 from voicebias.tts import TTSBackend
 

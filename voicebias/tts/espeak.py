@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.tts import TTSBackend
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2

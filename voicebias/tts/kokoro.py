@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicebias.exceptions import ConfigError, StageFailed, VoicebiasError
+from voicebias.errors import ConfigError, StageFailed, VoicebiasError
 from voicebias.tts import TTSBackend
 
 MODEL_FILE = "kokoro-v1_0.pth"

@@ -29,7 +29,7 @@ from voicebias.clients.endpoints import (
     parse_endpoints,
     resolve_endpoints,
 )
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 
 class Clock:

@@ -18,8 +18,9 @@ from tests.fakes.checkouts import command_checkout
 from tests.fakes.http import send_json, start_loopback, stop_loopback
 from tests.fakes.stimuli import make_stimuli
 from voicebias.clients.retry import backoff_s, post_with_retries, retry_after_s
+from voicebias.errors import SetupError
 from voicebias.secrets import child_env, read_secret, require_secret
-from voicebias.systems.base import ContinuationRequest, SetupError
+from voicebias.systems.base import ContinuationRequest
 
 VALID = json.dumps(
     {

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from tests.fakes.http import send_json, start_loopback, stop_loopback
+from voicebias.errors import SetupError
 from voicebias.instruments.judge import (
     GeminiJudge,
     InvalidJudgement,
@@ -22,7 +23,6 @@ from voicebias.instruments.judge import (
     load_rubric,
     parse_judgement,
 )
-from voicebias.systems.base import SetupError
 
 VALID = json.dumps(
     {

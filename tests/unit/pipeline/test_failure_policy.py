@@ -25,7 +25,7 @@ import yaml
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from voicebias import config
-from voicebias.exceptions import StageFailed
+from voicebias.errors import StageFailed
 from voicebias.params import ParamsError, Run, max_failed_fraction, validate_section
 from voicebias.pipeline import pending_calls
 from voicebias.pipeline.respond import over_limit, run_system_stage

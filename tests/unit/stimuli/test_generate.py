@@ -16,7 +16,7 @@ import yaml
 
 from tests.fakes.http import send_json
 from voicebias import config
-from voicebias.exceptions import StageFailed
+from voicebias.errors import StageFailed
 from voicebias.params import load_params
 from voicebias.pipeline.generate import run_stage
 from voicebias.stimuli.bank import load_bank

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from voicebias.errors import SetupError
 from voicebias.stimuli.phonation.external.vqvc_driver import fit_frames, trim_silence
 from voicebias.stimuli.phonation.presets import FEATURES, PAPER_PRESETS, n_frames
 from voicebias.stimuli.phonation.vqvc import (
@@ -22,7 +23,6 @@ from voicebias.stimuli.phonation.vqvc import (
     convert_batch,
     setup_report,
 )
-from voicebias.systems.base import SetupError
 
 SR = 16000
 

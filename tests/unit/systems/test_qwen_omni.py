@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voicebias.systems import SetupError, build_system
+from voicebias.errors import SetupError
+from voicebias.systems import build_system
 
 
 def test_missing_weights_folder_is_named(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 
 from tests.fakes.checkouts import argv_checkout, kimi_checkout, kimi_weights
 from tests.fakes.stimuli import make_stimuli
-from voicebias.systems import SetupError, build_system
+from voicebias.errors import SetupError
+from voicebias.systems import build_system
 from voicebias.systems.base import S2SRequest
 from voicebias.tasks import load_tasks
 

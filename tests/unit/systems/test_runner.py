@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.systems.base import S2SResponse, S2SSystem, SetupError, TransientError
+from voicebias.errors import SetupError, TransientError
+from voicebias.systems.base import S2SResponse, S2SSystem
 from voicebias.systems.runner import ResponseCache, RetryPolicy, call_with_retries, run_task, validate_responses
 from voicebias.tasks import load_tasks
 from voicebias.validation import ValidationFailed

@@ -21,8 +21,9 @@ from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.vllm_omni_server import FakeVLLMOmniServer, pinned_cards, snapshot_root
 from tests.respond import run
+from voicebias.errors import SetupError
 from voicebias.params import ParamsError
-from voicebias.systems import SetupError, build_system, load_card
+from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
 from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, validate_responses
 from voicebias.tasks import load_tasks

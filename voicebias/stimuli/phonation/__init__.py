@@ -56,7 +56,7 @@ import parselmouth
 from parselmouth.praat import call
 from scipy import signal
 
-from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.registry import Registry
 from voicebias.stimuli.phonation.presets import FEATURES, FRAME_S, conditioning, n_frames
 

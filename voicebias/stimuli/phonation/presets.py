@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from voicebias.contract import CONDITIONS
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 FEATURES = ("creak", "cpps", "h1_h2", "pitch", "h1_a3", "pitch_var")
 FRAME_S = 0.02
