@@ -21,8 +21,8 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
 
     With repeats (scored tables with a sample column, run.samples_per_item > 1) every
     table is estimated on items (voicebias.analysis.repeats) and the between-sample
-    variance goes to out_dir/repeats_variance.csv; without repeats that file is not
-    written (one left by an earlier run with repeats is removed).
+    variance goes to out_dir/repeats_variance.csv; without repeats that table has its
+    columns and no rows (dvc.yaml declares it, so it is always written).
     """
     from pathlib import Path
 
@@ -74,13 +74,14 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
         write_table(out_dir / f"{name}.csv", df)
     write_json(out_dir / "planted_truth.json", planted)
     from voicebias.analysis.disaggregated import s2s_items
-    from voicebias.analysis.repeats import between_sample_variance, has_repeats
+    from voicebias.analysis.repeats import VARIANCE_COLUMNS, between_sample_variance, has_repeats
 
-    variance_path = out_dir / "repeats_variance.csv"
-    if has_repeats(scored):
-        write_table(variance_path, between_sample_variance(s2s_items(scored, acoustic if acoustic_paths else None)))
-    elif variance_path.exists():
-        variance_path.unlink()
+    variance = (
+        between_sample_variance(s2s_items(scored, acoustic if acoustic_paths else None))
+        if has_repeats(scored)
+        else pd.DataFrame(columns=VARIANCE_COLUMNS)
+    )
+    write_table(out_dir / "repeats_variance.csv", variance)
     metrics: dict = {}
     for r in odds.itertuples():
         m = metrics.setdefault(r.system, {}).setdefault("describe", {}).setdefault(r.lang, {})
