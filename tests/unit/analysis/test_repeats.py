@@ -8,8 +8,6 @@ describe model against R's glm on the item shares); the planted within-item vari
 recovered (the components against R's aov); the bootstrap draws items with their samples.
 """
 
-import shutil
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,11 +18,6 @@ from voicebias.analysis.repeats import between_sample_variance, item_means, vari
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
 from voicebias.analysis.s2s import describe_misgender, describe_odds_ratios, injection_controls, summarize_pronouns
 from voicebias.analysis.stats import misgender_rates
-
-needs_r = pytest.mark.skipif(
-    shutil.which("Rscript") is None,
-    reason="Rscript not found: this check compares with R (apt-get install r-base-core r-cran-brglm2)",
-)
 
 OR_FIELDS = [
     "n",
@@ -181,7 +174,6 @@ def test_identical_repeats_have_the_standard_errors_of_one_answer_per_item():
 # ------------------------------------------------------------------ per-item means drive the estimates
 
 
-@needs_r
 def test_describe_model_is_the_fractional_logit_of_the_item_shares():
     from tests.rref import run_r
 
@@ -298,7 +290,6 @@ def test_planted_between_sample_variance_is_recovered():
     assert b["within_share"] == pytest.approx(0.16 / 0.25, abs=0.04)
 
 
-@needs_r
 def test_variance_components_match_r_aov():
     """The ANOVA estimators from R's one-way aov mean squares, with unequal samples per item."""
     from tests.rref import run_r
