@@ -128,3 +128,17 @@ def test_secondary_channels_are_one_family_but_a_real_leak_still_fails():
     leak.loc[leak["pole"] == "feminine", "formant_index"] += 0.02
     table, _ = carrier_gate(leak, ["acoustic_norms"], 0.05, "composite", secondary)
     assert table.loc[table["measure"] == "formant_index", "verdict"].iloc[0] == "fail"
+
+
+@pytest.mark.parametrize("leak_st, verdict", [(-1.0, "benign"), (1.0, "fail")])
+def test_a_directional_effect_fails_only_toward_the_stereotype(leak_st, verdict):
+    """Feminine content 1 st lower in Spanish (a significant directional effect, away from the
+    stereotype) is benign; 1 st higher (toward it) fails. The gate reads the direction, not
+    only the directional test's significance."""
+    table, flips = carrier_gate(gate_inputs(leak_st=leak_st), ["clf"], 0.05, "composite", ["f0_median_st"])
+    es = table.set_index(["lang", "measure"]).loc[("es", "composite")]
+    assert flips.empty
+    assert es["p_content"] < 1e-6 and es["p_directional"] < 1e-6
+    assert np.sign(es["fem_minus_masc"]) == np.sign(leak_st)
+    assert es["verdict"] == verdict
+    assert table.set_index(["lang", "measure"]).loc[("en", "composite"), "verdict"] == "pass"
