@@ -333,3 +333,25 @@ def test_a_very_short_or_unreadable_output_is_an_excluded_row_and_the_others_are
     assert s.loc["p3-m", "exclusion"].endswith("a folder, not an audio file")
     assert s.loc[["p2-m", "p3-m"], ["out_f0_median_st", "delta_f0_median_st", "out_composite"]].isna().all().all()
     assert s.loc["p1-m", "out_f0_median_st"] == alone.loc["p1-m", "out_f0_median_st"]
+
+
+def test_a_translation_is_scored_against_its_input_and_controlled_in_the_target_language(params, tmp_path):
+    """Spanish inputs translated to English: delta_ is the English output's measure minus the
+    Spanish input's, and the text control reads the English transcript in the English control
+    voice (the card has no Spanish one), so a fixed-voice output's net_ is exactly 0."""
+    rows, inputs, _ = fixed_voice_outputs(tmp_path, TEXTS, {})
+    rows = rows.assign(lang="es", task="translate", target_lang="en")
+    # the composite standardises within the input language, output and input alike
+    inputs = inputs.assign(lang="es")
+    names = composite_measures("acoustic_norms")
+    ref = reference_stats(inputs, names)
+    inputs["composite"] = femininity_composite(inputs, ref, names)
+    card = {"output_voice_gender": "female", "text_control": {"backend": "espeak", "voices": CONTROL_VOICES}}
+    t = score_outputs(rows, inputs, ref, params, card, tmp_path, tmp_path / "cache").set_index("stimulus_id")
+    assert (t["task"] == "translate").all() and (t["status"] == "ok").all()
+    assert (t["control_status"] == "ok").all() and (t["control_exclusion"] == "").all()
+    src = inputs.set_index("stimulus_id")
+    for m in ("f0_median_st", "formant_index", "margin_acoustic_norms", "composite"):
+        assert np.array_equal(t[f"in_{m}"], src.loc[t.index, m]), m
+        assert np.array_equal(t[f"delta_{m}"], t[f"out_{m}"] - t[f"in_{m}"]), m
+        assert (t[f"net_{m}"] == 0.0).all(), m
