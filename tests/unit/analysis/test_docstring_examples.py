@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import doctest
 import inspect
-import time
 
 import pytest
 
@@ -45,11 +44,8 @@ def test_docstring_examples_run_and_print_what_they_show(module):
     assert {f.__name__ for f in public_functions(module)} <= set(tests)
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for name, t in tests.items():
-        start = time.perf_counter()
         result = runner.run(t, out=lambda s: print(s, end=""))
-        took = time.perf_counter() - start
         assert result.failed == 0, f"{module.__name__}.{name}: {result.failed} of {result.attempted} examples failed"
-        assert took < 2.0, f"{module.__name__}.{name}: examples took {took:.1f} s"
     assert runner.summarize(verbose=False).attempted >= 30
 
 

@@ -80,8 +80,10 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
     task = load_tasks()["describe"]
     cache = ResponseCache(tmp_path / "cache")
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
-    with FakeOpenAIAudioServer(KEY, plan=plan, hang_s=2.5) as server:
-        system = gpt_audio(server, monkeypatch, tmp_path, timeout_s=1.0, max_concurrency=4)
+    # a hung request outlasts the client's timeout; a normal reply stays far inside it even on a
+    # loaded 2-core machine, so the attempt counts below do not depend on the machine's speed
+    with FakeOpenAIAudioServer(KEY, plan=plan, hang_s=3.5) as server:
+        system = gpt_audio(server, monkeypatch, tmp_path, timeout_s=3.0, max_concurrency=4)
         table, counts = run_task(
             system, task, stim, tmp_path / "out", cache, 1, tmp_path, policy=policy, progress=False
         )
