@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,3 +92,9 @@ def read_table(path: Path) -> pd.DataFrame:
         raise ConfigError(f"{path}: not a UTF-8 CSV table (byte {exc.start})") from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ConfigError(f"{path}: not a CSV table ({' '.join(str(exc).split())})") from exc
+
+
+def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
+    """A path from a card or params, relative to the repository root unless absolute."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() or root is None else Path(root) / p

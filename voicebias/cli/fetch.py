@@ -292,8 +292,8 @@ def write_manifest(dest: Path, outcomes: list[Outcome]) -> Path:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from voicebias.io import resolve_path
     from voicebias.params import load_params
-    from voicebias.systems.base import resolve_path
 
     names = list(args.systems) or default_systems(load_params())
     if not names:

@@ -45,10 +45,9 @@ from voicebias.clients.llm import ChatError, chat_completion, extract_json_objec
 from voicebias.clients.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
 from voicebias.config import JUDGE_RUBRIC, ROOT
 from voicebias.errors import ConfigError, SetupError, VoicebiasError
-from voicebias.io import read_yaml
+from voicebias.io import read_yaml, resolve_path
 from voicebias.registry import Registry
-from voicebias.secrets import require_secret
-from voicebias.systems.base import redact, resolve_path
+from voicebias.secrets import redact, require_secret
 
 
 class InvalidJudgement(VoicebiasError, ValueError):
@@ -380,7 +379,7 @@ class GeminiJudge(_RetryingJudge):
 class LocalTransformersJudge(_RetryingJudge):
     """A local instruct model (transformers) in a folder: chat template, greedy decoding, no download.
 
-    Loading and generation reuse :class:`voicebias.stimuli.generate.TransformersChat` (the local
+    Loading and generation reuse :class:`voicebias.clients.chat.TransformersChat` (the local
     backend of the bank-extension stage): local_files_only, temperature 0 = greedy. The
     model loads on the first call. Greedy decoding is deterministic, so a retry after an
     invalid reply repeats the same reply; the retries are kept for one uniform protocol.
@@ -394,7 +393,7 @@ class LocalTransformersJudge(_RetryingJudge):
         max_attempts: int = 3,
         root: Path | None = None,
     ):
-        from voicebias.stimuli.generate import LLMError, TransformersChat  # pandas and friends: only when used
+        from voicebias.clients.chat import LLMError, TransformersChat  # pandas and friends: only when used
 
         folder = resolve_path(weights, ROOT if root is None else root)
         if not folder.is_dir():

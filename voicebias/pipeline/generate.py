@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from voicebias.clients.chat import CachedChat, make_chat
 from voicebias.contract import POLES
 from voicebias.errors import ConfigError, StageFailed
 from voicebias.stimuli.generate import (
-    CachedChat,
     generate_candidates,
     load_seeds,
-    make_chat,
     rate_candidates,
     select_passages,
     selection_yaml,

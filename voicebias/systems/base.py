@@ -21,12 +21,10 @@ answer and take its key, so a run that cannot get anywhere stops in seconds.
 
 from __future__ import annotations
 
-import os
 import sys
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
@@ -299,12 +297,6 @@ def ask_endpoints(
             + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items())
         )
     return {i: value for i, (kind, value) in enumerate(outcomes) if kind == "ok"}
-
-
-def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
-    """A path from a card or params, relative to the repository root unless absolute."""
-    p = Path(value).expanduser()
-    return p if p.is_absolute() or root is None else Path(root) / p
 
 
 def item_seed(base: int, item_id: str) -> int:

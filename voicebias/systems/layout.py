@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from voicebias.systems.base import resolve_path
+from voicebias.io import resolve_path
 
 
 def _hub_copy_cached(repo_id: str) -> bool:

@@ -37,7 +37,8 @@ from typing import Any
 
 from voicebias.audio import read_audio
 from voicebias.errors import SetupError
-from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem, resolve_path
+from voicebias.io import resolve_path
+from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem
 
 QWEN_SYSTEM = (
     "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "

@@ -728,7 +728,7 @@ def build_asr(sys_params: dict[str, Any], root: Path) -> Any | None:
     if not spec:
         return None
     from voicebias.instruments.asr import WhisperASR
-    from voicebias.systems.base import resolve_path
+    from voicebias.io import resolve_path
 
     spec = {"model": spec} if isinstance(spec, str) else dict(spec)
     model = spec.pop("model", None)

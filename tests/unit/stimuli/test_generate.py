@@ -16,15 +16,12 @@ import yaml
 
 from tests.fakes.http import send_json
 from voicebias import config
+from voicebias.clients.chat import GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat
 from voicebias.errors import StageFailed
 from voicebias.params import load_params
 from voicebias.pipeline.generate import run_stage
 from voicebias.stimuli.bank import load_bank
 from voicebias.stimuli.generate import (
-    GeminiChat,
-    LLMError,
-    OpenAICompatibleChat,
-    TransformersChat,
     intensity,
     parse_json_reply,
     parse_rating,

@@ -85,6 +85,7 @@ import soundfile as sf
 from voicebias.audio import AudioError, read_audio
 from voicebias.contract import CONDITIONS
 from voicebias.errors import ConfigError, SetupError, VoicebiasError
+from voicebias.io import resolve_path
 from voicebias.secrets import child_env
 from voicebias.stimuli.phonation.presets import (
     FEATURES,
@@ -94,7 +95,6 @@ from voicebias.stimuli.phonation.presets import (
     n_frames,
     presets_from_params,
 )
-from voicebias.systems.base import resolve_path
 
 REPO_URL = "https://github.com/Hfkml/VQVC"
 SAMPLE_RATE = 16000
