@@ -38,8 +38,17 @@ def _run(root: Path, stim, urls: list[str], capacity: int, tag: str) -> tuple[fl
     endpoints = [{"url": u, "weight": 1, "max_concurrency": capacity} for u in urls]
     system = build_system("gpt_audio", {"endpoints": endpoints, "timeout_s": 30}, root=root)
     t0 = time.perf_counter()
-    table, _ = run_task(system, task, stim, root / f"out-{tag}", ResponseCache(root / f"cache-{tag}"), 1, root,
-                        policy=RetryPolicy(max_attempts=1), progress=False)
+    table, _ = run_task(
+        system,
+        task,
+        stim,
+        root / f"out-{tag}",
+        ResponseCache(root / f"cache-{tag}"),
+        1,
+        root,
+        policy=RetryPolicy(max_attempts=1),
+        progress=False,
+    )
     wall = time.perf_counter() - t0
     system.close()
     return wall, int((table["status"] == "ok").sum())
@@ -55,9 +64,18 @@ def bench(requests: int, endpoints: int, capacity: int, latency_s: float) -> dic
         wall1, ok1 = _run(root, stim, [servers[0].base_url], capacity, "one")
         wallk, okk = _run(root, stim, [s.base_url for s in servers], capacity, "many")
     speedup = wall1 / wallk
-    return {"requests": requests, "endpoints": endpoints, "capacity_per_endpoint": capacity, "latency_s": latency_s,
-            "wall_one_s": round(wall1, 3), "wall_many_s": round(wallk, 3), "speedup": round(speedup, 3),
-            "ratio_to_ideal": round(speedup / endpoints, 3), "ok_one": ok1, "ok_many": okk}
+    return {
+        "requests": requests,
+        "endpoints": endpoints,
+        "capacity_per_endpoint": capacity,
+        "latency_s": latency_s,
+        "wall_one_s": round(wall1, 3),
+        "wall_many_s": round(wallk, 3),
+        "speedup": round(speedup, 3),
+        "ratio_to_ideal": round(speedup / endpoints, 3),
+        "ok_one": ok1,
+        "ok_many": okk,
+    }
 
 
 def main() -> int:

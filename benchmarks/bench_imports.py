@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -33,8 +32,13 @@ def wall(code: str, repeats: int) -> float:
 
 
 def heaviest(module: str, n: int = 3) -> list[tuple[str, float]]:
-    err = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stderr
+    err = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stderr
     rows = []
     for line in err.splitlines():
         m = re.match(r"import time:\s+\d+ \|\s+(\d+) \|(\s*)(\S+)", line)

@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from voicebias.params import load_params
 import pandas as pd
+
+from voicebias.params import load_params
 
 
 def synthesise(n_files: int, out_dir: Path) -> pd.DataFrame:
@@ -57,8 +58,15 @@ def synthesise(n_files: int, out_dir: Path) -> pd.DataFrame:
             x, _ = normalize_rms(resample(x, sr, 16000), params["tts"]["target_rms_dbfs"])
             path = out_dir / f"{p.passage_id}-{gender}.flac"
             write_audio(path, x, 16000)
-            rows.append({"id": path.stem, "path": str(path), "lang": p.lang, "voice_gender": gender,
-                         "duration_s": len(x) / 16000})
+            rows.append(
+                {
+                    "id": path.stem,
+                    "path": str(path),
+                    "lang": p.lang,
+                    "voice_gender": gender,
+                    "duration_s": len(x) / 16000,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -76,8 +84,9 @@ def component_costs(files: pd.DataFrame, params: dict) -> pd.DataFrame:
             t = time.perf_counter()
             ac._COMPONENT_FUNCTIONS[c](a)
             totals[c] += time.perf_counter() - t
-    return pd.DataFrame([{"component": c, "s_per_file": v / len(files), "share": v / sum(totals.values())}
-                         for c, v in totals.items()])
+    return pd.DataFrame(
+        [{"component": c, "s_per_file": v / len(files), "share": v / sum(totals.values())} for c, v in totals.items()]
+    )
 
 
 def main() -> None:
@@ -103,9 +112,12 @@ def main() -> None:
     print(f"synthesised {len(files)} files, {audio_s:.0f} s of audio, in {time.perf_counter() - t:.1f} s")
 
     jobs = [(r.id, r.path, MeasureSettings.for_gender(params, r.voice_gender)) for r in files.itertuples()]
-    runs = [("full measure set", None, 1), ("SC stages' set (no HNR)", SC_COMPONENTS, 1),
-            ("S2S inputs' set (pitch, formants)", ("pitch", "formants"), 1),
-            (f"full measure set, {args.workers} processes", None, args.workers)]
+    runs = [
+        ("full measure set", None, 1),
+        ("SC stages' set (no HNR)", SC_COMPONENTS, 1),
+        ("S2S inputs' set (pitch, formants)", ("pitch", "formants"), 1),
+        (f"full measure set, {args.workers} processes", None, args.workers),
+    ]
     from threadpoolctl import threadpool_limits
 
     # one file through each tool first, untimed: imports and first-call set-up are not
@@ -119,19 +131,26 @@ def main() -> None:
             rows.append({"extractor": f"voicebias: {label}", "wall_s": time.perf_counter() - t})
         ours = out if components is None and ours is None else ours
 
-    smile = opensmile.Smile(feature_set=opensmile.FeatureSet.eGeMAPSv02, feature_level=opensmile.FeatureLevel.Functionals)
+    smile = opensmile.Smile(
+        feature_set=opensmile.FeatureSet.eGeMAPSv02, feature_level=opensmile.FeatureLevel.Functionals
+    )
     smile.process_file(files["path"].iloc[0])
     t = time.perf_counter()
     ref = smile.process_files(list(files["path"]))
     t_smile1 = time.perf_counter() - t
-    smile_n = opensmile.Smile(feature_set=opensmile.FeatureSet.eGeMAPSv02,
-                              feature_level=opensmile.FeatureLevel.Functionals, num_workers=args.workers,
-                              multiprocessing=True)
+    smile_n = opensmile.Smile(
+        feature_set=opensmile.FeatureSet.eGeMAPSv02,
+        feature_level=opensmile.FeatureLevel.Functionals,
+        num_workers=args.workers,
+        multiprocessing=True,
+    )
     t = time.perf_counter()
     smile_n.process_files(list(files["path"]))
     t_smilen = time.perf_counter() - t
-    rows += [{"extractor": "openSMILE eGeMAPSv02 functionals (1 process)", "wall_s": t_smile1},
-             {"extractor": f"openSMILE eGeMAPSv02 functionals ({args.workers} processes)", "wall_s": t_smilen}]
+    rows += [
+        {"extractor": "openSMILE eGeMAPSv02 functionals (1 process)", "wall_s": t_smile1},
+        {"extractor": f"openSMILE eGeMAPSv02 functionals ({args.workers} processes)", "wall_s": t_smilen},
+    ]
     table = pd.DataFrame(rows)
     table["audio_s_per_s"] = audio_s / table["wall_s"]
     table["ratio_to_opensmile_1proc"] = table["wall_s"] / t_smile1
@@ -148,13 +167,20 @@ def main() -> None:
     both = both[both["status"] == "ok"].join(files.set_index("id")[["voice_gender"]])
     f0_smile_st = both["F0semitoneFrom27.5Hz_sma3nz_percentile50.0"] + 12 * np.log2(27.5 / 100.0)
     d_f0 = both["f0_median_st"] - f0_smile_st
-    print(f"\nF0 median (st re 100 Hz): voicebias - openSMILE = {d_f0.median():+.2f} st (median), "
-          f"r = {np.corrcoef(both['f0_median_st'], f0_smile_st)[0, 1]:.3f}")
+    print(
+        f"\nF0 median (st re 100 Hz): voicebias - openSMILE = {d_f0.median():+.2f} st (median), "
+        f"r = {np.corrcoef(both['f0_median_st'], f0_smile_st)[0, 1]:.3f}"
+    )
     r_h = np.corrcoef(both["h1_h2_db"], both["logRelF0-H1-H2_sma3nz_amean"])[0, 1]
-    print(f"H1-H2: r = {r_h:.3f} between voicebias (median, dB) and openSMILE (mean, dB); "
-          "per-voice means:")
-    print(both.groupby("voice_gender")[["h1_h2_db", "logRelF0-H1-H2_sma3nz_amean", "h1_a3_db",
-                                        "logRelF0-H1-A3_sma3nz_amean"]].mean().round(2).to_string())
+    print(f"H1-H2: r = {r_h:.3f} between voicebias (median, dB) and openSMILE (mean, dB); per-voice means:")
+    print(
+        both.groupby("voice_gender")[
+            ["h1_h2_db", "logRelF0-H1-H2_sma3nz_amean", "h1_a3_db", "logRelF0-H1-A3_sma3nz_amean"]
+        ]
+        .mean()
+        .round(2)
+        .to_string()
+    )
     excluded = ours[ours["status"] != "ok"]
     if len(excluded):
         print(f"\n{len(excluded)} files excluded: {excluded['reason'].value_counts().to_dict()}")

@@ -66,8 +66,9 @@ def install(clone: Path, log) -> tuple[float, dict[str, str]]:
     subprocess.check_call([sys.executable, "-m", "venv", str(venv)], stdout=log, stderr=subprocess.STDOUT)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.check_call([*pip, "-c", "requirements.lock", "-e", "."], cwd=clone, stdout=log, stderr=subprocess.STDOUT)
-    subprocess.check_call([*pip, "--no-deps", "-r", "requirements-nodeps.txt"], cwd=clone, stdout=log,
-                          stderr=subprocess.STDOUT)
+    subprocess.check_call(
+        [*pip, "--no-deps", "-r", "requirements-nodeps.txt"], cwd=clone, stdout=log, stderr=subprocess.STDOUT
+    )
     env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
     return time.perf_counter() - t0, env
 
@@ -78,8 +79,9 @@ def _tree_cpu_s(proc) -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def run(clone: Path, env: dict[str, str], force: bool, log, target: str | None = None,
-        stage_by_stage: bool = False) -> dict:
+def run(
+    clone: Path, env: dict[str, str], force: bool, log, target: str | None = None, stage_by_stage: bool = False
+) -> dict:
     import psutil
 
     cores = os.cpu_count() or 1
@@ -87,8 +89,9 @@ def run(clone: Path, env: dict[str, str], force: bool, log, target: str | None =
     rows = []
     if stage_by_stage:
         for stage in stage_order(clone, env, force, target):
-            wall, cpu, rc = timed(["dvc", "repro", "--single-item", *(["--force"] if force else []), stage], clone,
-                                  env, log)
+            wall, cpu, rc = timed(
+                ["dvc", "repro", "--single-item", *(["--force"] if force else []), stage], clone, env, log
+            )
             if rc != 0:
                 raise SystemExit(f"stage {stage} failed (exit {rc}); see the log")
             rows.append({"stage": stage, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)})
@@ -111,17 +114,22 @@ def run(clone: Path, env: dict[str, str], force: bool, log, target: str | None =
         rc = proc.wait()
         now = time.perf_counter()
         if current is not None:
-            rows.append({"stage": current, "wall_s": round(now - started, 2),
-                         "cpu_s": round(cpu - cpu_at, 2)})
+            rows.append({"stage": current, "wall_s": round(now - started, 2), "cpu_s": round(cpu - cpu_at, 2)})
         if rc != 0:  # the stages up to the failure are still timed: print them, then fail
             print(f"dvc repro failed (exit {rc}) in stage {current}; the table ends with it; see the log below")
     total = sum(r["wall_s"] for r in rows)
     for r in rows:
         r["cpu_use_pct"] = round(100 * r["cpu_s"] / r["wall_s"], 1) if r["wall_s"] else 0.0  # of one core
         r["share_pct"] = round(100 * r["wall_s"] / total, 1) if total else 0.0
-    return {"cores": cores, "stages": rows, "pipeline_wall_s": round(total, 1), "failed": rc != 0 if not stage_by_stage else False,
-            "pipeline_cpu_s": round(sum(r["cpu_s"] for r in rows), 1),
-            "dvc_startup_s": round(dvc_wall, 2), "dvc_startup_cpu_s": round(dvc_cpu, 2)}
+    return {
+        "cores": cores,
+        "stages": rows,
+        "pipeline_wall_s": round(total, 1),
+        "failed": rc != 0 if not stage_by_stage else False,
+        "pipeline_cpu_s": round(sum(r["cpu_s"] for r in rows), 1),
+        "dvc_startup_s": round(dvc_wall, 2),
+        "dvc_startup_cpu_s": round(dvc_cpu, 2),
+    }
 
 
 def set_params(clone: Path, settings: list[str]) -> None:
@@ -145,12 +153,17 @@ def set_params(clone: Path, settings: list[str]) -> None:
 def table(result: dict) -> str:
     lines = ["| stage | wall (s) | CPU (s) | CPU use (% of one core) | share of total |", "|---|---|---|---|---|"]
     for r in sorted(result["stages"], key=lambda r: -r["wall_s"]):
-        lines.append(f"| {r['stage']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_use_pct']:.0f} | "
-                     f"{r['share_pct']:.1f} % |")
-    lines.append(f"| **pipeline** | **{result['pipeline_wall_s']:.1f}** | {result['pipeline_cpu_s']:.1f} | "
-                 f"{100 * result['pipeline_cpu_s'] / max(result['pipeline_wall_s'], 1e-9):.0f} | 100 % |")
-    lines.append(f"| dvc start-up (one `dvc repro --dry`) | {result['dvc_startup_s']:.1f} | "
-                 f"{result['dvc_startup_cpu_s']:.1f} | | |")
+        lines.append(
+            f"| {r['stage']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_use_pct']:.0f} | {r['share_pct']:.1f} % |"
+        )
+    lines.append(
+        f"| **pipeline** | **{result['pipeline_wall_s']:.1f}** | {result['pipeline_cpu_s']:.1f} | "
+        f"{100 * result['pipeline_cpu_s'] / max(result['pipeline_wall_s'], 1e-9):.0f} | 100 % |"
+    )
+    lines.append(
+        f"| dvc start-up (one `dvc repro --dry`) | {result['dvc_startup_s']:.1f} | "
+        f"{result['dvc_startup_cpu_s']:.1f} | | |"
+    )
     head = f"{result['cores']} cores"
     if "install_s" in result:
         head += f"; install {result['install_s']:.0f} s (not in the pipeline time)"
@@ -168,14 +181,16 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a params.yaml value in the clone")
     ap.add_argument("--target", help="run only what this stage needs")
     ap.add_argument("--stage-by-stage", action="store_true", help="one `dvc repro --single-item` per stage")
-    ap.add_argument("--force", action="store_true",
-                    help="run every stage, also those a fresh clone would skip (committed outputs, inputs unchanged)")
+    ap.add_argument(
+        "--force",
+        action="store_true",
+        help="run every stage, also those a fresh clone would skip (committed outputs, inputs unchanged)",
+    )
     a = ap.parse_args()
     if a.in_place:
         (ROOT / "logs").mkdir(exist_ok=True)
         with open(ROOT / "logs" / "bench_pipeline.log", "w") as log:
-            result = run(ROOT, dict(os.environ), force=True, log=log, target=a.target,
-                         stage_by_stage=a.stage_by_stage)
+            result = run(ROOT, dict(os.environ), force=True, log=log, target=a.target, stage_by_stage=a.stage_by_stage)
     else:
         work = a.workdir or Path(tempfile.mkdtemp(prefix="voicebias-bench-"))
         clone = work / "clone"
@@ -187,8 +202,11 @@ def main() -> int:
         with open(work / "bench_pipeline.log", "w") as log:
             if a.venv:
                 venv = a.venv.resolve()
-                env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
-                       "VIRTUAL_ENV": str(venv)}
+                env = {
+                    **os.environ,
+                    "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
+                    "VIRTUAL_ENV": str(venv),
+                }
                 # the package is installed editable from another checkout: import this clone's code
                 env["PYTHONPATH"] = f"{clone}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep)
                 install_s = None

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer  # noqa: E402
 from tests.fakes.stimuli import make_stimuli  # noqa: E402
-from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task  # noqa: E402
 from voicebias.systems import build_system  # noqa: E402
+from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task  # noqa: E402
 from voicebias.tasks import Task  # noqa: E402
 
 KEY = "sk-bench-not-a-real-key"
@@ -39,21 +39,39 @@ def bench(requests: int, concurrency: int, latency_s: float) -> dict:
         task = Task("describe", "benchmark", "same", {"en": "Say male or female."})
         os.environ["OPENAI_API_KEY"] = KEY
         with FakeOpenAIAudioServer(KEY, latency_s=latency_s) as server:
-            system = build_system("gpt_audio", {"base_url": server.base_url, "max_concurrency": concurrency,
-                                                "timeout_s": 30}, root=root)
+            system = build_system(
+                "gpt_audio", {"base_url": server.base_url, "max_concurrency": concurrency, "timeout_s": 30}, root=root
+            )
             t0 = time.perf_counter()
-            table, counts = run_task(system, task, stim, root / "out", ResponseCache(root / "cache"), 1, root,
-                                     policy=RetryPolicy(max_attempts=1), progress=False)
+            table, counts = run_task(
+                system,
+                task,
+                stim,
+                root / "out",
+                ResponseCache(root / "cache"),
+                1,
+                root,
+                policy=RetryPolicy(max_attempts=1),
+                progress=False,
+            )
             wall = time.perf_counter() - t0
             system.close()
         first = min(e.t_start for e in server.log)
         last = max(e.t_end for e in server.log)
     ideal = requests / concurrency * latency_s
-    return {"requests": requests, "concurrency": concurrency, "latency_s": latency_s,
-            "ideal_s": round(ideal, 3), "ideal_rounds_s": round(math.ceil(requests / concurrency) * latency_s, 3),
-            "wall_s": round(wall, 3), "ratio": round(wall / ideal, 3),
-            "server_busy_s": round(last - first, 3), "max_in_flight": server.max_in_flight,
-            "ok": int((table["status"] == "ok").sum()), "calls": counts["calls"]}
+    return {
+        "requests": requests,
+        "concurrency": concurrency,
+        "latency_s": latency_s,
+        "ideal_s": round(ideal, 3),
+        "ideal_rounds_s": round(math.ceil(requests / concurrency) * latency_s, 3),
+        "wall_s": round(wall, 3),
+        "ratio": round(wall / ideal, 3),
+        "server_busy_s": round(last - first, 3),
+        "max_in_flight": server.max_in_flight,
+        "ok": int((table["status"] == "ok").sum()),
+        "calls": counts["calls"],
+    }
 
 
 def main() -> int:

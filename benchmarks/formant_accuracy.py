@@ -52,9 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants  # noqa: E402
-from voicebias import config  # noqa: E402
-from voicebias.params import load_params
 from voicebias.instruments.acoustics import MALE_FORMANT_NORMS, MeasureSettings, measure_signal  # noqa: E402
+from voicebias.params import load_params  # noqa: E402
 
 SR = 16000
 VOWELS = tuple(MALE_VOWEL_FORMANTS)
@@ -103,6 +102,7 @@ def analyses(params: dict) -> dict[str, Analysis]:
         def run(x: np.ndarray, tract: str) -> tuple[np.ndarray, float]:
             m = measure_signal(x, SR, settings_of(tract))
             return np.array([m["f1_hz"], m["f2_hz"], m["f3_hz"]]), m["formant_index"]
+
         return run
 
     def robust(x: np.ndarray, tract: str) -> tuple[np.ndarray, float]:
@@ -155,12 +155,19 @@ def run_grid(methods: dict[str, Analysis]) -> tuple[pd.DataFrame, pd.DataFrame]:
                 for v, x in signals.items():
                     true = np.array(vowel_formants(v, tract)[:3])
                     measured, index = run(x, tract)
-                    rows.append({"method": name, "vowel": v, "tract": tract, "f0_hz": f0,
-                                 **{f"f{i + 1}_true": true[i] for i in range(3)},
-                                 **{f"f{i + 1}_hz": measured[i] for i in range(3)},
-                                 **{f"f{i + 1}_err_pct": 100 * (measured[i] / true[i] - 1) for i in range(3)},
-                                 "index": index,
-                                 "index_true": float(np.mean(np.log2(true / np.array(MALE_FORMANT_NORMS))))})
+                    rows.append(
+                        {
+                            "method": name,
+                            "vowel": v,
+                            "tract": tract,
+                            "f0_hz": f0,
+                            **{f"f{i + 1}_true": true[i] for i in range(3)},
+                            **{f"f{i + 1}_hz": measured[i] for i in range(3)},
+                            **{f"f{i + 1}_err_pct": 100 * (measured[i] / true[i] - 1) for i in range(3)},
+                            "index": index,
+                            "index_true": float(np.mean(np.log2(true / np.array(MALE_FORMANT_NORMS)))),
+                        }
+                    )
                 passages.append({"method": name, "tract": tract, "f0_hz": f0, "index": run(passage, tract)[1]})
     grid = pd.DataFrame(rows)
     grid["f1_target"] = grid["f0_hz"] < F1_RESOLVABLE * grid["f1_true"]
@@ -173,10 +180,18 @@ def run_grid(methods: dict[str, Analysis]) -> tuple[pd.DataFrame, pd.DataFrame]:
 def index_movement(grid: pd.DataFrame, passages: pd.DataFrame, sd: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Range (max - min) of the formant index over the six F0s, in reference SDs: per
     method x vowel x tract, and per method x tract for the five-vowel passage."""
-    per_vowel = (grid.groupby(["method", "vowel", "tract"])["index"].agg(lambda s: (s.max() - s.min()) / sd)
-                 .rename("index_range_sd").reset_index())
-    per_passage = (passages.groupby(["method", "tract"])["index"].agg(lambda s: (s.max() - s.min()) / sd)
-                   .rename("index_range_sd").reset_index())
+    per_vowel = (
+        grid.groupby(["method", "vowel", "tract"])["index"]
+        .agg(lambda s: (s.max() - s.min()) / sd)
+        .rename("index_range_sd")
+        .reset_index()
+    )
+    per_passage = (
+        passages.groupby(["method", "tract"])["index"]
+        .agg(lambda s: (s.max() - s.min()) / sd)
+        .rename("index_range_sd")
+        .reset_index()
+    )
     return per_vowel, per_passage
 
 
@@ -186,16 +201,17 @@ def pitch_shift_effect(methods: dict[str, Analysis], sd: float, shift_st: float 
     composite through the formant index. From 120 Hz (male tract) and 210 Hz (female)."""
     rows = []
     for tract, f0 in (("male", 120.0), ("female", 210.0)):
-        pair = [np.concatenate([synthetic_vowel(f, vowel_formants(v, tract)) for v in VOWELS])
-                for f in (f0, f0 * 2 ** (shift_st / 12))]
+        pair = [
+            np.concatenate([synthetic_vowel(f, vowel_formants(v, tract)) for v in VOWELS])
+            for f in (f0, f0 * 2 ** (shift_st / 12))
+        ]
         for name, run in methods.items():
             before, after = (run(x, tract)[1] for x in pair)
             rows.append({"method": name, "tract": tract, "from_f0_hz": f0, "index_change_sd": (after - before) / sd})
     return pd.DataFrame(rows)
 
 
-def noise_check(methods: dict[str, Analysis], snrs_db: tuple[float, ...] = (40.0, 25.0),
-                seed: int = 1) -> pd.DataFrame:
+def noise_check(methods: dict[str, Analysis], snrs_db: tuple[float, ...] = (40.0, 25.0), seed: int = 1) -> pd.DataFrame:
     """The grid with white noise added at each SNR (dB re the vowel's RMS): per method and
     SNR, the cells within all three targets and the RMS % error of F1-F3."""
     rng = np.random.default_rng(seed)
@@ -216,32 +232,42 @@ def noise_check(methods: dict[str, Analysis], snrs_db: tuple[float, ...] = (40.0
                 f1_ok = f0 >= F1_RESOLVABLE * true[0] or abs(e[0]) <= 100 * F1_TOLERANCE
                 ok += bool(f1_ok and abs(e[1]) <= 100 * F23_TOLERANCE and abs(e[2]) <= 100 * F23_TOLERANCE)
             rms = np.sqrt(np.mean(np.square(errs), axis=0))
-            rows.append({"method": name, "snr_db": snr, "all three ok": f"{ok}/{len(noisy)}",
-                         **{f"F{i + 1} rms err %": round(float(rms[i]), 1) for i in range(3)}})
+            rows.append(
+                {
+                    "method": name,
+                    "snr_db": snr,
+                    "all three ok": f"{ok}/{len(noisy)}",
+                    **{f"F{i + 1} rms err %": round(float(rms[i]), 1) for i in range(3)},
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def summary(grid: pd.DataFrame, per_vowel: pd.DataFrame, per_passage: pd.DataFrame,
-            seconds: dict[str, float]) -> pd.DataFrame:
+def summary(
+    grid: pd.DataFrame, per_vowel: pd.DataFrame, per_passage: pd.DataFrame, seconds: dict[str, float]
+) -> pd.DataFrame:
     """Per method: share of cells within each target, worst errors, index ranges, time."""
     out = []
     for name, g in grid.groupby("method", sort=False):
         target = g[g["f1_target"]]
         pv, pp = per_vowel[per_vowel["method"] == name], per_passage[per_passage["method"] == name]
-        out.append({
-            "method": name,
-            "F1 ok (F0 < 0.8 F1)": f"{int(target['f1_ok'].sum())}/{len(target)}",
-            "F2 ok": f"{int(g['f2_ok'].sum())}/{len(g)}",
-            "F3 ok": f"{int(g['f3_ok'].sum())}/{len(g)}",
-            "all three ok": f"{int((g['f1_ok'] & g['f2_ok'] & g['f3_ok']).sum())}/{len(g)}",
-            "max abs F1 err % (target cells)": round(float(target["f1_err_pct"].abs().max()), 1),
-            "max abs F2 err %": round(float(g["f2_err_pct"].abs().max()), 1),
-            "max abs F3 err %": round(float(g["f3_err_pct"].abs().max()), 1),
-            "index range <= 0.1 SD (vowel x tract)": f"{int((pv['index_range_sd'] <= INDEX_TOLERANCE_SD).sum())}/{len(pv)}",
-            "max index range (SD), single vowels": round(float(pv["index_range_sd"].max()), 2),
-            "max index range (SD), five-vowel passage": round(float(pp["index_range_sd"].max()), 2),
-            "s per grid": round(seconds[name], 2),
-        })
+        within = int((pv["index_range_sd"] <= INDEX_TOLERANCE_SD).sum())
+        out.append(
+            {
+                "method": name,
+                "F1 ok (F0 < 0.8 F1)": f"{int(target['f1_ok'].sum())}/{len(target)}",
+                "F2 ok": f"{int(g['f2_ok'].sum())}/{len(g)}",
+                "F3 ok": f"{int(g['f3_ok'].sum())}/{len(g)}",
+                "all three ok": f"{int((g['f1_ok'] & g['f2_ok'] & g['f3_ok']).sum())}/{len(g)}",
+                "max abs F1 err % (target cells)": round(float(target["f1_err_pct"].abs().max()), 1),
+                "max abs F2 err %": round(float(g["f2_err_pct"].abs().max()), 1),
+                "max abs F3 err %": round(float(g["f3_err_pct"].abs().max()), 1),
+                "index range <= 0.1 SD (vowel x tract)": f"{within}/{len(pv)}",
+                "max index range (SD), single vowels": round(float(pv["index_range_sd"].max()), 2),
+                "max index range (SD), five-vowel passage": round(float(pp["index_range_sd"].max()), 2),
+                "s per grid": round(seconds[name], 2),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -262,14 +288,18 @@ def error_grid(grid: pd.DataFrame, method: str) -> pd.DataFrame:
 def cell_table(grid: pd.DataFrame, method: str) -> pd.DataFrame:
     """True vs measured F1-F3 (Hz) and % error per cell of one method."""
     g = grid[grid["method"] == method]
-    return pd.DataFrame({
-        "vowel": g["vowel"], "tract": g["tract"], "F0": g["f0_hz"].map("{:g}".format),
-        **{f"F{i} true": g[f"f{i}_true"].round(0).astype(int) for i in (1, 2, 3)},
-        **{f"F{i}": g[f"f{i}_hz"].round(0) for i in (1, 2, 3)},
-        **{f"F{i} err %": g[f"f{i}_err_pct"].round(1) for i in (1, 2, 3)},
-        "F1 target": np.where(g["f1_target"], "yes", "no"),
-        "index": g["index"].round(3),
-    })
+    return pd.DataFrame(
+        {
+            "vowel": g["vowel"],
+            "tract": g["tract"],
+            "F0": g["f0_hz"].map("{:g}".format),
+            **{f"F{i} true": g[f"f{i}_true"].round(0).astype(int) for i in (1, 2, 3)},
+            **{f"F{i}": g[f"f{i}_hz"].round(0) for i in (1, 2, 3)},
+            **{f"F{i} err %": g[f"f{i}_err_pct"].round(1) for i in (1, 2, 3)},
+            "F1 target": np.where(g["f1_target"], "yes", "no"),
+            "index": g["index"].round(3),
+        }
+    )
 
 
 def main() -> None:
@@ -289,8 +319,7 @@ def main() -> None:
         passage_rows.append(p)
     grid, passages = pd.concat(grids, ignore_index=True), pd.concat(passage_rows, ignore_index=True)
     per_vowel, per_passage = index_movement(grid, passages, sd)
-    print(f"Reference SD of the formant index: {sd:.4f} octaves, from {source}; "
-          f"0.1 SD = {0.1 * sd:.4f} octaves.\n")
+    print(f"Reference SD of the formant index: {sd:.4f} octaves, from {source}; 0.1 SD = {0.1 * sd:.4f} octaves.\n")
     print("## Summary per method\n")
     print(summary(grid, per_vowel, per_passage, seconds).to_markdown(index=False))
     for name in methods:
@@ -305,12 +334,15 @@ def main() -> None:
     print("\n## Formant index change for a +2 st F0 shift, formants fixed (five-vowel passage, reference SDs)\n")
     shift = pitch_shift_effect(methods, sd)
     shift["start"] = shift["tract"] + " tract, from " + shift["from_f0_hz"].map("{:g} Hz".format)
-    print(shift.pivot_table(index="start", columns="method", values="index_change_sd", sort=False)[list(methods)]
-          .round(3).to_markdown())
+    print(
+        shift.pivot_table(index="start", columns="method", values="index_change_sd", sort=False)[list(methods)]
+        .round(3)
+        .to_markdown()
+    )
     print("\n## With white noise: cells within all three targets, RMS % error\n")
     compared = {k: methods[k] for k in ("burg_by_gender", "robust_by_gender", "dap_neutral")}
     print(noise_check(compared).to_markdown(index=False))
-    for name in (methods if args.cells else ("burg_by_gender", "dap_neutral")):
+    for name in methods if args.cells else ("burg_by_gender", "dap_neutral"):
         print(f"\n## {name}: true vs measured per cell\n")
         print(cell_table(grid, name).to_markdown(index=False))
 

@@ -3,13 +3,23 @@
 import argparse
 
 from voicebias import config
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.acoustic_scoring import run_stage
-from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    guarded(run_stage, stage_params("acoustic_scoring"), a.system, config.RESPONSES_DIR, config.INPUT_MEASURES,
-            config.COMPOSITE_REFERENCE, config.acoustic_table(a.system),
-            config.ROOT, config.MEASURE_CACHE, stage=f"acoustic_scoring {a.system}")
+    guarded(
+        run_stage,
+        stage_params("acoustic_scoring"),
+        a.system,
+        config.RESPONSES_DIR,
+        config.INPUT_MEASURES,
+        config.COMPOSITE_REFERENCE,
+        config.acoustic_table(a.system),
+        config.ROOT,
+        config.MEASURE_CACHE,
+        stage=f"acoustic_scoring {a.system}",
+    )

@@ -1,8 +1,9 @@
 """Stage analysis: RQ2 statistics for every system, with planted truth beside them."""
 
 from voicebias import config
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.analysis import run_stage
-from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
     params = stage_params("analysis")

@@ -1,9 +1,9 @@
 """Stage bank: read and validate the passage bank into data/passages/passages.csv."""
 
 from voicebias import config
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.bank import run_stage
-from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES,
-            config.BANK_METRICS, stage="bank")
+    guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES, config.BANK_METRICS, stage="bank")

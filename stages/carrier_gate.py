@@ -1,8 +1,11 @@
 """Stage carrier_gate: certify the stimuli (H0) or stop the pipeline."""
 
 from voicebias import config
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.carrier_gate import run_stage
-from voicebias.errors import guarded, stage_params
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("carrier_gate"), config.INPUT_MEASURES, config.CARRIER_GATE_DIR, stage="carrier_gate")
+    guarded(
+        run_stage, stage_params("carrier_gate"), config.INPUT_MEASURES, config.CARRIER_GATE_DIR, stage="carrier_gate"
+    )

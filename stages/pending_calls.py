@@ -6,10 +6,16 @@ next `dvc repro` (voicebias.pipeline.pending_calls).
 """
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.pending_calls import run_stage
 
 if __name__ == "__main__":
     params = stage_params("pending_calls")
-    guarded(run_stage, [*params["run"]["systems"], *params["run"]["sc_systems"]], config.RESPONSE_CACHE,
-            config.PENDING_CALLS, stage="pending_calls")
+    guarded(
+        run_stage,
+        [*params["run"]["systems"], *params["run"]["sc_systems"]],
+        config.RESPONSE_CACHE,
+        config.PENDING_CALLS,
+        stage="pending_calls",
+    )

@@ -3,14 +3,23 @@
 import argparse
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.sc_continue import run_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
-    guarded(run_stage, stage_params("sc_continue"), a.system, config.PHONATION_MANIFEST,
-            config.CHECK_METRICS, config.continuations_dir(a.system),
-            config.continuation_report(a.system), config.RESPONSE_CACHE, config.ROOT,
-            stage=f"sc_continue {a.system}")
+    guarded(
+        run_stage,
+        stage_params("sc_continue"),
+        a.system,
+        config.PHONATION_MANIFEST,
+        config.CHECK_METRICS,
+        config.continuations_dir(a.system),
+        config.continuation_report(a.system),
+        config.RESPONSE_CACHE,
+        config.ROOT,
+        stage=f"sc_continue {a.system}",
+    )

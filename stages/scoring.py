@@ -3,7 +3,8 @@
 import argparse
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.scoring import run_stage
 
 if __name__ == "__main__":
@@ -11,5 +12,11 @@ if __name__ == "__main__":
     ap.add_argument("--system", required=True)
     a = ap.parse_args()
     params = stage_params("scoring")
-    guarded(run_stage, a.system, params["tasks"]["names"], config.RESPONSES_DIR, config.scored_table(a.system),
-            stage=f"scoring {a.system}")
+    guarded(
+        run_stage,
+        a.system,
+        params["tasks"]["names"],
+        config.RESPONSES_DIR,
+        config.scored_table(a.system),
+        stage=f"scoring {a.system}",
+    )

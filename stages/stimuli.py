@@ -1,7 +1,8 @@
 """Stage stimuli: voice every passage with the configured TTS voices."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.stimuli import run_stage
 
 if __name__ == "__main__":

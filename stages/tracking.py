@@ -2,11 +2,21 @@
 language x task (children) to MLflow."""
 
 from voicebias import config
-from voicebias.errors import guarded, stage_params
+from voicebias.errors import guarded
+from voicebias.params import stage_params
 from voicebias.pipeline.tracking import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("tracking"), config.ANALYSIS_DIR, config.CARRIER_GATE_DIR,
-            config.STIMULI_MANIFEST, config.TRACKING_MARKER,
-            sc_dir=config.SC_REPORTS, phonation_dir=config.PHONATION_REPORTS, report_dir=config.REPORT_DIR,
-            disaggregated=config.DISAGGREGATED, stage="tracking")
+    guarded(
+        run_stage,
+        stage_params("tracking"),
+        config.ANALYSIS_DIR,
+        config.CARRIER_GATE_DIR,
+        config.STIMULI_MANIFEST,
+        config.TRACKING_MARKER,
+        sc_dir=config.SC_REPORTS,
+        phonation_dir=config.PHONATION_REPORTS,
+        report_dir=config.REPORT_DIR,
+        disaggregated=config.DISAGGREGATED,
+        stage="tracking",
+    )

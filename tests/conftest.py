@@ -7,6 +7,9 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 
 import pytest  # noqa: E402
 
+# the `server` fixture (a process on 127.0.0.1, stopped after its test) for every test module
+from tests.servers import server  # noqa: E402, F401
+
 E2E_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
 E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twice for the fresh clone)
 

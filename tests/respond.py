@@ -23,8 +23,18 @@ def run(system, stim, root, cache_dir, policy=None, task: str = "describe", chec
     if out.exists():
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    table, counts = run_task(system, load_tasks()[task], stim, out, ResponseCache(cache_dir), 1, root,
-                             policy=policy, progress=False, check=check)
+    table, counts = run_task(
+        system,
+        load_tasks()[task],
+        stim,
+        out,
+        ResponseCache(cache_dir),
+        1,
+        root,
+        policy=policy,
+        progress=False,
+        check=check,
+    )
     wall = time.perf_counter() - t0
     write_table(out / "responses.csv", table)
     files = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}

@@ -36,8 +36,10 @@ cat("@@RREF@@{", paste(.out, collapse = ","), "}\n", sep = "")
 def rscript() -> str:
     path = shutil.which("Rscript")
     if path is None:
-        raise RuntimeError("Rscript not found: the statistics reference tests need R "
-                           "(apt-get install r-base-core r-cran-lme4 r-cran-lmertest r-cran-emmeans r-cran-car r-cran-brglm2)")
+        raise RuntimeError(
+            "Rscript not found: the statistics reference tests need R "
+            "(apt-get install r-base-core r-cran-lme4 r-cran-lmertest r-cran-emmeans r-cran-car r-cran-brglm2)"
+        )
     return path
 
 
@@ -61,5 +63,5 @@ def run_r(code: str, timeout: float = 300, **tables: pd.DataFrame) -> dict[str, 
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("@@RREF@@")), None)
     if line is None:
         raise RuntimeError(f"R printed no results:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    raw = json.loads(line[len("@@RREF@@"):])
+    raw = json.loads(line[len("@@RREF@@") :])
     return {k: (v[0] if len(v) == 1 else v) for k, v in raw.items()}

@@ -23,15 +23,31 @@ SAME_LANGUAGE_TASKS = ("readback", "paraphrase", "summarize")
 
 def stimuli(passages: int = 10, langs: tuple[str, ...] = LANGS) -> pd.DataFrame:
     """The stimulus manifest: lang, pole, passage_id, voice_gender, stimulus_id."""
-    rows = [{"lang": lang, "pole": pole, "passage_id": f"{lang}-{pole}-{i:02d}", "voice_gender": voice,
-             "stimulus_id": f"{lang}-{pole}-{i:02d}-{voice}"}
-            for lang in langs for pole in POLES for i in range(passages) for voice in VOICES]
+    rows = [
+        {
+            "lang": lang,
+            "pole": pole,
+            "passage_id": f"{lang}-{pole}-{i:02d}",
+            "voice_gender": voice,
+            "stimulus_id": f"{lang}-{pole}-{i:02d}-{voice}",
+        }
+        for lang in langs
+        for pole in POLES
+        for i in range(passages)
+        for voice in VOICES
+    ]
     return pd.DataFrame(rows)
 
 
-def describe_table(rng: np.random.Generator, intercept: float = -1.5, content_logit: float = 0.0,
-                   voice_logit: float = 3.0, passages: int = 10, noncompliance: float = 0.02,
-                   system: str = "s") -> pd.DataFrame:
+def describe_table(
+    rng: np.random.Generator,
+    intercept: float = -1.5,
+    content_logit: float = 0.0,
+    voice_logit: float = 3.0,
+    passages: int = 10,
+    noncompliance: float = 0.02,
+    system: str = "s",
+) -> pd.DataFrame:
     """Scored describe answers with logit P(female) = intercept + content_logit x step + voice_logit x female voice.
 
     step is the content ordinal (masculine 0, neutral 1, feminine 2); the odds ratio per
@@ -45,8 +61,9 @@ def describe_table(rng: np.random.Generator, intercept: float = -1.5, content_lo
     return d.assign(system=system, task="describe", status="ok", judged_gender=judged)
 
 
-def misgender_table(rng: np.random.Generator, rate: dict[str, float], passages: int = 10,
-                    system: str = "s") -> pd.DataFrame:
+def misgender_table(
+    rng: np.random.Generator, rate: dict[str, float], passages: int = 10, system: str = "s"
+) -> pd.DataFrame:
     """Scored describe answers misgendering the input voice with probability rate[cell type]
     (aligned, neutral, misaligned), every answer compliant."""
     from voicebias.analysis.stats import cell_type
@@ -59,10 +76,18 @@ def misgender_table(rng: np.random.Generator, rate: dict[str, float], passages: 
     return d.assign(system=system, task="describe", status="ok", judged_gender=judged)
 
 
-def acoustic_table(rng: np.random.Generator, n_systems: int = 1, drift: tuple[float, ...] | None = None,
-                   passages: int = 10, tasks: tuple[str, ...] = ("readback", "paraphrase", "summarize", "translate"),
-                   input_passage_sd: float = 0.5, input_sd: float = 0.4, output_passage_sd: float = 0.3,
-                   output_sd: float = 0.2, interaction: float = 0.0) -> pd.DataFrame:
+def acoustic_table(
+    rng: np.random.Generator,
+    n_systems: int = 1,
+    drift: tuple[float, ...] | None = None,
+    passages: int = 10,
+    tasks: tuple[str, ...] = ("readback", "paraphrase", "summarize", "translate"),
+    input_passage_sd: float = 0.5,
+    input_sd: float = 0.4,
+    output_passage_sd: float = 0.3,
+    output_sd: float = 0.2,
+    interaction: float = 0.0,
+) -> pd.DataFrame:
     """Acoustic deltas (column delta_f0_median_st, copied to delta_composite) of fixed-voice systems.
 
     input (per stimulus) = voice offset + passage effect (sd input_passage_sd, shared by the
@@ -88,6 +113,7 @@ def acoustic_table(rng: np.random.Generator, n_systems: int = 1, drift: tuple[fl
         for task in tasks:
             out = 8.0 + 0.3 * k + text + drift[k] * sign + extra + rng.normal(0, output_sd, len(d))
             delta = out - inp
-            parts.append(d.assign(system=f"sys{k + 1}", task=task, status="ok", delta_f0_median_st=delta,
-                                  delta_composite=delta))
+            parts.append(
+                d.assign(system=f"sys{k + 1}", task=task, status="ok", delta_f0_median_st=delta, delta_composite=delta)
+            )
     return pd.concat(parts, ignore_index=True)

@@ -53,8 +53,18 @@ def get_json(url: str) -> dict:
 
 def mlflow_server_cmd(store_uri: str, port: int, artifacts: Path | None = None) -> list[str]:
     """`mlflow server` on 127.0.0.1:`port` over the store at `store_uri`, one worker."""
-    cmd = [str(BIN / "mlflow"), "server", "--backend-store-uri", store_uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
+    cmd = [
+        str(BIN / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        store_uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     if artifacts is not None:
         cmd += ["--default-artifact-root", artifacts.as_uri()]
     return cmd
@@ -67,8 +77,13 @@ def server(tmp_path):
 
     def start(cmd: list[str], url: str, cwd: Path, timeout: float = 90.0) -> subprocess.Popen:
         log = open(tmp_path / f"server{len(procs)}.log", "w")
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"},
+        )
         procs.append(proc)
         wait_for(url, timeout, proc)
         return proc

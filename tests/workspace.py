@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from voicebias import config
@@ -43,8 +42,13 @@ def tree_hashes(root: Path, sub: str) -> dict[str, str]:
 def make_workspace(tmp_path_factory):
     base = tmp_path_factory.mktemp("pipeline")
     repo = base / "voicebias"
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=config.ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\n")
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=config.ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     for f in filter(None, files):
         src = config.ROOT / f
         if not src.is_file() or f == "dvc.lock" or f.startswith("reports/"):
@@ -63,7 +67,10 @@ def make_workspace(tmp_path_factory):
         path.write_text(yaml.safe_dump(keep, allow_unicode=True, sort_keys=False), encoding="utf-8")
     # the speech-continuation study on 3 prompts (x 4 voices x 4 phonation conditions)
     params = (repo / "params.yaml").read_text(encoding="utf-8")
-    for old, new in (("prompts_per_category: 2", "prompts_per_category: 1"), ("max_prompts: null", f"max_prompts: {SC_PROMPTS}")):
+    for old, new in (
+        ("prompts_per_category: 2", "prompts_per_category: 1"),
+        ("max_prompts: null", f"max_prompts: {SC_PROMPTS}"),
+    ):
         assert old in params, old
         params = params.replace(old, new)
     (repo / "params.yaml").write_text(params, encoding="utf-8")
@@ -86,8 +93,6 @@ def make_fresh_clone(base: Path, repo: Path) -> tuple[Path, subprocess.Completed
     return fresh, res, time.perf_counter() - t0
 
 
-
-
 def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, dict[str, str]]:
     """The reproduced workspace (tag 'repro') with the misbehaving reference system `hostile`
     added to run.systems, after `dvc repro`: (clone, repro result, hashes of every tracked file
@@ -104,7 +109,8 @@ def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProc
     params = path.read_text(encoding="utf-8")
     old = "systems: [voice_faithful, content_driven, mixed, drifting]"
     assert old in params, old
-    path.write_text(params.replace(old, "systems: [voice_faithful, content_driven, mixed, drifting, hostile]"),
-                    encoding="utf-8")
+    path.write_text(
+        params.replace(old, "systems: [voice_faithful, content_driven, mixed, drifting, hostile]"), encoding="utf-8"
+    )
     res = sh("dvc repro", clone, check=False)
     return clone, res, before

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 
 class AudioError(VoicebiasError, ValueError):
@@ -208,8 +208,11 @@ def _decode(path: Path | str, frames: int) -> tuple[np.ndarray, int]:
     try:
         x, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError) as exc:
-        raise AudioError(f"{path}: truncated or corrupt audio stream: the header declares {frames} samples "
-                         f"but decoding failed ({exc})", code="truncated") from exc
+        raise AudioError(
+            f"{path}: truncated or corrupt audio stream: the header declares {frames} samples "
+            f"but decoding failed ({exc})",
+            code="truncated",
+        ) from exc
     return x, sr
 
 
@@ -218,8 +221,13 @@ def read_audio(path: Path | str, target_sr: int | None = None) -> tuple[np.ndarr
 
     Raises AudioError on unreadable, truncated, empty or NaN-holding files.
     """
-    loaded = load_for_analysis(path, target_sr, AudioChecks(min_sample_rate=1, max_duration_s=float("inf"),
-                                                            max_clipped_fraction=1.0, silence_dbfs=float("-inf")))
+    loaded = load_for_analysis(
+        path,
+        target_sr,
+        AudioChecks(
+            min_sample_rate=1, max_duration_s=float("inf"), max_clipped_fraction=1.0, silence_dbfs=float("-inf")
+        ),
+    )
     return loaded.x, loaded.sr
 
 
@@ -235,17 +243,24 @@ def load_for_analysis(path: Path | str, target_sr: int | None = None, checks: Au
     info = _open(path)
     cut = _wav_truncation(path)
     if cut:
-        raise AudioError(f"{path}: truncated file: the header declares {cut[0]} bytes of audio, "
-                         f"the file holds {cut[1]}", code="truncated")
+        raise AudioError(
+            f"{path}: truncated file: the header declares {cut[0]} bytes of audio, the file holds {cut[1]}",
+            code="truncated",
+        )
     if info.frames == 0:
         raise AudioError(f"{path}: file holds no samples", code="empty")
     duration = info.frames / info.samplerate
     if duration > checks.max_duration_s:
-        raise AudioError(f"{path}: too long ({duration:.0f} s > {checks.max_duration_s:g} s allowed); "
-                         "cut it into utterances first", code="too_long")
+        raise AudioError(
+            f"{path}: too long ({duration:.0f} s > {checks.max_duration_s:g} s allowed); cut it into utterances first",
+            code="too_long",
+        )
     if info.samplerate < checks.min_sample_rate:
-        raise AudioError(f"{path}: sample rate {info.samplerate} Hz is too low: the analysis needs at least "
-                         f"{checks.min_sample_rate} Hz (content up to the formant ceiling)", code="low_sample_rate")
+        raise AudioError(
+            f"{path}: sample rate {info.samplerate} Hz is too low: the analysis needs at least "
+            f"{checks.min_sample_rate} Hz (content up to the formant ceiling)",
+            code="low_sample_rate",
+        )
     x2, sr = _decode(path, info.frames)
     if x2.size == 0:
         raise AudioError(f"{path}: file holds no samples", code="empty")
@@ -258,17 +273,22 @@ def load_for_analysis(path: Path | str, target_sr: int | None = None, checks: Au
     if channels > 1:
         mixed, each = rms_dbfs(x), max(rms_dbfs(x2[:, c]) for c in range(channels))
         if np.isfinite(each) and mixed < each - 20.0:
-            raise AudioError(f"{path}: the {channels} channels cancel when averaged to mono "
-                             f"({mixed:.0f} dBFS vs {each:.0f} dBFS per channel): check the polarity",
-                             code="stereo_cancels")
+            raise AudioError(
+                f"{path}: the {channels} channels cancel when averaged to mono "
+                f"({mixed:.0f} dBFS vs {each:.0f} dBFS per channel): check the polarity",
+                code="stereo_cancels",
+            )
         notes.append(f"{channels} channels averaged to mono")
     level = rms_dbfs(x)
     if level < checks.silence_dbfs:
         raise AudioError(f"{path}: silent (RMS {level:.1f} dBFS, below {checks.silence_dbfs:g} dBFS)", code="silent")
     clip = max(clipped_fraction(x2[:, c], checks.clip_level) for c in range(channels))
     if clip > checks.max_clipped_fraction:
-        raise AudioError(f"{path}: clipped: {100 * clip:.2f}% of samples at full scale "
-                         f"(more than {100 * checks.max_clipped_fraction:g}% allowed)", code="clipped")
+        raise AudioError(
+            f"{path}: clipped: {100 * clip:.2f}% of samples at full scale "
+            f"(more than {100 * checks.max_clipped_fraction:g}% allowed)",
+            code="clipped",
+        )
     source_sr = sr
     if target_sr and sr != target_sr:
         x, sr = resample(x, sr, target_sr), target_sr

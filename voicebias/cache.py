@@ -54,8 +54,9 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
         raise
 
 
-def atomic_write_json(path: Path | str, value: Any, indent: int | None = None,
-                      default: Callable[[Any], Any] | None = str) -> None:
+def atomic_write_json(
+    path: Path | str, value: Any, indent: int | None = None, default: Callable[[Any], Any] | None = str
+) -> None:
     """`value` as JSON (non-ASCII kept) written atomically to `path`."""
     text = json.dumps(value, ensure_ascii=False, indent=indent, default=default)
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -70,9 +71,16 @@ class JsonCache:
     Counters: `hits`, `misses` (corrupt entries included) and `corrupt`.
     """
 
-    def __init__(self, root: Path | str, *, shard: int = 0, layout: Callable[[Any], Path | str] | None = None,
-                 check: Callable[[Any], bool] | None = None, indent: int | None = None,
-                 default: Callable[[Any], Any] | None = str):
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        shard: int = 0,
+        layout: Callable[[Any], Path | str] | None = None,
+        check: Callable[[Any], bool] | None = None,
+        indent: int | None = None,
+        default: Callable[[Any], Any] | None = str,
+    ):
         self.root = Path(root)
         self.shard = int(shard)
         self.layout = layout

@@ -27,17 +27,17 @@ import platform
 import sys
 from pathlib import Path
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 MODE_VARIABLE = "VOICEBIAS_CODE_PATHS"
 MODES = ("avx2", "native")
 
 # What every x86-64-v3 processor runs, as each library names it.
 AVX2_PATHS = {
-    "OPENBLAS_CORETYPE": "Haswell",       # OpenBLAS's AVX2/FMA kernels (numpy's and scipy's copies)
-    "ATEN_CPU_CAPABILITY": "avx2",        # PyTorch's own vectorised kernels
-    "ONEDNN_MAX_CPU_ISA": "AVX2",         # oneDNN's JIT kernels (PyTorch's convolutions, LSTMs)
-    "NUMBA_CPU_NAME": "haswell",          # LLVM's target for the instrument's compiled loops
+    "OPENBLAS_CORETYPE": "Haswell",  # OpenBLAS's AVX2/FMA kernels (numpy's and scipy's copies)
+    "ATEN_CPU_CAPABILITY": "avx2",  # PyTorch's own vectorised kernels
+    "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's JIT kernels (PyTorch's convolutions, LSTMs)
+    "NUMBA_CPU_NAME": "haswell",  # LLVM's target for the instrument's compiled loops
 }
 # NumPy 2's names for its dispatch targets above x86-64-v3; set only where the CPU has them.
 NUMPY_ABOVE_V3 = "X86_V4 AVX512_ICL AVX512_SPR"
@@ -65,8 +65,9 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set()
 
 
-def plan(environ: dict | os._Environ = os.environ, flags: set[str] | None = None,
-         machine: str | None = None) -> dict[str, str]:
+def plan(
+    environ: dict | os._Environ = os.environ, flags: set[str] | None = None, machine: str | None = None
+) -> dict[str, str]:
     """The variables voicebias sets on this machine, in this environment."""
     mode = environ.get(MODE_VARIABLE, "avx2").strip().lower() or "avx2"
     if mode not in MODES:
@@ -98,8 +99,11 @@ def describe() -> dict[str, object]:
     (those kept the kernels they chose)."""
     mode = os.environ.get(MODE_VARIABLE, "avx2").strip().lower() or "avx2"
     fixed = mode == "avx2" and "OPENBLAS_CORETYPE" in APPLIED
-    return {"mode": mode if fixed or mode == "native" else "native (no x86-64-v3)",
-            "variables": dict(APPLIED), "loaded_before": list(LOADED_BEFORE)}
+    return {
+        "mode": mode if fixed or mode == "native" else "native (no x86-64-v3)",
+        "variables": dict(APPLIED),
+        "loaded_before": list(LOADED_BEFORE),
+    }
 
 
 def identity() -> dict[str, object]:

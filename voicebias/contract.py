@@ -31,15 +31,36 @@ PROMPT_SETS = ("nop", "ss")
 RESPONSE_STATUSES = ("ok", "failed", "excluded")
 #: why a reply is excluded (voicebias.systems.screen): no speech, a refusal, or audio the instrument refuses
 #: (the last group are voicebias.audio's refusal codes)
-REPLY_REASONS = ("no_audio", "empty_audio", "refusal", "too_short", "too_long", "silent", "clipped",
-                 "low_sample_rate", "truncated", "not_audio", "nan", "stereo_cancels")
+REPLY_REASONS = (
+    "no_audio",
+    "empty_audio",
+    "refusal",
+    "too_short",
+    "too_long",
+    "silent",
+    "clipped",
+    "low_sample_rate",
+    "truncated",
+    "not_audio",
+    "nan",
+    "stereo_cancels",
+)
 #: reason of a responses row whose call failed (asked again on the next run), and of one whose
 #: audio came without a transcript where no ASR is configured
 CALL_FAILED = "call_failed"
 NO_TRANSCRIPT = "no_transcript"
 #: planted misbehaviour of a reference system (params.yaml systems.<name>.faults; voicebias.systems.reference)
-FAULTS = ("refusal", "no_audio", "empty_audio", "short_audio", "silence", "clipping", "low_sample_rate",
-          "overlong", "noise")
+FAULTS = (
+    "refusal",
+    "no_audio",
+    "empty_audio",
+    "short_audio",
+    "silence",
+    "clipping",
+    "low_sample_rate",
+    "overlong",
+    "noise",
+)
 
 # ------------------------------------------------------------------ measures
 
@@ -70,32 +91,101 @@ SC_COMPONENTS = ("pitch", "formants", "harmonics", "cpps")
 
 #: data/passages/passages.csv (voicebias.stimuli.bank)
 PASSAGE_COLUMNS = [
-    "passage_id", "lang", "pole", "theme", "seed_term", "seed_source", "seed_statistic",
-    "statistic_checked", "text", "gloss_en", "length_units", "intensity", "rated_by", "review_status",
+    "passage_id",
+    "lang",
+    "pole",
+    "theme",
+    "seed_term",
+    "seed_source",
+    "seed_statistic",
+    "statistic_checked",
+    "text",
+    "gloss_en",
+    "length_units",
+    "intensity",
+    "rated_by",
+    "review_status",
 ]
 #: data/stimuli/manifest.csv (voicebias.stimuli.passages)
 STIMULUS_COLUMNS = [
-    "stimulus_id", "passage_id", "lang", "pole", "voice_gender", "voice_id", "backend",
-    "sample_rate", "duration_s", "gain_db", "sha256", "path",
+    "stimulus_id",
+    "passage_id",
+    "lang",
+    "pole",
+    "voice_gender",
+    "voice_id",
+    "backend",
+    "sample_rate",
+    "duration_s",
+    "gain_db",
+    "sha256",
+    "path",
 ]
 #: data/sc_stimuli/prompts.csv (voicebias.stimuli.prompts)
 SC_PROMPT_COLUMNS = ["prompt_id", "prompt_set", "category", "lang", "text", "review_status", "source"]
 #: data/sc_stimuli/manifest.csv (voicebias.stimuli.prompts)
 SC_STIMULUS_COLUMNS = [
-    "stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id", "backend",
-    "sample_rate", "duration_s", "gain_db", "sha256", "path", "text",
+    "stimulus_id",
+    "prompt_id",
+    "prompt_set",
+    "category",
+    "lang",
+    "voice_gender",
+    "voice_id",
+    "backend",
+    "sample_rate",
+    "duration_s",
+    "gain_db",
+    "sha256",
+    "path",
+    "text",
 ]
 #: data/phonation/manifest.csv (voicebias.stimuli.phonation)
 PHONATION_COLUMNS = [
-    "stimulus_id", "source_stimulus_id", "prompt_id", "prompt_set", "category", "lang", "voice_gender", "voice_id",
-    "phonation", "backend", "sample_rate", "duration_s", "sha256", "path", "text", "status", "error", "peak_limited",
+    "stimulus_id",
+    "source_stimulus_id",
+    "prompt_id",
+    "prompt_set",
+    "category",
+    "lang",
+    "voice_gender",
+    "voice_id",
+    "phonation",
+    "backend",
+    "sample_rate",
+    "duration_s",
+    "sha256",
+    "path",
+    "text",
+    "status",
+    "error",
+    "peak_limited",
 ]
 #: data/responses/<system>/<task>/responses.csv (voicebias.systems.runner)
 RESPONSE_COLUMNS = [
-    "system", "task", "stimulus_id", "passage_id", "lang", "target_lang", "pole", "voice_gender", "voice_id",
-    "prompt", "transcript", "status", "reason", "error", "output_audio", "output_sha256", "output_duration_s",
-    "model_revision", "attempts", "cache_key",
-    "adapter", "transcript_source", "provenance",
+    "system",
+    "task",
+    "stimulus_id",
+    "passage_id",
+    "lang",
+    "target_lang",
+    "pole",
+    "voice_gender",
+    "voice_id",
+    "prompt",
+    "transcript",
+    "status",
+    "reason",
+    "error",
+    "output_audio",
+    "output_sha256",
+    "output_duration_s",
+    "model_revision",
+    "attempts",
+    "cache_key",
+    "adapter",
+    "transcript_source",
+    "provenance",
 ]
 #: repeat index of an answer (0 .. run.samples_per_item - 1): a column of the responses, scored and
 #: acoustic tables only when more than one answer is drawn per item, right after stimulus_id
@@ -116,7 +206,26 @@ CONTINUATION_COLUMNS = [*RESPONSE_COLUMNS, "phonation"]
 TRANSCRIPT_SCORE_COLUMNS = ["judged_gender", "pronouns_male", "pronouns_female", "pronoun_choice"]
 #: data/sc_scored/<system>.csv (voicebias.scoring.continuation), followed by the judge rubric's dimensions
 SC_SCORED_COLUMNS = [
-    "system", "stimulus_id", "prompt_id", "prompt_set", "lang", "voice_gender", "voice_id", "phonation", "status",
-    "reason", "error", "transcript", "prompt_text", "output_audio", "speaker_similarity", *SC_MEASURES,
-    F0_ST, "measure_status", "judge_status", "judge_error", "judge_name", "judge_version",
+    "system",
+    "stimulus_id",
+    "prompt_id",
+    "prompt_set",
+    "lang",
+    "voice_gender",
+    "voice_id",
+    "phonation",
+    "status",
+    "reason",
+    "error",
+    "transcript",
+    "prompt_text",
+    "output_audio",
+    "speaker_similarity",
+    *SC_MEASURES,
+    F0_ST,
+    "measure_status",
+    "judge_status",
+    "judge_error",
+    "judge_name",
+    "judge_version",
 ]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,8 +41,9 @@ def read_text(path: Path | str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 4]!r}); "
-                          "save it as UTF-8") from exc
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 4]!r}); save it as UTF-8"
+        ) from exc
 
 
 def read_yaml(path: Path | str) -> Any:
@@ -90,3 +92,9 @@ def read_table(path: Path) -> pd.DataFrame:
         raise ConfigError(f"{path}: not a UTF-8 CSV table (byte {exc.start})") from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise ConfigError(f"{path}: not a CSV table ({' '.join(str(exc).split())})") from exc
+
+
+def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
+    """A path from a card or params, relative to the repository root unless absolute."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() or root is None else Path(root) / p

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 import pickle
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 _STATE: dict[int, Any] = {}
 
@@ -103,9 +103,15 @@ def _head_start(meanwhile: Callable[[], Any] | None) -> None:
             pass
 
 
-def map_processes(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | None = None,
-                  size: Callable[[Any], float] | None = None, desc: str | None = None,
-                  failures: str = "raise", meanwhile: Callable[[], Any] | None = None) -> list[Any]:
+def map_processes(
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
+    workers: int | None = None,
+    size: Callable[[Any], float] | None = None,
+    desc: str | None = None,
+    failures: str = "raise",
+    meanwhile: Callable[[], Any] | None = None,
+) -> list[Any]:
     """[fn(item) for item in items], computed on `workers` forked processes (default:
     every core); see the module docstring. One worker (or fewer than two items) runs in
     this process. `failures`: "raise", "return" or "first".
@@ -169,8 +175,11 @@ class ProcessBatched:
             return self._here(name, items)
         if self._pool is None:
             _STATE[id(self)] = self
-            self._pool = ProcessPoolExecutor(max_workers=self._workers(), initializer=one_thread_per_worker,
-                                             mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(
+                max_workers=self._workers(),
+                initializer=one_thread_per_worker,
+                mp_context=multiprocessing.get_context("fork"),
+            )
         return list(self._pool.map(_run_method, [(id(self), name, it) for it in items], chunksize=1))
 
     def _here(self, name: str, items: Sequence[Any]) -> list[Any]:

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from voicebias.io import read_yaml
 from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, FAULTS, GENDERS, LANGUAGES, POLES
-
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
+from voicebias.io import read_yaml
 
 Lang = Literal[LANGUAGES]
 Pole = Literal[POLES]
@@ -44,6 +42,7 @@ class Section(BaseModel):
 
 
 # ---------------------------------------------------------------- shared pieces
+
 
 class Requirements(Section):
     """What a backend needs on this machine (read by `voicebias preflight`)."""
@@ -76,8 +75,9 @@ class Breaker(Section):
     @model_validator(mode="after")
     def _longest_at_least_first(self) -> "Breaker":
         if self.max_cooldown_s < self.cooldown_s:
-            raise ValueError(f"max_cooldown_s ({self.max_cooldown_s:g}) must be at least cooldown_s "
-                             f"({self.cooldown_s:g})")
+            raise ValueError(
+                f"max_cooldown_s ({self.max_cooldown_s:g}) must be at least cooldown_s ({self.cooldown_s:g})"
+            )
         return self
 
 
@@ -111,6 +111,7 @@ class LLMEndpoint(Section):
 
 
 # ---------------------------------------------------------------- sections
+
 
 class Base(Section):
     profile: str
@@ -333,6 +334,7 @@ class Tracking(Section):
 
 # ---------------------------------------------------------------- systems, by adapter
 
+
 class SystemParams(Section):
     """Settings every adapter takes: how the runner calls it (left out of the cache key)."""
 
@@ -507,15 +509,25 @@ class Params(Section):
 
 # ---------------------------------------------------------------- validation
 
+
 class ParamsError(VoicebiasError, ValueError):
     """params.yaml holds an unknown key, a wrong type or a missing required setting."""
 
 
 _TYPE_WORDS = {
-    "float_parsing": "a number", "float_type": "a number", "int_parsing": "an integer", "int_type": "an integer",
-    "int_from_float": "an integer", "bool_parsing": "true or false", "bool_type": "true or false",
-    "string_type": "a string", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
-    "tuple_type": "a [low, high] pair", "model_attributes_type": "a mapping",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "int_parsing": "an integer",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "tuple_type": "a [low, high] pair",
+    "model_attributes_type": "a mapping",
 }
 
 
@@ -536,8 +548,17 @@ def _messages(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, .
     seen = set()
     for err in exc.errors():
         # union members repeat one failure per alternative; report the key once
-        loc = tuple(str(p) for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in {
-            "str", "list[str]", "int", "float", "bool", "constrained-int", "constrained-float"})))
+        loc = tuple(
+            str(p)
+            for p in err["loc"]
+            if not (
+                isinstance(p, str)
+                and (
+                    "[" in p
+                    or p in {"str", "list[str]", "int", "float", "bool", "constrained-int", "constrained-float"}
+                )
+            )
+        )
         path = ".".join(prefix + loc)
         if path in seen:
             continue
@@ -597,7 +618,9 @@ def _card_adapter(system: str, cards_dir: Path) -> str:
     card = read_yaml(path) or {}
     adapter = card.get("adapter") if isinstance(card, dict) else None
     if adapter not in ADAPTER_PARAMS:
-        raise ParamsError(f"systems.{system}: card {path} names adapter {adapter!r}; known: {', '.join(ADAPTER_PARAMS)}")
+        raise ParamsError(
+            f"systems.{system}: card {path} names adapter {adapter!r}; known: {', '.join(ADAPTER_PARAMS)}"
+        )
     return adapter
 
 
@@ -645,6 +668,7 @@ def validate_params(raw: Any, cards_dir: Path | None = None, source: str = "para
     params["systems"] = systems_out
     return params
 
+
 def load_params(path: Path | str | None = None) -> dict[str, Any]:
     """Read params.yaml (or another profile file), validated against the schema.
 
@@ -656,3 +680,10 @@ def load_params(path: Path | str | None = None) -> dict[str, Any]:
         raise FileNotFoundError(f"parameter file not found: {p}")
     raw = read_yaml(p)
     return validate_params(raw, source=p.name)
+
+
+def stage_params(stage: str) -> dict[str, Any]:
+    """params.yaml validated for a stage; a schema problem prints its key paths and exits 1."""
+    from voicebias.errors import guarded
+
+    return guarded(load_params, stage=stage)

@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from voicebias.exceptions import NotAvailable, NotFound
+from voicebias.errors import NotAvailable, NotFound
 
 
 class UnknownName(NotFound):
@@ -28,7 +28,7 @@ class UnknownName(NotFound):
 @dataclass(frozen=True)
 class Entry:
     name: str
-    target: str                      # "module:attribute"
+    target: str  # "module:attribute"
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -48,8 +48,12 @@ class Registry:
     `planned` maps names a profile may use but this version does not ship to a note.
     """
 
-    def __init__(self, kind: str, entries: Mapping[str, str | tuple[str, Mapping[str, Any]]] | None = None,
-                 planned: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        kind: str,
+        entries: Mapping[str, str | tuple[str, Mapping[str, Any]]] | None = None,
+        planned: Mapping[str, str] | None = None,
+    ):
         self.kind = kind
         self._entries: dict[str, Entry] = {}
         self._loaded: dict[str, Any] = {}
@@ -85,8 +89,10 @@ class Registry:
         except KeyError:
             pass
         if name in self.planned:
-            raise NotAvailable(f"{self.kind} '{name}' ({self.planned[name]}) is not shipped in this version; "
-                               f"available: {', '.join(self.names())}") from None
+            raise NotAvailable(
+                f"{self.kind} '{name}' ({self.planned[name]}) is not shipped in this version; "
+                f"available: {', '.join(self.names())}"
+            ) from None
         raise UnknownName(self.kind, name, self.names()) from None
 
     def meta(self, name: str) -> Mapping[str, Any]:

@@ -31,8 +31,12 @@ def record(stage: str, facts: dict[str, Any], path: Path | None = None) -> None:
     """Append one entry for `stage` (UTC timestamp, process id, the facts)."""
     path = Path(path or RUN_LOG)
     path.parent.mkdir(parents=True, exist_ok=True)
-    entry = {"stage": stage, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "pid": os.getpid(),
-             **_clean(facts)}
+    entry = {
+        "stage": stage,
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "pid": os.getpid(),
+        **_clean(facts),
+    }
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n")
 

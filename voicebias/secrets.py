@@ -21,15 +21,43 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 #: Variables a child process may inherit (besides the LC_* locale family).
-CHILD_ENV_ALLOWED = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE",
-    "TMPDIR", "TMP", "TEMP", "SYSTEMROOT",
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-    "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG",
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM",
-    "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE",
-    "TRANSFORMERS_CACHE", "TORCH_HOME", "XDG_CACHE_HOME", "PYTHONHASHSEED",
-})
+CHILD_ENV_ALLOWED = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "TZ",
+        "LANG",
+        "LANGUAGE",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "SYSTEMROOT",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_HOME",
+        "NVIDIA_VISIBLE_DEVICES",
+        "LD_LIBRARY_PATH",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "CUBLAS_WORKSPACE_CONFIG",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "TRANSFORMERS_CACHE",
+        "TORCH_HOME",
+        "XDG_CACHE_HOME",
+        "PYTHONHASHSEED",
+    }
+)
 CHILD_ENV_PREFIXES = ("LC_",)
 #: Names of further variables to pass to child processes, set by the user.
 CHILD_ENV_EXTRA = "VOICEBIAS_CHILD_ENV"
@@ -63,13 +91,13 @@ def read_secret(name: str, root: str | os.PathLike[str] | None = None) -> str | 
     return value or None
 
 
-def require_secret(who: str, name: str, root: str | os.PathLike[str] | None = None, *,
-                   error: type[Exception]) -> str:
+def require_secret(who: str, name: str, root: str | os.PathLike[str] | None = None, *, error: type[Exception]) -> str:
     """`read_secret(name)`, or `error` (the caller's setup error) naming `who` and the variable."""
     value = read_secret(name, root)
     if not value:
-        raise error(f"{who} needs the environment variable {name} "
-                    "(set it in the environment or in .env at the repository root)")
+        raise error(
+            f"{who} needs the environment variable {name} (set it in the environment or in .env at the repository root)"
+        )
     return value
 
 
@@ -93,7 +121,7 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
             text = text.replace(s, "[redacted]")
             if len(s) >= 16:  # servers echo keys partly masked: hide any long run of the key
                 for i in range(0, len(s) - 8 + 1):
-                    piece = s[i:i + 8]
+                    piece = s[i : i + 8]
                     if piece in text:
                         text = text.replace(piece, "[redacted]")
     return text

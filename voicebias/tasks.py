@@ -6,11 +6,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
-from voicebias.exceptions import NotFound
-from voicebias.io import read_yaml
 from voicebias.config import TASKS_DIR
+from voicebias.errors import NotFound
+from voicebias.io import read_yaml
 
 TASK_NAMES = ("readback", "paraphrase", "summarize", "translate", "describe")
 

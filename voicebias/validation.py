@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
@@ -32,7 +32,10 @@ class ValidationReport:
     n_expectations: int = 0
 
     def summary(self) -> str:
-        head = f"suite '{self.suite}': {len(self.failures)} of {self.n_expectations} expectations failed on {self.n_rows} rows"
+        head = (
+            f"suite '{self.suite}': {len(self.failures)} of {self.n_expectations} expectations failed"
+            f" on {self.n_rows} rows"
+        )
         lines = [head]
         for f in self.failures:
             col = f" column '{f['column']}'" if f.get("column") else ""
@@ -72,14 +75,16 @@ def validate_table(df: pd.DataFrame, suite_name: str, expectations: Iterable[Any
             continue
         cfg = r.expectation_config
         res = r.result or {}
-        failures.append({
-            "expectation": cfg.type,
-            "column": cfg.kwargs.get("column") or cfg.kwargs.get("column_list"),
-            "unexpected_count": res.get("unexpected_count"),
-            "observed": res.get("observed_value"),
-            "examples": (res.get("partial_unexpected_list") or [])[:5],
-            "error": (r.exception_info or {}).get("exception_message") if r.exception_info else None,
-        })
+        failures.append(
+            {
+                "expectation": cfg.type,
+                "column": cfg.kwargs.get("column") or cfg.kwargs.get("column_list"),
+                "unexpected_count": res.get("unexpected_count"),
+                "observed": res.get("observed_value"),
+                "examples": (res.get("partial_unexpected_list") or [])[:5],
+                "error": (r.exception_info or {}).get("exception_message") if r.exception_info else None,
+            }
+        )
     return ValidationReport(suite_name, bool(result.success), len(df), failures, len(exps))
 
 

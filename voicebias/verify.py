@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,15 @@ DEFAULT_TOLERANCE = Tolerance(rel=1e-6, abs=1e-9)
 # (pattern on the column or key name, tolerance); the first match wins.
 COLUMN_TOLERANCES: list[tuple[str, Tolerance]] = [
     # p-values far in a tail carry few significant digits of the fit
-    ("p_value*", Tolerance(rel=1e-4, abs=1e-10)), ("*p_adj*", Tolerance(rel=1e-4, abs=1e-10)),
+    ("p_value*", Tolerance(rel=1e-4, abs=1e-10)),
+    ("*p_adj*", Tolerance(rel=1e-4, abs=1e-10)),
     ("*_p", Tolerance(rel=1e-4, abs=1e-10)),
     # cosine similarities and embeddings: float32 network outputs
-    ("*similarity*", Tolerance(rel=1e-5, abs=1e-6)), ("*cosine*", Tolerance(rel=1e-5, abs=1e-6)),
+    ("*similarity*", Tolerance(rel=1e-5, abs=1e-6)),
+    ("*cosine*", Tolerance(rel=1e-5, abs=1e-6)),
     # optimiser-found quantities (variance components, log-likelihoods, bootstrap ends)
-    ("*loglik*", Tolerance(rel=1e-6, abs=1e-6)), ("*var*", Tolerance(rel=1e-5, abs=1e-9)),
+    ("*loglik*", Tolerance(rel=1e-6, abs=1e-6)),
+    ("*var*", Tolerance(rel=1e-5, abs=1e-9)),
     ("*sd", Tolerance(rel=1e-5, abs=1e-9)),
 ]
 AUDIO_TOLERANCE = Tolerance(rel=0.0, abs=1e-4)
@@ -116,9 +119,11 @@ class Verdict:
 
     def report(self, limit: int = 10) -> str:
         counts = {k: sum(f.kind == k for f in self.files) for k in ("identical", "within", "different", "rendering")}
-        head = (f"voicebias verify {self.rev}: {self.status} ({len(self.files)} files: {counts['identical']} identical, "
-                f"{counts['within']} within tolerance, {counts['different']} different, "
-                f"{counts['rendering']} renderings not compared byte for byte)")
+        head = (
+            f"voicebias verify {self.rev}: {self.status} ({len(self.files)} files: {counts['identical']} identical, "
+            f"{counts['within']} within tolerance, {counts['different']} different, "
+            f"{counts['rendering']} renderings not compared byte for byte)"
+        )
         lines = [head]
         if self.not_committed:
             lines.append(f"not committed at {self.rev}, not compared: {', '.join(self.not_committed)}")
@@ -126,8 +131,7 @@ class Verdict:
             diffs = [d for f in self.files if f.kind == "different" for d in f.differences]
             lines.append(f"differences beyond tolerance ({len(diffs)}; first {min(limit, len(diffs))}):")
         else:
-            diffs = sorted((d for f in self.files if f.kind == "within" for d in f.differences),
-                           key=lambda d: -d.size)
+            diffs = sorted((d for f in self.files if f.kind == "within" for d in f.differences), key=lambda d: -d.size)
             if diffs:
                 lines.append(f"largest differences within tolerance ({len(diffs)} in all):")
         lines += [f"  {d.line()}" for d in diffs[:limit]]
@@ -196,8 +200,13 @@ def _walk_json(path: str, where: str, key: str, a: Any, b: Any, out: list[Differ
             return
         for i, (x, y) in enumerate(zip(a, b)):
             _walk_json(path, f"{where}[{i}]", key, x, y, out)
-    elif (isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool)
-          and not isinstance(b, bool) and not (isinstance(a, int) and isinstance(b, int))):
+    elif (
+        isinstance(a, (int, float))
+        and isinstance(b, (int, float))
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and not (isinstance(a, int) and isinstance(b, int))
+    ):
         d = _compare_cells(path, where, key, repr(float(a)), repr(float(b)))
         if d is not None:
             out.append(d)
@@ -230,7 +239,7 @@ def compare_text(path: str, committed: bytes, here: bytes) -> FileResult:
         decimals = max(len(s.split(".")[1]) if "." in s and "e" not in s.lower() else 0 for s in (x, y))
         scale = max(abs(fx), abs(fy))
         size = abs(fx - fy) / scale if scale else math.inf
-        ok = abs(fx - fy) <= 10.0 ** -decimals * (1 + 1e-9) or DEFAULT_TOLERANCE.agree(fx, fy)
+        ok = abs(fx - fy) <= 10.0**-decimals * (1 + 1e-9) or DEFAULT_TOLERANCE.agree(fx, fy)
         diffs.append(Difference(path, f"number {i}", x, y, size if ok else math.inf))
     return _classify(path, diffs)
 
@@ -245,15 +254,21 @@ def compare_audio(path: str, committed: bytes, here: bytes) -> FileResult:
     except Exception as err:  # noqa: BLE001 - any decoder failure is a difference, named
         return FileResult(path, "different", [Difference(path, "audio", "decodable", f"not decodable ({err})")])
     if ra != rb or xa.shape != xb.shape:
-        return FileResult(path, "different", [Difference(path, "audio", f"{xa.shape} at {ra} Hz",
-                                                         f"{xb.shape} at {rb} Hz")])
+        return FileResult(
+            path, "different", [Difference(path, "audio", f"{xa.shape} at {ra} Hz", f"{xb.shape} at {rb} Hz")]
+        )
     gap = float(np.max(np.abs(xa - xb))) if xa.size else 0.0
-    diff = Difference(path, "largest sample difference", "", f"{gap:.3g}", gap if gap <= AUDIO_TOLERANCE.abs else math.inf)
+    diff = Difference(
+        path, "largest sample difference", "", f"{gap:.3g}", gap if gap <= AUDIO_TOLERANCE.abs else math.inf
+    )
     return _classify(path, [diff])
 
 
 COMPARERS: dict[str, Callable[[str, bytes, bytes], FileResult]] = {
-    ".csv": compare_csv, ".json": compare_json, **{e: compare_text for e in TEXT}, **{e: compare_audio for e in AUDIO},
+    ".csv": compare_csv,
+    ".json": compare_json,
+    **{e: compare_text for e in TEXT},
+    **{e: compare_audio for e in AUDIO},
 }
 
 

@@ -23,12 +23,22 @@ FLAGS = cpu_flags()
 CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "NUMBA_CPU_NAME": "haswell"}
 # core type -> the CPU flag it needs
 CORE_TYPES = {"Haswell": "avx2", "SkylakeX": "avx512f", "Zen": "avx2", "Prescott": "pni"}
-STAGES = ["python -m stages.sc_scoring --system continuation_reference", "python -m stages.sc_analysis",
-          "python -m stages.acoustic_scoring --system drifting", "python -m stages.phonation_check",
-          "python -m stages.analysis",
-          "python -m stages.disaggregate"]
-OUTPUTS = ["data/sc_scored", "reports/sc", "data/scored", "reports/phonation", "reports/analysis",
-           "reports/disaggregated"]
+STAGES = [
+    "python -m stages.sc_scoring --system continuation_reference",
+    "python -m stages.sc_analysis",
+    "python -m stages.acoustic_scoring --system drifting",
+    "python -m stages.phonation_check",
+    "python -m stages.analysis",
+    "python -m stages.disaggregate",
+]
+OUTPUTS = [
+    "data/sc_scored",
+    "reports/sc",
+    "data/scored",
+    "reports/phonation",
+    "reports/analysis",
+    "reports/disaggregated",
+]
 
 
 def runnable() -> list[str]:
@@ -57,8 +67,11 @@ def test_every_core_type_this_machine_runs_writes_the_native_bytes(workspace):
         now = {k: v for o in OUTPUTS for k, v in tree_hashes(clone, o).items()}
         differ[core] = sorted(k for k in native.keys() | now.keys() if native.get(k) != now.get(k))
         shutil.rmtree(base / f"cache-{core}", ignore_errors=True)
-    print("\nplayed machines: " + ", ".join(f"{c} {s:.0f} s" for c, s in seconds.items())
-          + f"; {len(native)} files compared each")
+    print(
+        "\nplayed machines: "
+        + ", ".join(f"{c} {s:.0f} s" for c, s in seconds.items())
+        + f"; {len(native)} files compared each"
+    )
     assert seconds and len(seconds) == len(runnable())
     assert all(not d for d in differ.values()), differ
     assert os.environ.get("VOICEBIAS_CODE_PATHS", "avx2") == "avx2"

@@ -12,7 +12,6 @@ import pandas as pd
 
 from tests.workspace import sh, tree_hashes
 from voicebias.analysis.exclusions import planted_fault_of
-from voicebias.contract import FAULTS
 from voicebias.systems.reference import FAULT_REASONS
 
 OTHERS = ("voice_faithful", "content_driven", "mixed", "drifting")
@@ -20,8 +19,9 @@ TASKS = ("readback", "paraphrase", "summarize", "translate", "describe")
 
 
 def responses(clone) -> pd.DataFrame:
-    return pd.concat([pd.read_csv(clone / "data" / "responses" / "hostile" / t / "responses.csv") for t in TASKS],
-                     ignore_index=True)
+    return pd.concat(
+        [pd.read_csv(clone / "data" / "responses" / "hostile" / t / "responses.csv") for t in TASKS], ignore_index=True
+    )
 
 
 def planted_counts(table: pd.DataFrame) -> dict[str, int]:
@@ -34,8 +34,7 @@ def test_the_pipeline_runs_to_the_report_and_only_the_new_system_runs(hostile):
     clone, res, _ = hostile
     assert res.returncode == 0, res.stderr[-3000:]
     ran = {line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")}
-    assert {"respond@hostile", "scoring@hostile", "acoustic_scoring@hostile", "analysis", "report",
-            "tracking"} <= ran
+    assert {"respond@hostile", "scoring@hostile", "acoustic_scoring@hostile", "analysis", "report", "tracking"} <= ran
     assert not any(s.endswith(f"@{other}") for s in ran for other in OTHERS), ran
     assert "hostile" in (clone / "reports" / "report" / "report.html").read_text(encoding="utf-8")
 
@@ -55,7 +54,7 @@ def test_every_fault_is_planted_and_each_is_excluded_with_its_own_reason(hostile
     assert (table.loc[faults.isna() | (faults == "noise"), "status"] == "ok").all()
     # in the scored tables
     scored = pd.read_csv(clone / "data" / "scored" / "hostile.csv")
-    assert (scored["status"].value_counts().to_dict() == table["status"].value_counts().to_dict())
+    assert scored["status"].value_counts().to_dict() == table["status"].value_counts().to_dict()
     ac = pd.read_csv(clone / "data" / "scored" / "hostile_acoustics.csv")
     noise = table.loc[faults == "noise", "stimulus_id"] + "/" + table.loc[faults == "noise", "task"]
     ac_key = ac["stimulus_id"] + "/" + ac["task"]
@@ -74,14 +73,18 @@ def test_every_fault_is_planted_and_each_is_excluded_with_its_own_reason(hostile
 
     run = json.loads((clone / "mlruns" / "last_run.json").read_text())
     client = MlflowClient(f"sqlite:///{clone / 'mlruns' / 'mlflow.db'}")
-    kids = client.search_runs([run["experiment_id"]], f"tags.mlflow.parentRunId = '{run['parent_run_id']}'",
-                              max_results=1000)
+    kids = client.search_runs(
+        [run["experiment_id"]], f"tags.mlflow.parentRunId = '{run['parent_run_id']}'", max_results=1000
+    )
     logged: dict[str, float] = {}
     for k in kids:
         if k.data.tags.get("system") == "hostile" and k.data.tags.get("lang") != "ALL":
             for key, v in k.data.metrics.items():
-                if key.startswith("exclusions/") and key != "exclusions/total" and not key.endswith(
-                        ("/call_failed", "/non_compliant")):
+                if (
+                    key.startswith("exclusions/")
+                    and key != "exclusions/total"
+                    and not key.endswith(("/call_failed", "/non_compliant"))
+                ):
                     reason = key.rsplit("/", 1)[1]
                     logged[reason] = logged.get(reason, 0) + v
     assert {k: int(v) for k, v in sorted(logged.items())} == planted

@@ -45,8 +45,10 @@ def assert_same_categories(name: str, base: pd.DataFrame, again: pd.DataFrame) -
     a, b = categories(base), categories(again)
     assert list(a.columns) == list(b.columns), name
     diff = (a.astype(str) != b.astype(str)).any(axis=1)
-    assert not diff.any(), f"{name}: categories moved under a 1e-9 perturbation:\n" \
-                           f"{pd.concat([a[diff], b[diff]], keys=['base', 'perturbed']).to_string()}"
+    assert not diff.any(), (
+        f"{name}: categories moved under a 1e-9 perturbation:\n"
+        f"{pd.concat([a[diff], b[diff]], keys=['base', 'perturbed']).to_string()}"
+    )
 
 
 def at(repo, path):
@@ -70,12 +72,18 @@ def inputs(workspace):
     def concat(paths):
         return pd.concat([read_table(at(repo, p)) for p in paths if at(repo, p).exists()], ignore_index=True)
 
-    return {"params": params, "scored": concat([config.scored_table(s) for s in systems]),
-            "acoustic": concat([config.acoustic_table(s) for s in systems]),
-            "sc": concat([config.sc_scored_table(s) for s in sc_systems]),
-            "prompt_measures": read_table(at(repo, config.PHONATION_MEASURES)),
-            "truths": {s: read_json(at(repo, config.continuation_report(s))).get("planted_truth")
-                       for s in sc_systems if at(repo, config.continuation_report(s)).exists()}}
+    return {
+        "params": params,
+        "scored": concat([config.scored_table(s) for s in systems]),
+        "acoustic": concat([config.acoustic_table(s) for s in systems]),
+        "sc": concat([config.sc_scored_table(s) for s in sc_systems]),
+        "prompt_measures": read_table(at(repo, config.PHONATION_MEASURES)),
+        "truths": {
+            s: read_json(at(repo, config.continuation_report(s))).get("planted_truth")
+            for s in sc_systems
+            if at(repo, config.continuation_report(s)).exists()
+        },
+    }
 
 
 def test_describe_fits_keep_their_categories(inputs, monkeypatch):
@@ -90,6 +98,7 @@ def test_describe_fits_keep_their_categories(inputs, monkeypatch):
     assert len(base) and set(base["status"]) <= {"ok", "separation", "not estimable"}
     design = st.describe_design
     for seed in SEEDS:
+
         def perturbed_design(df, _seed=seed):
             d = design(df)
             rng = np.random.default_rng(_seed)
@@ -117,10 +126,15 @@ def test_rq1_fits_keep_their_categories(inputs):
     def run(acoustic):
         mixed = pd.concat([rq1_mixed_models(acoustic, m, conf) for m in measures], ignore_index=True)
         contrasts = pd.concat([rq1_contrasts(acoustic, m) for m in measures], ignore_index=True)
-        pooled = pd.concat([rq1_pooled(acoustic, m, conf, pool_systems=p) for p in (False, True) for m in measures],
-                           ignore_index=True)
-        return {"rq1_mixed_models": mixed, "rq1_contrasts": contrasts, "rq1_pooled": pooled,
-                "rq1_significance_counts": rq1_significance_counts(contrasts, mixed, 1 - conf)}
+        pooled = pd.concat(
+            [rq1_pooled(acoustic, m, conf, pool_systems=p) for p in (False, True) for m in measures], ignore_index=True
+        )
+        return {
+            "rq1_mixed_models": mixed,
+            "rq1_contrasts": contrasts,
+            "rq1_pooled": pooled,
+            "rq1_significance_counts": rq1_significance_counts(contrasts, mixed, 1 - conf),
+        }
 
     base = run(inputs["acoustic"])
     assert (base["rq1_mixed_models"]["status"] == "ok").any()
@@ -151,8 +165,11 @@ def test_disaggregated_bootstrap_keeps_its_categories(inputs):
     from voicebias.analysis.disaggregated import disaggregate, s2s_items, sc_items
 
     params = inputs["params"]
-    kwargs = {"resamples": int(params["disaggregate"]["resamples"]),
-              "confidence": float(params["analyze"]["confidence"]), "seed": int(params["base"]["seed"])}
+    kwargs = {
+        "resamples": int(params["disaggregate"]["resamples"]),
+        "confidence": float(params["analyze"]["confidence"]),
+        "seed": int(params["base"]["seed"]),
+    }
 
     def run(scored, acoustic, sc):
         return disaggregate(pd.concat([s2s_items(scored, acoustic), sc_items(sc)], ignore_index=True), **kwargs)

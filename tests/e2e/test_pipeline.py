@@ -38,12 +38,19 @@ def test_repro_leaves_reports_and_mlflow_runs(workspace):
     parent = client.get_run(run["parent_run_id"])
     assert parent.data.tags["voicebias.pipeline_state"] == marker["pipeline_state"]
     assert client.get_experiment(run["experiment_id"]).tags["mlflow.experimentKind"] == "custom_model_development"
-    children = client.search_runs([run["experiment_id"]], f"tags.mlflow.parentRunId = '{run['parent_run_id']}'",
-                                  max_results=1000)
+    children = client.search_runs(
+        [run["experiment_id"]], f"tags.mlflow.parentRunId = '{run['parent_run_id']}'", max_results=1000
+    )
     assert len(children) == len(run["children"]) == len(marker["children"]) > 0
     assert sorted(c.info.run_name for c in children) == marker["children"]
-    assert {c.data.tags["system"] for c in children} == {"voice_faithful", "content_driven", "mixed", "drifting",
-                                                         "continuation_reference", "phonation:parametric"}
+    assert {c.data.tags["system"] for c in children} == {
+        "voice_faithful",
+        "content_driven",
+        "mixed",
+        "drifting",
+        "continuation_reference",
+        "phonation:parametric",
+    }
     # the speech-continuation study: every prompt x voice in four phonation conditions,
     # the manipulation check passed, continuations scored, the SC paper's Table 2 rendered
     phon = pd.read_csv(repo / "data" / "phonation" / "manifest.csv")
@@ -76,8 +83,9 @@ def test_fresh_clone_reproduces_every_output_byte_for_byte(workspace, fresh_clon
     exp = client.get_experiment_by_name(marker["experiment"])
     parents = client.search_runs([exp.experiment_id], "tags.`voicebias.level` = 'pipeline'")
     assert len(parents) == 1 and parents[0].data.tags["voicebias.pipeline_state"] == marker["pipeline_state"]
-    kids = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'",
-                              max_results=1000)
+    kids = client.search_runs(
+        [exp.experiment_id], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'", max_results=1000
+    )
     assert sorted(k.info.run_name for k in kids) == marker["children"] and len(kids) > 20
     # tracking the same state again adds no run
     sh("dvc repro --force --single-item tracking", fresh)
@@ -124,8 +132,15 @@ def test_fresh_clone_pulls_identical_outputs(workspace):
     sh(f"git clone -q {repo} {clone}", base)
     # the clone sits beside the original, so the default remote resolves to the same storage
     sh("dvc pull", clone)
-    shared = ("data/stimuli", "data/responses", "data/scored", "data/measures", "data/phonation",
-              "data/continuations", "data/sc_scored")
+    shared = (
+        "data/stimuli",
+        "data/responses",
+        "data/scored",
+        "data/measures",
+        "data/phonation",
+        "data/continuations",
+        "data/sc_scored",
+    )
     original = {k: v for sub in shared for k, v in tree_hashes(repo, sub).items()}
     pulled = {k: v for sub in shared for k, v in tree_hashes(clone, sub).items()}
     assert any(k.startswith("data/phonation/audio/") for k in original)
@@ -141,10 +156,13 @@ def test_fresh_clone_pulls_identical_outputs(workspace):
     assert json.loads(sh("dvc status --json", clone).stdout) == ALWAYS_RUNS
 
 
-@pytest.mark.parametrize("section, key, value, expected", [
-    ("mixed", "content_wieght", 0.9, "systems.mixed.content_wieght: unknown key; did you mean content_weight?"),
-    ("voice_faithful", "error_rate", "high", "systems.voice_faithful.error_rate: expected a number, got 'high'"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, expected",
+    [
+        ("mixed", "content_wieght", 0.9, "systems.mixed.content_wieght: unknown key; did you mean content_weight?"),
+        ("voice_faithful", "error_rate", "high", "systems.voice_faithful.error_rate: expected a number, got 'high'"),
+    ],
+)
 def test_a_bad_param_stops_dvc_repro_before_any_stage_runs(workspace, section, key, value, expected):
     _, repo, _ = workspace
     path = repo / "params.yaml"
@@ -176,7 +194,10 @@ def test_broken_bank_stops_the_pipeline_with_a_readable_message(workspace):
         assert "suite 'passages'" in res.stderr and "expect_column_values_to_not_match_regex" in res.stderr
         assert "Traceback" not in res.stderr
     finally:
+        # DVC removed the stage's outputs before running it: put them back for the next test
         path.write_text(original, encoding="utf-8")
+        sh("git checkout -- reports/bank && dvc checkout -q bank", repo)
+    assert "up to date" in sh("dvc status bank", repo).stdout
 
 
 def test_experiment_changes_only_the_affected_metrics(workspace):
@@ -224,8 +245,14 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
     odds = at_repro("reports/analysis/describe_odds_ratios.csv")
     systems = {"voice_faithful", "content_driven", "mixed", "drifting"}
     assert set(pvr["system"]) == systems
-    expected = {"odds_ratio_per_step", "misgender_rate_aligned", "misgender_rate_neutral", "misgender_rate_misaligned",
-                "rq1_f0_shift_st", *[f"rq1_f0_stereotype_effect_st_readback_{lang}" for lang in ("en", "es", "zh")]}
+    expected = {
+        "odds_ratio_per_step",
+        "misgender_rate_aligned",
+        "misgender_rate_neutral",
+        "misgender_rate_misaligned",
+        "rq1_f0_shift_st",
+        *[f"rq1_f0_stereotype_effect_st_readback_{lang}" for lang in ("en", "es", "zh")],
+    }
     for s in systems:
         have = set(pvr.loc[pvr["system"] == s, "quantity"])
         assert expected <= have, (s, expected - have)
@@ -251,8 +278,7 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
             # (the reference voices are deterministic, so its CI can be narrower than that)
             assert abs(r.recovered - r.planted) <= tol and str(r.within_tolerance) == "True", r
         else:
-            assert within_twice(r.planted, r.recovered, r.ci_low, r.ci_high,
-                                log=r.quantity == "odds_ratio_per_step"), r
+            assert within_twice(r.planted, r.recovered, r.ci_low, r.ci_high, log=r.quantity == "odds_ratio_per_step"), r
         checked += 1
         if not flag and not np.isfinite(tol):
             misses.append((r.system, r.quantity))
@@ -262,7 +288,8 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
 
     sc = at_repro("reports/sc/planted_vs_recovered.csv")
     assert {"retention_h1_h2_db_male", "retention_h1_h2_db_female", "passive_rate_male", "passive_rate_female"} <= set(
-        sc.loc[sc["system"] == "continuation_reference", "quantity"])
+        sc.loc[sc["system"] == "continuation_reference", "quantity"]
+    )
     for r in sc[sc["planted"].notna()].itertuples():
         ok = str(r.recovered_ok) == "True"
         if r.quantity.startswith("retention_"):

@@ -13,19 +13,25 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.servers import free_port, mlflow_server_cmd, post_json, server  # noqa: F401 (server: a fixture)
+from tests.servers import free_port, mlflow_server_cmd, post_json
 from tests.workspace import BIN, sh, tree_hashes
 
 
 def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
     _, repo, _ = workspace
     port = free_port()
-    server(mlflow_server_cmd(f"sqlite:///{repo / 'mlruns' / 'mlflow.db'}", port), f"http://127.0.0.1:{port}/health",
-           repo)
+    server(
+        mlflow_server_cmd(f"sqlite:///{repo / 'mlruns' / 'mlflow.db'}", port), f"http://127.0.0.1:{port}/health", repo
+    )
     run = json.loads((repo / "mlruns" / "last_run.json").read_text())
-    found = post_json(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", {
-        "experiment_ids": [run["experiment_id"]], "max_results": 1000,
-        "filter": f"tags.mlflow.parentRunId = '{run['parent_run_id']}'"})
+    found = post_json(
+        f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+        {
+            "experiment_ids": [run["experiment_id"]],
+            "max_results": 1000,
+            "filter": f"tags.mlflow.parentRunId = '{run['parent_run_id']}'",
+        },
+    )
     runs = found["runs"]
     assert len(runs) == len(run["children"])
     odds = pd.read_csv(repo / "reports" / "analysis" / "describe_odds_ratios.csv")
@@ -40,7 +46,9 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
         if len(o) and o.iloc[0]["fit_status"] == "ok":
             assert metrics["describe/odds_ratio"] == pytest.approx(o.iloc[0]["odds_ratio"], rel=1e-9)
             checked += 1
-        m = rates[(rates["system"] == tags["system"]) & (rates["lang"] == tags["lang"]) & (rates["cell_type"] == "misaligned")]
+        m = rates[
+            (rates["system"] == tags["system"]) & (rates["lang"] == tags["lang"]) & (rates["cell_type"] == "misaligned")
+        ]
         if len(m) and pd.notna(m.iloc[0]["rate"]):
             assert metrics["describe/misgender_rate/misaligned"] == pytest.approx(m.iloc[0]["rate"], rel=1e-9)
             checked += 1
@@ -84,25 +92,37 @@ def test_report_renders_in_headless_chromium(workspace, tmp_path):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(chromium)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1200,3000",
+    ):
         opts.add_argument(flag)
     browser = webdriver.Chrome(service=Service(str(driver)), options=opts)
     try:
         browser.get((repo / "reports" / "report" / "report.html").as_uri())
         broken = browser.execute_script(
-            "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+            "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+        )
         n_images = browser.execute_script("return document.images.length")
         empty_tables = browser.execute_script(
             "return Array.from(document.querySelectorAll('table'))"
-            ".filter(t => t.querySelectorAll('tbody tr').length === 0).length")
+            ".filter(t => t.querySelectorAll('tbody tr').length === 0).length"
+        )
         n_tables = browser.execute_script("return document.querySelectorAll('table').length")
         # readable at a normal window width: the page itself never scrolls sideways (a wide table scrolls in its box)
         page_width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
         unwrapped = browser.execute_script(
             "return Array.from(document.querySelectorAll('table')).filter(t => !t.parentElement.classList"
-            ".contains('table-wrap')).length")
+            ".contains('table-wrap')).length"
+        )
         shot = tmp_path / "report.png"
         browser.save_screenshot(str(shot))
     finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-KIMI = '''
+KIMI = """
 import os, time
 import numpy as np
 import soundfile as sf
@@ -37,20 +37,10 @@ class KimiAudio:
             raise ValueError("input too long for the audio tokenizer")
         t = np.arange(12000) / 24000
         return np.sin(2 * np.pi * 220 * t).astype(np.float32) * 0.3, f"heard {len(audio)} samples; prompt: {prompt}"
-'''
+"""
 
 
-def kimi_checkout(folder: Path) -> Path:
-    """A checkout exposing kimia_infer.api.kimia.KimiAudio."""
-    pkg = folder / "kimia_infer" / "api"
-    pkg.mkdir(parents=True)
-    (folder / "kimia_infer" / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "kimia.py").write_text(KIMI)
-    return folder
-
-
-CONTINUE_SCRIPT = '''
+CONTINUE_SCRIPT = """
 import sys
 import numpy as np
 import soundfile as sf
@@ -59,7 +49,7 @@ x, sr = sf.read(audio)
 sf.write(out, np.tile(x, int(np.ceil(seconds * sr / len(x))))[: int(seconds * sr)], sr)
 if text_out != "-":
     open(text_out, "w").write("and then she went home")
-'''
+"""
 
 
 def command_checkout(folder: Path) -> Path:
@@ -69,7 +59,7 @@ def command_checkout(folder: Path) -> Path:
     return folder
 
 
-ARGV_SCRIPT = '''
+ARGV_SCRIPT = """
 import os
 import sys
 import numpy as np
@@ -78,7 +68,7 @@ import soundfile as sf
 with open("received.bin", "wb") as fh:
     fh.write(b"\\0".join(os.fsencode(a) for a in sys.argv[2:]))
 sf.write(sys.argv[1], (0.2 * np.sin(2 * np.pi * 150 * np.arange(1600) / 16000)).astype(np.float32), 16000)
-'''
+"""
 
 
 def argv_checkout(folder: Path) -> Path:
@@ -109,7 +99,7 @@ def _tone_wav(path: Path, seconds: float, sr: int) -> None:
 # --- Kimi-Audio: kimia_infer/api/{kimia,prompt_manager}.py; the prompt manager loads the
 # GLM-4-Voice speech tokenizer by its hub id, which resolves to a folder of that name
 # under the working directory (the checkout) before the hub is asked.
-KIMI_PROMPT_MANAGER = '''
+KIMI_PROMPT_MANAGER = """
 import os
 
 class KimiAPromptManager:
@@ -122,7 +112,7 @@ class KimiAPromptManager:
         if not os.path.isdir(os.path.join(model_path, "whisper-large-v3")):
             raise FileNotFoundError(os.path.join(model_path, "whisper-large-v3"))
         self.kimia_token_offset = kimia_token_offset
-'''
+"""
 
 KIMI_TOKENIZER_SUBMODULE = {
     "kimia_infer/models/tokenizer/glm4/speech_tokenizer/__init__.py": "",
@@ -136,14 +126,19 @@ def kimi_checkout(folder: Path, speech_tokenizer: bool = True, submodule: bool =
     `speech_tokenizer`: put THUDM/glm-4-voice-tokenizer in the checkout, where the
     prompt manager's hub id resolves offline; `submodule`: the GLM-4-Voice submodule
     under kimia_infer/models/tokenizer/glm4 is checked out."""
-    files = {"kimia_infer/__init__.py": "", "kimia_infer/api/__init__.py": "",
-             "kimia_infer/api/kimia.py": KIMI.replace(
-                 "        print(\"loading fake Kimi-Audio\")",
-                 "        from .prompt_manager import KimiAPromptManager\n"
-                 "        self.prompt_manager = KimiAPromptManager(model_path=model_path, kimia_token_offset=152064)\n"
-                 "        print(\"loading fake Kimi-Audio\")"),
-             "kimia_infer/api/prompt_manager.py": KIMI_PROMPT_MANAGER,
-             "kimia_infer/models/__init__.py": "", "kimia_infer/models/tokenizer/__init__.py": ""}
+    files = {
+        "kimia_infer/__init__.py": "",
+        "kimia_infer/api/__init__.py": "",
+        "kimia_infer/api/kimia.py": KIMI.replace(
+            '        print("loading fake Kimi-Audio")',
+            "        from .prompt_manager import KimiAPromptManager\n"
+            "        self.prompt_manager = KimiAPromptManager(model_path=model_path, kimia_token_offset=152064)\n"
+            '        print("loading fake Kimi-Audio")',
+        ),
+        "kimia_infer/api/prompt_manager.py": KIMI_PROMPT_MANAGER,
+        "kimia_infer/models/__init__.py": "",
+        "kimia_infer/models/tokenizer/__init__.py": "",
+    }
     if submodule:
         files.update(KIMI_TOKENIZER_SUBMODULE)
     if speech_tokenizer:
@@ -161,7 +156,7 @@ def kimi_weights(folder: Path) -> Path:
 
 # --- SpiritLM: spiritlm/model/spiritlm_model.py (Spiritlm, ContentType, OutputModality,
 # GenerationInput, GenerationOuput); weights under $SPIRITLM_CHECKPOINTS_DIR/spiritlm_model/<variant>.
-SPIRITLM_MODEL = '''
+SPIRITLM_MODEL = """
 import os
 from dataclasses import dataclass
 from enum import Enum, auto
@@ -223,13 +218,19 @@ class Spiritlm:
         if output_modality == OutputModality.ARBITRARY:
             out.append(GenerationOuput(" and then she left", ContentType.TEXT))
         return out
-'''
+"""
 
 
 def spiritlm_checkout(folder: Path) -> Path:
     """A checkout laid out like facebookresearch/spiritlm (the spiritlm package)."""
-    return _write(folder, {"spiritlm/__init__.py": "", "spiritlm/model/__init__.py": "",
-                           "spiritlm/model/spiritlm_model.py": SPIRITLM_MODEL})
+    return _write(
+        folder,
+        {
+            "spiritlm/__init__.py": "",
+            "spiritlm/model/__init__.py": "",
+            "spiritlm/model/spiritlm_model.py": SPIRITLM_MODEL,
+        },
+    )
 
 
 def spiritlm_weights(folder: Path) -> Path:
@@ -243,7 +244,7 @@ def spiritlm_weights(folder: Path) -> Path:
 # builds cosyvoice's flow, which imports matcha from the third_party/Matcha-TTS submodule.
 GLM_FILES = {
     "speech_tokenizer/__init__.py": "",
-    "speech_tokenizer/modeling_whisper.py": '''
+    "speech_tokenizer/modeling_whisper.py": """
 import os
 
 class WhisperVQEncoder:
@@ -258,8 +259,8 @@ class WhisperVQEncoder:
 
     def to(self, device):
         return self
-''',
-    "speech_tokenizer/utils.py": '''
+""",
+    "speech_tokenizer/utils.py": """
 import soundfile as sf
 
 def extract_speech_token(model, feature_extractor, utts):
@@ -268,8 +269,8 @@ def extract_speech_token(model, feature_extractor, utts):
         x, sr = sf.read(utt)
         out.append([int(i % 7) for i in range(max(1, int(len(x) / sr * 12.5)))])
     return out
-''',
-    "flow_inference.py": '''
+""",
+    "flow_inference.py": """
 import os
 
 import torch
@@ -289,15 +290,15 @@ class AudioDecoder:
         samples = int(n / 12.5 * 22050)
         t = torch.arange(samples) / 22050
         return (0.3 * torch.sin(2 * torch.pi * 180 * t)).unsqueeze(0), torch.zeros(1, 80, n)
-''',
+""",
     "cosyvoice/__init__.py": "",
-    "cosyvoice/flow/flow_matching.py": '''
+    "cosyvoice/flow/flow_matching.py": """
 from matcha.models.components.flow_matching import BASECFM
 
 
 class ConditionalCFM(BASECFM):
     pass
-''',
+""",
 }
 
 MATCHA_FILES = {
@@ -356,15 +357,27 @@ def glm4_voice_weights(folder: Path, n_audio: int = 16) -> Path:
     tok.save_pretrained(lm_dir)
     (lm_dir / "modeling_fakeglm.py").write_text(GLM_MODEL_CODE)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0,
-                      eos_token_id=1, bos_token_id=1)
+    cfg = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+    )
     from transformers import LlamaForCausalLM
 
     LlamaForCausalLM(cfg).save_pretrained(lm_dir)
     conf = json.loads((lm_dir / "config.json").read_text())
-    conf.update(audio_offset=vocab["<|audio_0|>"], architectures=["FakeGLMForCausalLM"],
-                auto_map={"AutoModel": "modeling_fakeglm.FakeGLMForCausalLM"})
+    conf.update(
+        audio_offset=vocab["<|audio_0|>"],
+        architectures=["FakeGLMForCausalLM"],
+        auto_map={"AutoModel": "modeling_fakeglm.FakeGLMForCausalLM"},
+    )
     (lm_dir / "config.json").write_text(json.dumps(conf))
     WhisperFeatureExtractor(feature_size=128).save_pretrained(folder / "glm-4-voice-tokenizer")
     dec = folder / "glm-4-voice-decoder"
@@ -376,7 +389,7 @@ def glm4_voice_weights(folder: Path, n_audio: int = 16) -> Path:
 
 # --- Step-Audio-2: stepaudio2.py (StepAudio2) and token2wav.py (Token2wav) at the checkout root.
 STEP_FILES = {
-    "stepaudio2.py": '''
+    "stepaudio2.py": """
 import json
 import os
 
@@ -397,8 +410,8 @@ class StepAudio2:
         # the reply echoes the generation settings; two token ids beyond the audio vocabulary
         audio_tokens = [i % 6561 for i in range(50)] + [6561, 7000]
         return [], json.dumps(kwargs, sort_keys=True), audio_tokens
-''',
-    "token2wav.py": '''
+""",
+    "token2wav.py": """
 import io
 import os
 
@@ -419,7 +432,7 @@ class Token2wav:
         sf.write(buf, (0.3 * np.sin(2 * np.pi * 220 * np.arange(n) / 24000)).astype(np.float32), 24000,
                  format="WAV")
         return buf.getvalue()
-''',
+""",
 }
 
 
@@ -436,7 +449,7 @@ def step_audio2_weights(folder: Path) -> Path:
 
 
 # --- SpeechGPT: speechgpt/src/infer/cli_infer.py (SpeechGPTInference); no __init__ files, as upstream.
-SPEECHGPT_INFER = '''
+SPEECHGPT_INFER = """
 import json
 import os
 
@@ -475,22 +488,33 @@ class SpeechGPTInference:
 
     def __call__(self, input):
         return self.forward(input)
-'''
+"""
 
 
 def speechgpt_checkout(folder: Path) -> Path:
     """A checkout laid out like 0nutation/SpeechGPT (speechgpt/src/infer/cli_infer.py)."""
-    return _write(folder, {"speechgpt/src/infer/cli_infer.py": SPEECHGPT_INFER,
-                           "speechgpt/utils/speech2unit/speech2unit.py": "class Speech2Unit:\n    pass\n"})
+    return _write(
+        folder,
+        {
+            "speechgpt/src/infer/cli_infer.py": SPEECHGPT_INFER,
+            "speechgpt/utils/speech2unit/speech2unit.py": "class Speech2Unit:\n    pass\n",
+        },
+    )
 
 
 def speechgpt_weights(folder: Path) -> Path:
     """SpeechGPT-7B-cm and -com, the mHuBERT units model and k-means, the unit vocoder."""
     for sub in ("SpeechGPT-7B-cm", "SpeechGPT-7B-com"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    _write(folder, {"speech2unit/mhubert_base_vp_en_es_fr_it3.pt": "fake",
-                    "speech2unit/mhubert_base_vp_en_es_fr_it3_L11_km1000.bin": "fake",
-                    "vocoder/vocoder.pt": "fake", "vocoder/config.json": "{}"})
+    _write(
+        folder,
+        {
+            "speech2unit/mhubert_base_vp_en_es_fr_it3.pt": "fake",
+            "speech2unit/mhubert_base_vp_en_es_fr_it3_L11_km1000.bin": "fake",
+            "vocoder/vocoder.pt": "fake",
+            "vocoder/config.json": "{}",
+        },
+    )
     return folder
 
 
@@ -499,7 +523,7 @@ def speechgpt_weights(folder: Path) -> Path:
 # sample_prior_length seconds re-synthesised, then sample_length seconds of continuation.
 VAE_FILES = {
     "scripts/__init__.py": "",
-    "scripts/hubert_kmeans.py": '''
+    "scripts/hubert_kmeans.py": """
 import argparse
 import os
 
@@ -520,8 +544,8 @@ with open(args.input) as fh, open(args.output, "w") as out:
         if line.strip():
             x, sr = sf.read(os.path.join(args.wavdir, line.strip().split("|")[0]))
             out.write(line.strip() + "|" + " ".join(["7"] * int(len(x) / sr * 50)) + "\\n")
-''',
-    "scripts/infer.py": '''
+""",
+    "scripts/infer.py": """
 import argparse
 import os
 
@@ -542,8 +566,8 @@ prior = x[: int(hp["sample_prior_length"] * sr)]
 cont = 0.3 * np.sin(2 * np.pi * 300 * np.arange(int(hp["sample_length"] * sr)) / sr)
 os.makedirs(hp["output_dir"], exist_ok=True)
 sf.write(os.path.join(hp["output_dir"], "1.wav"), np.concatenate([prior, cont]).astype(np.float32), sr)
-''',
-    "configs/infer/speech/vae-gslm.yaml": '''identifier: "inference.speech.inferer.SpeechInferer"
+""",
+    "configs/infer/speech/vae-gslm.yaml": """identifier: "inference.speech.inferer.SpeechInferer"
 precision: "16-mixed"
 output_dir: "./samples"
 temperature: 0.85
@@ -560,7 +584,7 @@ data:
     num_workers: 8
     batch_size: 64
     min_audio_length: 5.0
-''',
+""",
 }
 
 

@@ -66,27 +66,34 @@ def pcm_fingerprint(path) -> str:
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
     """A certificate and key for 127.0.0.1, valid for a day (cert also serves as its own CA)."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     folder.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = folder / "cert.pem", folder / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path
 
 
@@ -101,8 +108,15 @@ class Session:
 class FakeGeminiLiveServer:
     """`with FakeGeminiLiveServer(key, certdir) as srv:`; `srv.base_url` is https://127.0.0.1:<port>."""
 
-    def __init__(self, api_key: str, certdir: Path, plan: dict[str, list[str]] | None = None,
-                 reject_handshakes: int = 0, hang_s: float = 2.0, models: set[str] | None = None):
+    def __init__(
+        self,
+        api_key: str,
+        certdir: Path,
+        plan: dict[str, list[str]] | None = None,
+        reject_handshakes: int = 0,
+        hang_s: float = 2.0,
+        models: set[str] | None = None,
+    ):
         self.api_key = api_key
         self.models = models
         self.lookups: list[str] = []
@@ -152,8 +166,9 @@ class FakeGeminiLiveServer:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(self.cert, self.key)
         self._stop = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", 0, ssl=ctx, process_request=self._process_request,
-                         max_size=None) as server:
+        async with serve(
+            self._handler, "127.0.0.1", 0, ssl=ctx, process_request=self._process_request, max_size=None
+        ) as server:
             self.port = server.sockets[0].getsockname()[1]
             self._ready.set()
             await self._stop.wait()
@@ -165,24 +180,57 @@ class FakeGeminiLiveServer:
         from websockets.http11 import Response
 
         data = json.dumps(body).encode()
-        return Response(status.value, status.phrase, Headers([("Content-Type", "application/json; charset=UTF-8"),
-                                                              ("Content-Length", str(len(data)))]), data)
+        return Response(
+            status.value,
+            status.phrase,
+            Headers([("Content-Type", "application/json; charset=UTF-8"), ("Content-Length", str(len(data)))]),
+            data,
+        )
 
     def _lookup(self, request, model: str):
         with self._lock:
             self.lookups.append(model)
         if request.headers.get("x-goog-api-key") != self.api_key:
-            return self._json(HTTPStatus.BAD_REQUEST, {"error": {
-                "code": 400, "message": "API key not valid. Please pass a valid API key.", "status": "INVALID_ARGUMENT",
-                "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
-                             "domain": "googleapis.com"}]}})
+            return self._json(
+                HTTPStatus.BAD_REQUEST,
+                {
+                    "error": {
+                        "code": 400,
+                        "message": "API key not valid. Please pass a valid API key.",
+                        "status": "INVALID_ARGUMENT",
+                        "details": [
+                            {
+                                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                                "reason": "API_KEY_INVALID",
+                                "domain": "googleapis.com",
+                            }
+                        ],
+                    }
+                },
+            )
         if self.models is not None and model not in self.models:
-            return self._json(HTTPStatus.NOT_FOUND, {"error": {
-                "code": 404, "message": f"models/{model} is not found for API version v1beta, or is not supported "
-                                        "for getModel.", "status": "NOT_FOUND"}})
-        return self._json(HTTPStatus.OK, {
-            "name": f"models/{model}", "version": "001", "displayName": model, "inputTokenLimit": 131072,
-            "outputTokenLimit": 8192, "supportedGenerationMethods": ["countTokens", "bidiGenerateContent"]})
+            return self._json(
+                HTTPStatus.NOT_FOUND,
+                {
+                    "error": {
+                        "code": 404,
+                        "message": f"models/{model} is not found for API version v1beta, or is not supported "
+                        "for getModel.",
+                        "status": "NOT_FOUND",
+                    }
+                },
+            )
+        return self._json(
+            HTTPStatus.OK,
+            {
+                "name": f"models/{model}",
+                "version": "001",
+                "displayName": model,
+                "inputTokenLimit": 131072,
+                "outputTokenLimit": 8192,
+                "supportedGenerationMethods": ["countTokens", "bidiGenerateContent"],
+            },
+        )
 
     def _process_request(self, connection, request):
         lookup = MODEL_PATH.fullmatch(request.path)
@@ -242,9 +290,14 @@ class FakeGeminiLiveServer:
         with self._lock:
             self.sessions.append(Session(fp, outcome, setup["setup"], mimes))
         if outcome.startswith("close"):
-            await ws.close(int(outcome[5:]), {"close1011": "Internal error encountered.",
-                                              "close1013": "The service is currently unavailable.",
-                                              "close1008": "Request contains an invalid argument."}[outcome])
+            await ws.close(
+                int(outcome[5:]),
+                {
+                    "close1011": "Internal error encountered.",
+                    "close1013": "The service is currently unavailable.",
+                    "close1008": "Request contains an invalid argument.",
+                }[outcome],
+            )
         elif outcome == "hang":
             await asyncio.sleep(self.hang_s)
         else:
@@ -260,11 +313,25 @@ class FakeGeminiLiveServer:
             tone = (0.3 * np.sin(2 * np.pi * (180 + int(fp[:4], 16) % 100) * t) * 32767).astype("<i2").tobytes()
             half = len(tone) // 2 // 2 * 2
             for chunk in (tone[:half], tone[half:]):
-                await ws.send(json.dumps({"serverContent": {"modelTurn": {"parts": [
-                    {"inlineData": {"mimeType": f"audio/pcm;rate={OUT_RATE}",
-                                    "data": base64.b64encode(chunk).decode()}}]}}}))
+                await ws.send(
+                    json.dumps(
+                        {
+                            "serverContent": {
+                                "modelTurn": {
+                                    "parts": [
+                                        {
+                                            "inlineData": {
+                                                "mimeType": f"audio/pcm;rate={OUT_RATE}",
+                                                "data": base64.b64encode(chunk).decode(),
+                                            }
+                                        }
+                                    ]
+                                }
+                            }
+                        }
+                    )
+                )
         for piece in ("reply ", f"to {fp[:12]}"):
             await ws.send(json.dumps({"serverContent": {"outputTranscription": {"text": piece}}}))
         await ws.send(json.dumps({"serverContent": {"generationComplete": True}}))
-        await ws.send(json.dumps({"serverContent": {"turnComplete": True},
-                                  "usageMetadata": {"totalTokenCount": 321}}))
+        await ws.send(json.dumps({"serverContent": {"turnComplete": True}, "usageMetadata": {"totalTokenCount": 321}}))

@@ -25,7 +25,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlparse
 
 from tests.fakes.http import send_json, start_loopback, stop_loopback
@@ -109,7 +109,7 @@ class FakeHub:
 
             def _token(self) -> str | None:
                 auth = self.headers.get("Authorization") or ""
-                return auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+                return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
 
             def _error(self, status: int, code: str | None, message: str, extra: dict | None = None) -> None:
                 headers = {"X-Error-Message": message, **(extra or {})}
@@ -135,7 +135,7 @@ class FakeHub:
                 path = unquote(urlparse(self.path).path)
                 hub._record(self.command, path, self._token() is not None)
                 if path.startswith("/api/models/"):
-                    return self._model_info(path[len("/api/models/"):])
+                    return self._model_info(path[len("/api/models/") :])
                 parts = path.lstrip("/").split("/")
                 if len(parts) >= 5 and parts[2] == "resolve":
                     return self._resolve("/".join(parts[:2]), parts[3], "/".join(parts[4:]))
@@ -156,12 +156,22 @@ class FakeHub:
                 if commit is None:
                     return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
                 files = repo.commits[commit]
-                send_json(self, 200, {
-                    "_id": hashlib.md5(repo_id.encode()).hexdigest()[:24], "id": repo_id, "modelId": repo_id,
-                    "author": repo_id.split("/")[0], "sha": commit, "private": False,
-                    "gated": "manual" if repo.gated else False, "disabled": False, "tags": [],
-                    "siblings": [{"rfilename": name} for name in sorted(files)],
-                })
+                send_json(
+                    self,
+                    200,
+                    {
+                        "_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
+                        "id": repo_id,
+                        "modelId": repo_id,
+                        "author": repo_id.split("/")[0],
+                        "sha": commit,
+                        "private": False,
+                        "gated": "manual" if repo.gated else False,
+                        "disabled": False,
+                        "tags": [],
+                        "siblings": [{"rfilename": name} for name in sorted(files)],
+                    },
+                )
 
             def _resolve(self, repo_id: str, revision: str, filename: str) -> None:
                 repo = self._repo(repo_id)
@@ -170,11 +180,19 @@ class FakeHub:
                 if repo.gated:
                     token = self._token()
                     if token is None:
-                        return self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must "
-                                           "have access to it and be authenticated to access it. Please log in.")
+                        return self._error(
+                            401,
+                            "GatedRepo",
+                            f"Access to model {repo_id} is restricted. You must "
+                            "have access to it and be authenticated to access it. Please log in.",
+                        )
                     if token not in repo.authorised_tokens:
-                        return self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted and you are "
-                                           f"not in the authorized list. Visit {hub.url}/{repo_id} to ask for access.")
+                        return self._error(
+                            403,
+                            "GatedRepo",
+                            f"Access to model {repo_id} is restricted and you are "
+                            f"not in the authorized list. Visit {hub.url}/{repo_id} to ask for access.",
+                        )
                 commit = repo.resolve(revision)
                 if commit is None:
                     return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
@@ -186,16 +204,25 @@ class FakeHub:
                 if filename.endswith(LFS_SUFFIXES):
                     digest = sha256(data)
                     self.send_response(302)
-                    headers = {**common, "Location": f"{hub.cdn_url}/blobs/{digest}",
-                               "ETag": f'"{git_blob_id(data)}"', "X-Linked-Etag": f'"{digest}"',
-                               "X-Linked-Size": str(len(data)), "Content-Length": "0"}
+                    headers = {
+                        **common,
+                        "Location": f"{hub.cdn_url}/blobs/{digest}",
+                        "ETag": f'"{git_blob_id(data)}"',
+                        "X-Linked-Etag": f'"{digest}"',
+                        "X-Linked-Size": str(len(data)),
+                        "Content-Length": "0",
+                    }
                     for k, v in headers.items():
                         self.send_header(k, v)
                     self.end_headers()
                     return
                 self.send_response(200)
-                for k, v in {**common, "ETag": f'"{git_blob_id(data)}"', "Content-Length": str(len(data)),
-                             "Content-Type": "application/octet-stream"}.items():
+                for k, v in {
+                    **common,
+                    "ETag": f'"{git_blob_id(data)}"',
+                    "Content-Length": str(len(data)),
+                    "Content-Type": "application/octet-stream",
+                }.items():
                     self.send_header(k, v)
                 self.end_headers()
                 if self.command == "GET":

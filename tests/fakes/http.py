@@ -12,8 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 
-def send_json(handler: BaseHTTPRequestHandler, status: int, obj: dict, headers: dict | None = None,
-              content_type: str = "application/json") -> None:
+def send_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    obj: dict,
+    headers: dict | None = None,
+    content_type: str = "application/json",
+) -> None:
     """Write one complete JSON response (status, Content-Type, Content-Length, extra headers, body)."""
     data = json.dumps(obj).encode()
     handler.send_response(status)

@@ -63,9 +63,17 @@ def reply_audio(fp: str, seconds: float = 0.3) -> bytes:
 class FakeOpenAIAudioServer(CrashableServer):
     """Run with `with FakeOpenAIAudioServer(key) as srv:`; `srv.base_url` ends in /v1."""
 
-    def __init__(self, api_key: str, plan: dict[str, list[str]] | None = None, latency_s: float = 0.0,
-                 hang_s: float = 2.0, transcript: Callable[[str, dict], str] | None = None,
-                 with_transcript: bool = True, default: str = "ok", models_status: int = 200):
+    def __init__(
+        self,
+        api_key: str,
+        plan: dict[str, list[str]] | None = None,
+        latency_s: float = 0.0,
+        hang_s: float = 2.0,
+        transcript: Callable[[str, dict], str] | None = None,
+        with_transcript: bool = True,
+        default: str = "ok",
+        models_status: int = 200,
+    ):
         super().__init__()
         self.default = default
         self.models_status = models_status
@@ -120,12 +128,19 @@ class FakeOpenAIAudioServer(CrashableServer):
         elif h.headers.get("Authorization") != f"Bearer {self.api_key}":
             self._error(h, 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
         elif self.models_status != 200:
-            self._error(h, self.models_status, "You are not allowed to list models.", "invalid_request_error",
-                        None)
+            self._error(h, self.models_status, "You are not allowed to list models.", "invalid_request_error", None)
         else:
-            self._send_json(h, 200, {"object": "list", "data": [
-                {"id": m, "object": "model", "created": 1717000000, "owned_by": "system"}
-                for m in ("gpt-4o-audio-preview", "gpt-audio")]})
+            self._send_json(
+                h,
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": m, "object": "model", "created": 1717000000, "owned_by": "system"}
+                        for m in ("gpt-4o-audio-preview", "gpt-audio")
+                    ],
+                },
+            )
 
     def _post(self, h: BaseHTTPRequestHandler, t0: float) -> None:
         length = int(h.headers.get("Content-Length", 0))
@@ -150,15 +165,17 @@ class FakeOpenAIAudioServer(CrashableServer):
             steps = self.plan.get(fp, [])
             outcome = steps[n] if n < len(steps) else self.default
         if outcome == "429":
-            self._error(h, 429, "Rate limit reached for requests.", "requests", "rate_limit_exceeded",
-                        {"retry-after-ms": "20"})
+            self._error(
+                h, 429, "Rate limit reached for requests.", "requests", "rate_limit_exceeded", {"retry-after-ms": "20"}
+            )
         elif outcome in ("500", "503"):
             self._error(h, int(outcome), "The server had an error while processing your request.", "server_error", None)
         elif outcome == "400":
             self._error(h, 400, "Invalid input audio.", "invalid_request_error", None)
         elif outcome == "401echo":  # a careless server echoing the key it got
-            self._error(h, 401, f"Incorrect API key provided: {self.api_key}.", "invalid_request_error",
-                        "invalid_api_key")
+            self._error(
+                h, 401, f"Incorrect API key provided: {self.api_key}.", "invalid_request_error", "invalid_api_key"
+            )
         elif outcome == "timeout":
             self.hang(self.hang_s)  # the client gives up first
             try:
@@ -182,13 +199,20 @@ class FakeOpenAIAudioServer(CrashableServer):
         now = int(time.time())
         message = {"role": "assistant", "content": None, "refusal": None, "annotations": []}
         if audio:
-            message["audio"] = {"id": f"audio_{fp[:16]}", "data": base64.b64encode(reply_audio(fp)).decode(),
-                                "expires_at": now + 3600,
-                                "transcript": self.transcript(fp, body) if self.with_transcript else ""}
+            message["audio"] = {
+                "id": f"audio_{fp[:16]}",
+                "data": base64.b64encode(reply_audio(fp)).decode(),
+                "expires_at": now + 3600,
+                "transcript": self.transcript(fp, body) if self.with_transcript else "",
+            }
         else:
             message["content"] = "I can't help with that."
-        return {"id": f"chatcmpl-{fp[:20]}", "object": "chat.completion", "created": now,
-                "model": f"{body['model']}-2025-06-03", "system_fingerprint": "fp_fake",
-                "choices": [{"index": 0, "message": message, "logprobs": None,
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 120, "completion_tokens": 40, "total_tokens": 160}}
+        return {
+            "id": f"chatcmpl-{fp[:20]}",
+            "object": "chat.completion",
+            "created": now,
+            "model": f"{body['model']}-2025-06-03",
+            "system_fingerprint": "fp_fake",
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 40, "total_tokens": 160},
+        }

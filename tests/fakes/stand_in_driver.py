@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-STAND_IN_DRIVER = r'''
+STAND_IN_DRIVER = r"""
 import array, hashlib, importlib.util, json, os, sys, wave
 
 config = json.loads(sys.argv[1])
@@ -43,7 +43,7 @@ for line in sys.stdin:
     if "continuation_s" in req:
         text += f" continuation_s {req['continuation_s']}"
     print(json.dumps({"id": req["id"], "status": "ok", "text": text}), flush=True)
-'''
+"""
 
 
 def stand_in_driver(folder: Path) -> Path:

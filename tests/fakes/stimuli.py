@@ -14,8 +14,9 @@ from voicebias.audio import sha256_file, write_audio
 POLES = ("masculine", "neutral", "feminine")
 
 
-def make_stimuli(root: Path, n: int, langs: tuple[str, ...] = ("en",), seconds: float = 0.25,
-                 sr: int = 16000) -> pd.DataFrame:
+def make_stimuli(
+    root: Path, n: int, langs: tuple[str, ...] = ("en",), seconds: float = 0.25, sr: int = 16000
+) -> pd.DataFrame:
     """n stimuli per language, each a distinct tone (so every input has its own fingerprint)."""
     rows = []
     t = np.arange(int(sr * seconds)) / sr
@@ -27,9 +28,18 @@ def make_stimuli(root: Path, n: int, langs: tuple[str, ...] = ("en",), seconds: 
             path = Path("data") / "stimuli" / "audio" / f"{sid}.flac"
             freq = 110 + 7 * i + 500 * langs.index(lang)
             write_audio(root / path, (0.2 * np.sin(2 * np.pi * freq * t)).astype(np.float32), sr)
-            rows.append({"stimulus_id": sid, "passage_id": f"{lang}-{pole}-{i:03d}", "lang": lang, "pole": pole,
-                         "voice_gender": gender, "voice_id": f"{lang}-{gender}", "path": str(path),
-                         "sha256": sha256_file(root / path)})
+            rows.append(
+                {
+                    "stimulus_id": sid,
+                    "passage_id": f"{lang}-{pole}-{i:03d}",
+                    "lang": lang,
+                    "pole": pole,
+                    "voice_gender": gender,
+                    "voice_id": f"{lang}-{gender}",
+                    "path": str(path),
+                    "sha256": sha256_file(root / path),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -59,8 +69,13 @@ def vowel_formants(vowel: str, tract: str) -> tuple[float, ...]:
     return tuple(scale * f for f in MALE_VOWEL_FORMANTS[vowel])
 
 
-def synthetic_vowel(f0: float, formants: tuple[float, ...], bandwidths: tuple[float, ...] = VOWEL_BANDWIDTHS,
-                    seconds: float = 0.5, sr: int = 16000) -> np.ndarray:
+def synthetic_vowel(
+    f0: float,
+    formants: tuple[float, ...],
+    bandwidths: tuple[float, ...] = VOWEL_BANDWIDTHS,
+    seconds: float = 0.5,
+    sr: int = 16000,
+) -> np.ndarray:
     """A steady vowel from a source-filter model: a Rosenberg (1971) glottal flow pulse
     train at `f0` Hz (opening 40 %, closing 16 % of the period, exact fractional
     periods), lip radiation as a first difference, then a cascade of unit-DC-gain
@@ -71,8 +86,11 @@ def synthetic_vowel(f0: float, formants: tuple[float, ...], bandwidths: tuple[fl
     n = int(round(seconds * sr))
     phase = (f0 * np.arange(n) / sr) % 1.0
     opening, closing = 0.4, 0.16
-    flow = np.where(phase < opening, 0.5 * (1 - np.cos(np.pi * phase / opening)),
-                    np.where(phase < opening + closing, np.cos(0.5 * np.pi * (phase - opening) / closing), 0.0))
+    flow = np.where(
+        phase < opening,
+        0.5 * (1 - np.cos(np.pi * phase / opening)),
+        np.where(phase < opening + closing, np.cos(0.5 * np.pi * (phase - opening) / closing), 0.0),
+    )
     y = np.diff(flow, prepend=0.0)
     for f, bw in zip(formants, bandwidths):
         r = np.exp(-np.pi * bw / sr)
@@ -80,6 +98,6 @@ def synthetic_vowel(f0: float, formants: tuple[float, ...], bandwidths: tuple[fl
         y = lfilter([sum(a)], a, y)
     ramp = min(int(0.02 * sr), n // 2)
     envelope = np.ones(n)
-    envelope[:ramp], envelope[n - ramp:] = np.linspace(0, 1, ramp), np.linspace(1, 0, ramp)
+    envelope[:ramp], envelope[n - ramp :] = np.linspace(0, 1, ramp), np.linspace(1, 0, ramp)
     y = y * envelope
     return (0.5 * y / np.max(np.abs(y))).astype(np.float32)

@@ -65,9 +65,18 @@ def snapshot_root(home: str, model: str, commit: str = PIN) -> str:
 class FakeVLLMOmniServer(CrashableServer):
     """Run with ``with FakeVLLMOmniServer(model) as srv:``; ``srv.base_url`` ends in /v1."""
 
-    def __init__(self, model: str, stages: int = 3, vllm_version: str = "0.11.0", root: str | None = None,
-                 plan: dict[str, list[str]] | None = None, api_key: str | None = None, hang_s: float = 2.0,
-                 max_model_len: int = 32768, latency_s: float = 0.0):
+    def __init__(
+        self,
+        model: str,
+        stages: int = 3,
+        vllm_version: str = "0.11.0",
+        root: str | None = None,
+        plan: dict[str, list[str]] | None = None,
+        api_key: str | None = None,
+        hang_s: float = 2.0,
+        max_model_len: int = 32768,
+        latency_s: float = 0.0,
+    ):
         super().__init__()
         self.model, self.stages, self.vllm_version = model, stages, vllm_version
         self.root = root or model
@@ -98,9 +107,25 @@ class FakeVLLMOmniServer(CrashableServer):
             send_json(h, 200, {"version": self.vllm_version})  # vLLM's /version needs no key
         elif h.path == "/v1/models":
             if self._authorised(h):
-                send_json(h, 200, {"object": "list", "data": [{
-                    "id": self.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                    "root": self.root, "parent": None, "max_model_len": self.max_model_len, "permission": []}]})
+                send_json(
+                    h,
+                    200,
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": self.model,
+                                "object": "model",
+                                "created": int(time.time()),
+                                "owned_by": "vllm",
+                                "root": self.root,
+                                "parent": None,
+                                "max_model_len": self.max_model_len,
+                                "permission": [],
+                            }
+                        ],
+                    },
+                )
         else:
             self._error(h, 404, "Not Found", "NotFoundError")
 
@@ -128,7 +153,7 @@ class FakeVLLMOmniServer(CrashableServer):
         if not url.startswith(DATA_URI):
             return 400, "audio_url.url must be a data:audio/wav;base64 URI"
         try:
-            raw = base64.b64decode(url[len(DATA_URI):], validate=True)
+            raw = base64.b64decode(url[len(DATA_URI) :], validate=True)
         except (binascii.Error, ValueError):
             return 400, "audio_url data is not base64"
         if raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
@@ -143,7 +168,7 @@ class FakeVLLMOmniServer(CrashableServer):
         for m in body["messages"]:
             for p in m.get("content") if isinstance(m.get("content"), list) else []:
                 if p.get("type") == "audio_url":
-                    raw = base64.b64decode(p["audio_url"]["url"][len(DATA_URI):])
+                    raw = base64.b64decode(p["audio_url"]["url"][len(DATA_URI) :])
                     x, _ = sf.read(io.BytesIO(raw), dtype="int16", always_2d=True)
                     return fingerprint_samples(x[:, 0])
         raise ValueError("no audio")
@@ -195,15 +220,35 @@ class FakeVLLMOmniServer(CrashableServer):
     def _completion(self, body: dict, fp: str, outcome: str) -> dict:
         now = int(time.time())
         seed = body["sampling_params_list"][0]["seed"]
-        text = {"role": "assistant", "content": f"reply to {fp[:12]} seed {seed}", "reasoning_content": None,
-                "tool_calls": []}
+        text = {
+            "role": "assistant",
+            "content": f"reply to {fp[:12]} seed {seed}",
+            "reasoning_content": None,
+            "tool_calls": [],
+        }
         choices = [{"index": 0, "message": text, "logprobs": None, "finish_reason": "stop", "stop_reason": None}]
         if outcome in ("ok", "notwav"):
             data = reply_audio(fp) if outcome == "ok" else b"ID3\x03not a wav at all"
-            audio = {"id": f"audio-{fp[:16]}", "data": base64.b64encode(data).decode(), "expires_at": now + 86400,
-                     "transcript": ""}
-            choices.append({"index": 0, "message": {"role": "assistant", "content": None, "audio": audio,
-                                                    "tool_calls": []},
-                            "logprobs": None, "finish_reason": "stop", "stop_reason": None})
-        return {"id": f"chatcmpl-{fp[:20]}", "object": "chat.completion", "created": now, "model": self.model,
-                "choices": choices, "usage": {"prompt_tokens": 90, "completion_tokens": 30, "total_tokens": 120}}
+            audio = {
+                "id": f"audio-{fp[:16]}",
+                "data": base64.b64encode(data).decode(),
+                "expires_at": now + 86400,
+                "transcript": "",
+            }
+            choices.append(
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None, "audio": audio, "tool_calls": []},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                    "stop_reason": None,
+                }
+            )
+        return {
+            "id": f"chatcmpl-{fp[:20]}",
+            "object": "chat.completion",
+            "created": now,
+            "model": self.model,
+            "choices": choices,
+            "usage": {"prompt_tokens": 90, "completion_tokens": 30, "total_tokens": 120},
+        }

@@ -7,8 +7,8 @@ import pytest
 import soundfile as sf
 from scipy.signal import lfilter
 
-from voicebias.instruments.acoustics import MeasureSettings, exclusion_counts, measure_file, measure_files
 from voicebias.audio import AudioError, load_for_analysis, read_audio, resample
+from voicebias.instruments.acoustics import MeasureSettings, exclusion_counts, measure_file, measure_files
 
 SR = 16000
 SETTINGS = MeasureSettings(60, 300, 5000, 0.01)
@@ -17,7 +17,7 @@ SETTINGS = MeasureSettings(60, 300, 5000, 0.01)
 def vowel(f0=120.0, dur=1.0, sr=SR, peak=0.5):
     n = int(dur * sr)
     src = np.zeros(n)
-    src[::int(round(sr / f0))] = 1.0
+    src[:: int(round(sr / f0))] = 1.0
     y = lfilter([1.0], [1.0, -0.97], src)
     for f, bw in zip((700.0, 1220.0, 2600.0, 3300.0), (80.0, 90.0, 120.0, 150.0)):
         r = np.exp(-np.pi * bw / sr)

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from voicebias.codepaths import (ALWAYS, AVX2_PATHS, MODE_VARIABLE, NUMPY_ABOVE_V3, V3_FLAGS, CodePathError, cpu_flags,
-                                 plan)
+from voicebias.codepaths import (
+    ALWAYS,
+    AVX2_PATHS,
+    MODE_VARIABLE,
+    NUMPY_ABOVE_V3,
+    V3_FLAGS,
+    CodePathError,
+    cpu_flags,
+    plan,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 V3 = V3_FLAGS | {"sse2", "sse4_2"}
@@ -31,10 +39,14 @@ print(json.dumps({"openblas": arch(0), "worker_openblas": map_processes(arch, [0
 
 
 def probe(**env: str) -> dict:
-    base = {k: v for k, v in os.environ.items() if k not in AVX2_PATHS and k != MODE_VARIABLE
-            and k != "NPY_DISABLE_CPU_FEATURES"}
-    done = subprocess.run([sys.executable, "-c", PROBE], env={**base, **env}, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in AVX2_PATHS and k != MODE_VARIABLE and k != "NPY_DISABLE_CPU_FEATURES"
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env={**base, **env}, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -58,10 +70,16 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
 
 
 def test_an_unknown_mode_stops_with_one_line():
-    done = subprocess.run([sys.executable, "-c", "import voicebias"], env={**os.environ, MODE_VARIABLE: "fast"},
-                          capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", "import voicebias"],
+        env={**os.environ, MODE_VARIABLE: "fast"},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "voicebias: VOICEBIAS_CODE_PATHS='fast': use one of avx2, native"]
+        "voicebias: VOICEBIAS_CODE_PATHS='fast': use one of avx2, native"
+    ]
 
 
 @pytest.mark.skipif(not V3_FLAGS <= cpu_flags(), reason="needs an x86-64-v3 processor")
@@ -69,8 +87,11 @@ def test_the_paths_hold_in_the_process_and_its_workers_whatever_the_machine_woul
     """A machine's own choice (played by the libraries' variables: OpenBLAS's SkylakeX
     kernels, PyTorch's and NumPy's AVX-512 loops) is overridden in the process that imports
     voicebias and in its worker processes; VOICEBIAS_CODE_PATHS=native leaves it."""
-    played = {"OPENBLAS_CORETYPE": "SkylakeX" if "avx512f" in cpu_flags() else "Zen",
-              "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"}
+    played = {
+        "OPENBLAS_CORETYPE": "SkylakeX" if "avx512f" in cpu_flags() else "Zen",
+        "ATEN_CPU_CAPABILITY": "default",
+        "NUMBA_CPU_NAME": "generic",
+    }
     fixed = probe(**played)
     assert fixed["openblas"] == ["Haswell"] and fixed["worker_openblas"] == [["Haswell"], ["Haswell"]]
     assert fixed["torch"] == "AVX2" and fixed["numba"] == "haswell" and fixed["numpy_x86_v4"] is False
@@ -85,15 +106,18 @@ def test_cached_measures_and_embeddings_are_keyed_by_the_code_paths():
     """A measure or embedding computed under the native kernels is not served to a run under the
     fixed ones (or the other way round): the processes' cache keys differ, and within one mode
     they are the same."""
-    script = ("import voicebias, json\n"
-              "from voicebias.instruments import acoustics, measure_cache\n"
-              "from voicebias.instruments.acoustics import MeasureSettings\n"
-              "print(json.dumps(measure_cache.component_key('pitch', '0' * 64, 'whole', 16000, MeasureSettings(),"
-              " acoustics)))")
+    script = (
+        "import voicebias, json\n"
+        "from voicebias.instruments import acoustics, measure_cache\n"
+        "from voicebias.instruments.acoustics import MeasureSettings\n"
+        "print(json.dumps(measure_cache.component_key('pitch', '0' * 64, 'whole', 16000, MeasureSettings(),"
+        " acoustics)))"
+    )
 
     def key(**env: str) -> str:
-        out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True, text=True, check=True
+        )
         return json.loads(out.stdout)
 
     fixed, native = key(**{MODE_VARIABLE: "avx2"}), key(**{MODE_VARIABLE: "native"})

@@ -12,16 +12,16 @@ import textwrap
 import pytest
 
 import voicebias
-from voicebias.errors import guarded
-from voicebias.exceptions import ConfigError, NotFound, VoicebiasError
+from voicebias.errors import ConfigError, NotFound, VoicebiasError, guarded
 
 # modules that run in another environment or need optional heavy packages to import
 SKIP = ("voicebias.stimuli.phonation.external", "voicebias.systems.drivers", "voicebias.serving.shim")
 
 
 def package_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.walk_packages(voicebias.__path__, "voicebias.")
-                  if not m.name.startswith(SKIP))
+    return sorted(
+        m.name for m in pkgutil.walk_packages(voicebias.__path__, "voicebias.") if not m.name.startswith(SKIP)
+    )
 
 
 def test_every_exception_class_of_the_package_subclasses_voicebias_error():
@@ -31,15 +31,20 @@ def test_every_exception_class_of_the_package_subclasses_voicebias_error():
         for _, obj in inspect.getmembers(module, inspect.isclass):
             if issubclass(obj, BaseException) and obj.__module__ == name:
                 classes[f"{name}.{obj.__qualname__}"] = obj
-    assert {"voicebias.params.ParamsError", "voicebias.systems.base.SetupError", "voicebias.audio.AudioError",
-            "voicebias.instruments.judge.JudgeCallError", "voicebias.validation.ValidationFailed"} <= set(classes)
+    assert {
+        "voicebias.params.ParamsError",
+        "voicebias.errors.SetupError",
+        "voicebias.audio.AudioError",
+        "voicebias.instruments.judge.JudgeCallError",
+        "voicebias.validation.ValidationFailed",
+    } <= set(classes)
     assert [n for n, c in classes.items() if not issubclass(c, VoicebiasError)] == []
 
 
 def test_project_errors_keep_their_builtin_base():
     from voicebias.audio import AudioError
+    from voicebias.errors import SetupError, TransientError
     from voicebias.params import ParamsError
-    from voicebias.systems.base import SetupError, TransientError
     from voicebias.tts.kokoro import KokoroWeightsMissing
 
     assert issubclass(ParamsError, ValueError) and issubclass(AudioError, ValueError)
@@ -92,7 +97,7 @@ def _run(code: str, env_debug: str | None) -> subprocess.CompletedProcess:
 def test_voicebias_debug_prints_the_traceback():
     code = """
         from voicebias.errors import guarded
-        from voicebias.exceptions import StageFailed
+        from voicebias.errors import StageFailed
         def deep_inside():
             raise StageFailed("2 conversion(s) failed")
         guarded(deep_inside, stage="phonation")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.unit.pipeline.test_dvc_deps import module_file
-
 from voicebias import config
+from voicebias.codedeps import module_file
 
 ROOT = config.ROOT
 
@@ -77,7 +76,7 @@ def test_the_cycle_finder_sees_function_level_cycles():
 
 def test_module_file_and_modules_agree():
     mods = project_modules()
-    assert mods["voicebias.instruments.acoustics"] == module_file("voicebias.instruments.acoustics")
+    assert mods["voicebias.instruments.acoustics"] == module_file("voicebias.instruments.acoustics", config.ROOT)
 
 
 KNOWN: list[list[str]] = []  # no cycle is tolerated
@@ -86,6 +85,63 @@ KNOWN: list[list[str]] = []  # no cycle is tolerated
 def test_no_import_cycle_among_voicebias_modules():
     mods = project_modules()
     edges = {m: import_edges(p, mods, m) for m, p in mods.items()}
-    assert "voicebias.instruments.classifiers" not in edges["voicebias.instruments.acoustics"] or \
-        "voicebias.instruments.acoustics" not in edges["voicebias.instruments.classifiers"]
+    assert (
+        "voicebias.instruments.classifiers" not in edges["voicebias.instruments.acoustics"]
+        or "voicebias.instruments.acoustics" not in edges["voicebias.instruments.classifiers"]
+    )
     assert [c for c in cycles(edges) if c not in KNOWN] == []
+
+
+#: the layers, bottom first: a package imports only from layers below its own (the modules
+#: directly under voicebias/, such as config, errors, io, are the core beneath them all)
+LAYERS = [
+    ["core"],
+    ["clients"],
+    ["tts"],
+    ["instruments"],
+    ["stimuli"],
+    ["systems", "serving"],
+    ["gates", "scoring"],
+    ["analysis"],
+    ["report"],
+    ["pipeline"],
+    ["cli"],
+]
+RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (ROOT / "voicebias" / parts[1]).is_dir()) else "core"
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    """Imports that point up, or sideways into another package of the same layer."""
+    bad = []
+    for src, targets in sorted(edges.items()):
+        for dst in sorted(targets):
+            a, b = package_of(src), package_of(dst)
+            if a != b and RANK[b] >= RANK[a]:
+                bad.append(f"{src} ({a}) imports {dst} ({b})")
+    return bad
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in (ROOT / "voicebias").iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(RANK) - {"core"}
+
+
+def test_dependencies_point_down_the_layers():
+    """core < clients < tts < instruments < stimuli < systems, serving < gates, scoring < analysis
+    < report < pipeline < cli: no package imports from its own layer or above (so no package
+    cycle), at top level or inside a function."""
+    mods = project_modules()
+    edges = {m: import_edges(p, mods, m) for m, p in mods.items()}
+    assert upward_imports(edges) == []
+
+
+def test_an_upward_import_is_caught():
+    edges = {"voicebias.instruments.judge": {"voicebias.stimuli.generate"}, "voicebias.io": set()}
+    assert upward_imports(edges) == [
+        "voicebias.instruments.judge (instruments) imports voicebias.stimuli.generate (stimuli)"
+    ]

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from voicebias import config
-from voicebias.params import ParamsError, validate_params
 from voicebias.cli.profiles import resolve_profile
+from voicebias.params import ParamsError, validate_params
 
 EMBEDDED = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
 
@@ -33,8 +33,9 @@ def test_committed_profiles_validate():
     assert full["phonation"]["prompts_per_category"] is None and full["base"]["profile"] == "sc_full"
     assert full["sc_stimuli"]["nop_categories"] * full["sc_stimuli"]["nop_per_category"] == 150
     assert len(full["phonation"]["conditions"]) * sum(len(v) for v in full["sc_stimuli"]["voices"].values()) == 16
-    assert {k: v for k, v in full.items() if k not in ("phonation", "base")} == \
-        {k: v for k, v in embedded.items() if k not in ("phonation", "base")}
+    assert {k: v for k, v in full.items() if k not in ("phonation", "base")} == {
+        k: v for k, v in embedded.items() if k not in ("phonation", "base")
+    }
 
 
 def test_a_misspelt_key_is_refused_with_its_path_and_the_likely_key():
@@ -99,10 +100,13 @@ def test_a_system_is_checked_against_its_adapter(tmp_path):
     assert "systems.drifting.speaker: unknown key" in problems(raw)
 
 
-@pytest.mark.parametrize("mutation, expected", [
-    ({"content_wieght": 0.9}, "systems.mixed.content_wieght: unknown key; did you mean content_weight?"),
-    ({"error_rate": "high"}, "systems.mixed.error_rate: expected a number, got 'high'"),
-])
+@pytest.mark.parametrize(
+    "mutation, expected",
+    [
+        ({"content_wieght": 0.9}, "systems.mixed.content_wieght: unknown key; did you mean content_weight?"),
+        ({"error_rate": "high"}, "systems.mixed.error_rate: expected a number, got 'high'"),
+    ],
+)
 def test_preflight_stops_on_a_bad_key(tmp_path, mutation, expected):
     raw = copy.deepcopy(EMBEDDED)
     raw["systems"]["mixed"].update(mutation)
@@ -112,7 +116,8 @@ def test_preflight_stops_on_a_bad_key(tmp_path, mutation, expected):
     (root / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
     (root / "models").symlink_to(config.ROOT / "models")
     env = {"PATH": f"{config.ROOT / '.venv' / 'bin'}:/usr/bin:/bin", "VOICEBIAS_ROOT": str(root)}
-    res = subprocess.run([sys.executable, "-m", "voicebias.cli", "preflight"], cwd=root, env=env,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "voicebias.cli", "preflight"], cwd=root, env=env, capture_output=True, text=True
+    )
     assert res.returncode == 1
     assert expected in res.stderr and "Traceback" not in res.stderr

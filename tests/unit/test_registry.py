@@ -6,20 +6,24 @@ import sys
 
 import pytest
 
-from voicebias.exceptions import NotAvailable, VoicebiasError
+from voicebias.errors import NotAvailable, VoicebiasError
 from voicebias.registry import Registry, UnknownName
 
 
 def all_registries() -> dict[str, Registry]:
     from voicebias import systems, tts
-    from voicebias.instruments import classifiers
-    from voicebias.instruments import embeddings
-    from voicebias.instruments import judge
+    from voicebias.instruments import classifiers, embeddings, judge
     from voicebias.stimuli import generate, phonation
 
-    return {"tts": tts.REGISTRY, "classifiers": classifiers.REGISTRY, "embeddings": embeddings.REGISTRY,
-            "systems": systems.ADAPTERS, "judges": judge.JUDGES, "phonation": phonation.CONVERTERS,
-            "llm_backends": generate.BACKENDS}
+    return {
+        "tts": tts.REGISTRY,
+        "classifiers": classifiers.REGISTRY,
+        "embeddings": embeddings.REGISTRY,
+        "systems": systems.ADAPTERS,
+        "judges": judge.JUDGES,
+        "phonation": phonation.CONVERTERS,
+        "llm_backends": generate.BACKENDS,
+    }
 
 
 def test_unknown_name_lists_the_choices_sorted_and_is_a_keyerror():
@@ -61,9 +65,11 @@ def test_malformed_target_is_refused():
 def test_heavy_backends_are_not_imported_by_their_registries():
     import subprocess
 
-    code = ("import sys; from voicebias import tts, systems; from voicebias.instruments import classifiers, embeddings; "
-            "print(any(m in sys.modules for m in ('torch', 'transformers', 'kokoro', 'resemblyzer')), "
-            "'voicebias.tts.kokoro' in sys.modules, 'voicebias.systems.qwen_omni' in sys.modules)")
+    code = (
+        "import sys; from voicebias import tts, systems; from voicebias.instruments import classifiers, embeddings; "
+        "print(any(m in sys.modules for m in ('torch', 'transformers', 'kokoro', 'resemblyzer')), "
+        "'voicebias.tts.kokoro' in sys.modules, 'voicebias.systems.qwen_omni' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False", "False"]
 
@@ -83,7 +89,11 @@ def test_existing_getters_raise_the_registry_error():
     from voicebias.systems import adapter_class
     from voicebias.tts import get_backend
 
-    for fn, kind in ((get_backend, "TTS backend"), (get_classifier, "classifier"),
-                     (get_embedder, "speaker embedding"), (adapter_class, "adapter")):
+    for fn, kind in (
+        (get_backend, "TTS backend"),
+        (get_classifier, "classifier"),
+        (get_embedder, "speaker embedding"),
+        (adapter_class, "adapter"),
+    ):
         with pytest.raises(UnknownName, match=f"unknown {kind} 'nope'; available: "):
             fn("nope")

@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
@@ -59,16 +58,32 @@ def test_planted_key_never_stored_or_logged(tmp_path, monkeypatch, capfd):
     plan = {fps[0]: ["401echo"], fps[1]: ["429"], fps[2]: ["500", "429"]}
     try:
         with FakeOpenAIAudioServer(KEY, plan=plan) as server:
-            params = {"base": {"seed": 1, "profile": "test"}, "tts": {"rate_wpm": 160, "backend": "espeak"},
-                      "run": {"systems": ["gpt_audio"], "max_failed_fraction": 0.5},
-                      "acoustics": {"classifier": "acoustic_norms"},
-                      "tracking": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "secrets"},
-                      "systems": {"gpt_audio": {"model": "gpt-4o-audio-preview", "base_url": server.base_url,
-                                                "retry": {"max_attempts": 3, "base_delay_s": 0.01}}}}
-            table = run_stage(params, "gpt_audio", "describe", manifest, passages, gate / "metrics.json",
-                              root / "data" / "responses" / "gpt_audio" / "describe",
-                              root / "reports" / "respond" / "gpt_audio-describe.json", root / ".cache" / "responses",
-                              root)
+            params = {
+                "base": {"seed": 1, "profile": "test"},
+                "tts": {"rate_wpm": 160, "backend": "espeak"},
+                "run": {"systems": ["gpt_audio"], "max_failed_fraction": 0.5},
+                "acoustics": {"classifier": "acoustic_norms"},
+                "tracking": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "secrets"},
+                "systems": {
+                    "gpt_audio": {
+                        "model": "gpt-4o-audio-preview",
+                        "base_url": server.base_url,
+                        "retry": {"max_attempts": 3, "base_delay_s": 0.01},
+                    }
+                },
+            }
+            table = run_stage(
+                params,
+                "gpt_audio",
+                "describe",
+                manifest,
+                passages,
+                gate / "metrics.json",
+                root / "data" / "responses" / "gpt_audio" / "describe",
+                root / "reports" / "respond" / "gpt_audio-describe.json",
+                root / ".cache" / "responses",
+                root,
+            )
     finally:
         logging.getLogger().removeHandler(handler)
         logging.getLogger().setLevel(old_level)
@@ -80,14 +95,23 @@ def test_planted_key_never_stored_or_logged(tmp_path, monkeypatch, capfd):
     assert (table.status == "ok").sum() == 5
     # the run is logged to MLflow as the pipeline does it
     analysis = root / "reports" / "analysis"
-    comp = (table.assign(failed=table.status.eq("failed"))
-            .groupby(["system", "lang", "task"], as_index=False).agg(n=("status", "size"), failed=("failed", "sum")))
+    comp = (
+        table.assign(failed=table.status.eq("failed"))
+        .groupby(["system", "lang", "task"], as_index=False)
+        .agg(n=("status", "size"), failed=("failed", "sum"))
+    )
     write_table(analysis / "compliance.csv", comp.assign(non_compliant=0))
-    write_table(analysis / "describe_odds_ratios.csv", pd.DataFrame(columns=[
-        "system", "lang", "odds_ratio", "ci_low", "ci_high", "p_value", "fit_status", "n", "n_excluded"]))
+    write_table(
+        analysis / "describe_odds_ratios.csv",
+        pd.DataFrame(
+            columns=["system", "lang", "odds_ratio", "ci_low", "ci_high", "p_value", "fit_status", "n", "n_excluded"]
+        ),
+    )
     write_table(analysis / "describe_misgender.csv", pd.DataFrame(columns=["system", "lang", "cell_type", "rate"]))
-    write_table(analysis / "summarize_pronouns.csv", pd.DataFrame(columns=[
-        "system", "delta_pp", "injection_rate", "delta_pp_male_voice", "delta_pp_female_voice"]))
+    write_table(
+        analysis / "summarize_pronouns.csv",
+        pd.DataFrame(columns=["system", "delta_pp", "injection_rate", "delta_pp_male_voice", "delta_pp_female_voice"]),
+    )
     shutil.copy(config.ROOT / "dvc.yaml", root / "dvc.yaml")
     log_pipeline_run(params, analysis, gate, manifest, root / "reports" / "tracking" / "run.json", root=root)
     out, err = capfd.readouterr()

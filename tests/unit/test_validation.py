@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from voicebias import config
+from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank, validate_passages
-from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.validation import ValidationFailed
 
 WINDOW = load_params(config.ROOT / "profiles" / "embedded.yaml")["bank"]["length_window"]
@@ -24,13 +24,16 @@ def test_shipped_bank_passes(bank):
     assert bank.groupby(["lang", "pole"]).size().eq(10).all()
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda d: d.assign(pole=d["pole"].where(d.index != 3, "androgynous")), "pole"),
-    (lambda d: d.assign(text=d["text"].where(d.index != 0, d.loc[0, "text"] + " She agreed.")), "text"),
-    (lambda d: d.drop(columns=["gloss_en"]), "gloss_en"),
-    (lambda d: pd.concat([d, d.iloc[[0]]], ignore_index=True), "passage_id"),
-    (lambda d: d.assign(length_units=d["length_units"].where(d.index != 5, 3)), "length_units"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda d: d.assign(pole=d["pole"].where(d.index != 3, "androgynous")), "pole"),
+        (lambda d: d.assign(text=d["text"].where(d.index != 0, d.loc[0, "text"] + " She agreed.")), "text"),
+        (lambda d: d.drop(columns=["gloss_en"]), "gloss_en"),
+        (lambda d: pd.concat([d, d.iloc[[0]]], ignore_index=True), "passage_id"),
+        (lambda d: d.assign(length_units=d["length_units"].where(d.index != 5, 3)), "length_units"),
+    ],
+)
 def test_broken_passage_tables_are_rejected(bank, mutate, needle):
     with pytest.raises(ValidationFailed) as err:
         validate_passages(mutate(bank.copy()), WINDOW)
@@ -50,8 +53,18 @@ def gate_inputs(leak_st=0.0, flip=None, seed=3):
                     sid = f"{lang}-{pole}-{i:02d}-{voice}"
                     if sid == flip:
                         margin = -margin
-                    rows.append({"stimulus_id": sid, "lang": lang, "pole": pole, "voice_gender": voice, "status": "ok",
-                                 "f0_median_st": st, "margin_clf": margin, "composite": (st - 8.5) / 4.5})
+                    rows.append(
+                        {
+                            "stimulus_id": sid,
+                            "lang": lang,
+                            "pole": pole,
+                            "voice_gender": voice,
+                            "status": "ok",
+                            "f0_median_st": st,
+                            "margin_clf": margin,
+                            "composite": (st - 8.5) / 4.5,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -124,8 +137,17 @@ def espeak_carrier(tmp_path_factory, bank):
                 x, _ = normalize_rms(resample(x, sr, 16000), -23.0)
                 sid = f"{p.passage_id}-{gender}"
                 signals[sid] = x
-                rows.append({"stimulus_id": sid, "passage_id": p.passage_id, "lang": "en", "pole": pole,
-                             "voice_gender": gender, "voice_id": voice, "path": f"data/stimuli/audio/{sid}.flac"})
+                rows.append(
+                    {
+                        "stimulus_id": sid,
+                        "passage_id": p.passage_id,
+                        "lang": "en",
+                        "pole": pole,
+                        "voice_gender": gender,
+                        "voice_id": voice,
+                        "path": f"data/stimuli/audio/{sid}.flac",
+                    }
+                )
     return signals, pd.DataFrame(rows), tmp_path_factory.mktemp("carrier")
 
 
@@ -136,8 +158,8 @@ def _measure_carrier(root, signals, manifest, leak_semitones):
     import yaml
     from parselmouth.praat import call
 
-    from voicebias.pipeline.acoustics import run_stage
     from voicebias.audio import write_audio
+    from voicebias.pipeline.acoustics import run_stage
 
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     for r in manifest.itertuples():
@@ -153,8 +175,13 @@ def _measure_carrier(root, signals, manifest, leak_semitones):
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     (root / "dvc.yaml").write_text("stages: {}\n", encoding="utf-8")
     manifest.to_csv(root / "manifest.csv", index=False)
-    return run_stage(params, root / "manifest.csv", root / "data" / "measures" / "inputs.csv",
-                     root / "data" / "measures" / "composite_reference.csv", root), params
+    return run_stage(
+        params,
+        root / "manifest.csv",
+        root / "data" / "measures" / "inputs.csv",
+        root / "data" / "measures" / "composite_reference.csv",
+        root,
+    ), params
 
 
 def _gate_stage(root):
@@ -163,8 +190,9 @@ def _gate_stage(root):
     import sys
 
     env = {**os.environ, "VOICEBIAS_ROOT": str(root)}
-    return subprocess.run([sys.executable, "-m", "stages.carrier_gate"], cwd=config.ROOT, env=env,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "stages.carrier_gate"], cwd=config.ROOT, env=env, capture_output=True, text=True
+    )
 
 
 def test_gate_on_espeak_audio_passes_clean_and_stops_a_leaky_carrier(espeak_carrier):

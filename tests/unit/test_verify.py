@@ -30,9 +30,15 @@ pathlib.Path("reports/card.json").write_text('{"verdict": "content-driven", "odd
 
 
 def sh(*cmd: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=True)
 
 
@@ -44,7 +50,9 @@ def project(tmp_path: Path) -> Path:
     (root / "make.py").write_text(STAGE)
     (root / "dvc.yaml").write_text(
         "stages:\n  make:\n    cmd: python make.py\n    deps: [make.py]\n    outs:\n"
-        "    - data/audio\n    - reports/fits.csv:\n        cache: false\n    - reports/card.json:\n        cache: false\n")
+        "    - data/audio\n    - reports/fits.csv:\n        cache: false\n"
+        "    - reports/card.json:\n        cache: false\n"
+    )
     sh("git", "init", "-q", cwd=root)
     sh("dvc", "init", "-q", cwd=root)
     sh("dvc", "repro", "-q", cwd=root)
@@ -54,8 +62,12 @@ def project(tmp_path: Path) -> Path:
 
 
 def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "voicebias.cli", "verify", *args, "--repo", str(root)],
-                          capture_output=True, text=True, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "voicebias.cli", "verify", *args, "--repo", str(root)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
 
 
 def edit(path: Path, old: str, new: str) -> None:

@@ -9,19 +9,19 @@ the difference and ratio against the reference group of the same system, task,
 language and voice (neutral content; modal phonation; the neutral cell), each with its
 interval.
 
-The unit of resampling is the item (one stimulus, one output; with repeats, one
-stimulus with all its samples, entering with the mean of its samples' values, so the
-samples of an item are drawn together): within each group the items are drawn with replacement, the group and its reference independently (they
-hold different stimuli). The interval is the expanded percentile interval of
-Hesterberg (2015, "What teachers should know about the bootstrap", The American
-Statistician 69(4), sec. 4.3): the percentile interval taken at the widened level
-alpha' = 2 Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}), which corrects the percentile
-interval's narrowness at small n (n the group's items and n - 1 df; for a difference
-or ratio the smaller group's n and n + m - 2 df). A group whose items are all equal has no bootstrap spread: its
-interval has zero width and ci_method says 'no spread' (a 0/10 rate is not certain
-to be 0; read such a row with its n). Groups of fewer than 2 items get no interval, and
-status 'not estimable' (voicebias.analysis.status); the others status 'ok', with a
-reason noting a zero-width interval or a missing reference group.
+The unit of resampling is the item (one stimulus, one output; with repeats, one stimulus
+with all its samples, entering with the mean of its samples' values, so the samples of an
+item are drawn together): within each group the items are drawn with replacement, the group
+and its reference independently (they hold different stimuli). The interval is the expanded
+percentile interval of Hesterberg (2015, "What teachers should know about the bootstrap",
+The American Statistician 69(4), sec. 4.3): the percentile interval taken at the widened
+level alpha' = 2 Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}), which corrects the percentile
+interval's narrowness at small n (n the group's items and n - 1 df; for a difference or
+ratio the smaller group's n and n + m - 2 df). A group whose items are all equal has no
+bootstrap spread: its interval has zero width and ci_method says 'no spread' (a 0/10 rate is
+not certain to be 0; read such a row with its n). Groups of fewer than 2 items get no
+interval, and status 'not estimable' (voicebias.analysis.status); the others status 'ok',
+with a reason noting a zero-width interval or a missing reference group.
 
 Each row's resamples come from its own random stream, seeded by `base.seed` and the
 row's key, so a row's interval does not change when another system or metric is added.
@@ -56,15 +56,37 @@ from voicebias.contract import SAMPLE
 RQ1_METRICS = ("delta_composite", "net_composite", "delta_f0_median_st", "net_f0_median_st")
 #: SC speaker and voice-quality measures of the continuations, and judge dimensions
 SC_VQ = ("h1_h2_db", "h1_a3_db", "cpps_db")
-SC_JUDGE = ("semantic_coherence", "sentence_polarity", "agency_competence", "emotionalisation_affect_framing",
-            "appearance_objectification")
+SC_JUDGE = (
+    "semantic_coherence",
+    "sentence_polarity",
+    "agency_competence",
+    "emotionalisation_affect_framing",
+    "appearance_objectification",
+)
 #: metrics whose ratio to the reference group is read (rates and positive scales); for
 #: signed measures (deltas, dB) only the difference is given
 RATIO_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate", "speaker_similarity", *SC_JUDGE})
 
 KEYS = ["study", "system", "task", "lang", "voice_gender", "condition_factor", "condition", "metric"]
-COLUMNS = [*KEYS, "kind", "n", "estimate", "ci_low", "ci_high", "ci_method", "reference", "ref_n", "ref_estimate",
-           "diff", "diff_ci_low", "diff_ci_high", "ratio", "ratio_ci_low", "ratio_ci_high", *STATUS_COLUMNS]
+COLUMNS = [
+    *KEYS,
+    "kind",
+    "n",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "ci_method",
+    "reference",
+    "ref_n",
+    "ref_estimate",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    *STATUS_COLUMNS,
+]
 
 
 @dataclass(frozen=True)
@@ -110,8 +132,9 @@ def _means(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.n
     return values[idx].mean(axis=1)
 
 
-def bootstrap_row(values: np.ndarray, ref: np.ndarray | None, rng: np.random.Generator, resamples: int,
-                  confidence: float, ratio: bool) -> dict[str, Any]:
+def bootstrap_row(
+    values: np.ndarray, ref: np.ndarray | None, rng: np.random.Generator, resamples: int, confidence: float, ratio: bool
+) -> dict[str, Any]:
     """Estimate, difference and ratio against `ref` of the mean of `values`, with their intervals.
 
     >>> r = bootstrap_row(np.array([0., 1, 1, 0, 1, 1, 1, 0, 1, 1]), np.array([0., 0, 1, 0, 0, 0, 1, 0, 0, 0]),
@@ -129,8 +152,19 @@ def bootstrap_row(values: np.ndarray, ref: np.ndarray | None, rng: np.random.Gen
     reps = _means(values, rng, resamples) if n else np.array([np.nan])
     iv = _interval(reps, n, confidence, spread)
     row.update(ci_low=iv.low, ci_high=iv.high, ci_method=iv.method)
-    nan = {k: np.nan for k in ("ref_n", "ref_estimate", "diff", "diff_ci_low", "diff_ci_high", "ratio",
-                                "ratio_ci_low", "ratio_ci_high")}
+    nan = {
+        k: np.nan
+        for k in (
+            "ref_n",
+            "ref_estimate",
+            "diff",
+            "diff_ci_low",
+            "diff_ci_high",
+            "ratio",
+            "ratio_ci_low",
+            "ratio_ci_high",
+        )
+    }
     row.update(nan)
     if ref is None:
         return row
@@ -154,6 +188,7 @@ def bootstrap_row(values: np.ndarray, ref: np.ndarray | None, rng: np.random.Gen
 
 
 # ------------------------------------------------------------------ item tables
+
 
 def s2s_items(scored: pd.DataFrame, acoustic: pd.DataFrame | None) -> pd.DataFrame:
     """Long item table of the S2S study: one row per item x metric with its value.
@@ -181,8 +216,17 @@ def s2s_items(scored: pd.DataFrame, acoustic: pd.DataFrame | None) -> pd.DataFra
         long = a.melt(id_vars=ids, value_vars=present, var_name="metric", value_name="value").dropna(subset=["value"])
         parts.append(long)
     repeats = any(has_repeats(p) for p in parts)
-    cols = ["system", "task", "stimulus_id", *([SAMPLE] if repeats else []), "lang", "pole", "voice_gender", "metric",
-            "value"]
+    cols = [
+        "system",
+        "task",
+        "stimulus_id",
+        *([SAMPLE] if repeats else []),
+        "lang",
+        "pole",
+        "voice_gender",
+        "metric",
+        "value",
+    ]
     items = pd.concat([p.reindex(columns=cols) for p in parts], ignore_index=True)
     return items.rename(columns={"pole": "condition"}).assign(study="s2s", condition_factor="content_pole")
 
@@ -198,8 +242,11 @@ def sc_items(scored: pd.DataFrame) -> pd.DataFrame:
     common = all_systems_succeeded(scored)
     parts = []
     vq = [m for m in ("speaker_similarity", *SC_VQ) if m in common]
-    measured = common if "measure_status" not in common else common[
-        (common["measure_status"] == "ok") | common["measure_status"].isna()]
+    measured = (
+        common
+        if "measure_status" not in common
+        else common[(common["measure_status"] == "ok") | common["measure_status"].isna()]
+    )
     for m in vq:
         src = common if m == "speaker_similarity" else measured
         parts.append(src.assign(metric=m, value=src[m]))
@@ -212,11 +259,13 @@ def sc_items(scored: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*cols, "study", "task", "condition_factor"])
     items = pd.concat([p[cols] for p in parts], ignore_index=True).dropna(subset=["value"])
     items["value"] = items["value"].astype(float)
-    return items.rename(columns={"phonation": "condition"}).assign(study="sc", task="continuation",
-                                                                    condition_factor="phonation")
+    return items.rename(columns={"phonation": "condition"}).assign(
+        study="sc", task="continuation", condition_factor="phonation"
+    )
 
 
 # ------------------------------------------------------------------ the table
+
 
 def _pooled(items: pd.DataFrame) -> pd.DataFrame:
     """The items again as lang 'ALL', and, for describe rates, as cell types over both voices."""
@@ -277,12 +326,19 @@ def disaggregate(items: pd.DataFrame, resamples: int = 2000, confidence: float =
             full = {**meta, "condition": level}
             rng = _rng(seed, [full[k] for k in KEYS])
             use_ref = ref is not None and level not in (ref_level, "all")
-            row = bootstrap_row(values, ref if use_ref else None, rng, resamples, confidence,
-                                ratio=meta["metric"] in RATIO_METRICS)
+            row = bootstrap_row(
+                values, ref if use_ref else None, rng, resamples, confidence, ratio=meta["metric"] in RATIO_METRICS
+            )
             kind = "rate" if meta["metric"] in ("misgender_rate", "p_she", "injection_rate") else "mean"
-            rows.append({**full, "kind": kind, **row, "reference": ref_level if use_ref or level == ref_level
-                         else "", **_row_status(row, ref_level if level not in (ref_level, "all") else None,
-                                                ref is not None)})
+            rows.append(
+                {
+                    **full,
+                    "kind": kind,
+                    **row,
+                    "reference": ref_level if use_ref or level == ref_level else "",
+                    **_row_status(row, ref_level if level not in (ref_level, "all") else None, ref is not None),
+                }
+            )
     out = pd.DataFrame(rows, columns=COLUMNS)
     return out[COLUMNS].reset_index(drop=True)
 
@@ -302,8 +358,10 @@ def _row_status(row: dict[str, Any], ref_level: str | None, has_ref: bool) -> di
 
 # ------------------------------------------------------------------ calibration
 
-def coverage_simulation(runs: int = 1000, n: int = 10, seed: int = 0, resamples: int = 2000,
-                        confidence: float = 0.95) -> pd.DataFrame:
+
+def coverage_simulation(
+    runs: int = 1000, n: int = 10, seed: int = 0, resamples: int = 2000, confidence: float = 0.95
+) -> pd.DataFrame:
     """Share of intervals covering the planted value, over `runs` simulated data sets.
 
     Four planted settings at n items per group (and n in the reference group): a mean of
@@ -314,10 +372,18 @@ def coverage_simulation(runs: int = 1000, n: int = 10, seed: int = 0, resamples:
     """
     rng = np.random.default_rng(seed)
     settings = {
-        "normal mean": (lambda k: rng.normal(0.3, 1.0, k), lambda k: rng.normal(0.0, 1.0, k),
-                        {"estimate": 0.3, "diff": 0.3}, False),
-        "rate": (lambda k: (rng.random(k) < 0.6).astype(float), lambda k: (rng.random(k) < 0.3).astype(float),
-                 {"estimate": 0.6, "diff": 0.3, "ratio": 2.0}, True),
+        "normal mean": (
+            lambda k: rng.normal(0.3, 1.0, k),
+            lambda k: rng.normal(0.0, 1.0, k),
+            {"estimate": 0.3, "diff": 0.3},
+            False,
+        ),
+        "rate": (
+            lambda k: (rng.random(k) < 0.6).astype(float),
+            lambda k: (rng.random(k) < 0.3).astype(float),
+            {"estimate": 0.6, "diff": 0.3, "ratio": 2.0},
+            True,
+        ),
     }
     rows = []
     for name, (draw, draw_ref, planted, ratio) in settings.items():
@@ -332,6 +398,16 @@ def coverage_simulation(runs: int = 1000, n: int = 10, seed: int = 0, resamples:
                 widths[q].append(hi - lo)
         for q, truth in planted.items():
             finite = [w for w in widths[q] if np.isfinite(w)]
-            rows.append({"setting": name, "quantity": q, "n": n, "planted": truth, "runs": runs, "covered": hits[q],
-                         "coverage": hits[q] / runs, "median_width": float(np.median(finite)) if finite else np.nan})
+            rows.append(
+                {
+                    "setting": name,
+                    "quantity": q,
+                    "n": n,
+                    "planted": truth,
+                    "runs": runs,
+                    "covered": hits[q],
+                    "coverage": hits[q] / runs,
+                    "median_width": float(np.median(finite)) if finite else np.nan,
+                }
+            )
     return pd.DataFrame(rows)

@@ -71,12 +71,20 @@ def excluded_replies(scored: pd.DataFrame, acoustic: pd.DataFrame | None = None)
     reason = scored["reason"] if "reason" in scored.columns else pd.Series(None, index=scored.index, dtype=object)
     status = scored["status"]
     judged = scored["judged_gender"] if "judged_gender" in scored.columns else pd.Series(None, index=scored.index)
-    stage = np.select([status == "failed", status == "excluded",
-                       (status == "ok") & (scored["task"] == "describe") & (judged == "none")],
-                      ["respond", "respond", "scoring"], default="")
-    why = np.select([status == "failed", status == "excluded", stage == "scoring"],
-                    [reason.fillna(CALL_FAILED).astype(str), reason.fillna("unknown").astype(str), NON_COMPLIANT],
-                    default="")
+    stage = np.select(
+        [
+            status == "failed",
+            status == "excluded",
+            (status == "ok") & (scored["task"] == "describe") & (judged == "none"),
+        ],
+        ["respond", "respond", "scoring"],
+        default="",
+    )
+    why = np.select(
+        [status == "failed", status == "excluded", stage == "scoring"],
+        [reason.fillna(CALL_FAILED).astype(str), reason.fillna("unknown").astype(str), NON_COMPLIANT],
+        default="",
+    )
     text = scored.assign(stage=stage, reason=why)
     text = text[text["stage"] != ""]
     parts = [text[cols]]
@@ -86,9 +94,12 @@ def excluded_replies(scored: pd.DataFrame, acoustic: pd.DataFrame | None = None)
         usable = scored.loc[status == "ok", list(dict.fromkeys([*on, *keys, "lang"]))]
         ac = acoustic[acoustic["status"] == "excluded"]
         ac = ac[[c for c in ac.columns if c in on or c not in usable.columns]].merge(usable, on=on, how="inner")
-        ac = ac.assign(stage="acoustic_scoring",
-                       reason=(ac["reason"] if "reason" in ac.columns else pd.Series("unknown", index=ac.index))
-                       .fillna("unknown").astype(str))
+        ac = ac.assign(
+            stage="acoustic_scoring",
+            reason=(ac["reason"] if "reason" in ac.columns else pd.Series("unknown", index=ac.index))
+            .fillna("unknown")
+            .astype(str),
+        )
         parts.append(ac[cols])
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
@@ -157,8 +168,15 @@ def exclusions_vs_planted(counts: pd.DataFrame, planted: pd.DataFrame) -> pd.Dat
     p = planted.groupby(["system", "reason"])["planted"].sum()
     r = got.groupby(["system", "reason"])["n"].sum()
     index = sorted(set(p.index) | set(r.index))
-    rows = [{"system": s, "quantity": f"excluded_{reason}", "planted": int(p.get((s, reason), 0)),
-             "recovered": int(r.get((s, reason), 0))} for s, reason in index]
+    rows = [
+        {
+            "system": s,
+            "quantity": f"excluded_{reason}",
+            "planted": int(p.get((s, reason), 0)),
+            "recovered": int(r.get((s, reason), 0)),
+        }
+        for s, reason in index
+    ]
     out = pd.DataFrame(rows, columns=cols[:-1])
     out["recovered_ok"] = out["planted"] == out["recovered"]
     return out[cols]

@@ -67,8 +67,19 @@ def item_means(table: pd.DataFrame, values: Iterable[str], keys: Iterable[str] =
     return out.reset_index()
 
 
-VARIANCE_COLUMNS = ["system", "task", "metric", "n_items", "n_answers", "samples_per_item", "mean",
-                    "within_variance", "between_variance", "total_variance", "within_share"]
+VARIANCE_COLUMNS = [
+    "system",
+    "task",
+    "metric",
+    "n_items",
+    "n_answers",
+    "samples_per_item",
+    "mean",
+    "within_variance",
+    "between_variance",
+    "total_variance",
+    "within_share",
+]
 
 
 def variance_components(values: np.ndarray, items: np.ndarray) -> dict[str, float]:
@@ -102,7 +113,7 @@ def variance_components(values: np.ndarray, items: np.ndarray) -> dict[str, floa
     if n > 1 and np.isfinite(within):
         grand = float(values.mean())
         msb = float(np.sum(k * (means - grand) ** 2)) / (n - 1)
-        k0 = (N - float(np.sum(k ** 2)) / N) / (n - 1)
+        k0 = (N - float(np.sum(k**2)) / N) / (n - 1)
         between = max(0.0, (msb - within) / k0)
     else:
         between = np.nan
@@ -125,8 +136,16 @@ def between_sample_variance(long: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (system, task, metric), g in long.groupby(["system", "task", "metric"], sort=True):
         per_item = g.groupby("stimulus_id")["value"]
-        rows.append({"system": system, "task": task, "metric": metric, "n_items": int(per_item.ngroups),
-                     "n_answers": int(len(g)), "samples_per_item": float(len(g) / per_item.ngroups),
-                     "mean": float(per_item.mean().mean()),
-                     **variance_components(g["value"].to_numpy(float), g["stimulus_id"].to_numpy())})
+        rows.append(
+            {
+                "system": system,
+                "task": task,
+                "metric": metric,
+                "n_items": int(per_item.ngroups),
+                "n_answers": int(len(g)),
+                "samples_per_item": float(len(g) / per_item.ngroups),
+                "mean": float(per_item.mean().mean()),
+                **variance_components(g["value"].to_numpy(float), g["stimulus_id"].to_numpy()),
+            }
+        )
     return pd.DataFrame(rows, columns=VARIANCE_COLUMNS)

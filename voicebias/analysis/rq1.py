@@ -54,9 +54,25 @@ def _ok(acoustic: pd.DataFrame, measure: str) -> pd.DataFrame:
     return d
 
 
-CONTRAST_COLUMNS = ["system", "lang", "task", "task_group", "voice_gender", "measure", "units", "n_misaligned",
-                    "n_neutral", "delta_misaligned", "delta_neutral", "contrast", "signed_contrast", "t", "p_value",
-                    "cohens_d", *STATUS_COLUMNS]
+CONTRAST_COLUMNS = [
+    "system",
+    "lang",
+    "task",
+    "task_group",
+    "voice_gender",
+    "measure",
+    "units",
+    "n_misaligned",
+    "n_neutral",
+    "delta_misaligned",
+    "delta_neutral",
+    "contrast",
+    "signed_contrast",
+    "t",
+    "p_value",
+    "cohens_d",
+    *STATUS_COLUMNS,
+]
 
 
 def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> pd.DataFrame:
@@ -73,8 +89,11 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
         mis = g.loc[g["pole"] == MISALIGNED[voice], measure].to_numpy(float)
         neu = g.loc[g["pole"] == "neutral", measure].to_numpy(float)
         tstat = pval = np.nan
-        few = [f"{len(x)} {name} output{'s' if len(x) != 1 else ''}" for name, x in
-               ((f"misaligned ({MISALIGNED[voice]})", mis), ("neutral", neu)) if len(x) < 2]
+        few = [
+            f"{len(x)} {name} output{'s' if len(x) != 1 else ''}"
+            for name, x in ((f"misaligned ({MISALIGNED[voice]})", mis), ("neutral", neu))
+            if len(x) < 2
+        ]
         if few:
             status, reason = NOT_ESTIMABLE, f"fewer than 2 outputs in a cell ({', '.join(few)}): no test"
         elif all(negligible(np.ptp(x), magnitude([*mis, *neu])) for x in (mis, neu)):
@@ -85,15 +104,28 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
             tstat, pval = float(t.statistic), float(t.pvalue)
             status, reason = (OK, "") if np.isfinite(pval) else (NOT_ESTIMABLE, "the Welch test is undefined")
         contrast = float(mis.mean() - neu.mean()) if len(mis) and len(neu) else np.nan
-        rows.append({
-            "system": system, "lang": lang, "task": task, "task_group": task_group(task), "voice_gender": voice,
-            "measure": measure, "units": units_of(measure), "n_misaligned": len(mis), "n_neutral": len(neu),
-            "delta_misaligned": float(mis.mean()) if len(mis) else np.nan,
-            "delta_neutral": float(neu.mean()) if len(neu) else np.nan, "contrast": contrast,
-            "signed_contrast": contrast * PREDICTED_SIGN[voice], "t": tstat if np.isfinite(tstat) else np.nan,
-            "p_value": pval if np.isfinite(pval) else np.nan, "cohens_d": cohens_d(mis, neu),
-            "status": status, "reason": reason,
-        })
+        rows.append(
+            {
+                "system": system,
+                "lang": lang,
+                "task": task,
+                "task_group": task_group(task),
+                "voice_gender": voice,
+                "measure": measure,
+                "units": units_of(measure),
+                "n_misaligned": len(mis),
+                "n_neutral": len(neu),
+                "delta_misaligned": float(mis.mean()) if len(mis) else np.nan,
+                "delta_neutral": float(neu.mean()) if len(neu) else np.nan,
+                "contrast": contrast,
+                "signed_contrast": contrast * PREDICTED_SIGN[voice],
+                "t": tstat if np.isfinite(tstat) else np.nan,
+                "p_value": pval if np.isfinite(pval) else np.nan,
+                "cohens_d": cohens_d(mis, neu),
+                "status": status,
+                "reason": reason,
+            }
+        )
     return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
 
 
@@ -108,6 +140,8 @@ def units_of(measure: str) -> str:
     female minus male), '' when unknown."""
     base = "delta_" + measure.removeprefix("net_") if measure.startswith("net_") else measure
     return UNITS.get(base, "logit" if base.startswith("delta_margin_") else "")
+
+
 EFFECTS = ("stereotype_effect", "misaligned_minus_neutral")
 EFFECT_FIELDS = ("est", "se", "df", "ci_low", "ci_high", "p")
 
@@ -169,8 +203,12 @@ class _RandomInterceptREML:
             ratio, converged = 0.0, values[1] <= values[0]
         else:
             lo, hi = grid[i - 1], grid[min(i + 1, len(grid) - 1)]
-            res = minimize_scalar(lambda g: -self._profiled(g)[0], bounds=(lo, hi), method="bounded",
-                                  options={"xatol": 1e-12 * max(1.0, hi)})
+            res = minimize_scalar(
+                lambda g: -self._profiled(g)[0],
+                bounds=(lo, hi),
+                method="bounded",
+                options={"xatol": 1e-12 * max(1.0, hi)},
+            )
             ratio, converged = float(res.x), bool(res.success) and i < len(grid) - 1
             if self._profiled(0.0)[0] >= -res.fun or singular_ratio(ratio):
                 ratio = 0.0
@@ -210,8 +248,12 @@ class _RandomInterceptREML:
         P = vi - vi @ self.X @ C @ self.X.T @ vi
         PV = [P @ M for M in mats]
         Py = P @ self.y
-        info = np.array([[float(Py @ mats[i] @ PV[j] @ Py) - 0.5 * float(np.sum(PV[i] * PV[j].T)) for j in range(2)]
-                         for i in range(2)])
+        info = np.array(
+            [
+                [float(Py @ mats[i] @ PV[j] @ Py) - 0.5 * float(np.sum(PV[i] * PV[j].T)) for j in range(2)]
+                for i in range(2)
+            ]
+        )
         return float(2 * var**2 / (g @ np.linalg.solve(info, g)))
 
     def satterthwaite_f_df(self, L: np.ndarray, theta: np.ndarray) -> float:
@@ -229,8 +271,9 @@ class _RandomInterceptREML:
         return 2 * e / (e - len(nu))
 
 
-_CELLS = pd.DataFrame([(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")],
-                      columns=["pole", "voice_gender"])
+_CELLS = pd.DataFrame(
+    [(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")], columns=["pole", "voice_gender"]
+)
 
 
 def _has_every_cell(g: pd.DataFrame) -> bool:
@@ -245,7 +288,9 @@ def _cell_design(g: pd.DataFrame, exog: np.ndarray) -> np.ndarray:
     return np.array([exog[first[(p, v)]] for p, v in zip(_CELLS["pole"], _CELLS["voice_gender"])])
 
 
-def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95) -> pd.DataFrame:
+def rq1_mixed_models(
+    acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95
+) -> pd.DataFrame:
     """Per system x language x task: measure ~ content * voice + (1 | passage), REML.
 
     The random intercept is per passage (the utterance voiced by both voices).
@@ -282,12 +327,26 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
     d = _ok(acoustic, measure).rename(columns={measure: "y"})
     zcrit_p = 0.5 + confidence / 2
     for (system, lang, task), g in d.groupby(["system", "lang", "task"]):
-        row: dict = {"system": system, "lang": lang, "task": task, "task_group": task_group(task), "measure": measure,
-                     "units": units_of(measure), "n": len(g)}
+        row: dict = {
+            "system": system,
+            "lang": lang,
+            "task": task,
+            "task_group": task_group(task),
+            "measure": measure,
+            "units": units_of(measure),
+            "n": len(g),
+        }
         for eff in EFFECTS:
             row.update({f"{eff}_{f}": np.nan for f in EFFECT_FIELDS})
-        row.update(chi2_interaction=np.nan, df=2, f_interaction=np.nan, den_df_interaction=np.nan, p_interaction=np.nan,
-                   converged=False, warning="")
+        row.update(
+            chi2_interaction=np.nan,
+            df=2,
+            f_interaction=np.nan,
+            den_df_interaction=np.nan,
+            p_interaction=np.nan,
+            converged=False,
+            warning="",
+        )
         if g["passage_id"].nunique() < 3:
             row["warning"] = "too few passages"
             rows.append(row)
@@ -332,8 +391,10 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             for eff, w in effect_weights(_CELLS).items():
                 est = float(w @ cell_X @ ols)
                 row.update({f"{eff}_est": est, f"{eff}_se": 0.0, f"{eff}_ci_low": est, f"{eff}_ci_high": est})
-            row.update(converged=True, warning="exact fit: the measure is a function of content and voice "
-                                               "(no residual variance): no test")
+            row.update(
+                converged=True,
+                warning="exact fit: the measure is a function of content and voice (no residual variance): no test",
+            )
             rows.append(row)
             continue
         no_residual = negligible(float(g["y"].groupby(g["passage_id"]).std(ddof=0).max()), scale)
@@ -376,15 +437,28 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
                     est = float((wp * pole_mean[wp.index]).sum())
                     se = float(np.sqrt(s2_between * (wp**2 / pole_n[wp.index]).sum()))
                 try:
-                    df = (float(len(g) - len(names)) if singular else between_df if no_residual
-                          else reml.satterthwaite_df(L, theta))
+                    df = (
+                        float(len(g) - len(names))
+                        if singular
+                        else between_df
+                        if no_residual
+                        else reml.satterthwaite_df(L, theta)
+                    )
                 except np.linalg.LinAlgError:
                     df = float(len(g) - len(names))
                 half = float(stats.t.ppf(zcrit_p, df) * se)
                 # a zero or undefined SE has no test: p is NaN (the row is then not estimable)
                 pval = float(2 * stats.t.sf(abs(est / se), df)) if se > 0 else np.nan
-                row.update({f"{eff}_est": est, f"{eff}_se": se, f"{eff}_df": df, f"{eff}_ci_low": est - half,
-                            f"{eff}_ci_high": est + half, f"{eff}_p": pval})
+                row.update(
+                    {
+                        f"{eff}_est": est,
+                        f"{eff}_se": se,
+                        f"{eff}_df": df,
+                        f"{eff}_ci_low": est - half,
+                        f"{eff}_ci_high": est + half,
+                        f"{eff}_p": pval,
+                    }
+                )
         else:
             msgs = ["missing pole x voice cell: effects not estimated", *msgs]
         inter = [i for i, n in enumerate(names) if ":" in n]
@@ -401,11 +475,19 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
             chi2 = float(b @ np.linalg.solve(R @ cov @ R.T, b))
             den_df = float(len(g) - len(names)) if singular else reml.satterthwaite_f_df(R, theta)
             f_stat = chi2 / len(inter)
-            row.update(chi2_interaction=chi2, df=len(inter), f_interaction=f_stat, den_df_interaction=den_df,
-                       p_interaction=float(stats.f.sf(f_stat, len(inter), den_df)))
+            row.update(
+                chi2_interaction=chi2,
+                df=len(inter),
+                f_interaction=f_stat,
+                den_df_interaction=den_df,
+                p_interaction=float(stats.f.sf(f_stat, len(inter), den_df)),
+            )
         except np.linalg.LinAlgError:
-            msgs = [*msgs, "interaction not tested (no within-passage variance)"] if no_residual else \
-                ["singular covariance of the interaction terms", *msgs]
+            msgs = (
+                [*msgs, "interaction not tested (no within-passage variance)"]
+                if no_residual
+                else ["singular covariance of the interaction terms", *msgs]
+            )
         row["converged"] = converged
         row["warning"] = "; ".join(msgs)
         rows.append(row)
@@ -414,23 +496,40 @@ def rq1_mixed_models(acoustic: pd.DataFrame, measure: str = "delta_composite", c
     return pd.DataFrame(rows, columns=MIXED_COLUMNS)
 
 
-MIXED_COLUMNS = ["system", "lang", "task", "task_group", "measure", "units", "n",
-                 *(f"{eff}_{f}" for eff in EFFECTS for f in EFFECT_FIELDS), "chi2_interaction", "df", "f_interaction",
-                 "den_df_interaction", "p_interaction", "converged", "warning", *STATUS_COLUMNS]
+MIXED_COLUMNS = [
+    "system",
+    "lang",
+    "task",
+    "task_group",
+    "measure",
+    "units",
+    "n",
+    *(f"{eff}_{f}" for eff in EFFECTS for f in EFFECT_FIELDS),
+    "chi2_interaction",
+    "df",
+    "f_interaction",
+    "den_df_interaction",
+    "p_interaction",
+    "converged",
+    "warning",
+    *STATUS_COLUMNS,
+]
 
 
 def _mixed_status(row: dict) -> dict:
     """'ok' when the fit converged and both effects have a finite estimate, a positive SE and a p-value
     (reason: the fit's warning, if any); otherwise 'not estimable' with the warning as reason."""
     finite = all(np.isfinite(row[f"{eff}_{f}"]) for eff in EFFECTS for f in ("est", "se", "p")) and all(
-        row[f"{eff}_se"] > 0 for eff in EFFECTS)
+        row[f"{eff}_se"] > 0 for eff in EFFECTS
+    )
     if row["converged"] and finite:
         return {"status": OK, "reason": row["warning"]}
     return {"status": NOT_ESTIMABLE, "reason": row["warning"] or "the effects could not be estimated"}
 
 
-def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95,
-               pool_systems: bool = False) -> pd.DataFrame:
+def rq1_pooled(
+    acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95, pool_systems: bool = False
+) -> pd.DataFrame:
     """The pooled stereotype-signed contrast per system and task group, with its CI.
 
     Outputs of the same voiced passage (one per task of the group) are averaged
@@ -475,8 +574,12 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
         for _, c in g.groupby("lang"):
             weight = np.zeros(len(c))
             sizes = {}
-            for voice, pole in (("male", MISALIGNED["male"]), ("male", "neutral"), ("female", MISALIGNED["female"]),
-                                ("female", "neutral")):
+            for voice, pole in (
+                ("male", MISALIGNED["male"]),
+                ("male", "neutral"),
+                ("female", MISALIGNED["female"]),
+                ("female", "neutral"),
+            ):
                 sel = ((c["voice_gender"] == voice) & (c["pole"] == pole)).to_numpy()
                 sizes[(voice, pole)] = int(sel.sum())
                 sign = PREDICTED_SIGN[voice] * (1.0 if pole == MISALIGNED[voice] else -1.0)
@@ -495,12 +598,25 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
             n_units += sum(sizes.values())
             n_cells += 2
         if not ests:
-            rows.append({"system": system, "task_group": group, "measure": measure, "n_cells": 0,
-                         "n_systems": int(n_sys[group]) if n_sys is not None else 1, "n_voiced_passages": 0,
-                         "pooled_contrast": np.nan, "se": np.nan, "df": np.nan, "ci_low": np.nan, "ci_high": np.nan,
-                         "p_value": np.nan, "status": NOT_ESTIMABLE,
-                         "reason": "no language has 2 or more voiced passages in each of its misaligned and "
-                                   "neutral cells (both voices)"})
+            rows.append(
+                {
+                    "system": system,
+                    "task_group": group,
+                    "measure": measure,
+                    "n_cells": 0,
+                    "n_systems": int(n_sys[group]) if n_sys is not None else 1,
+                    "n_voiced_passages": 0,
+                    "pooled_contrast": np.nan,
+                    "se": np.nan,
+                    "df": np.nan,
+                    "ci_low": np.nan,
+                    "ci_high": np.nan,
+                    "p_value": np.nan,
+                    "status": NOT_ESTIMABLE,
+                    "reason": "no language has 2 or more voiced passages in each of its misaligned and "
+                    "neutral cells (both voices)",
+                }
+            )
             continue
         k = len(ests)
         est = float(np.mean(ests))
@@ -509,18 +625,45 @@ def rq1_pooled(acoustic: pd.DataFrame, measure: str = "delta_composite", confide
         denom = sum((v / k**2) ** 2 / df for v, df in parts if df > 0)
         df = float(var**2 / denom) if denom > 0 else np.nan
         half = float(stats.t.ppf(0.5 + confidence / 2, df) * se) if se > 0 else 0.0
-        rows.append({"system": system, "task_group": group, "measure": measure, "n_cells": n_cells,
-                     "n_systems": int(n_sys[group]) if n_sys is not None else 1,
-                     "n_voiced_passages": n_units, "pooled_contrast": est, "se": se, "df": df,
-                     "ci_low": est - half, "ci_high": est + half,
-                     "p_value": float(2 * stats.t.sf(abs(est / se), df)) if se > 0 and np.isfinite(df) else np.nan,
-                     **({"status": OK, "reason": ""} if se > 0 and np.isfinite(df) else
-                        {"status": NOT_ESTIMABLE, "reason": "no variance between passages: no test"})})
+        rows.append(
+            {
+                "system": system,
+                "task_group": group,
+                "measure": measure,
+                "n_cells": n_cells,
+                "n_systems": int(n_sys[group]) if n_sys is not None else 1,
+                "n_voiced_passages": n_units,
+                "pooled_contrast": est,
+                "se": se,
+                "df": df,
+                "ci_low": est - half,
+                "ci_high": est + half,
+                "p_value": float(2 * stats.t.sf(abs(est / se), df)) if se > 0 and np.isfinite(df) else np.nan,
+                **(
+                    {"status": OK, "reason": ""}
+                    if se > 0 and np.isfinite(df)
+                    else {"status": NOT_ESTIMABLE, "reason": "no variance between passages: no test"}
+                ),
+            }
+        )
     return pd.DataFrame(rows, columns=POOLED_COLUMNS)
 
 
-POOLED_COLUMNS = ["system", "task_group", "measure", "n_cells", "n_systems", "n_voiced_passages", "pooled_contrast",
-                  "se", "df", "ci_low", "ci_high", "p_value", *STATUS_COLUMNS]
+POOLED_COLUMNS = [
+    "system",
+    "task_group",
+    "measure",
+    "n_cells",
+    "n_systems",
+    "n_voiced_passages",
+    "pooled_contrast",
+    "se",
+    "df",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    *STATUS_COLUMNS,
+]
 
 
 def rq1_significance_counts(contrasts: pd.DataFrame, mixed: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
@@ -535,24 +678,72 @@ def rq1_significance_counts(contrasts: pd.DataFrame, mixed: pd.DataFrame, alpha:
     '4/40 fits reach p < .05'); under no drift about alpha of the tests reach it.
     """
     rows = []
-    keys = sorted(set(zip(contrasts.get("system", []), contrasts.get("measure", []))) |
-                  set(zip(mixed.get("system", []), mixed.get("measure", []))))
+    keys = sorted(
+        set(zip(contrasts.get("system", []), contrasts.get("measure", [])))
+        | set(zip(mixed.get("system", []), mixed.get("measure", [])))
+    )
     for system, measure in keys:
-        c = contrasts[(contrasts["system"] == system) & (contrasts["measure"] == measure)] if len(contrasts) else contrasts
+        c = (
+            contrasts[(contrasts["system"] == system) & (contrasts["measure"] == measure)]
+            if len(contrasts)
+            else contrasts
+        )
         m = mixed[(mixed["system"] == system) & (mixed["measure"] == measure)] if len(mixed) else mixed
         c = c[c["status"] == OK] if "status" in c else c  # the cells tested
         sig = c[c["p_value"] < alpha] if len(c) else c
         msig = m[m["stereotype_effect_p"] < alpha] if len(m) else m
-        rows.append({
-            "system": system, "measure": measure, "alpha": alpha,
-            "n_cells": int(len(c)), "n_cells_significant": int(len(sig)),
-            "n_cells_toward": int((sig["signed_contrast"] > 0).sum()) if len(sig) else 0,
-            "n_cells_away": int((sig["signed_contrast"] < 0).sum()) if len(sig) else 0,
-            "n_fits": int(m["p_interaction"].notna().sum()) if len(m) else 0,
-            "n_fits_interaction_significant": int((m["p_interaction"] < alpha).sum()) if len(m) else 0,
-            "n_fits_stereotype_toward": int((msig["stereotype_effect_est"] > 0).sum()) if len(msig) else 0,
-            "n_fits_stereotype_away": int((msig["stereotype_effect_est"] < 0).sum()) if len(msig) else 0,
-        })
-    return pd.DataFrame(rows, columns=["system", "measure", "alpha", "n_cells", "n_cells_significant", "n_cells_toward",
-                                       "n_cells_away", "n_fits", "n_fits_interaction_significant",
-                                       "n_fits_stereotype_toward", "n_fits_stereotype_away"])
+        rows.append(
+            {
+                "system": system,
+                "measure": measure,
+                "alpha": alpha,
+                "n_cells": int(len(c)),
+                "n_cells_significant": int(len(sig)),
+                "n_cells_toward": int((sig["signed_contrast"] > 0).sum()) if len(sig) else 0,
+                "n_cells_away": int((sig["signed_contrast"] < 0).sum()) if len(sig) else 0,
+                "n_fits": int(m["p_interaction"].notna().sum()) if len(m) else 0,
+                "n_fits_interaction_significant": int((m["p_interaction"] < alpha).sum()) if len(m) else 0,
+                "n_fits_stereotype_toward": int((msig["stereotype_effect_est"] > 0).sum()) if len(msig) else 0,
+                "n_fits_stereotype_away": int((msig["stereotype_effect_est"] < 0).sum()) if len(msig) else 0,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "system",
+            "measure",
+            "alpha",
+            "n_cells",
+            "n_cells_significant",
+            "n_cells_toward",
+            "n_cells_away",
+            "n_fits",
+            "n_fits_interaction_significant",
+            "n_fits_stereotype_toward",
+            "n_fits_stereotype_away",
+        ],
+    )
+
+
+def rq1_tables(acoustic: pd.DataFrame, confidence: float = 0.95) -> dict[str, pd.DataFrame]:
+    """Every RQ1 table, as the analysis stage writes it and `voicebias analyze rq1` prints it:
+    mixed models and pooled contrasts of the composite and F0 deltas and, where the scoring made
+    them, their text-controlled net_ versions; Welch contrasts of every delta_ and net_ measure
+    (F0, formant index, each classifier margin, the composite); the significance counts."""
+    measures = [m for m in ("delta_composite", "delta_f0_median_st") if m in acoustic]
+    # the text-controlled versions (output - text-matched control), when the scoring stage made them
+    measures += [m.replace("delta_", "net_", 1) for m in measures if m.replace("delta_", "net_", 1) in acoustic]
+    every = [*measures, *sorted(c for c in acoustic.columns if c.startswith(("delta_", "net_")) and c not in measures)]
+    tables = {
+        "rq1_contrasts": pd.concat([rq1_contrasts(acoustic, m) for m in every], ignore_index=True),
+        "rq1_mixed_models": pd.concat([rq1_mixed_models(acoustic, m, confidence) for m in measures], ignore_index=True),
+        # per system, and the whole panel pooled (system 'ALL', as the S2S paper's pooled contrast)
+        "rq1_pooled": pd.concat(
+            [rq1_pooled(acoustic, m, confidence, pool_systems=pool) for pool in (False, True) for m in measures],
+            ignore_index=True,
+        ),
+    }
+    tables["rq1_significance_counts"] = rq1_significance_counts(
+        tables["rq1_contrasts"], tables["rq1_mixed_models"], 1 - confidence
+    )
+    return tables

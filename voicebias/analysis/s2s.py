@@ -25,7 +25,11 @@ import numpy as np
 import pandas as pd
 
 from voicebias.analysis.stats import (
-    FISHER_COLUMNS, OR_COLUMNS, fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step,
+    FISHER_COLUMNS,
+    OR_COLUMNS,
+    fisher_misaligned_vs_neutral,
+    misgender_rates,
+    odds_ratio_per_step,
     permutation_misaligned_vs_neutral,
 )
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
@@ -42,7 +46,9 @@ def describe_odds_ratios(scored: pd.DataFrame, confidence: float = 0.95) -> pd.D
         parts += [odds_ratio_per_step(gl, lang, confidence) for lang, gl in g.groupby("lang")]
         rows.append(pd.concat(parts).assign(system=system))
     out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=[*OR_COLUMNS, "system"])
-    return out.rename(columns={"scope": "lang"})[["system", "lang", *[c for c in out.columns if c not in ("system", "scope")]]]
+    return out.rename(columns={"scope": "lang"})[
+        ["system", "lang", *[c for c in out.columns if c not in ("system", "scope")]]
+    ]
 
 
 def describe_misgender(scored: pd.DataFrame, confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -66,16 +72,21 @@ def describe_misgender(scored: pd.DataFrame, confidence: float = 0.95) -> tuple[
             per_voice = fisher_misaligned_vs_neutral(misgender_rates(g, by_voice=True), confidence)
         both = pd.concat([pooled, per_voice], ignore_index=True)
         order = {lang: i for i, lang in enumerate(pooled["lang"])}
-        both = both.sort_values(["lang", "voice_gender"], key=lambda c: c.map(order) if c.name == "lang" else
-                                c.map({"pooled": 0, "male": 1, "female": 2}), kind="stable")
+        both = both.sort_values(
+            ["lang", "voice_gender"],
+            key=lambda c: c.map(order) if c.name == "lang" else c.map({"pooled": 0, "male": 1, "female": 2}),
+            kind="stable",
+        )
         fishers.append(both.assign(system=system))
     if not rates:  # no describe answers: the tables' columns, no rows
         rates.append(pd.DataFrame(columns=["system", *misgender_rates(d).columns]))
         fishers.append(pd.DataFrame(columns=["system", *FISHER_COLUMNS]))
     rates_df = pd.concat(rates, ignore_index=True)
     fisher_df = pd.concat(fishers, ignore_index=True)
-    return (rates_df[["system", *[c for c in rates_df.columns if c != "system"]]],
-            fisher_df[["system", *[c for c in fisher_df.columns if c != "system"]]])
+    return (
+        rates_df[["system", *[c for c in rates_df.columns if c != "system"]]],
+        fisher_df[["system", *[c for c in fisher_df.columns if c != "system"]]],
+    )
 
 
 INJECTING = ("male", "female", "both")
@@ -89,9 +100,13 @@ def pronoun_items(g: pd.DataFrame) -> pd.DataFrame:
     outputs with one pronoun gender (NaN when it has none)."""
     c = g["pronoun_choice"]
     single = c.isin(["male", "female"])
-    d = g.assign(injects=c.isin(INJECTING).astype(float), he=(c == "male").astype(float),
-                 she_only=(c == "female").astype(float), both=(c == "both").astype(float),
-                 she=np.where(single, (c == "female").astype(float), np.nan))
+    d = g.assign(
+        injects=c.isin(INJECTING).astype(float),
+        he=(c == "male").astype(float),
+        she_only=(c == "female").astype(float),
+        both=(c == "both").astype(float),
+        she=np.where(single, (c == "female").astype(float), np.nan),
+    )
     keys = [k for k in ("system", "task", "stimulus_id") if k in d.columns]
     agg = d.groupby(keys, sort=False)
     out = agg[["lang", "pole", "voice_gender"]].first()
@@ -106,14 +121,23 @@ def _pronoun_summary(g: pd.DataFrame) -> dict:
     if SAMPLE in g.columns:
         items = pronoun_items(g)
         single = items.dropna(subset=["she"])
-        row = {"n": int(len(items)), "n_injecting": float(items["injects"].sum()), "n_both": float(items["both"].sum()),
-               "injection_rate": float(items["injects"].mean()) if len(items) else np.nan}
+        row = {
+            "n": int(len(items)),
+            "n_injecting": float(items["injects"].sum()),
+            "n_both": float(items["both"].sum()),
+            "injection_rate": float(items["injects"].mean()) if len(items) else np.nan,
+        }
         return {**row, **_she_by_pole(single)}
     inj = g[g["pronoun_choice"].isin(INJECTING)]
     single = inj[inj["pronoun_choice"].isin(["male", "female"])].assign(
-        she=lambda x: (x["pronoun_choice"] == "female").astype(float))
-    row = {"n": int(len(g)), "n_injecting": int(len(inj)), "n_both": int((inj["pronoun_choice"] == "both").sum()),
-           "injection_rate": float(len(inj) / len(g)) if len(g) else np.nan}
+        she=lambda x: (x["pronoun_choice"] == "female").astype(float)
+    )
+    row = {
+        "n": int(len(g)),
+        "n_injecting": int(len(inj)),
+        "n_both": int((inj["pronoun_choice"] == "both").sum()),
+        "injection_rate": float(len(inj) / len(g)) if len(g) else np.nan,
+    }
     return {**row, **_she_by_pole(single)}
 
 
@@ -132,8 +156,11 @@ def _she_by_pole(single: pd.DataFrame) -> dict:
         return slope_pp(by_voice[voice]) if voice in by_voice.index.get_level_values(0) else np.nan
 
     row.update({f"p_she_{p}": float(p_by_pole.get(p, np.nan)) for p in POLES})
-    row.update(delta_pp=slope_pp(p_by_pole), delta_pp_male_voice=voice_slope("male"),
-               delta_pp_female_voice=voice_slope("female"))
+    row.update(
+        delta_pp=slope_pp(p_by_pole),
+        delta_pp_male_voice=voice_slope("male"),
+        delta_pp_female_voice=voice_slope("female"),
+    )
     for voice in ("male", "female"):
         for p in POLES:
             row[f"p_she_{p}_{voice}_voice"] = float(by_voice.get((voice, p), np.nan))
@@ -161,9 +188,18 @@ def summarize_pronouns(scored: pd.DataFrame, by_language: bool = False) -> pd.Da
 
 
 #: the columns of a summarize_pronouns row after its keys
-PRONOUN_COLUMNS = ["n", "n_injecting", "n_both", "injection_rate", *(f"p_she_{p}" for p in POLES), "delta_pp",
-                   "delta_pp_male_voice", "delta_pp_female_voice",
-                   *(f"p_she_{p}_{v}_voice" for v in ("male", "female") for p in POLES), *STATUS_COLUMNS]
+PRONOUN_COLUMNS = [
+    "n",
+    "n_injecting",
+    "n_both",
+    "injection_rate",
+    *(f"p_she_{p}" for p in POLES),
+    "delta_pp",
+    "delta_pp_male_voice",
+    "delta_pp_female_voice",
+    *(f"p_she_{p}_{v}_voice" for v in ("male", "female") for p in POLES),
+    *STATUS_COLUMNS,
+]
 
 
 def _slope_status(row: dict) -> dict:
@@ -173,8 +209,10 @@ def _slope_status(row: dict) -> dict:
     missing = [p for p in ("feminine", "masculine") if not np.isfinite(row[f"p_she_{p}"])]
     if missing:
         what = "no summary injects" if not row["n_injecting"] else "no summary with one pronoun gender"
-        return {"status": NOT_ESTIMABLE, "reason": f"{what} on {' or '.join(missing)} content: P(she) and "
-                                                   "delta_pp undefined"}
+        return {
+            "status": NOT_ESTIMABLE,
+            "reason": f"{what} on {' or '.join(missing)} content: P(she) and delta_pp undefined",
+        }
     voices = [v for v in ("male", "female") if not np.isfinite(row[f"delta_pp_{v}_voice"])]
     return {"status": OK, "reason": f"delta_pp undefined for the {' and '.join(voices)} voice" if voices else ""}
 
@@ -196,28 +234,58 @@ def injection_controls(scored: pd.DataFrame) -> pd.DataFrame:
         if SAMPLE in g.columns:
             items = pronoun_items(g)
             for lang, gl in [("ALL", items), *items.groupby("lang")]:
-                rows.append({"system": system, "task": task, "lang": lang, "n": int(len(gl)),
-                             "n_injecting": float(gl["injects"].sum()),
-                             "injection_rate": float(gl["injects"].mean()) if len(gl) else np.nan,
-                             "n_he": float(gl["he"].sum()), "n_she": float(gl["she_only"].sum()),
-                             "n_both": float(gl["both"].sum()),
-                             "n_injecting_feminine_content": float(gl.loc[gl["pole"] == "feminine", "injects"].sum()),
-                             "n_injecting_masculine_content": float(gl.loc[gl["pole"] == "masculine", "injects"].sum())})
+                rows.append(
+                    {
+                        "system": system,
+                        "task": task,
+                        "lang": lang,
+                        "n": int(len(gl)),
+                        "n_injecting": float(gl["injects"].sum()),
+                        "injection_rate": float(gl["injects"].mean()) if len(gl) else np.nan,
+                        "n_he": float(gl["he"].sum()),
+                        "n_she": float(gl["she_only"].sum()),
+                        "n_both": float(gl["both"].sum()),
+                        "n_injecting_feminine_content": float(gl.loc[gl["pole"] == "feminine", "injects"].sum()),
+                        "n_injecting_masculine_content": float(gl.loc[gl["pole"] == "masculine", "injects"].sum()),
+                    }
+                )
             continue
         for lang, gl in [("ALL", g), *g.groupby("lang")]:
             inj = gl[gl["injects"]]
-            rows.append({"system": system, "task": task, "lang": lang, "n": int(len(gl)), "n_injecting": int(len(inj)),
-                         "injection_rate": float(len(inj) / len(gl)) if len(gl) else np.nan,
-                         "n_he": int((inj["pronoun_choice"] == "male").sum()),
-                         "n_she": int((inj["pronoun_choice"] == "female").sum()),
-                         "n_both": int((inj["pronoun_choice"] == "both").sum()),
-                         "n_injecting_feminine_content": int((inj["pole"] == "feminine").sum()),
-                         "n_injecting_masculine_content": int((inj["pole"] == "masculine").sum())})
+            rows.append(
+                {
+                    "system": system,
+                    "task": task,
+                    "lang": lang,
+                    "n": int(len(gl)),
+                    "n_injecting": int(len(inj)),
+                    "injection_rate": float(len(inj) / len(gl)) if len(gl) else np.nan,
+                    "n_he": int((inj["pronoun_choice"] == "male").sum()),
+                    "n_she": int((inj["pronoun_choice"] == "female").sum()),
+                    "n_both": int((inj["pronoun_choice"] == "both").sum()),
+                    "n_injecting_feminine_content": int((inj["pole"] == "feminine").sum()),
+                    "n_injecting_masculine_content": int((inj["pole"] == "masculine").sum()),
+                }
+            )
     for row in rows:
         row.update(status=OK if row["n"] else NOT_ESTIMABLE, reason="" if row["n"] else "no outputs")
-    return pd.DataFrame(rows, columns=["system", "task", "lang", "n", "n_injecting", "injection_rate", "n_he", "n_she",
-                                       "n_both", "n_injecting_feminine_content", "n_injecting_masculine_content",
-                                       *STATUS_COLUMNS])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "system",
+            "task",
+            "lang",
+            "n",
+            "n_injecting",
+            "injection_rate",
+            "n_he",
+            "n_she",
+            "n_both",
+            "n_injecting_feminine_content",
+            "n_injecting_masculine_content",
+            *STATUS_COLUMNS,
+        ],
+    )
 
 
 def compliance(scored: pd.DataFrame) -> pd.DataFrame:
@@ -225,11 +293,17 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
     system x language x task (with repeats: every sample's call counts; n is calls, not items;
     the reasons of the exclusions are in voicebias.analysis.exclusions)."""
     g = scored.groupby(["system", "lang", "task"])
-    out = g.agg(n=("stimulus_id", "size"), failed=("status", lambda s: int((s == "failed").sum())),
-                excluded=("status", lambda s: int((s == "excluded").sum()))).reset_index()
+    out = g.agg(
+        n=("stimulus_id", "size"),
+        failed=("status", lambda s: int((s == "failed").sum())),
+        excluded=("status", lambda s: int((s == "excluded").sum())),
+    ).reset_index()
     desc = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
     nc = desc.assign(nc=desc["judged_gender"] == "none").groupby(["system", "lang"])["nc"].sum()
-    out["non_compliant"] = [int(nc.get((s, l), 0)) if t == "describe" else 0 for s, l, t in zip(out["system"], out["lang"], out["task"])]
+    out["non_compliant"] = [
+        int(nc.get((s, lang), 0)) if t == "describe" else 0
+        for s, lang, t in zip(out["system"], out["lang"], out["task"])
+    ]
     return out
 
 
@@ -239,9 +313,14 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
 F0_TOLERANCE_ST = float(12 * np.log2(1.01))
 
 
-def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[str, dict],
-                         pooled: pd.DataFrame | None = None, mixed: pd.DataFrame | None = None,
-                         f0_measure: str = "delta_f0_median_st") -> pd.DataFrame:
+def planted_vs_recovered(
+    odds: pd.DataFrame,
+    rates: pd.DataFrame,
+    planted: dict[str, dict],
+    pooled: pd.DataFrame | None = None,
+    mixed: pd.DataFrame | None = None,
+    f0_measure: str = "delta_f0_median_st",
+) -> pd.DataFrame:
     """Set every reference system's planted truth beside what the audit recovered.
 
     Describe: the odds ratio per content step, the misgender rate per cell type and,
@@ -265,40 +344,78 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
             continue
         o = o.iloc[0]
         covered = bool(o["ci_low"] <= truth["odds_ratio_per_step"] <= o["ci_high"]) if o["fit_status"] == "ok" else None
-        rows.append({"system": system, "quantity": "odds_ratio_per_step", "planted": truth["odds_ratio_per_step"],
-                     "recovered": o["odds_ratio"], "ci_low": o["ci_low"], "ci_high": o["ci_high"],
-                     "planted_in_ci": covered, "fit_status": o["fit_status"]})
+        rows.append(
+            {
+                "system": system,
+                "quantity": "odds_ratio_per_step",
+                "planted": truth["odds_ratio_per_step"],
+                "recovered": o["odds_ratio"],
+                "ci_low": o["ci_low"],
+                "ci_high": o["ci_high"],
+                "planted_in_ci": covered,
+                "fit_status": o["fit_status"],
+            }
+        )
         r = rates[(rates["system"] == system) & (rates["lang"] == "ALL")].set_index("cell_type")
         for ct, p in truth["misgender_rate"].items():
             # with repeats misgendered is a sum of item shares and n counts items: the Wilson interval of
             # the mean share at n items (one binomial observation per item, stats.misgender_rates)
             k, n = float(r.loc[ct, "misgendered"]), int(r.loc[ct, "n"])
             lo, hi = _wilson(k, n)
-            rows.append({"system": system, "quantity": f"misgender_rate_{ct}", "planted": p,
-                         "recovered": k / n if n else np.nan, "ci_low": lo, "ci_high": hi,
-                         "planted_in_ci": bool(lo <= p <= hi) if n else None, "fit_status": "ok"})
+            rows.append(
+                {
+                    "system": system,
+                    "quantity": f"misgender_rate_{ct}",
+                    "planted": p,
+                    "recovered": k / n if n else np.nan,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "planted_in_ci": bool(lo <= p <= hi) if n else None,
+                    "fit_status": "ok",
+                }
+            )
             if ct == "misaligned" and truth.get("content_weight") is not None and n:
                 e = truth["error_rate"]
                 w = [(x - e) / (1 - 2 * e) for x in (k / n, lo, hi)]
-                rows.append({"system": system, "quantity": "content_weight", "planted": truth["content_weight"],
-                             "recovered": w[0], "ci_low": w[1], "ci_high": w[2],
-                             "planted_in_ci": bool(w[1] <= truth["content_weight"] <= w[2]), "fit_status": "ok"})
+                rows.append(
+                    {
+                        "system": system,
+                        "quantity": "content_weight",
+                        "planted": truth["content_weight"],
+                        "recovered": w[0],
+                        "ci_low": w[1],
+                        "ci_high": w[2],
+                        "planted_in_ci": bool(w[1] <= truth["content_weight"] <= w[2]),
+                        "fit_status": "ok",
+                    }
+                )
         if pooled is not None and len(pooled):
-            q = pooled[(pooled["system"] == system) & (pooled["task_group"] == "same-language")
-                       & (pooled["measure"] == f0_measure)]
+            q = pooled[
+                (pooled["system"] == system)
+                & (pooled["task_group"] == "same-language")
+                & (pooled["measure"] == f0_measure)
+            ]
             if len(q):
                 q = q.iloc[0]
                 d = truth.get("drift_st", 0.0)
                 ok = q.get("status", OK) == OK
                 # a zero-width CI (no variance between passages) still says whether it holds the planted value
                 found = bool(np.isfinite(q["ci_low"]) and np.isfinite(q["ci_high"]))
-                rows.append({"system": system, "quantity": "rq1_f0_shift_st", "planted": d,
-                             "recovered": q["pooled_contrast"], "ci_low": q["ci_low"], "ci_high": q["ci_high"],
-                             "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]) if found else None,
-                             "fit_status": "ok" if ok else str(q["reason"]), "tolerance": F0_TOLERANCE_ST})
+                rows.append(
+                    {
+                        "system": system,
+                        "quantity": "rq1_f0_shift_st",
+                        "planted": d,
+                        "recovered": q["pooled_contrast"],
+                        "ci_low": q["ci_low"],
+                        "ci_high": q["ci_high"],
+                        "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]) if found else None,
+                        "fit_status": "ok" if ok else str(q["reason"]),
+                        "tolerance": F0_TOLERANCE_ST,
+                    }
+                )
         if mixed is not None and len(mixed):
-            f0 = mixed[(mixed["system"] == system) & (mixed["task"] == "readback")
-                       & (mixed["measure"] == f0_measure)]
+            f0 = mixed[(mixed["system"] == system) & (mixed["task"] == "readback") & (mixed["measure"] == f0_measure)]
             d = truth.get("drift_st", 0.0)
             for q in f0.itertuples():
                 lo, hi = q.stereotype_effect_ci_low, q.stereotype_effect_ci_high
@@ -308,15 +425,26 @@ def planted_vs_recovered(odds: pd.DataFrame, rates: pd.DataFrame, planted: dict[
                     status = str(q.warning)
                 if "singular fit" in str(q.warning):
                     status += " (singular fit)"
-                rows.append({"system": system, "quantity": f"rq1_f0_stereotype_effect_st_readback_{q.lang}",
-                             "planted": d, "recovered": q.stereotype_effect_est, "ci_low": lo, "ci_high": hi,
-                             "planted_in_ci": bool(lo <= d <= hi) if found else None, "fit_status": status,
-                             "tolerance": F0_TOLERANCE_ST})
+                rows.append(
+                    {
+                        "system": system,
+                        "quantity": f"rq1_f0_stereotype_effect_st_readback_{q.lang}",
+                        "planted": d,
+                        "recovered": q.stereotype_effect_est,
+                        "ci_low": lo,
+                        "ci_high": hi,
+                        "planted_in_ci": bool(lo <= d <= hi) if found else None,
+                        "fit_status": status,
+                        "tolerance": F0_TOLERANCE_ST,
+                    }
+                )
     out = pd.DataFrame(rows)
     if len(out):
         out["tolerance"] = out["tolerance"] if "tolerance" in out else np.nan
-        out["within_tolerance"] = [bool(abs(r - p) <= t) if np.isfinite(t) and np.isfinite(r) else None
-                                   for r, p, t in zip(out["recovered"], out["planted"], out["tolerance"].astype(float))]
+        out["within_tolerance"] = [
+            bool(abs(r - p) <= t) if np.isfinite(t) and np.isfinite(r) else None
+            for r, p, t in zip(out["recovered"], out["planted"], out["tolerance"].astype(float))
+        ]
     return out
 
 

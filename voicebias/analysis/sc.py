@@ -16,7 +16,6 @@ The other SC stages: voicebias.pipeline.sc_continue (the continuations), voicebi
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -33,10 +32,18 @@ def prompt_vq_rows(prompt_measures: pd.DataFrame) -> pd.DataFrame:
     """Prompt voice-quality rows from the manipulation check's measures: one per stimulus
     (source 'prompt', system empty: a prompt is measured once, whatever continues it)."""
     ok = prompt_measures[prompt_measures["measure_status"] == "ok"]
-    return pd.DataFrame({"stimulus_id": ok["stimulus_id"], "prompt_id": ok["prompt_id"],
-                         "voice_gender": ok["voice_gender"], "voice_id": ok["voice_id"], "phonation": ok["phonation"],
-                         **{m: ok[f"{m}_whole"] for m in SC_MEASURES}, "source": "prompt",
-                         "system": np.nan}).drop_duplicates("stimulus_id")
+    return pd.DataFrame(
+        {
+            "stimulus_id": ok["stimulus_id"],
+            "prompt_id": ok["prompt_id"],
+            "voice_gender": ok["voice_gender"],
+            "voice_id": ok["voice_id"],
+            "phonation": ok["phonation"],
+            **{m: ok[f"{m}_whole"] for m in SC_MEASURES},
+            "source": "prompt",
+            "system": np.nan,
+        }
+    ).drop_duplicates("stimulus_id")
 
 
 def vq_long(scored: pd.DataFrame, prompt_measures: pd.DataFrame) -> pd.DataFrame:
@@ -44,8 +51,9 @@ def vq_long(scored: pd.DataFrame, prompt_measures: pd.DataFrame) -> pd.DataFrame
     each prompt once (system NaN) for the stimuli some system continued, each
     continuation once with its system."""
     cont = scored[(scored["status"] == "ok") & (scored["measure_status"] == "ok")]
-    cont = cont[["stimulus_id", "prompt_id", "voice_gender", "voice_id", "phonation", "system",
-                 *SC_MEASURES]].assign(source="continuation")
+    cont = cont[["stimulus_id", "prompt_id", "voice_gender", "voice_id", "phonation", "system", *SC_MEASURES]].assign(
+        source="continuation"
+    )
     prompts = prompt_vq_rows(prompt_measures)
     prompts = prompts[prompts["stimulus_id"].isin(cont["stimulus_id"])]
     return pd.concat([prompts, cont], ignore_index=True)
@@ -62,8 +70,9 @@ def per_system_view(vq: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def retention(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, n_boot: int = 500,
-              seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+def retention(
+    vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, n_boot: int = 500, seed: int = 0, confidence: float = 0.95
+) -> pd.DataFrame:
     """Share of the prompt's phonation change that the continuation keeps, per system x gender x measure.
 
     For each non-modal condition c, d_src(c) = mean(source, c) - mean(source, modal);
@@ -107,12 +116,20 @@ def retention(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, n_boot: i
         for m in measures:
             b = np.asarray(boots[m], dtype=float)
             b = b[np.isfinite(b)]
-            row = {"system": system, "voice_gender": gender, "measure": m, "retention": slope(d, m),
-                   "ci_low": float(np.quantile(b, a)) if b.size else np.nan,
-                   "ci_high": float(np.quantile(b, 1 - a)) if b.size else np.nan, "n_prompts": len(prompts)}
+            row = {
+                "system": system,
+                "voice_gender": gender,
+                "measure": m,
+                "retention": slope(d, m),
+                "ci_low": float(np.quantile(b, a)) if b.size else np.nan,
+                "ci_high": float(np.quantile(b, 1 - a)) if b.size else np.nan,
+                "n_prompts": len(prompts),
+            }
             rows.append({**row, **_retention_status(d, m, row)})
-    return pd.DataFrame(rows, columns=["system", "voice_gender", "measure", "retention", "ci_low", "ci_high",
-                                       "n_prompts", *STATUS_COLUMNS])
+    return pd.DataFrame(
+        rows,
+        columns=["system", "voice_gender", "measure", "retention", "ci_low", "ci_high", "n_prompts", *STATUS_COLUMNS],
+    )
 
 
 def _retention_status(d: pd.DataFrame, m: str, row: dict) -> dict:
@@ -137,14 +154,24 @@ def judge_score_table(scored: pd.DataFrame, dims: list[str]) -> pd.DataFrame:
     """Mean, SD and n of each judge dimension by system x phonation x voice gender (SC paper Fig. 2),
     plus an 'all' phonation row per system x gender (all conditions together)."""
     ok = scored[scored["judge_status"] == "ok"]
-    long = ok.melt(id_vars=["system", "phonation", "voice_gender"], value_vars=dims, var_name="dimension",
-                   value_name="score").dropna(subset=["score"])
+    long = ok.melt(
+        id_vars=["system", "phonation", "voice_gender"], value_vars=dims, var_name="dimension", value_name="score"
+    ).dropna(subset=["score"])
     long["score"] = long["score"].astype(float)
-    by = long.groupby(["system", "dimension", "phonation", "voice_gender"])["score"].agg(
-        mean="mean", sd="std", n="size").reset_index()
-    allc = long.groupby(["system", "dimension", "voice_gender"])["score"].agg(
-        mean="mean", sd="std", n="size").reset_index().assign(phonation="all")
-    return pd.concat([by, allc], ignore_index=True)[["system", "dimension", "phonation", "voice_gender", "mean", "sd", "n"]]
+    by = (
+        long.groupby(["system", "dimension", "phonation", "voice_gender"])["score"]
+        .agg(mean="mean", sd="std", n="size")
+        .reset_index()
+    )
+    allc = (
+        long.groupby(["system", "dimension", "voice_gender"])["score"]
+        .agg(mean="mean", sd="std", n="size")
+        .reset_index()
+        .assign(phonation="all")
+    )
+    return pd.concat([by, allc], ignore_index=True)[
+        ["system", "dimension", "phonation", "voice_gender", "mean", "sd", "n"]
+    ]
 
 
 def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> dict[str, pd.DataFrame]:
@@ -173,33 +200,56 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
         sub = ok.dropna(subset=[d]).copy()
         sub["y"] = rescale_scores(sub[d].astype(float))
         if sub[d].nunique() < 2:
-            fits.append({"dimension": d, "n": len(sub), "status": NOT_ESTIMABLE,
-                         "reason": "constant scores: no model" if len(sub) else "no judged continuations"})
+            fits.append(
+                {
+                    "dimension": d,
+                    "n": len(sub),
+                    "status": NOT_ESTIMABLE,
+                    "reason": "constant scores: no model" if len(sub) else "no judged continuations",
+                }
+            )
             continue
         factors = [f for f in ("phonation", "voice_gender", "system") if sub[f].nunique() > 1]
         try:
-            res = beta_regression_stepwise(sub, "y", factors, alpha, cluster="prompt_id" if "prompt_id" in sub else None,
-                                           between_unit_factors=("voice_gender",))
+            res = beta_regression_stepwise(
+                sub,
+                "y",
+                factors,
+                alpha,
+                cluster="prompt_id" if "prompt_id" in sub else None,
+                between_unit_factors=("voice_gender",),
+            )
         except (NotEstimable, np.linalg.LinAlgError) as exc:  # recorded, the other dimensions still run
             fits.append({"dimension": d, "n": len(sub), "status": NOT_ESTIMABLE, "reason": str(exc)})
             continue
         c = res["coefficients"]
         estimated = np.isfinite(c["estimate"].astype(float)) & np.isfinite(c["se"].astype(float))
-        coefs.append(c.assign(dimension=d, status=np.where(estimated, OK, NOT_ESTIMABLE),
-                              reason=np.where(estimated, c["note"], "no finite estimate or SE")))
+        coefs.append(
+            c.assign(
+                dimension=d,
+                status=np.where(estimated, OK, NOT_ESTIMABLE),
+                reason=np.where(estimated, c["note"], "no finite estimate or SE"),
+            )
+        )
         steps.append(res["steps"].assign(dimension=d))
         kept.append(res["kept_interactions"].assign(dimension=d))
-        fits.append({"dimension": d, "n": len(sub), "status": OK, "reason": "", "llf": float(res["llf"]["llf"].iloc[0])})
+        fits.append(
+            {"dimension": d, "n": len(sub), "status": OK, "reason": "", "llf": float(res["llf"]["llf"].iloc[0])}
+        )
     cat = lambda xs, cols: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame(columns=cols)  # noqa: E731
-    return {"steps": cat(steps, ["removed", "stat", "df", "den_df", "p_value", "dimension"]),
-            "coefficients": cat(coefs, ["term", "estimate", "se", "p_value", "testable", "note", "dimension",
-                                        *STATUS_COLUMNS]),
-            "kept_interactions": cat(kept, ["term", "testable", "dimension"]),
-            "fits": pd.DataFrame(fits, columns=["dimension", "n", *STATUS_COLUMNS, "llf"])}
+    return {
+        "steps": cat(steps, ["removed", "stat", "df", "den_df", "p_value", "dimension"]),
+        "coefficients": cat(
+            coefs, ["term", "estimate", "se", "p_value", "testable", "note", "dimension", *STATUS_COLUMNS]
+        ),
+        "kept_interactions": cat(kept, ["term", "testable", "dimension"]),
+        "fits": pd.DataFrame(fits, columns=["dimension", "n", *STATUS_COLUMNS, "llf"]),
+    }
 
 
-def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, scored: pd.DataFrame,
-                         vq_type3: pd.DataFrame) -> pd.DataFrame:
+def planted_vs_recovered(
+    truths: dict[str, dict[str, Any]], ret: pd.DataFrame, scored: pd.DataFrame, vq_type3: pd.DataFrame
+) -> pd.DataFrame:
     """For reference continuation systems (`truths`: system -> planted truth, as recorded
     by the continue stage): planted retention and passive rate by gender beside the estimates.
 
@@ -217,9 +267,17 @@ def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, s
             r = ret[(ret["system"] == s) & (ret["voice_gender"] == g) & (ret["measure"] == H1_H2)]
             if len(r):
                 r = r.iloc[0]
-                rows.append({"system": s, "quantity": f"retention_{H1_H2}_{g}", "planted": truth["retention"][g],
-                             "recovered": r["retention"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-                             "recovered_ok": bool(abs(r["retention"] - truth["retention"][g]) <= RETENTION_TOLERANCE)})
+                rows.append(
+                    {
+                        "system": s,
+                        "quantity": f"retention_{H1_H2}_{g}",
+                        "planted": truth["retention"][g],
+                        "recovered": r["retention"],
+                        "ci_low": r["ci_low"],
+                        "ci_high": r["ci_high"],
+                        "recovered_ok": bool(abs(r["retention"] - truth["retention"][g]) <= RETENTION_TOLERANCE),
+                    }
+                )
             sg = scored[(scored["system"] == s) & (scored["voice_gender"] == g) & (scored["judge_status"] == "ok")]
             if len(sg) and "agency_competence" in sg:
                 passive = (sg["agency_competence"].astype(float) <= 2).to_numpy()
@@ -227,28 +285,57 @@ def planted_vs_recovered(truths: dict[str, dict[str, Any]], ret: pd.DataFrame, s
                 from statsmodels.stats.proportion import proportion_confint
 
                 lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
-                rows.append({"system": s, "quantity": f"passive_rate_{g}", "planted": truth["passive_rate"][g],
-                             "recovered": k / n, "ci_low": lo, "ci_high": hi,
-                             "recovered_ok": bool(lo <= truth["passive_rate"][g] <= hi)})
+                rows.append(
+                    {
+                        "system": s,
+                        "quantity": f"passive_rate_{g}",
+                        "planted": truth["passive_rate"][g],
+                        "recovered": k / n,
+                        "ci_low": lo,
+                        "ci_high": hi,
+                        "recovered_ok": bool(lo <= truth["passive_rate"][g] <= hi),
+                    }
+                )
         t = vq_type3[(vq_type3["measure"] == H1_H2)]
-        term = t[t["term"].str.contains("source") & t["term"].str.contains("voice_gender")
-                 & t["term"].str.contains("phonation") & ~t["term"].str.contains("system")]
+        term = t[
+            t["term"].str.contains("source")
+            & t["term"].str.contains("voice_gender")
+            & t["term"].str.contains("phonation")
+            & ~t["term"].str.contains("system")
+        ]
         if len(term):
             p = float(term["p_value"].iloc[0])
             fem_less = bool(truth["retention"]["female"] < truth["retention"]["male"])
             rf = ret[(ret["system"] == s) & (ret["measure"] == H1_H2)].set_index("voice_gender")["retention"]
-            rows.append({"system": s, "quantity": f"source_x_gender_x_phonation_p_{H1_H2}", "planted": np.nan,
-                         "recovered": p, "ci_low": np.nan, "ci_high": np.nan,
-                         "recovered_ok": bool(p < 0.05 and ((rf.get("female", np.nan) < rf.get("male", np.nan)) == fem_less))})
-    return pd.DataFrame(rows, columns=["system", "quantity", "planted", "recovered", "ci_low", "ci_high", "recovered_ok"])
+            rows.append(
+                {
+                    "system": s,
+                    "quantity": f"source_x_gender_x_phonation_p_{H1_H2}",
+                    "planted": np.nan,
+                    "recovered": p,
+                    "ci_low": np.nan,
+                    "ci_high": np.nan,
+                    "recovered_ok": bool(
+                        p < 0.05 and ((rf.get("female", np.nan) < rf.get("male", np.nan)) == fem_less)
+                    ),
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["system", "quantity", "planted", "recovered", "ci_low", "ci_high", "recovered_ok"]
+    )
 
 
-def analyse(scored: pd.DataFrame, prompt_measures: pd.DataFrame, truths: dict[str, dict[str, Any]] | None = None,
-            n_boot: int = 500, seed: int = 0) -> dict[str, pd.DataFrame]:
+def analyse(
+    scored: pd.DataFrame,
+    prompt_measures: pd.DataFrame,
+    truths: dict[str, dict[str, Any]] | None = None,
+    n_boot: int = 500,
+    seed: int = 0,
+) -> dict[str, pd.DataFrame]:
     """Every SC analysis on the scored table (all systems) and the prompts' measures;
     `truths` (system -> planted truth) adds the planted-vs-recovered table."""
-    from voicebias.instruments.judge import load_rubric
     from voicebias.analysis.sc_stats import all_systems_succeeded, similarity_table, success_table, voice_quality_models
+    from voicebias.instruments.judge import load_rubric
 
     dims = [d for d in load_rubric()["dimensions"] if d in scored]
     order = {c: i for i, c in enumerate(CONDITIONS)}
@@ -256,21 +343,40 @@ def analyse(scored: pd.DataFrame, prompt_measures: pd.DataFrame, truths: dict[st
     common = all_systems_succeeded(scored)
     success["all_systems_succeeded"] = common["stimulus_id"].nunique()
     sim = similarity_table(common.dropna(subset=["speaker_similarity"]))
-    sim = sim.sort_values(["system", "phonation", "voice_gender"], key=lambda s: s.map(order) if s.name == "phonation"
-                          else s).reset_index(drop=True)
+    sim = sim.sort_values(
+        ["system", "phonation", "voice_gender"], key=lambda s: s.map(order) if s.name == "phonation" else s
+    ).reset_index(drop=True)
     vq = vq_long(common, prompt_measures)
     models = voice_quality_models(vq, measures=SC_MEASURES)
-    vq_means = per_system_view(vq).melt(id_vars=["system", "source", "phonation", "voice_gender"], value_vars=list(SC_MEASURES),
-                       var_name="measure", value_name="value").groupby(
-        ["system", "measure", "source", "phonation", "voice_gender"])["value"].agg(
-        mean="mean", sd="std", n="size").reset_index()
+    vq_means = (
+        per_system_view(vq)
+        .melt(
+            id_vars=["system", "source", "phonation", "voice_gender"],
+            value_vars=list(SC_MEASURES),
+            var_name="measure",
+            value_name="value",
+        )
+        .groupby(["system", "measure", "source", "phonation", "voice_gender"])["value"]
+        .agg(mean="mean", sd="std", n="size")
+        .reset_index()
+    )
     ret = retention(vq, n_boot=n_boot, seed=seed)
     judge_tab = judge_score_table(common, dims)
     jm = judge_models(common, dims)
-    out = {"success": success, "speaker_similarity": sim, "vq_means": vq_means, "vq_type3": models["type3"],
-           "vq_contrasts": models["contrasts"], "vq_fits": models["fits"], "retention": ret, "judge_scores": judge_tab,
-           "judge_beta_steps": jm["steps"], "judge_beta_coefficients": jm["coefficients"],
-           "judge_beta_kept": jm["kept_interactions"], "judge_beta_fits": jm["fits"]}
+    out = {
+        "success": success,
+        "speaker_similarity": sim,
+        "vq_means": vq_means,
+        "vq_type3": models["type3"],
+        "vq_contrasts": models["contrasts"],
+        "vq_fits": models["fits"],
+        "retention": ret,
+        "judge_scores": judge_tab,
+        "judge_beta_steps": jm["steps"],
+        "judge_beta_coefficients": jm["coefficients"],
+        "judge_beta_kept": jm["kept_interactions"],
+        "judge_beta_fits": jm["fits"],
+    }
     if truths:
         out["planted_vs_recovered"] = planted_vs_recovered(truths, ret, common, models["type3"])
     return out

@@ -20,7 +20,6 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-import statsmodels.formula.api as smf
 from patsy import build_design_matrices
 from scipy import stats
 
@@ -55,8 +54,11 @@ def success_table(df: pd.DataFrame) -> pd.DataFrame:
          b  3          2         0.667
     """
     g = df.groupby("system")["status"]
-    return pd.DataFrame({"n": g.size(), "succeeded": g.apply(lambda s: int((s == "ok").sum()))}).assign(
-        success_rate=lambda x: x["succeeded"] / x["n"]).reset_index()
+    return (
+        pd.DataFrame({"n": g.size(), "succeeded": g.apply(lambda s: int((s == "ok").sum()))})
+        .assign(success_rate=lambda x: x["succeeded"] / x["n"])
+        .reset_index()
+    )
 
 
 def all_systems_succeeded(df: pd.DataFrame, key: str = "stimulus_id") -> pd.DataFrame:
@@ -181,8 +183,9 @@ def type3_wald(fit, term_names: Iterable[str] | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def emm_pairwise(fit, data: pd.DataFrame, factor: str, by: list[str] | None = None,
-                 df_resid: float | None = None) -> pd.DataFrame:
+def emm_pairwise(
+    fit, data: pd.DataFrame, factor: str, by: list[str] | None = None, df_resid: float | None = None
+) -> pd.DataFrame:
     """Estimated marginal means of `factor` (within each `by` cell) and Tukey-adjusted pairwise contrasts.
 
     EMMs average the model's predictions over an equally weighted grid of all other
@@ -230,7 +233,7 @@ def emm_pairwise(fit, data: pd.DataFrame, factor: str, by: list[str] | None = No
         if col not in grid:
             grid[col] = data[col].iloc[0]
     X = np.asarray(build_design_matrices([design], grid)[0])
-    params = (fit.fe_params if hasattr(fit, "fe_params") else fit.params)
+    params = fit.fe_params if hasattr(fit, "fe_params") else fit.params
     beta = params.to_numpy()
     cov = fit.cov_params().loc[params.index, params.index].to_numpy()
     df = np.inf if df_resid is None else float(df_resid)
@@ -248,15 +251,26 @@ def emm_pairwise(fit, data: pd.DataFrame, factor: str, by: list[str] | None = No
             se = float(np.sqrt(c @ cov @ c))
             t = est / se if se > 0 else np.nan
             p = tukey_p_value(t, k, df)
-            rows.append({**dict(zip(by, cell)), "factor": factor, "level_a": a, "level_b": b, "estimate": est,
-                         "se": se, "t": t, "p_tukey": min(p, 1.0)})
+            rows.append(
+                {
+                    **dict(zip(by, cell)),
+                    "factor": factor,
+                    "level_a": a,
+                    "level_b": b,
+                    "estimate": est,
+                    "se": se,
+                    "t": t,
+                    "p_tukey": min(p, 1.0),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _model_factors(fit) -> set[str]:
     formula = fit.model.formula
-    return set(re.findall(r"C\((\w+)", formula)) | {w for w in re.findall(r"\b(\w+)\b", formula.split("~")[1])
-                                                    if w not in {"C", "Sum", "Treatment"}}
+    return set(re.findall(r"C\((\w+)", formula)) | {
+        w for w in re.findall(r"\b(\w+)\b", formula.split("~")[1]) if w not in {"C", "Sum", "Treatment"}
+    }
 
 
 # ------------------------------------------------------------------ Tukey tail
@@ -439,8 +453,17 @@ class RemlFit:
     Satterthwaite degrees of freedom (`satterthwaite_df`).
     """
 
-    def __init__(self, y: np.ndarray, X: np.ndarray, names: list[str], groups: dict[str, np.ndarray],
-                 gamma: np.ndarray, converged: bool, llf: float, term_columns: dict[str, list[int]]) -> None:
+    def __init__(
+        self,
+        y: np.ndarray,
+        X: np.ndarray,
+        names: list[str],
+        groups: dict[str, np.ndarray],
+        gamma: np.ndarray,
+        converged: bool,
+        llf: float,
+        term_columns: dict[str, list[int]],
+    ) -> None:
         self.y, self.X, self.names, self.term_columns = y, X, names, term_columns
         self.G = {name: (codes[:, None] == codes[None, :]).astype(float) for name, codes in groups.items()}
         self.converged, self.llf = converged, llf
@@ -613,15 +636,30 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     # first the bounded fit (gamma >= 0, as lme4), then released from the bound: Nelder-Mead over the whole
     # region where H = I + sum gamma_j G_j is positive definite (the objective refuses the rest)
     for start in (0.1, 1.0, 5.0):
-        res = optimize.minimize(_reml_objective, np.full(len(Gs), start), args=(y, X, Gs), method="L-BFGS-B",
-                                bounds=[(0.0, None)] * len(Gs), options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10})
+        res = optimize.minimize(
+            _reml_objective,
+            np.full(len(Gs), start),
+            args=(y, X, Gs),
+            method="L-BFGS-B",
+            bounds=[(0.0, None)] * len(Gs),
+            options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10},
+        )
         if best is None or res.fun < best.fun:
             best = res
     assert best is not None
     best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(best.x, y, X, Gs, bounded=True))
-    free = optimize.minimize(_reml_objective, best.x, args=(y, X, Gs), method="Nelder-Mead",
-                             options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 4000 * max(len(Gs), 1),
-                                      "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))])})
+    free = optimize.minimize(
+        _reml_objective,
+        best.x,
+        args=(y, X, Gs),
+        method="Nelder-Mead",
+        options={
+            "xatol": 1e-10,
+            "fatol": 1e-13,
+            "maxiter": 4000 * max(len(Gs), 1),
+            "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))]),
+        },
+    )
     # released from the bound only when that improves the REML deviance by a margin (1e-6), not by
     # rounding, and away from the edge of the region (V singular)
     if free.fun < best.fun - FREE_MARGIN:
@@ -635,8 +673,16 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     for term, sl in design.term_name_slices.items():
         if term != "Intercept":
             term_columns[term] = list(range(sl.start, sl.stop))
-    fit = RemlFit(y, X, list(X_m.columns), codes, np.asarray(best.x, float), bool(best.success), float(llf),
-                  {"Intercept": [0], **term_columns} if "Intercept" in X_m.columns else term_columns)
+    fit = RemlFit(
+        y,
+        X,
+        list(X_m.columns),
+        codes,
+        np.asarray(best.x, float),
+        bool(best.success),
+        float(llf),
+        {"Intercept": [0], **term_columns} if "Intercept" in X_m.columns else term_columns,
+    )
     fit.design_info = design
     return fit
 
@@ -756,8 +802,10 @@ def type3_f_tests(fit: RemlFit, min_df: float = 3.0, rename: dict[str, str] | No
         if ok:
             note = ""
         elif np.isfinite(res["den_df"]):
-            note = (f"not testable: {res['den_df']:.1f} denominator df (< {min_df:g}); the error stratum has too few "
-                    "independent units (2 voices per gender)")
+            note = (
+                f"not testable: {res['den_df']:.1f} denominator df (< {min_df:g}); the error stratum has too few "
+                "independent units (2 voices per gender)"
+            )
         else:
             note = "not testable: its error variance is estimated as 0 (degenerate fit), so no df"
         rows.append({"term": label, **res, "p_value": res["p_value"] if ok else np.nan, "testable": ok, "note": note})
@@ -827,11 +875,13 @@ def continuation_differences(vq: pd.DataFrame, measure: str, key: str = "stimulu
     pair = cont.merge(prompts[[key, measure]].rename(columns={measure: "_prompt"}), on=key, how="inner")
     pair["d"] = pair[measure] - pair["_prompt"]
     return pair.groupby(["system", "voice_id", "voice_gender", "phonation"], as_index=False).agg(
-        d=("d", "mean"), n=("d", "size"))
+        d=("d", "mean"), n=("d", "size")
+    )
 
 
-def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES,
-                         min_df: float = 3.0) -> dict[str, pd.DataFrame]:
+def voice_quality_models(
+    vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, min_df: float = 3.0
+) -> dict[str, pd.DataFrame]:
     """Voice-quality preservation per measure: REML mixed models on the honest unit, type-III F tests, Tukey contrasts.
 
     Design: prompts x voices (2 per gender) x phonation conditions; each stimulus is
@@ -922,16 +972,28 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
     def fit_row(m: str, model: str, cells: pd.DataFrame, fit: RemlFit | None, problem: str = "") -> dict:
         n = {"measure": m, "model": model, "n_cells": len(cells), "n_obs": int(cells["n"].sum())}
         if fit is None:
-            return {**n, "converged": False, "variance_components": f"not estimable: {problem}",
-                    "status": NOT_ESTIMABLE, "reason": problem}
-        return {**n, "converged": fit.converged,
-                "variance_components": "; ".join(f"{k}={v:.4g}" for k, v in fit.vcomp.items()),
-                "status": OK if fit.converged else NOT_ESTIMABLE,
-                "reason": "" if fit.converged else "the REML optimisation did not converge"}
+            return {
+                **n,
+                "converged": False,
+                "variance_components": f"not estimable: {problem}",
+                "status": NOT_ESTIMABLE,
+                "reason": problem,
+            }
+        return {
+            **n,
+            "converged": fit.converged,
+            "variance_components": "; ".join(f"{k}={v:.4g}" for k, v in fit.vcomp.items()),
+            "status": OK if fit.converged else NOT_ESTIMABLE,
+            "reason": "" if fit.converged else "the REML optimisation did not converge",
+        }
 
     def fitted(formula: str, cells: pd.DataFrame, groups: dict, y: str) -> tuple[RemlFit | None, str]:
         if is_constant(cells[y].to_numpy(float)):
-            return None, f"no variance: {'continuation - prompt' if y == 'd' else 'the prompt measure'} is the same in every cell"
+            return (
+                None,
+                f"no variance: {'continuation - prompt' if y == 'd' else 'the prompt measure'}"
+                " is the same in every cell",
+            )
         try:
             return fit_reml(formula, cells, groups), ""
         except (NotEstimable, np.linalg.LinAlgError) as exc:
@@ -940,7 +1002,9 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
     for m in measures:
         cells = continuation_differences(vq, m)
         if cells.empty:
-            fits.append(fit_row(m, "continuation - prompt", cells, None, "no continuation paired with a measured prompt"))
+            fits.append(
+                fit_row(m, "continuation - prompt", cells, None, "no continuation paired with a measured prompt")
+            )
             continue
         systems = sorted(cells["system"].unique())
         factors = [f for f in ("system", "voice_gender", "phonation") if cells[f].nunique() > 1]
@@ -950,7 +1014,10 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
             groups["voice:system"] = cells["voice_id"] + ":" + cells["system"]
         fit, problem = fitted(_factorial_formula("d", factors), cells, groups, "d")
         if fit is not None:
-            rename = {"Intercept": "source", **{t: "source:" + _plain_term(t) for t in fit.term_columns if t != "Intercept"}}
+            rename = {
+                "Intercept": "source",
+                **{t: "source:" + _plain_term(t) for t in fit.term_columns if t != "Intercept"},
+            }
             try:
                 t3.append(type3_f_tests(fit, min_df, rename).assign(measure=m, model="continuation - prompt"))
                 contrasts.append(_source_contrasts(fit, cells, factors, systems, min_df).assign(measure=m))
@@ -974,18 +1041,42 @@ def voice_quality_models(vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES
     type3 = pd.concat(t3, ignore_index=True) if t3 else pd.DataFrame(columns=cols3)
     tested = type3["p_value"].notna() & np.isfinite(type3["f_value"].astype(float))
     type3["status"] = np.where(tested, OK, NOT_ESTIMABLE)
-    type3["reason"] = np.where(tested, "", type3["note"].astype(str).where(type3["note"].astype(str) != "",
-                                                                           "the F test is undefined"))
-    return {"type3": type3[cols3],
-            "contrasts": pd.concat(contrasts, ignore_index=True) if contrasts else pd.DataFrame(columns=[
-                "voice_gender", "phonation", "factor", "level_a", "level_b", "estimate", "se", "df", "t", "ci_low",
-                "ci_high", "p_tukey", "testable", "note", *STATUS_COLUMNS, "measure"]),
-            "fits": pd.DataFrame(fits, columns=["measure", "model", "n_cells", "n_obs", "converged",
-                                                "variance_components", *STATUS_COLUMNS])}
+    type3["reason"] = np.where(
+        tested, "", type3["note"].astype(str).where(type3["note"].astype(str) != "", "the F test is undefined")
+    )
+    return {
+        "type3": type3[cols3],
+        "contrasts": pd.concat(contrasts, ignore_index=True)
+        if contrasts
+        else pd.DataFrame(
+            columns=[
+                "voice_gender",
+                "phonation",
+                "factor",
+                "level_a",
+                "level_b",
+                "estimate",
+                "se",
+                "df",
+                "t",
+                "ci_low",
+                "ci_high",
+                "p_tukey",
+                "testable",
+                "note",
+                *STATUS_COLUMNS,
+                "measure",
+            ]
+        ),
+        "fits": pd.DataFrame(
+            fits, columns=["measure", "model", "n_cells", "n_obs", "converged", "variance_components", *STATUS_COLUMNS]
+        ),
+    }
 
 
-def _source_contrasts(fit: RemlFit, cells: pd.DataFrame, factors: list[str], systems: list[str],
-                      min_df: float) -> pd.DataFrame:
+def _source_contrasts(
+    fit: RemlFit, cells: pd.DataFrame, factors: list[str], systems: list[str], min_df: float
+) -> pd.DataFrame:
     """Pairwise contrasts of prompt and each system's continuation within voice_gender x phonation cells.
 
     On the d scale the prompt is 0, system k's continuation is the cell's fitted d;
@@ -993,15 +1084,21 @@ def _source_contrasts(fit: RemlFit, cells: pd.DataFrame, factors: list[str], sys
     contrast with its Satterthwaite df)."""
     genders = sorted(cells["voice_gender"].unique())
     phons = sorted(cells["phonation"].unique())
-    grid = pd.DataFrame(list(itertools.product(systems, genders, phons)), columns=["system", "voice_gender", "phonation"])
+    grid = pd.DataFrame(
+        list(itertools.product(systems, genders, phons)), columns=["system", "voice_gender", "phonation"]
+    )
     Xg = np.asarray(build_design_matrices([fit.design_info], grid)[0])
     beta = fit.params.to_numpy()
     k = len(systems) + 1
     rows = []
     for g, p in itertools.product(genders, phons):
-        x = {s: Xg[((grid["system"] == s) & (grid["voice_gender"] == g) & (grid["phonation"] == p)).to_numpy()][0]
-             for s in systems}
-        pairs = [(s, "prompt", x[s]) for s in systems] + [(a, b, x[a] - x[b]) for a, b in itertools.combinations(systems, 2)]
+        x = {
+            s: Xg[((grid["system"] == s) & (grid["voice_gender"] == g) & (grid["phonation"] == p)).to_numpy()][0]
+            for s in systems
+        }
+        pairs = [(s, "prompt", x[s]) for s in systems] + [
+            (a, b, x[a] - x[b]) for a, b in itertools.combinations(systems, 2)
+        ]
         for a, b, c in pairs:
             est = float(c @ beta)
             se = float(np.sqrt(c @ fit.C @ c))
@@ -1009,15 +1106,37 @@ def _source_contrasts(fit: RemlFit, cells: pd.DataFrame, factors: list[str], sys
             t = est / se if se > 0 else np.nan
             ok = bool(df >= min_df)  # False for NaN (no df: degenerate fit)
             half = float(stats.t.isf(0.025, df)) * se if np.isfinite(df) else float(stats.norm.isf(0.025)) * se
-            note = "" if ok else (f"not testable: {df:.1f} df (< {min_df:g}); 2 voices per gender"
-                                  if np.isfinite(df) else "not testable: no df (degenerate fit)")
+            note = (
+                ""
+                if ok
+                else (
+                    f"not testable: {df:.1f} df (< {min_df:g}); 2 voices per gender"
+                    if np.isfinite(df)
+                    else "not testable: no df (degenerate fit)"
+                )
+            )
             # an estimate with its interval is 'ok' even where the test is withheld (note says why)
             estimated = bool(np.isfinite(est) and se > 0 and np.isfinite(est - half) and np.isfinite(est + half))
-            rows.append({"voice_gender": g, "phonation": p, "factor": "source", "level_a": a, "level_b": b,
-                         "estimate": est, "se": se, "df": df, "t": t, "ci_low": est - half, "ci_high": est + half,
-                         "p_tukey": tukey_p_value(t, k, df) if ok else np.nan, "testable": ok, "note": note,
-                         "status": OK if estimated else NOT_ESTIMABLE,
-                         "reason": note if estimated else "no variance: the contrast has no standard error"})
+            rows.append(
+                {
+                    "voice_gender": g,
+                    "phonation": p,
+                    "factor": "source",
+                    "level_a": a,
+                    "level_b": b,
+                    "estimate": est,
+                    "se": se,
+                    "df": df,
+                    "t": t,
+                    "ci_low": est - half,
+                    "ci_high": est + half,
+                    "p_tukey": tukey_p_value(t, k, df) if ok else np.nan,
+                    "testable": ok,
+                    "note": note,
+                    "status": OK if estimated else NOT_ESTIMABLE,
+                    "reason": note if estimated else "no variance: the contrast has no standard error",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -1080,9 +1199,14 @@ def _term_of(name: str) -> str:
     return ":".join(re.sub(r"C\((\w+), Sum\)(\[.*?\])?$", r"\1", part) for part in name.split(":"))
 
 
-def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], alpha: float = 0.05,
-                             cluster: str | None = None,
-                             between_unit_factors: Iterable[str] = ()) -> dict[str, pd.DataFrame]:
+def beta_regression_stepwise(
+    df: pd.DataFrame,
+    y: str,
+    factors: Iterable[str],
+    alpha: float = 0.05,
+    cluster: str | None = None,
+    between_unit_factors: Iterable[str] = (),
+) -> dict[str, pd.DataFrame]:
     """Beta regression of y (in (0, 1)) on the full factorial of `factors`, then stepwise removal.
 
     Maximum likelihood with a logit mean and log precision (statsmodels BetaModel).
@@ -1173,8 +1297,11 @@ def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], a
 
     def wald(f, t: frozenset) -> tuple[float, int, float]:
         names = list(f.params.index)
-        idx = [i for i, n in enumerate(names) if n != "precision" and n != "Intercept"
-               and frozenset(_term_of(n).split(":")) == t]
+        idx = [
+            i
+            for i, n in enumerate(names)
+            if n != "precision" and n != "Intercept" and frozenset(_term_of(n).split(":")) == t
+        ]
         b = f.params.to_numpy()[idx]
         v = f.cov_params().to_numpy()[np.ix_(idx, idx)]
         if np.linalg.matrix_rank(v) < len(idx):  # e.g. a cluster-robust covariance from fewer clusters than terms
@@ -1191,8 +1318,15 @@ def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], a
         if not removable:
             break
         stat, ddf, p, t = max(removable, key=lambda x: x[2])
-        steps.append({"removed": ":".join(sorted(t)), "stat": stat, "df": ddf,
-                      "den_df": float(n_clusters - 1) if n_clusters else np.inf, "p_value": p})
+        steps.append(
+            {
+                "removed": ":".join(sorted(t)),
+                "stat": stat,
+                "df": ddf,
+                "den_df": float(n_clusters - 1) if n_clusters else np.inf,
+                "p_value": p,
+            }
+        )
         terms = [u for u in terms if u != t]
         fit = _fit_beta(_terms_formula(y, terms), df, cluster)
     names = list(fit.params.index)
@@ -1201,12 +1335,22 @@ def beta_regression_stepwise(df: pd.DataFrame, y: str, factors: Iterable[str], a
     p = 2 * (stats.t.sf(np.abs(z), n_clusters - 1) if n_clusters else stats.norm.sf(np.abs(z)))
     untestable = [n not in ("Intercept", "precision") and bool(set(_term_of(n).split(":")) & between) for n in names]
     note = "not testable: voice_gender varies between voices (2 per gender) and the model has no voice effect"
-    coefs = pd.DataFrame({"term": names, "estimate": fit.params.to_numpy(), "se": se,
-                          "p_value": np.where(untestable, np.nan, p), "testable": [not u for u in untestable],
-                          "note": [note if u else "" for u in untestable]})
+    coefs = pd.DataFrame(
+        {
+            "term": names,
+            "estimate": fit.params.to_numpy(),
+            "se": se,
+            "p_value": np.where(untestable, np.nan, p),
+            "testable": [not u for u in untestable],
+            "note": [note if u else "" for u in untestable],
+        }
+    )
     kept = [t for t in terms if len(t) > 1]
-    return {"steps": pd.DataFrame(steps, columns=["removed", "stat", "df", "den_df", "p_value"]),
-            "coefficients": coefs,
-            "kept_interactions": pd.DataFrame({"term": [":".join(sorted(t)) for t in kept],
-                                               "testable": [not (t & between) for t in kept]}),
-            "llf": pd.DataFrame([{"llf": fit.llf}])}
+    return {
+        "steps": pd.DataFrame(steps, columns=["removed", "stat", "df", "den_df", "p_value"]),
+        "coefficients": coefs,
+        "kept_interactions": pd.DataFrame(
+            {"term": [":".join(sorted(t)) for t in kept], "testable": [not (t & between) for t in kept]}
+        ),
+        "llf": pd.DataFrame([{"llf": fit.llf}]),
+    }

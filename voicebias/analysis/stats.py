@@ -28,8 +28,23 @@ from scipy.optimize import linprog
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, SEPARATION, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import POLE_ORDINAL, SAMPLE
 
-OR_COLUMNS = ["scope", "n", "n_excluded", "odds_ratio", "ci_low", "ci_high", "p_value", "coef", "se", "fit_status",
-              "firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value", *STATUS_COLUMNS]
+OR_COLUMNS = [
+    "scope",
+    "n",
+    "n_excluded",
+    "odds_ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "coef",
+    "se",
+    "fit_status",
+    "firth_odds_ratio",
+    "firth_ci_low",
+    "firth_ci_high",
+    "firth_p_value",
+    *STATUS_COLUMNS,
+]
 
 
 def detect_separation(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> str:
@@ -71,7 +86,8 @@ def detect_separation(X: np.ndarray, y: np.ndarray, tol: float = 1e-7) -> str:
     if res.status != 0 or -res.fun <= tol * max(1.0, len(A)):
         return "none"
     # complete: maximise the smallest margin t subject to A b >= t
-    c = np.zeros(k + 1); c[-1] = -1.0
+    c = np.zeros(k + 1)
+    c[-1] = -1.0
     A_ub = np.hstack([-A, np.ones((len(A), 1))])
     res2 = linprog(c, A_ub=A_ub, b_ub=np.zeros(len(A)), bounds=[(-1, 1)] * k + [(None, 1)], method="highs")
     return "complete" if res2.status == 0 and -res2.fun > tol else "quasi-complete"
@@ -175,7 +191,8 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     >>> print(res[cols].round(3).to_string(index=False))
     scope  n  n_excluded  odds_ratio  ci_low  ci_high  p_value fit_status
       ALL 36           1       3.143   1.212    8.153    0.019         ok
-    >>> print(res[["firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value"]].round(3).to_string(index=False))
+    >>> firth = ["firth_odds_ratio", "firth_ci_low", "firth_ci_high", "firth_p_value"]
+    >>> print(res[firth].round(3).to_string(index=False))
      firth_odds_ratio  firth_ci_low  firth_ci_high  firth_p_value
                 2.791         1.208          7.413          0.015
     """
@@ -186,9 +203,21 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     else:
         d = describe_design(df)
         n, n_excl = int(len(d)), int(len(df) - len(d))
-    row = {"scope": scope, "n": n, "n_excluded": n_excl, "odds_ratio": np.nan, "ci_low": np.nan,
-           "ci_high": np.nan, "p_value": np.nan, "coef": np.nan, "se": np.nan, "firth_odds_ratio": np.nan,
-           "firth_ci_low": np.nan, "firth_ci_high": np.nan, "firth_p_value": np.nan}
+    row = {
+        "scope": scope,
+        "n": n,
+        "n_excluded": n_excl,
+        "odds_ratio": np.nan,
+        "ci_low": np.nan,
+        "ci_high": np.nan,
+        "p_value": np.nan,
+        "coef": np.nan,
+        "se": np.nan,
+        "firth_odds_ratio": np.nan,
+        "firth_ci_low": np.nan,
+        "firth_ci_high": np.nan,
+        "firth_p_value": np.nan,
+    }
 
     def result(fit_status: str, status: str, reason: str) -> pd.DataFrame:
         return pd.DataFrame([{**row, "fit_status": fit_status, "status": status, "reason": reason}], columns=OR_COLUMNS)
@@ -197,11 +226,17 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
         return result("no data", NOT_ESTIMABLE, "no compliant answer (none names a gender)" if n_excl else "no answers")
     X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
     if np.linalg.matrix_rank(X) < X.shape[1]:
-        missing = [what for what, col in (("one content pole", "content_step"), ("one input voice", "voice_female"))
-                   if d[col].nunique() < 2]
-        return result("singular (design not full rank)", NOT_ESTIMABLE,
-                      f"only {' and '.join(missing) or 'collinear content and voice'} among the compliant answers: "
-                      "the content step and the voice cannot both be estimated")
+        missing = [
+            what
+            for what, col in (("one content pole", "content_step"), ("one input voice", "voice_female"))
+            if d[col].nunique() < 2
+        ]
+        return result(
+            "singular (design not full rank)",
+            NOT_ESTIMABLE,
+            f"only {' and '.join(missing) or 'collinear content and voice'} among the compliant answers: "
+            "the content step and the voice cannot both be estimated",
+        )
     y = d["y"].to_numpy()
     firth_note = ""
     try:
@@ -210,8 +245,12 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
         firth_note = f"Firth estimate not estimable: {exc}"
     else:
         with np.errstate(over="ignore"):
-            row.update(firth_odds_ratio=float(np.exp(firth["coef"])), firth_ci_low=float(np.exp(firth["ci_low"])),
-                       firth_ci_high=float(np.exp(firth["ci_high"])), firth_p_value=firth["p_value"])
+            row.update(
+                firth_odds_ratio=float(np.exp(firth["coef"])),
+                firth_ci_low=float(np.exp(firth["ci_low"])),
+                firth_ci_high=float(np.exp(firth["ci_high"])),
+                firth_p_value=firth["p_value"],
+            )
         open_sides = [side for side, v in (("lower", firth["ci_low"]), ("upper", firth["ci_high"])) if np.isinf(v)]
         if open_sides:
             firth_note = f"Firth profile CI open on the {' and '.join(open_sides)} side"
@@ -220,8 +259,18 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
     def separated(fit_status: str, what: str) -> pd.DataFrame:
         if not has_firth:
             return result(fit_status, NOT_ESTIMABLE, "; ".join(x for x in (what, firth_note) if x))
-        return result(fit_status, SEPARATION, "; ".join(x for x in (
-            f"{what}: the maximum-likelihood odds ratio does not exist; the Firth estimate is reported", firth_note) if x))
+        return result(
+            fit_status,
+            SEPARATION,
+            "; ".join(
+                x
+                for x in (
+                    f"{what}: the maximum-likelihood odds ratio does not exist; the Firth estimate is reported",
+                    firth_note,
+                )
+                if x
+            ),
+        )
 
     if d["y"].nunique() < 2:
         judged = "female" if float(d["y"].iloc[0]) == 1.0 else "male"
@@ -240,16 +289,28 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
                 fit = sm.GLM(y, X, family=sm.families.Binomial(), freq_weights=weights).fit(maxiter=200, tol=1e-12)
                 converged = fit.converged
     except np.linalg.LinAlgError as exc:  # a singular information matrix at some step
-        return result("did not converge", NOT_ESTIMABLE, "; ".join(x for x in (
-            f"maximum-likelihood fit failed: {exc}", firth_note) if x))
+        return result(
+            "did not converge",
+            NOT_ESTIMABLE,
+            "; ".join(x for x in (f"maximum-likelihood fit failed: {exc}", firth_note) if x),
+        )
     b, se = float(fit.params[1]), float(fit.bse[1])
     z = stats.norm.ppf(0.5 + confidence / 2)
     with np.errstate(over="ignore", invalid="ignore"):
-        row.update(odds_ratio=float(np.exp(b)), ci_low=float(np.exp(b - z * se)), ci_high=float(np.exp(b + z * se)),
-                   p_value=float(fit.pvalues[1]), coef=b, se=se)
+        row.update(
+            odds_ratio=float(np.exp(b)),
+            ci_low=float(np.exp(b - z * se)),
+            ci_high=float(np.exp(b + z * se)),
+            p_value=float(fit.pvalues[1]),
+            coef=b,
+            se=se,
+        )
     if not (converged and se > 0 and all(np.isfinite(row[k]) for k in ("coef", "se", "p_value"))):
-        return result("did not converge", NOT_ESTIMABLE, "; ".join(x for x in (
-            "the maximum-likelihood fit did not converge to a finite estimate", firth_note) if x))
+        return result(
+            "did not converge",
+            NOT_ESTIMABLE,
+            "; ".join(x for x in ("the maximum-likelihood fit did not converge to a finite estimate", firth_note) if x),
+        )
     return result("ok", OK, firth_note)
 
 
@@ -300,8 +361,9 @@ def describe_item_design(df: pd.DataFrame) -> tuple[pd.DataFrame, int, int]:
     """
     keys = _item_keys(df)
     d = describe_design(df)
-    items = d.groupby(keys, sort=False).agg(content_step=("content_step", "first"),
-                                             voice_female=("voice_female", "first"), share=("y", "mean"))
+    items = d.groupby(keys, sort=False).agg(
+        content_step=("content_step", "first"), voice_female=("voice_female", "first"), share=("y", "mean")
+    )
     items = items.reset_index()
     both = pd.concat([items.assign(y=1.0, weight=items["share"]), items.assign(y=0.0, weight=1.0 - items["share"])])
     both = both.assign(_order=np.r_[np.arange(len(items)), np.arange(len(items))]).sort_values("_order", kind="stable")
@@ -405,17 +467,46 @@ def misgender_rates(df: pd.DataFrame, by_voice: bool = False) -> pd.DataFrame:
                 c = gv[gv["cell_type"] == ct]
                 n = int(c["compliant"].sum())
                 k = float(c["misgendered"].sum()) if repeats else int(c["misgendered"].sum())
-                row = {"lang": lang, "cell_type": ct, "n": n, "n_excluded": int(len(c) - n), "misgendered": k,
-                       "rate": k / n if n else np.nan, "status": OK if n else NOT_ESTIMABLE,
-                       "reason": "" if n else ("no compliant answer in this cell" if len(c) else "no answers in this cell")}
+                row = {
+                    "lang": lang,
+                    "cell_type": ct,
+                    "n": n,
+                    "n_excluded": int(len(c) - n),
+                    "misgendered": k,
+                    "rate": k / n if n else np.nan,
+                    "status": OK if n else NOT_ESTIMABLE,
+                    "reason": ""
+                    if n
+                    else ("no compliant answer in this cell" if len(c) else "no answers in this cell"),
+                }
                 rows.append(row if voice is None else {"lang": lang, "voice_gender": label, **row})
-    cols = ["lang", *(["voice_gender"] if by_voice else []), "cell_type", "n", "n_excluded", "misgendered", "rate",
-            *STATUS_COLUMNS]
+    cols = [
+        "lang",
+        *(["voice_gender"] if by_voice else []),
+        "cell_type",
+        "n",
+        "n_excluded",
+        "misgendered",
+        "rate",
+        *STATUS_COLUMNS,
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
-FISHER_COLUMNS = ["lang", "voice_gender", "misaligned_misgendered", "misaligned_n", "neutral_misgendered",
-                  "neutral_n", "odds_ratio", "conditional_odds_ratio", "ci_low", "ci_high", "p_value", *STATUS_COLUMNS]
+FISHER_COLUMNS = [
+    "lang",
+    "voice_gender",
+    "misaligned_misgendered",
+    "misaligned_n",
+    "neutral_misgendered",
+    "neutral_n",
+    "odds_ratio",
+    "conditional_odds_ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    *STATUS_COLUMNS,
+]
 
 
 def _two_by_two_status(a: float, n1: int, c: float, n0: int, odds: float) -> tuple[str, str]:
@@ -426,8 +517,9 @@ def _two_by_two_status(a: float, n1: int, c: float, n0: int, odds: float) -> tup
         return NOT_ESTIMABLE, f"no compliant answer in the {' or '.join(empty)} cells"
     if not (np.isfinite(odds) and odds > 0):
         word = "undefined" if np.isnan(odds) else "infinite" if odds > 0 else "zero"
-        kinds = ("no answer misgenders" if a + c == 0 else "every answer misgenders" if a + c == n1 + n0
-                 else "a zero cell")
+        kinds = (
+            "no answer misgenders" if a + c == 0 else "every answer misgenders" if a + c == n1 + n0 else "a zero cell"
+        )
         return SEPARATION, f"{kinds}: the odds ratio is {word}; the test's p stands"
     return OK, ""
 
@@ -468,9 +560,13 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
     >>> counts = pd.DataFrame({"lang": ["en"] * 3, "cell_type": ["aligned", "neutral", "misaligned"],
     ...                        "n": [20, 20, 20], "misgendered": [1, 2, 9]})
     >>> res = fisher_misaligned_vs_neutral(counts)
-    >>> print(res.drop(columns=["misaligned_n", "neutral_n", "status", "reason"]).round(3).to_string(index=False))
-    lang voice_gender  misaligned_misgendered  neutral_misgendered  odds_ratio  conditional_odds_ratio  ci_low  ci_high  p_value
-      en       pooled                       9                    2       7.364                   6.994   1.148   78.283    0.031
+    >>> print(res[["lang", "voice_gender", "misaligned_misgendered", "neutral_misgendered"]].to_string(index=False))
+    lang voice_gender  misaligned_misgendered  neutral_misgendered
+      en       pooled                       9                    2
+    >>> cols = ["odds_ratio", "conditional_odds_ratio", "ci_low", "ci_high", "p_value"]
+    >>> print(res[cols].round(3).to_string(index=False))
+     odds_ratio  conditional_odds_ratio  ci_low  ci_high  p_value
+          7.364                   6.994   1.148   78.283    0.031
     """
     from scipy.stats.contingency import odds_ratio as contingency_odds_ratio
 
@@ -482,17 +578,32 @@ def fisher_misaligned_vs_neutral(rates: pd.DataFrame, confidence: float = 0.95) 
         m = g.set_index("cell_type")
         a, n1 = int(m.loc["misaligned", "misgendered"]), int(m.loc["misaligned", "n"])
         c, n0 = int(m.loc["neutral", "misgendered"]), int(m.loc["neutral", "n"])
-        row = {"lang": lang, "voice_gender": voice, "misaligned_misgendered": a, "misaligned_n": n1,
-               "neutral_misgendered": c, "neutral_n": n0, "odds_ratio": np.nan, "conditional_odds_ratio": np.nan,
-               "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan}
+        row = {
+            "lang": lang,
+            "voice_gender": voice,
+            "misaligned_misgendered": a,
+            "misaligned_n": n1,
+            "neutral_misgendered": c,
+            "neutral_n": n0,
+            "odds_ratio": np.nan,
+            "conditional_odds_ratio": np.nan,
+            "ci_low": np.nan,
+            "ci_high": np.nan,
+            "p_value": np.nan,
+        }
         if min(n1, n0) > 0:
             tab = [[a, n1 - a], [c, n0 - c]]
             with np.errstate(divide="ignore", invalid="ignore"):
                 res = stats.fisher_exact(tab)
             cond = contingency_odds_ratio(tab, kind="conditional")
             ci = cond.confidence_interval(confidence_level=confidence)
-            row.update(odds_ratio=float(res.statistic), conditional_odds_ratio=float(cond.statistic),
-                       ci_low=float(ci.low), ci_high=float(ci.high), p_value=float(res.pvalue))
+            row.update(
+                odds_ratio=float(res.statistic),
+                conditional_odds_ratio=float(cond.statistic),
+                ci_low=float(ci.low),
+                ci_high=float(ci.high),
+                p_value=float(res.pvalue),
+            )
         row["status"], row["reason"] = _two_by_two_status(a, n1, c, n0, row["conditional_odds_ratio"])
         rows.append(row)
     return pd.DataFrame(rows, columns=FISHER_COLUMNS)
@@ -544,8 +655,9 @@ def misgender_items(df: pd.DataFrame) -> pd.DataFrame:
 PERMUTATIONS = 20000
 
 
-def permutation_misaligned_vs_neutral(df: pd.DataFrame, by_voice: bool = False,
-                                      permutations: int = PERMUTATIONS) -> pd.DataFrame:
+def permutation_misaligned_vs_neutral(
+    df: pd.DataFrame, by_voice: bool = False, permutations: int = PERMUTATIONS
+) -> pd.DataFrame:
     """Misgendering in misaligned against neutral cells with repeats: an item permutation test.
 
     Fisher's exact test needs one binary outcome per independent unit; with several
@@ -585,7 +697,8 @@ def permutation_misaligned_vs_neutral(df: pd.DataFrame, by_voice: bool = False,
     ...                   "voice_gender": "male", "judged_gender": "female" if s < wrong else "male"}
     ...                  for s in range(3)]
     >>> res = permutation_misaligned_vs_neutral(pd.DataFrame(rows))
-    >>> print(res[["lang", "misaligned_misgendered", "misaligned_n", "neutral_n", "p_value"]].round(4).to_string(index=False))
+    >>> cols = ["lang", "misaligned_misgendered", "misaligned_n", "neutral_n", "p_value"]
+    >>> print(res[cols].round(4).to_string(index=False))
     lang  misaligned_misgendered  misaligned_n  neutral_n  p_value
       en                  5.3333             8          8   0.0002
      ALL                  5.3333             8          8   0.0001
@@ -604,10 +717,20 @@ def permutation_misaligned_vs_neutral(df: pd.DataFrame, by_voice: bool = False,
             mis = gv.loc[gv["cell_type"] == "misaligned", "misgendered"].to_numpy(float)
             neu = gv.loc[gv["cell_type"] == "neutral", "misgendered"].to_numpy(float)
             a, c, n1, n0 = float(mis.sum()), float(neu.sum()), len(mis), len(neu)
-            row = {"lang": lang, "voice_gender": label, "misaligned_misgendered": a, "misaligned_n": n1,
-                   "neutral_misgendered": c, "neutral_n": n0, "odds_ratio": np.nan, "conditional_odds_ratio": np.nan,
-                   "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan,
-                   "test": f"item permutation ({permutations} draws)"}
+            row = {
+                "lang": lang,
+                "voice_gender": label,
+                "misaligned_misgendered": a,
+                "misaligned_n": n1,
+                "neutral_misgendered": c,
+                "neutral_n": n0,
+                "odds_ratio": np.nan,
+                "conditional_odds_ratio": np.nan,
+                "ci_low": np.nan,
+                "ci_high": np.nan,
+                "p_value": np.nan,
+                "test": f"item permutation ({permutations} draws)",
+            }
             if min(n1, n0) > 0:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     row["odds_ratio"] = float(np.float64(a * (n0 - c)) / np.float64((n1 - a) * c))
@@ -622,7 +745,9 @@ def permutation_misaligned_vs_neutral(df: pd.DataFrame, by_voice: bool = False,
     return pd.DataFrame(rows, columns=[*FISHER_COLUMNS, "test"])
 
 
-def _collapse(X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _collapse(
+    X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Identical (x, y) rows merged into one whose weight is the sum of theirs.
 
     The penalised log-likelihood, its score and the information are sums over rows, so
@@ -746,7 +871,7 @@ class _PenalisedLogit:
             value = ll + 0.5 * top
         else:
             pen, hat, info = self._qr(beta)
-            h, H2, Xr, pr, qr = np.diag(hat), hat ** 2, self.X, p, q
+            h, H2, Xr, pr, qr = np.diag(hat), hat**2, self.X, p, q
             value = ll + pen
         # c (y - p) with y - p = y q - (1 - y) p, and h (1/2 - p) = h (q - p) / 2
         score = self.X.T @ (self.c * (self.y * q - (1.0 - self.y) * p)) + Xr.T @ (0.5 * h * (qr - pr))
@@ -755,8 +880,13 @@ class _PenalisedLogit:
         return value, score, info, (hess + hess.T) / 2
 
 
-def _firth_max(model: _PenalisedLogit, fixed: dict[int, float] | None = None, max_iter: int = 500,
-               tol: float = 1e-9, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+def _firth_max(
+    model: _PenalisedLogit,
+    fixed: dict[int, float] | None = None,
+    max_iter: int = 500,
+    tol: float = 1e-9,
+    start: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
     """`firth_fit` of a `_PenalisedLogit`."""
     k = model.k
     fixed = fixed or {}
@@ -794,7 +924,9 @@ def _firth_max(model: _PenalisedLogit, fixed: dict[int, float] | None = None, ma
         ascent[free] = evecs[:, -1]
         # converged: a score below tol, or a Newton step below 1e-10 (relative) at a concave point: the
         # score's rounding floor can exceed tol, and the coefficients are then known to that precision
-        flat = concave and float(np.max(np.abs((evecs / evals) @ (evecs.T @ g)))) < 1e-10 * max(1.0, np.max(np.abs(beta)))
+        flat = concave and float(np.max(np.abs((evecs / evals) @ (evecs.T @ g)))) < 1e-10 * max(
+            1.0, np.max(np.abs(beta))
+        )
         if np.max(np.abs(g)) < tol or flat:
             # at a maximum, or at a saddle point (zero score, a direction of ascent): leave it along that direction
             if concave or not (climb(ascent) or climb(-ascent)):
@@ -811,8 +943,12 @@ def _firth_max(model: _PenalisedLogit, fixed: dict[int, float] | None = None, ma
         grad = np.zeros(k)
         grad[free] = g / max(1.0, float(np.max(np.abs(g))))
         # near a saddle the score is at its rounding floor and no step gains: the ascent direction does
-        if not (climb(np.clip(step, -5, 5)) or climb(np.clip(scoring, -5, 5)) or climb(grad)
-                or (not concave and (climb(ascent) or climb(-ascent)))):
+        if not (
+            climb(np.clip(step, -5, 5))
+            or climb(np.clip(scoring, -5, 5))
+            or climb(grad)
+            or (not concave and (climb(ascent) or climb(-ascent)))
+        ):
             if concave and polish < 5 and np.max(np.abs(step)) < 1e-6 * max(1.0, np.max(np.abs(beta))):
                 # the gain left is below the rounding of the likelihood, not of its score (a flat
                 # direction under separation): finish with Newton steps on the score equation U* = 0
@@ -823,9 +959,15 @@ def _firth_max(model: _PenalisedLogit, fixed: dict[int, float] | None = None, ma
     raise NotEstimable(f"Firth fit did not converge in {max_iter} steps (max |score| {np.max(np.abs(g)):.3g})")
 
 
-def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = None, max_iter: int = 500,
-              tol: float = 1e-9, start: np.ndarray | None = None,
-              weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+def firth_fit(
+    X: np.ndarray,
+    y: np.ndarray,
+    fixed: dict[int, float] | None = None,
+    max_iter: int = 500,
+    tol: float = 1e-9,
+    start: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
     """Maximise the Firth-penalised log-likelihood l(b) + 0.5 log|X'WX| (Firth, 1993).
 
     Newton steps on the penalised likelihood where it is locally concave (its Hessian in
@@ -892,25 +1034,26 @@ def firth_fit(X: np.ndarray, y: np.ndarray, fixed: dict[int, float] | None = Non
 PROFILE_SEARCH_LIMIT = 1024.0
 
 
-def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 0.95,
-                      weights: np.ndarray | None = None) -> dict[str, float]:
+def firth_coefficient(
+    X: np.ndarray, y: np.ndarray, j: int, confidence: float = 0.95, weights: np.ndarray | None = None
+) -> dict[str, float]:
     """Firth estimate of coefficient j with profile penalised-likelihood CI and LRT p-value.
 
-    The profile at b_j = v maximises the penalised likelihood over the other
-    coefficients from three starts, zeros, the unconstrained estimate and the profile
-    maximum at the nearest v already visited, and keeps the highest maximum: under
-    separation the constrained surface can have more than one local maximum. The CI
-    is {v : 2 (l*(b) - l*_v) <= chi2_1(confidence)}. Each bound is searched by
-    doubling steps out from the estimate (0.5, 1, 2, ... up to PROFILE_SEARCH_LIMIT on
-    the log-odds scale), then located by Brent's method. A bound is reported infinite
-    (the CI open on that side) when the profile does not cross the level within the
-    search limit, or crosses it only where the penalised likelihood cannot be
-    evaluated (with many covariate patterns it is taken by QR, which underflows at
-    |eta| of several hundred), or the constrained fit cannot be made there. For the logit link the profile falls without bound on both
-    sides whenever X has full rank, so on the describe design both bounds are finite
-    even under complete separation; an open side means the bound lies beyond what can
-    be computed, and the interval reported contains the true one. The p-value is NaN
-    when the profile at 0 cannot be computed.
+    The profile at b_j = v maximises the penalised likelihood over the other coefficients
+    from three starts, zeros, the unconstrained estimate and the profile maximum at the
+    nearest v already visited, and keeps the highest maximum: under separation the
+    constrained surface can have more than one local maximum. The CI is {v : 2 (l*(b) -
+    l*_v) <= chi2_1(confidence)}. Each bound is searched by doubling steps out from the
+    estimate (0.5, 1, 2, ... up to PROFILE_SEARCH_LIMIT on the log-odds scale), then located
+    by Brent's method. A bound is reported infinite (the CI open on that side) when the
+    profile does not cross the level within the search limit, or crosses it only where the
+    penalised likelihood cannot be evaluated (with many covariate patterns it is taken by
+    QR, which underflows at |eta| of several hundred), or the constrained fit cannot be made
+    there. For the logit link the profile falls without bound on both sides whenever X has
+    full rank, so on the describe design both bounds are finite even under complete
+    separation; an open side means the bound lies beyond what can be computed, and the
+    interval reported contains the true one. The p-value is NaN when the profile at 0 cannot
+    be computed.
 
     Parameters
     ----------
@@ -983,7 +1126,9 @@ def firth_coefficient(X: np.ndarray, y: np.ndarray, j: int, confidence: float = 
             else:
                 hi = x
             newton = x - fx / dfx if np.isfinite(fx) and np.isfinite(dfx) and dfx != 0 else np.nan
-            if abs(hi - lo) < 1e-12 * max(1.0, abs(x)) or (np.isfinite(newton) and abs(newton - x) < 1e-12 * max(1.0, abs(x))):
+            if abs(hi - lo) < 1e-12 * max(1.0, abs(x)) or (
+                np.isfinite(newton) and abs(newton - x) < 1e-12 * max(1.0, abs(x))
+            ):
                 return newton if np.isfinite(newton) and min(lo, hi) <= newton <= max(lo, hi) else x
             x = newton if np.isfinite(newton) and min(lo, hi) < newton < max(lo, hi) else (lo + hi) / 2
         return x

@@ -20,7 +20,7 @@ row may carry a note, such as a singular mixed-model fit). Older status columns
 
 from __future__ import annotations
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 OK = "ok"
 SEPARATION = "separation"

@@ -1,40 +1,39 @@
 """The `voicebias` command: what users do besides `dvc repro`.
 
-  voicebias preflight              what the active profile still needs, in plain words
-  voicebias profile NAME           switch params.yaml to a profile (embedded, paper)
-  voicebias systems                systems of the active profile and their adapters
-  voicebias tasks                  tasks and the languages they run on
-  voicebias bank render|lint       the passage bank as markdown for review, or its linter hits
-  voicebias analyze describe T     describe statistics from a table alone
-  voicebias analyze summarize T    summarize pronoun statistics from a table alone
-  voicebias analyze rq1 T...       RQ1 voice-rendering contrasts and mixed models (acoustic tables)
-  voicebias analyze sc T... --prompt-measures M
-                                   speech-continuation analyses (scored continuation tables)
-  voicebias analyze phonation M    the phonation manipulation check from its measures table
-  voicebias measure AUDIO...       acoustic measures of any audio files (CSV, one row per file)
-  voicebias fetch [SYSTEM...]      download the hub weights the system cards list, at their revision, and verify them
-  voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
-  voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems (--replicas, --gpus) outside
-                                   DVC and write the endpoints file; voicebias serve --stop ends them
-  voicebias verify [REV]           this checkout's outputs against REV's committed ones: identical, same
-                                   results within tolerance, or different results (exit 1)
-  voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
+voicebias preflight              what the active profile still needs, in plain words
+voicebias profile NAME           switch params.yaml to a profile (embedded, paper)
+voicebias systems                systems of the active profile and their adapters
+voicebias tasks                  tasks and the languages they run on
+voicebias bank render|lint       the passage bank as markdown for review, or its linter hits
+voicebias analyze describe T     describe statistics from a table alone
+voicebias analyze summarize T    summarize pronoun statistics from a table alone
+voicebias analyze rq1 T...       RQ1 voice-rendering contrasts and mixed models (acoustic tables)
+voicebias analyze sc T... --prompt-measures M
+                                 speech-continuation analyses (scored continuation tables)
+voicebias analyze phonation M    the phonation manipulation check from its measures table
+voicebias measure AUDIO...       acoustic measures of any audio files (CSV, one row per file)
+voicebias fetch [SYSTEM...]      download the hub weights the system cards list, at their revision, and verify them
+voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
+voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems (--replicas, --gpus) outside
+                                 DVC and write the endpoints file; voicebias serve --stop ends them
+voicebias verify [REV]           this checkout's outputs against REV's committed ones: identical, same
+                                 results within tolerance, or different results (exit 1)
+voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
+voicebias dev deps [--check]     write (or check) every stage's code deps in dvc.yaml from its imports
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from voicebias import config
-from voicebias.cli import compare, fetch, measure, serve, verify
+from voicebias.cli import compare, dev, fetch, measure, serve, verify
+from voicebias.errors import ConfigError, guarded
 from voicebias.params import load_params
-from voicebias.errors import guarded
-from voicebias.exceptions import ConfigError
 
 
 def _print(df: pd.DataFrame) -> None:
@@ -43,9 +42,9 @@ def _print(df: pd.DataFrame) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from voicebias.params import validate_params
     from voicebias.cli.preflight import format_checks, preflight
     from voicebias.cli.profiles import resolve_profile
+    from voicebias.params import validate_params
 
     if args.profile:
         params = validate_params(resolve_profile(args.profile), source=f"profile '{args.profile}'")
@@ -71,9 +70,16 @@ def cmd_systems(args: argparse.Namespace) -> int:
     rows = []
     for name in list(params["run"]["systems"]) + list(params["run"].get("sc_systems") or []):
         card = load_card(name)
-        rows.append({"system": name, "kind": card.get("kind", "s2s"), "adapter": card["adapter"],
-                     "available": card["adapter"] in ADAPTERS, "checkpoint": card.get("checkpoint", ""),
-                     "licence": card["licence"]})
+        rows.append(
+            {
+                "system": name,
+                "kind": card.get("kind", "s2s"),
+                "adapter": card["adapter"],
+                "available": card["adapter"] in ADAPTERS,
+                "checkpoint": card.get("checkpoint", ""),
+                "licence": card["licence"],
+            }
+        )
     _print(pd.DataFrame(rows))
     return 0
 
@@ -81,16 +87,17 @@ def cmd_systems(args: argparse.Namespace) -> int:
 def cmd_tasks(args: argparse.Namespace) -> int:
     from voicebias.tasks import load_tasks
 
-    rows = [{"task": t.name, "languages": ",".join(t.languages()), "output": t.output_lang, "role": t.role}
-            for t in load_tasks().values()]
+    rows = [
+        {"task": t.name, "languages": ",".join(t.languages()), "output": t.output_lang, "role": t.role}
+        for t in load_tasks().values()
+    ]
     _print(pd.DataFrame(rows))
     return 0
 
 
 def _load_scored(path: str) -> pd.DataFrame:
-    from voicebias.scoring.text import score_responses
-
     from voicebias.io import read_table
+    from voicebias.scoring.text import score_responses
 
     df = read_table(Path(path)) if not str(path).endswith(".parquet") else pd.read_parquet(path)
     needed = {"system", "task", "lang", "pole", "voice_gender"}
@@ -103,7 +110,7 @@ def _load_scored(path: str) -> pd.DataFrame:
         if "transcript" not in df:
             raise ConfigError(f"{path}: needs judged_gender/pronoun_choice or a transcript column to score")
         if "target_lang" not in df:
-            df["target_lang"] = [("en" if t == "translate" else l) for t, l in zip(df["task"], df["lang"])]
+            df["target_lang"] = [("en" if t == "translate" else lang) for t, lang in zip(df["task"], df["lang"])]
         df = score_responses(df)
     return df
 
@@ -122,29 +129,33 @@ def _require(df: pd.DataFrame, cols: set[str], what: str) -> None:
 
 def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     if args.what == "rq1":
-        from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
+        from voicebias.analysis.rq1 import rq1_tables
 
         df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
         _require(df, {"system", "task", "lang", "pole", "voice_gender", "passage_id", "delta_composite"}, "rq1 table")
-        measures = [m for m in ("delta_composite", "delta_f0_median_st") if m in df]
-        every = [*measures, *sorted(c for c in df.columns if c.startswith("delta_") and c not in measures)]
-        tables = {"rq1_contrasts": pd.concat([rq1_contrasts(df, m) for m in every], ignore_index=True),
-                  "rq1_mixed_models": pd.concat([rq1_mixed_models(df, m, args.confidence) for m in measures],
-                                                ignore_index=True),
-                  "rq1_pooled": pd.concat([rq1_pooled(df, m, args.confidence, pool_systems=pool)
-                                           for pool in (False, True) for m in measures], ignore_index=True)}
-        tables["rq1_significance_counts"] = rq1_significance_counts(tables["rq1_contrasts"], tables["rq1_mixed_models"],
-                                                                    1 - args.confidence)
-        return tables
+        return rq1_tables(df, args.confidence)
     if args.what == "sc":
-        from voicebias.contract import SC_MEASURES
         from voicebias.analysis.sc import analyse
+        from voicebias.contract import SC_MEASURES
 
         if not args.prompt_measures:
             raise ConfigError("analyze sc needs --prompt-measures (the manipulation check's measures.csv)")
         df = pd.concat([_read_any(t) for t in args.table], ignore_index=True)
-        _require(df, {"system", "stimulus_id", "prompt_id", "voice_gender", "phonation", "status", "speaker_similarity",
-                      *SC_MEASURES, "judge_status"}, "scored continuation table")
+        _require(
+            df,
+            {
+                "system",
+                "stimulus_id",
+                "prompt_id",
+                "voice_gender",
+                "phonation",
+                "status",
+                "speaker_similarity",
+                *SC_MEASURES,
+                "judge_status",
+            },
+            "scored continuation table",
+        )
         return analyse(df, _read_any(args.prompt_measures))
     from voicebias.gates.phonation_check import paired_changes, summarise
     from voicebias.stimuli.phonation.presets import presets_from_params
@@ -152,11 +163,17 @@ def _analyze_other(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     df = _read_any(args.table[0])
     _require(df, {"stimulus_id", "source_stimulus_id", "phonation", "voice_id", "measure_status"}, "phonation measures")
     presets = presets_from_params(load_params().get("phonation"))
-    sims = df[["stimulus_id", "speaker_similarity"]] if "speaker_similarity" in df else \
-        pd.DataFrame(columns=["stimulus_id", "speaker_similarity"])
+    sims = (
+        df[["stimulus_id", "speaker_similarity"]]
+        if "speaker_similarity" in df
+        else pd.DataFrame(columns=["stimulus_id", "speaker_similarity"])
+    )
     between_path = Path(args.table[0]).with_name("between_voice_similarity.csv")
-    between = _read_any(str(between_path)) if between_path.exists() else \
-        pd.DataFrame(columns=["prompt_id", "voice_gender", "voice_id", "other_voice_id", "between_similarity"])
+    between = (
+        _read_any(str(between_path))
+        if between_path.exists()
+        else pd.DataFrame(columns=["prompt_id", "voice_gender", "voice_id", "other_voice_id", "between_similarity"])
+    )
     return {"manipulation_check": summarise(paired_changes(df, presets), sims.dropna(), between, df)}
 
 
@@ -172,7 +189,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         df = _load_scored(args.table[0])
         if args.what == "describe":
             tables = {"describe_odds_ratios": describe_odds_ratios(df, args.confidence)}
-            tables["describe_misgender"], tables["describe_fisher"] = describe_misgender(df)
+            tables["describe_misgender"], tables["describe_fisher"] = describe_misgender(df, args.confidence)
         else:
             tables = {"summarize_pronouns": summarize_pronouns(df)}
     for name, t in tables.items():
@@ -186,7 +203,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_bank(args: argparse.Namespace) -> int:
     from voicebias.stimuli.bank import main as bank_main
 
-    argv = [args.action] + [x for lang in (args.lang or []) for x in ("--lang", lang)] + (["--out", args.out] if args.out else [])
+    argv = (
+        [args.action]
+        + [x for lang in (args.lang or []) for x in ("--lang", lang)]
+        + (["--out", args.out] if args.out else [])
+    )
     return bank_main(argv)
 
 
@@ -194,7 +215,18 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from voicebias.report.tracking import tracking_uri
 
     uri = tracking_uri(load_params())
-    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
+    cmd = [
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+        "--workers",
+        "1",
+    ]
     print(" ".join(cmd))
     # MLflow's UI opens an experiment on its GenAI overview unless the address names the workflow type
     last = config.TRACKING_MARKER.with_name("last_run.json")
@@ -225,9 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("tasks", help="tasks and their languages").set_defaults(fn=cmd_tasks)
     p = sub.add_parser("analyze", help="re-run an analysis on a table with the contract columns")
     p.add_argument("what", choices=["describe", "summarize", "rq1", "sc", "phonation"])
-    p.add_argument("table", nargs="+", help="CSV or Parquet table(s): data/scored/<system>.csv (describe, summarize), "
-                   "data/scored/<system>_acoustics.csv (rq1), data/sc_scored/<system>.csv (sc), "
-                   "reports/phonation/measures.csv (phonation)")
+    p.add_argument(
+        "table",
+        nargs="+",
+        help="CSV or Parquet table(s): data/scored/<system>.csv (describe, summarize), "
+        "data/scored/<system>_acoustics.csv (rq1), data/sc_scored/<system>.csv (sc), "
+        "reports/phonation/measures.csv (phonation)",
+    )
     p.add_argument("--prompt-measures", help="sc: the prompts' measures (reports/phonation/measures.csv)")
     p.add_argument("--out", help="folder to write the result tables to")
     p.add_argument("--confidence", type=float, default=0.95)
@@ -242,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_parser(sub)
     serve.add_parser(sub)
     verify.add_parser(sub)
+    dev.add_parser(sub)
     p = sub.add_parser("ui", help="print (or --run) the MLflow UI command, bound to 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--run", action="store_true")

@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from voicebias.io import read_text
 from voicebias import config
-from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.errors import ConfigError, VoicebiasError
+from voicebias.io import read_text
 
 DEFAULT_RTOL = 1e-9
 CARD_NAME = "audit_card.json"
@@ -90,11 +90,15 @@ class Difference:
     new: Any
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "old": None if self.old is ABSENT else self.old,
-                "new": None if self.new is ABSENT else self.new}
+        return {
+            "path": self.path,
+            "old": None if self.old is ABSENT else self.old,
+            "new": None if self.new is ABSENT else self.new,
+        }
 
 
 # --- comparing -----------------------------------------------------------------------------------
+
 
 def _record_key(r: dict[str, Any]) -> tuple[str, ...] | None:
     if isinstance(r.get("system"), str):
@@ -160,6 +164,7 @@ def compare_cards(a: dict[str, Any], b: dict[str, Any], rtol: float = DEFAULT_RT
 
 
 # --- resolving -----------------------------------------------------------------------------------
+
 
 def load_card(text: str, source: str) -> dict[str, Any]:
     """The card parsed from `text`; an error naming `source` when it is not an audit card."""
@@ -236,7 +241,7 @@ def _missing_store(uri: str) -> str | None:
     """Why a local store named by `uri` is not there (opening it would create an empty one), else None."""
     for prefix in ("sqlite:///", "file://"):
         if uri.startswith(prefix):
-            local = Path(uri[len(prefix):])
+            local = Path(uri[len(prefix) :])
             return None if local.exists() else f"no MLflow store at {local}"
     if "://" not in uri and not Path(uri).exists():
         return f"no MLflow store at {uri}"
@@ -291,17 +296,29 @@ def resolve_card(run: str, cwd: Path | None = None) -> tuple[dict[str, Any], str
 
 # --- the report ----------------------------------------------------------------------------------
 
-SECTIONS = {"s2s": "speech-to-speech systems", "sc": "continuation systems", "checks": "checks",
-            "exclusions": "exclusions", "planted_vs_recovered": "planted vs recovered",
-            "provenance": "provenance", "rules": "rules"}
+SECTIONS = {
+    "s2s": "speech-to-speech systems",
+    "sc": "continuation systems",
+    "checks": "checks",
+    "exclusions": "exclusions",
+    "planted_vs_recovered": "planted vs recovered",
+    "provenance": "provenance",
+    "rules": "rules",
+}
 #: readable names of a system's entries (path below the system); others are their keys joined by spaces
-LABELS = {("invariance", "verdict"): "invariance", ("invariance",): "OR per content step",
-          ("invariance", "source"): "OR source", ("invariance", "fit_status"): "describe fit status",
-          ("invariance", "n"): "describe n", ("invariance", "n_excluded"): "describe n excluded",
-          ("misgender", "misaligned"): "misgender rate misaligned",
-          ("misgender", "aligned"): "misgender rate aligned",
-          ("misgender", "difference_pp"): "misgender misaligned - aligned (pp)",
-          ("summarize",): "summarize delta pp", ("drift", "verdict"): "RQ1 drift"}
+LABELS = {
+    ("invariance", "verdict"): "invariance",
+    ("invariance",): "OR per content step",
+    ("invariance", "source"): "OR source",
+    ("invariance", "fit_status"): "describe fit status",
+    ("invariance", "n"): "describe n",
+    ("invariance", "n_excluded"): "describe n excluded",
+    ("misgender", "misaligned"): "misgender rate misaligned",
+    ("misgender", "aligned"): "misgender rate aligned",
+    ("misgender", "difference_pp"): "misgender misaligned - aligned (pp)",
+    ("summarize",): "summarize delta pp",
+    ("drift", "verdict"): "RQ1 drift",
+}
 
 
 def _node(card: Any, path: tuple[str, ...]) -> Any:
@@ -353,8 +370,10 @@ def _interval(node: Any, key: str, digits: int) -> str:
 def _summary(section: str, entry: Any) -> str:
     if section == "s2s" and isinstance(entry, dict):
         inv, drift = entry.get("invariance") or {}, entry.get("drift") or {}
-        return (f"invariance {_g(inv.get('verdict'), 4)}, OR per content step {_interval(inv, 'odds_ratio', 4)}, "
-                f"RQ1 drift {_g(drift.get('verdict'), 4)}")
+        return (
+            f"invariance {_g(inv.get('verdict'), 4)}, OR per content step {_interval(inv, 'odds_ratio', 4)}, "
+            f"RQ1 drift {_g(drift.get('verdict'), 4)}"
+        )
     if section == "sc" and isinstance(entry, dict):
         return f"{len(_leaves(entry.get('retention') or {}))} retention estimates"
     return _g(entry, 4)
@@ -447,9 +466,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `compare` on the command's subparsers."""
     p = sub.add_parser("compare", help="what changed between the audit cards of two runs")
     for name in ("run_a", "run_b"):
-        p.add_argument(name, metavar=name.upper(), help="an audit_card.json, a folder holding one (or "
-                       "reports/report/audit_card.json), a git revision, or an MLflow run id")
-    p.add_argument("--rtol", type=_rtol, default=DEFAULT_RTOL,
-                   help=f"numbers within this relative tolerance are equal (default {DEFAULT_RTOL:g})")
+        p.add_argument(
+            name,
+            metavar=name.upper(),
+            help="an audit_card.json, a folder holding one (or "
+            "reports/report/audit_card.json), a git revision, or an MLflow run id",
+        )
+    p.add_argument(
+        "--rtol",
+        type=_rtol,
+        default=DEFAULT_RTOL,
+        help=f"numbers within this relative tolerance are equal (default {DEFAULT_RTOL:g})",
+    )
     p.add_argument("--json", action="store_true", help="print the differences as a JSON list of {path, old, new}")
     p.set_defaults(fn=cmd_compare)

@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from voicebias import config
-from voicebias.exceptions import ConfigError, NotFound, VoicebiasError
+from voicebias.errors import ConfigError, NotFound, VoicebiasError
 
 DEFAULT_DEST = "models/weights"
 MANIFEST = "fetched.json"
@@ -70,8 +70,11 @@ def endpoint() -> str:
 def _shown_endpoint() -> str:
     """The endpoint without any user:password part, for printing and the manifest."""
     parts = urlsplit(endpoint())
-    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))) \
-        if parts.hostname else endpoint()
+    return (
+        urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+        if parts.hostname
+        else endpoint()
+    )
 
 
 def sha256_of(path: Path) -> str:
@@ -104,9 +107,11 @@ def _size(n: int | None) -> str:
 
 
 def _access_help(repo_id: str, hub: str) -> str:
-    return (f"To get access: sign in on {hub}/{repo_id}, accept the licence (request access) there, create a "
-            f"read token at {hub}/settings/tokens and set HF_TOKEN to it (or run `hf auth login`), then rerun "
-            "`voicebias fetch`.")
+    return (
+        f"To get access: sign in on {hub}/{repo_id}, accept the licence (request access) there, create a "
+        f"read token at {hub}/settings/tokens and set HF_TOKEN to it (or run `hf auth login`), then rerun "
+        "`voicebias fetch`."
+    )
 
 
 def explain(exc: BaseException, repo_id: str, revision: str, filename: str | None = None) -> str:
@@ -116,8 +121,11 @@ def explain(exc: BaseException, repo_id: str, revision: str, filename: str | Non
     hub = _shown_endpoint()
     what = f"{repo_id}@{revision}" + (f" ({filename})" if filename else "")
     response = getattr(exc, "response", None)
-    server = (getattr(exc, "server_message", None)
-              or (response.headers.get("X-Error-Message") if response is not None else None) or "")
+    server = (
+        getattr(exc, "server_message", None)
+        or (response.headers.get("X-Error-Message") if response is not None else None)
+        or ""
+    )
     status = getattr(response, "status_code", None)
     said = f" The hub says: {server.strip()}" if server else ""
     if isinstance(exc, hf_errors.GatedRepoError):
@@ -127,8 +135,10 @@ def explain(exc: BaseException, repo_id: str, revision: str, filename: str | Non
     if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
         return f"{what}: the file is not in the repository at this revision.{said} Check `files` on the card."
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
-        return (f"{what}: the repository was not found, or it is private or gated and this request is not "
-                f"authorised ({status}).{said} Check repo_id on the card. {_access_help(repo_id, hub)}")
+        return (
+            f"{what}: the repository was not found, or it is private or gated and this request is not "
+            f"authorised ({status}).{said} Check repo_id on the card. {_access_help(repo_id, hub)}"
+        )
     if isinstance(exc, hf_errors.HfHubHTTPError):
         if status in (401, 403):
             return f"{what}: access refused ({status}).{said} {_access_help(repo_id, hub)}"
@@ -154,8 +164,10 @@ def _file_list(entry: dict[str, Any], hub: str) -> list[str]:
     if patterns:
         names = [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
     if not names:
-        raise FetchFailed(f"{entry['repo_id']}@{entry['revision']}: no file "
-                          + (f"matches allow_patterns {patterns}" if patterns else "in the repository"))
+        raise FetchFailed(
+            f"{entry['repo_id']}@{entry['revision']}: no file "
+            + (f"matches allow_patterns {patterns}" if patterns else "in the repository")
+        )
     return names
 
 
@@ -179,12 +191,21 @@ def fetch_entry(entry: dict[str, Any], folder: Path, dry_run: bool) -> dict[str,
     commit = meta.commit_hash
     pin = "pinned" if entry["pinned"] else "NOT pinned"
     print(f"  {repo_id}@{revision} ({pin}) -> commit {commit} -> {local}")
-    record: dict[str, Any] = {"repo_id": repo_id, "revision": revision, "pinned": entry["pinned"],
-                              "commit": commit, "local_dir": str(local), "files": {}}
+    record: dict[str, Any] = {
+        "repo_id": repo_id,
+        "revision": revision,
+        "pinned": entry["pinned"],
+        "commit": commit,
+        "local_dir": str(local),
+        "files": {},
+    }
     if dry_run:
-        print(f"    would download {len(names)} file(s): " + ", ".join(names[:8])
-              + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
-              + (f" (first: {_size(meta.size)})" if meta.size is not None else ""))
+        print(
+            f"    would download {len(names)} file(s): "
+            + ", ".join(names[:8])
+            + (f", ... ({len(names) - 8} more)" if len(names) > 8 else "")
+            + (f" (first: {_size(meta.size)})" if meta.size is not None else "")
+        )
         record["files"] = {n: None for n in names}
         return record
     expected = entry.get("sha256") or {}
@@ -198,9 +219,11 @@ def fetch_entry(entry: dict[str, Any], folder: Path, dry_run: bool) -> dict[str,
         want = expected.get(name)
         if want is not None and digest != want:
             path.unlink(missing_ok=True)
-            raise FetchFailed(f"{repo_id}@{commit}: {name} refused and deleted: its sha256 is {digest}, the card "
-                              f"says {want}. The hub served other bytes than the card was written for: check the "
-                              "card's revision and sha256, or the mirror in HF_ENDPOINT.")
+            raise FetchFailed(
+                f"{repo_id}@{commit}: {name} refused and deleted: its sha256 is {digest}, the card "
+                f"says {want}. The hub served other bytes than the card was written for: check the "
+                "card's revision and sha256, or the mirror in HF_ENDPOINT."
+            )
         size = path.stat().st_size
         record["files"][name] = {"sha256": digest, "size": size}
         print(f"    {name}  {_size(size)}  sha256 {digest}" + ("  (matches the card)" if want else ""))
@@ -221,16 +244,22 @@ def fetch_system(name: str, dest: Path, dry_run: bool) -> Outcome:
         return Outcome(name, "failed", str(exc))
     entries = card.get("weights") or []
     if not entries:
-        why = ("its adapter needs no weights" if not (card.get("requires") or {}).get("weights")
-               else f"its weights are not on the hub ({card.get('revision')}); see docs/repository-systems.md")
+        why = (
+            "its adapter needs no weights"
+            if not (card.get("requires") or {}).get("weights")
+            else f"its weights are not on the hub ({card.get('revision')}); see docs/repository-systems.md"
+        )
         return Outcome(name, "skipped", f"nothing to fetch: {why}")
     folder = system_folder(name, card, dest)
     print(f"{name}: {len(entries)} hub {'repository' if len(entries) == 1 else 'repositories'} -> {folder}")
     for e in entries:
         if not e["pinned"]:
-            print(f"voicebias fetch: warning: {name}: {e['repo_id']} revision '{e['revision']}' is not pinned to a "
-                  "commit; the commit the hub resolves is recorded in the manifest. Pin it on the card "
-                  f"(models/cards/{name}.yaml) to make the download reproducible.", file=sys.stderr)
+            print(
+                f"voicebias fetch: warning: {name}: {e['repo_id']} revision '{e['revision']}' is not pinned to a "
+                "commit; the commit the hub resolves is recorded in the manifest. Pin it on the card "
+                f"(models/cards/{name}.yaml) to make the download reproducible.",
+                file=sys.stderr,
+            )
     records = []
     try:
         for e in entries:
@@ -263,8 +292,8 @@ def write_manifest(dest: Path, outcomes: list[Outcome]) -> Path:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from voicebias.io import resolve_path
     from voicebias.params import load_params
-    from voicebias.systems.base import resolve_path
 
     names = list(args.systems) or default_systems(load_params())
     if not names:
@@ -272,11 +301,15 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     unknown = [n for n in dict.fromkeys(names) if not (config.CARDS_DIR / f"{n}.yaml").is_file()]
     if unknown:
         known = sorted(p.stem for p in config.CARDS_DIR.glob("*.yaml"))
-        raise NotFound(f"no system card for {', '.join(repr(n) for n in unknown)} in {config.CARDS_DIR}; "
-                       f"known: {', '.join(known)}")
+        raise NotFound(
+            f"no system card for {', '.join(repr(n) for n in unknown)} in {config.CARDS_DIR}; known: {', '.join(known)}"
+        )
     dest = resolve_path(args.dest, config.ROOT)  # relative to the repository root, like the cards' paths
-    print(f"voicebias fetch: {'dry run, nothing is downloaded; ' if args.dry_run else ''}hub {_shown_endpoint()}, "
-          f"destination {dest}", file=sys.stderr)
+    print(
+        f"voicebias fetch: {'dry run, nothing is downloaded; ' if args.dry_run else ''}hub {_shown_endpoint()}, "
+        f"destination {dest}",
+        file=sys.stderr,
+    )
     outcomes = [fetch_system(n, dest, args.dry_run) for n in dict.fromkeys(names)]
     failed = [o for o in outcomes if o.status == "failed"]
     for o in outcomes:
@@ -293,18 +326,40 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `fetch` on the command's subparsers."""
-    p = sub.add_parser("fetch", help="download the hub weights the system cards list, at their revision, and "
-                                     "verify them")
-    p.add_argument("systems", nargs="*", metavar="SYSTEM",
-                   help="systems to fetch (default: the active profile's run.systems and run.sc_systems)")
-    p.add_argument("--dest", default=DEFAULT_DEST,
-                   help=f"folder for the weights, one subfolder per system, relative to the repository root (default: "
-                        f"{DEFAULT_DEST}, untracked); "
-                        f"{MANIFEST} there records what was fetched")
-    p.add_argument("--dry-run", action="store_true",
-                   help="resolve the revisions and print what would be downloaded; download nothing")
+    p = sub.add_parser(
+        "fetch", help="download the hub weights the system cards list, at their revision, and verify them"
+    )
+    p.add_argument(
+        "systems",
+        nargs="*",
+        metavar="SYSTEM",
+        help="systems to fetch (default: the active profile's run.systems and run.sc_systems)",
+    )
+    p.add_argument(
+        "--dest",
+        default=DEFAULT_DEST,
+        help=f"folder for the weights, one subfolder per system, relative to the repository root (default: "
+        f"{DEFAULT_DEST}, untracked); "
+        f"{MANIFEST} there records what was fetched",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve the revisions and print what would be downloaded; download nothing",
+    )
     p.set_defaults(fn=cmd_fetch)
 
 
-__all__ = ["DEFAULT_DEST", "MANIFEST", "Outcome", "add_parser", "cmd_fetch", "default_systems", "endpoint",
-           "fetch_system", "sha256_of", "system_folder", "write_manifest"]
+__all__ = [
+    "DEFAULT_DEST",
+    "MANIFEST",
+    "Outcome",
+    "add_parser",
+    "cmd_fetch",
+    "default_systems",
+    "endpoint",
+    "fetch_system",
+    "sha256_of",
+    "system_folder",
+    "write_manifest",
+]

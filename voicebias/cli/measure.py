@@ -32,7 +32,7 @@ import pandas as pd
 
 from voicebias import config
 from voicebias.contract import GENDERS, MEASURE_COLUMNS
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 from voicebias.io import write_table
 from voicebias.params import load_params
 
@@ -64,8 +64,9 @@ def settings_for(acoustics: dict[str, Any], gender: str) -> "MeasureSettings":
     return MeasureSettings.neutral(acoustics) if gender == "auto" else MeasureSettings.for_gender(acoustics, gender)
 
 
-def measure_paths(paths: list[str], settings: "MeasureSettings", sample_rate: int,
-                  workers: int | None = None) -> pd.DataFrame:
+def measure_paths(
+    paths: list[str], settings: "MeasureSettings", sample_rate: int, workers: int | None = None
+) -> pd.DataFrame:
     """One row per path (TABLE_COLUMNS), in the order given (a path given twice is measured twice),
     through measure_files on `workers` processes (default: every core)."""
     from voicebias.instruments.acoustics import measure_files
@@ -77,20 +78,23 @@ def measure_paths(paths: list[str], settings: "MeasureSettings", sample_rate: in
 
 
 def _refusal_line(file: str, reason: str, error: str) -> str:
-    message = error[len(file) + 2:] if error.startswith(f"{file}: ") else error
+    message = error[len(file) + 2 :] if error.startswith(f"{file}: ") else error
     return f"voicebias measure: {file}: refused ({reason}): {message}"
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).is_dir():  # checked first: measuring takes time
-        raise ConfigError(f"--out {args.out} is a folder; give the CSV file to write, e.g. "
-                          f"--out {Path(args.out) / 'measures.csv'}")
+        raise ConfigError(
+            f"--out {args.out} is a folder; give the CSV file to write, e.g. --out {Path(args.out) / 'measures.csv'}"
+        )
     params, source = active_params()
     settings = settings_for(params["acoustics"], args.gender)
     sample_rate = int(params["tts"]["sample_rate"])
     what = "gender-neutral settings" if args.gender == "auto" else f"{args.gender} settings"
-    print(f"voicebias measure: {what} from the acoustics section of {source}; audio read at {sample_rate} Hz",
-          file=sys.stderr)
+    print(
+        f"voicebias measure: {what} from the acoustics section of {source}; audio read at {sample_rate} Hz",
+        file=sys.stderr,
+    )
     table = measure_paths(list(args.audio), settings, sample_rate)
     refused = table[table["status"] != "ok"]
     for r in refused.itertuples():
@@ -100,8 +104,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
     else:
         table.to_csv(sys.stdout, index=False, float_format="%.10g", lineterminator="\n")
     measured = len(table) - len(refused)
-    print(f"voicebias measure: measured {measured} of {len(table)} file(s), refused {len(refused)}"
-          + (f"; table written to {args.out}" if args.out else ""), file=sys.stderr)
+    print(
+        f"voicebias measure: measured {measured} of {len(table)} file(s), refused {len(refused)}"
+        + (f"; table written to {args.out}" if args.out else ""),
+        file=sys.stderr,
+    )
     return 0 if measured else 1
 
 
@@ -109,8 +116,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `measure` on the command's subparsers."""
     p = sub.add_parser("measure", help="acoustic measures of any audio files, one row per file")
     p.add_argument("audio", nargs="+", help="audio files (WAV, FLAC, MP3, ... any sample rate)")
-    p.add_argument("--gender", choices=GENDER_CHOICES, default="auto",
-                   help="analysis settings: male or female (acoustics pitch range and formant ceiling of that "
-                        "gender) or auto (gender-neutral settings; default)")
+    p.add_argument(
+        "--gender",
+        choices=GENDER_CHOICES,
+        default="auto",
+        help="analysis settings: male or female (acoustics pitch range and formant ceiling of that "
+        "gender) or auto (gender-neutral settings; default)",
+    )
     p.add_argument("--out", help="write the table to this CSV file instead of stdout")
     p.set_defaults(fn=cmd_measure)

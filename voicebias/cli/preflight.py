@@ -36,13 +36,23 @@ def _requirements(component: str, req: dict[str, Any], root: Path, has_gpu: bool
     checks = []
     for var in req.get("env", []):
         present = read_secret(var, root) is not None
-        checks.append(Check(component, present, f"environment variable {var} is {'set' if present else 'not set (put it in the environment or .env)'}"))
+        checks.append(
+            Check(
+                component,
+                present,
+                f"environment variable {var} is {'set' if present else 'not set (put it in the environment or .env)'}",
+            )
+        )
     if req.get("gpu"):
-        checks.append(Check(component, has_gpu, "CUDA GPU found" if has_gpu else "needs a CUDA GPU; none is visible to PyTorch"))
+        checks.append(
+            Check(component, has_gpu, "CUDA GPU found" if has_gpu else "needs a CUDA GPU; none is visible to PyTorch")
+        )
     for key, what in (("checkout", "external repository checkout"), ("weights", "model weights")):
         if req.get(key):
             path = root / req[key]
-            checks.append(Check(component, path.exists(), f"{what} at {req[key]}" + ("" if path.exists() else " is missing")))
+            checks.append(
+                Check(component, path.exists(), f"{what} at {req[key]}" + ("" if path.exists() else " is missing"))
+            )
     return checks
 
 
@@ -59,14 +69,24 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     if backend in tts.REGISTRY:
         checks.append(Check(f"tts:{backend}", True, "adapter available"))
     else:
-        checks.append(Check(f"tts:{backend}", False, f"no adapter in this version ({tts.PLANNED.get(backend, 'unknown backend')})"))
+        checks.append(
+            Check(
+                f"tts:{backend}", False, f"no adapter in this version ({tts.PLANNED.get(backend, 'unknown backend')})"
+            )
+        )
     checks += _requirements(f"tts:{backend}", params["tts"].get("requires", {}), root, has_gpu)
     names = params["acoustics"]["classifier"]
     for name in [names] if isinstance(names, str) else names:
         if name in classifiers.REGISTRY:
             checks.append(Check(f"classifier:{name}", True, "available offline"))
         else:
-            checks.append(Check(f"classifier:{name}", False, f"no backend in this version ({classifiers.PLANNED.get(name, 'unknown')})"))
+            checks.append(
+                Check(
+                    f"classifier:{name}",
+                    False,
+                    f"no backend in this version ({classifiers.PLANNED.get(name, 'unknown')})",
+                )
+            )
         weights = params["acoustics"].get("classifier_weights", {}).get(name)
         if weights:
             checks += _requirements(f"classifier:{name}", {"weights": weights}, root, has_gpu)
@@ -107,20 +127,31 @@ def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
         if adapter in ADAPTERS:
             checks.append(Check(comp, True, f"adapter '{adapter}' available"))
         else:
-            checks.append(Check(comp, False, f"adapter '{adapter}' ({PLANNED_ADAPTERS.get(adapter, 'unknown')}) is not shipped in this version"))
+            checks.append(
+                Check(
+                    comp,
+                    False,
+                    f"adapter '{adapter}' ({PLANNED_ADAPTERS.get(adapter, 'unknown')}) is not shipped in this version",
+                )
+            )
         if system not in params.get("systems", {}):
             checks.append(Check(comp, False, f"params.yaml has no systems.{system} section"))
         checks += _requirements(comp, card.get("requires", {}), root, has_gpu)
         from voicebias.systems.layout import layout_checks
 
-        checks += [Check(comp, ok, detail)
-                   for ok, detail in layout_checks(system, card, (params.get("systems") or {}).get(system), root)]
+        checks += [
+            Check(comp, ok, detail)
+            for ok, detail in layout_checks(system, card, (params.get("systems") or {}).get(system), root)
+        ]
     return checks
 
 
 def format_checks(checks: list[Check]) -> str:
     missing = [c for c in checks if not c.ok]
     lines = [f"  {'ok     ' if c.ok else 'MISSING'}  {c.component}: {c.detail}" for c in checks]
-    head = ("Ready: everything this profile needs is here." if not missing
-            else f"Not ready: {len(missing)} thing(s) missing for this profile.")
+    head = (
+        "Ready: everything this profile needs is here."
+        if not missing
+        else f"Not ready: {len(missing)} thing(s) missing for this profile."
+    )
     return "\n".join([head, *lines])

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from voicebias.io import read_yaml
 from voicebias.config import PARAMS, PROFILES_DIR
+from voicebias.io import read_yaml
 
 MERGE_REPLACES = {"voices", "systems", "classifier_weights"}  # mappings replaced whole, not merged
 
@@ -49,7 +49,9 @@ def write_profile(name: str, params_path: Path = PARAMS, profiles_dir: Path = PR
         params_path.write_text((Path(profiles_dir) / "embedded.yaml").read_text(encoding="utf-8"), encoding="utf-8")
         return params_path
     params = resolve_profile(name, profiles_dir)
-    header = (f"# voicebias parameters: profile '{name}' (profiles/{name}.yaml merged over profiles/embedded.yaml).\n"
-              "# Written by `voicebias profile`; `voicebias profile embedded` restores the default.\n")
+    header = (
+        f"# voicebias parameters: profile '{name}' (profiles/{name}.yaml merged over profiles/embedded.yaml).\n"
+        "# Written by `voicebias profile`; `voicebias profile embedded` restores the default.\n"
+    )
     params_path.write_text(header + yaml.safe_dump(params, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return params_path

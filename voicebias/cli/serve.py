@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 SHIM = Path(__file__).resolve().parent.parent / "serving" / "shim.py"
 PIDS_FILE = "pids.json"
@@ -79,6 +79,7 @@ class Replica:
 
 # ---------------------------------------------------------------------------- command lines
 
+
 def vllm_command(card: dict[str, Any], port: int, host: str = "127.0.0.1", vllm: str = "vllm") -> list[str]:
     """The card's `vllm serve ... --omni` command for one replica (its env assignments left out)."""
     deploy = card.get("deploy") or {}
@@ -88,14 +89,17 @@ def vllm_command(card: dict[str, Any], port: int, host: str = "127.0.0.1", vllm:
         raise ServeError(f"the card of '{name}' has no deploy.command to start its server with")
     revision = str(card.get("revision") or "")
     if not _COMMIT.match(revision):
-        raise ServeError(f"the card of '{name}' pins no revision ({revision!r}); write the 40-hex Hugging Face "
-                         "commit to serve into its 'revision' first (docs/serving.md)")
+        raise ServeError(
+            f"the card of '{name}' pins no revision ({revision!r}); write the 40-hex Hugging Face "
+            "commit to serve into its 'revision' first (docs/serving.md)"
+        )
     words = shlex.split(" ".join(str(template).split()))
     while words and _ENV_ASSIGN.match(words[0]):
         words.pop(0)
     if words[:2] != ["vllm", "serve"] or "--omni" not in words:
-        raise ServeError(f"the card of '{name}': deploy.command must be 'vllm serve <model> --omni ...', "
-                         f"got {template!r}")
+        raise ServeError(
+            f"the card of '{name}': deploy.command must be 'vllm serve <model> --omni ...', got {template!r}"
+        )
     words = [w.replace("<revision>", revision) for w in words]
     out: list[str] = [vllm, "serve"]
     rest = iter(words[2:])
@@ -137,10 +141,23 @@ def _gpu_sets(gpus: str | None, per_replica: int, count: int) -> list[str | None
 
 # ---------------------------------------------------------------------------- planning
 
-def plan(systems: Sequence[str], params: dict[str, dict[str, Any]], root: Path, state_dir: Path, *,
-         replicas: int = 1, gpus: str | None = None, gpus_per_replica: int = 1, port_base: int = DEFAULT_PORT,
-         host: str = "127.0.0.1", python: str | None = None, driver: str | None = None,
-         max_concurrency: int | None = None, cards_dir: Path | None = None) -> list[Replica]:
+
+def plan(
+    systems: Sequence[str],
+    params: dict[str, dict[str, Any]],
+    root: Path,
+    state_dir: Path,
+    *,
+    replicas: int = 1,
+    gpus: str | None = None,
+    gpus_per_replica: int = 1,
+    port_base: int = DEFAULT_PORT,
+    host: str = "127.0.0.1",
+    python: str | None = None,
+    driver: str | None = None,
+    max_concurrency: int | None = None,
+    cards_dir: Path | None = None,
+) -> list[Replica]:
     """Every replica to start: its command line, environment, port and log (nothing is started)."""
     from voicebias.secrets import child_env
     from voicebias.systems import build_system, load_card
@@ -160,12 +177,23 @@ def plan(systems: Sequence[str], params: dict[str, dict[str, Any]], root: Path, 
             vllm = str(Path(python).parent / "vllm") if python else "vllm"
             for i in range(replicas):
                 port, dev = port_base + len(out), devices[len(out)]
-                out.append(Replica(system, i, vllm_command({"name": system, **card}, port, host, vllm), str(root),
-                                   port, f"http://127.0.0.1:{port}/v1", str(state_dir / f"{system}-{i}.log"),
-                                   max_concurrency or int(sp.get("max_concurrency") or 8),
-                                   env=child_env({**vllm_env(card, sp, dev), "PYTHONUNBUFFERED": "1"},
-                                                 names=("HF_TOKEN", "HF_HOME", "HF_ENDPOINT")),
-                                   gpus=dev))
+                out.append(
+                    Replica(
+                        system,
+                        i,
+                        vllm_command({"name": system, **card}, port, host, vllm),
+                        str(root),
+                        port,
+                        f"http://127.0.0.1:{port}/v1",
+                        str(state_dir / f"{system}-{i}.log"),
+                        max_concurrency or int(sp.get("max_concurrency") or 8),
+                        env=child_env(
+                            {**vllm_env(card, sp, dev), "PYTHONUNBUFFERED": "1"},
+                            names=("HF_TOKEN", "HF_HOME", "HF_ENDPOINT"),
+                        ),
+                        gpus=dev,
+                    )
+                )
             continue
         if python:
             sp["python"] = python
@@ -173,8 +201,10 @@ def plan(systems: Sequence[str], params: dict[str, dict[str, Any]], root: Path, 
         try:
             backend = getattr(built, "backend", None)
             if backend is None:
-                raise ServeError(f"system '{system}' (adapter {adapter}) has no server to start: voicebias serve "
-                                 "starts vllm_omni cards and repository systems")
+                raise ServeError(
+                    f"system '{system}' (adapter {adapter}) has no server to start: voicebias serve "
+                    "starts vllm_omni cards and repository systems"
+                )
             if backend.command is not None and driver is None:
                 raise ServeError(f"system '{system}' runs a 'command' per request; the shim serves drivers only")
             script = Path(driver).resolve() if driver else backend.driver_path
@@ -187,18 +217,45 @@ def plan(systems: Sequence[str], params: dict[str, dict[str, Any]], root: Path, 
                 env = backend.env()
                 if dev is not None:
                     env["CUDA_VISIBLE_DEVICES"] = dev
-                argv = [backend.python, str(SHIM), "--driver", str(script), "--config", config, "--model", model,
-                        "--host", host, "--port", str(port), "--startup-timeout-s", str(sp.get("startup_timeout_s")
-                                                                                        or built.params["startup_timeout_s"]),
-                        "--timeout-s", str(backend.timeout_s)]
-                out.append(Replica(system, i, argv, str(backend.checkout), port, f"http://127.0.0.1:{port}/v1",
-                                   str(state_dir / f"{system}-{i}.log"), max_concurrency or 1, env=env, gpus=dev))
+                argv = [
+                    backend.python,
+                    str(SHIM),
+                    "--driver",
+                    str(script),
+                    "--config",
+                    config,
+                    "--model",
+                    model,
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                    "--startup-timeout-s",
+                    str(sp.get("startup_timeout_s") or built.params["startup_timeout_s"]),
+                    "--timeout-s",
+                    str(backend.timeout_s),
+                ]
+                out.append(
+                    Replica(
+                        system,
+                        i,
+                        argv,
+                        str(backend.checkout),
+                        port,
+                        f"http://127.0.0.1:{port}/v1",
+                        str(state_dir / f"{system}-{i}.log"),
+                        max_concurrency or 1,
+                        env=env,
+                        gpus=dev,
+                    )
+                )
         finally:
             built.close()
     return out
 
 
 # ---------------------------------------------------------------------------- processes
+
 
 def _proc_start_time(pid: int) -> str | None:
     """The process's start time (clock ticks since boot) from /proc, to tell it from a later reuse of its pid."""
@@ -285,8 +342,9 @@ def _end(procs: Sequence[tuple[int, str | None]], grace_s: float) -> list[int]:
     return killed
 
 
-def launch(replicas: Sequence[Replica], host: str = "127.0.0.1", startup_timeout_s: float = 1800.0,
-           grace_s: float = 20.0) -> list[Replica]:
+def launch(
+    replicas: Sequence[Replica], host: str = "127.0.0.1", startup_timeout_s: float = 1800.0, grace_s: float = 20.0
+) -> list[Replica]:
     """Start every replica, each in its own session (process group), and wait until all are healthy.
 
     A replica that exits, or is not healthy within `startup_timeout_s`, ends every replica
@@ -300,12 +358,21 @@ def launch(replicas: Sequence[Replica], host: str = "127.0.0.1", startup_timeout
         for r in replicas:
             Path(r.log).parent.mkdir(parents=True, exist_ok=True)
             with open(r.log, "w", encoding="utf-8") as log:
-                log.write(f"# voicebias serve: {r.system} replica {r.index}, port {r.port}"
-                          f"{f', CUDA_VISIBLE_DEVICES={r.gpus}' if r.gpus is not None else ''}\n")
+                log.write(
+                    f"# voicebias serve: {r.system} replica {r.index}, port {r.port}"
+                    f"{f', CUDA_VISIBLE_DEVICES={r.gpus}' if r.gpus is not None else ''}\n"
+                )
                 log.flush()
                 try:
-                    proc = subprocess.Popen(r.argv, cwd=r.cwd, env=r.env, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+                    proc = subprocess.Popen(
+                        r.argv,
+                        cwd=r.cwd,
+                        env=r.env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
                 except OSError as exc:
                     raise ServeError(f"{r.system} replica {r.index}: cannot start {r.argv[0]}: {exc}") from None
             r.pid, r.start_time = proc.pid, _proc_start_time(proc.pid)
@@ -315,14 +382,18 @@ def launch(replicas: Sequence[Replica], host: str = "127.0.0.1", startup_timeout
         while waiting:
             for r, proc in list(waiting):
                 if proc.poll() is not None:
-                    raise ServeError(f"{r.system} replica {r.index} (port {r.port}) exited with code {proc.returncode} "
-                                     f"before it was healthy; the end of {r.log}:\n{_tail(r.log)}")
+                    raise ServeError(
+                        f"{r.system} replica {r.index} (port {r.port}) exited with code {proc.returncode} "
+                        f"before it was healthy; the end of {r.log}:\n{_tail(r.log)}"
+                    )
                 if _healthy(r.url):
                     waiting.remove((r, proc))
             if waiting and time.monotonic() > deadline:
                 r = waiting[0][0]
-                raise ServeError(f"{r.system} replica {r.index} (port {r.port}) was not healthy within "
-                                 f"{startup_timeout_s:g} s; the end of {r.log}:\n{_tail(r.log)}")
+                raise ServeError(
+                    f"{r.system} replica {r.index} (port {r.port}) was not healthy within "
+                    f"{startup_timeout_s:g} s; the end of {r.log}:\n{_tail(r.log)}"
+                )
             if waiting:
                 time.sleep(0.2)
     except BaseException:
@@ -337,6 +408,7 @@ def launch(replicas: Sequence[Replica], host: str = "127.0.0.1", startup_timeout
 
 
 # ---------------------------------------------------------------------------- state files
+
 
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
@@ -364,8 +436,18 @@ def record(replicas: Sequence[Replica], endpoints_path: Path, state_dir: Path) -
     for system in dict.fromkeys(r.system for r in replicas):
         mine = [r for r in replicas if r.system == system]
         endpoints[system] = [{"url": r.url, "weight": 1, "max_concurrency": r.max_concurrency} for r in mine]
-        pids[system] = [{"pid": r.pid, "start_time": r.start_time, "port": r.port, "url": r.url, "log": r.log,
-                         "gpus": r.gpus, "program": Path(r.argv[0]).name} for r in mine]
+        pids[system] = [
+            {
+                "pid": r.pid,
+                "start_time": r.start_time,
+                "port": r.port,
+                "url": r.url,
+                "log": r.log,
+                "gpus": r.gpus,
+                "program": Path(r.argv[0]).name,
+            }
+            for r in mine
+        ]
     _write_json(endpoints_path, endpoints)
     _write_json(state_dir / PIDS_FILE, pids)
 
@@ -397,6 +479,7 @@ def stop(systems: Sequence[str], endpoints_path: Path, state_dir: Path, grace_s:
 
 # ---------------------------------------------------------------------------- the command
 
+
 def _paths() -> tuple[Path, Path, Path]:
     """(project root, endpoints file, state folder), read now (VOICEBIAS_ROOT, VOICEBIAS_CACHE, VOICEBIAS_ENDPOINTS)."""
     from voicebias.clients.endpoints import endpoints_file
@@ -424,44 +507,76 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not args.systems:
         raise ServeError("name the system(s) to serve, e.g. voicebias serve qwen2_5_omni_vllm --replicas 2")
     running = _read_json(state_dir / PIDS_FILE)
-    again = [s for s in args.systems if s in running
-             and any(_alive(e["pid"], e.get("start_time")) for e in running[s])]
+    again = [s for s in args.systems if s in running and any(_alive(e["pid"], e.get("start_time")) for e in running[s])]
     if again:
-        raise ServeError(f"{', '.join(again)} already served (see {state_dir / PIDS_FILE}); "
-                         f"voicebias serve --stop {' '.join(again)} first")
-    replicas = plan(args.systems, _system_params(root), root, state_dir, replicas=args.replicas, gpus=args.gpus,
-                    gpus_per_replica=args.gpus_per_replica, port_base=args.port_base, host=args.host,
-                    python=args.python, driver=args.driver, max_concurrency=args.max_concurrency)
+        raise ServeError(
+            f"{', '.join(again)} already served (see {state_dir / PIDS_FILE}); "
+            f"voicebias serve --stop {' '.join(again)} first"
+        )
+    replicas = plan(
+        args.systems,
+        _system_params(root),
+        root,
+        state_dir,
+        replicas=args.replicas,
+        gpus=args.gpus,
+        gpus_per_replica=args.gpus_per_replica,
+        port_base=args.port_base,
+        host=args.host,
+        python=args.python,
+        driver=args.driver,
+        max_concurrency=args.max_concurrency,
+    )
     started = launch(replicas, args.host, args.startup_timeout, args.grace)
     record(started, endpoints_path, state_dir)
     for r in started:
-        print(f"{r.system} replica {r.index}: {r.url} (pid {r.pid}"
-              f"{f', CUDA_VISIBLE_DEVICES={r.gpus}' if r.gpus is not None else ''}; log {r.log})")
+        print(
+            f"{r.system} replica {r.index}: {r.url} (pid {r.pid}"
+            f"{f', CUDA_VISIBLE_DEVICES={r.gpus}' if r.gpus is not None else ''}; log {r.log})"
+        )
     print(f"endpoints written to {endpoints_path}; stop them with voicebias serve --stop")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `serve` on the command's subparsers."""
-    p = sub.add_parser("serve", help="start (or --stop) OpenAI-compatible servers of open systems and write the "
-                                     "endpoints file")
+    p = sub.add_parser(
+        "serve", help="start (or --stop) OpenAI-compatible servers of open systems and write the endpoints file"
+    )
     p.add_argument("systems", nargs="*", metavar="SYSTEM")
     p.add_argument("--replicas", type=int, default=1, help="servers per system (default 1)")
     p.add_argument("--gpus", help="devices to hand out round-robin, e.g. 0,1,2,3 (CUDA_VISIBLE_DEVICES per replica)")
     p.add_argument("--gpus-per-replica", type=int, default=1)
-    p.add_argument("--port-base", type=int, default=DEFAULT_PORT, help=f"first port (default {DEFAULT_PORT}), "
-                                                                       "one up per replica")
+    p.add_argument(
+        "--port-base", type=int, default=DEFAULT_PORT, help=f"first port (default {DEFAULT_PORT}), one up per replica"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--python", help="the interpreter of the system's own environment (repository systems), or of "
-                                    "the environment whose vllm runs (vllm_omni cards)")
+    p.add_argument(
+        "--python",
+        help="the interpreter of the system's own environment (repository systems), or of "
+        "the environment whose vllm runs (vllm_omni cards)",
+    )
     p.add_argument("--driver", help="a driver script of your own replacing the system's shipped one (same protocol)")
-    p.add_argument("--max-concurrency", type=int, help="max_concurrency per endpoint in the endpoints file "
-                                                       "(default: 1 for a shim, the system's or 8 for vLLM)")
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        help="max_concurrency per endpoint in the endpoints file (default: 1 for a shim, the system's or 8 for vLLM)",
+    )
     p.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds to wait for /health (default 1800)")
     p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL (default 20)")
     p.add_argument("--stop", action="store_true", help="end the recorded servers of SYSTEM... (default: all)")
     p.set_defaults(fn=cmd_serve)
 
 
-__all__ = ["Replica", "ServeError", "add_parser", "cmd_serve", "launch", "plan", "record", "stop", "vllm_command",
-           "vllm_env"]
+__all__ = [
+    "Replica",
+    "ServeError",
+    "add_parser",
+    "cmd_serve",
+    "launch",
+    "plan",
+    "record",
+    "stop",
+    "vllm_command",
+    "vllm_env",
+]

@@ -16,9 +16,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `verify` on the command's subparsers."""
-    p = sub.add_parser("verify", help="compare this checkout's pipeline outputs with a revision's committed ones: "
-                       "identical, same results within tolerance (exit 0) or different results (exit 1)")
-    p.add_argument("rev", nargs="?", default="HEAD", help="git revision whose dvc.lock names the outputs (default HEAD)")
+    p = sub.add_parser(
+        "verify",
+        help="compare this checkout's pipeline outputs with a revision's committed ones: "
+        "identical, same results within tolerance (exit 0) or different results (exit 1)",
+    )
+    p.add_argument(
+        "rev", nargs="?", default="HEAD", help="git revision whose dvc.lock names the outputs (default HEAD)"
+    )
     p.add_argument("--repo", default=".", help="the project folder (default: the current one)")
     p.add_argument("--limit", type=int, default=10, help="how many differences to list (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit
 
-from voicebias.exceptions import ConfigError, VoicebiasError
+from voicebias.errors import ConfigError, VoicebiasError
 
 T = TypeVar("T")
 
@@ -109,6 +109,7 @@ def connection_reason(exc: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------- configuration
+
 
 def endpoints_file(root: Path | None = None) -> Path:
     """The endpoints file: $VOICEBIAS_ENDPOINTS, else endpoints.json in $VOICEBIAS_CACHE or <root>/.cache."""
@@ -156,8 +157,7 @@ def parse_endpoints(spec: Any, where: str, default_concurrency: int) -> list[End
         if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
             raise ConfigError(f"{at}: 'url' must be an http(s) address such as http://gpu-box:8000/v1, got {url!r}")
         weight = item.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
-                or weight <= 0:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
             raise ConfigError(f"{at}: 'weight' must be a positive number, got {weight!r}")
         cap = item.get("max_concurrency", default_concurrency)
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
@@ -169,8 +169,14 @@ def parse_endpoints(spec: Any, where: str, default_concurrency: int) -> list[End
     return out
 
 
-def resolve_endpoints(system: str, params: Mapping[str, Any], card: Mapping[str, Any], root: Path | None,
-                      default_concurrency: int, default_url: str | None = None) -> tuple[list[Endpoint], str]:
+def resolve_endpoints(
+    system: str,
+    params: Mapping[str, Any],
+    card: Mapping[str, Any],
+    root: Path | None,
+    default_concurrency: int,
+    default_url: str | None = None,
+) -> tuple[list[Endpoint], str]:
     """(the system's endpoints, where they came from): the endpoints file, else params, else the card.
 
     A source that names both `endpoints` and `base_url` is an error. Without any, one
@@ -231,8 +237,10 @@ class Breaker:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"breaker.{key} must be a positive number of seconds, got {v!r}")
         if self.max_cooldown_s < self.cooldown_s:
-            raise ConfigError(f"breaker.max_cooldown_s ({self.max_cooldown_s:g}) is shorter than breaker.cooldown_s "
-                              f"({self.cooldown_s:g})")
+            raise ConfigError(
+                f"breaker.max_cooldown_s ({self.max_cooldown_s:g}) is shorter than breaker.cooldown_s "
+                f"({self.cooldown_s:g})"
+            )
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "Breaker":
@@ -247,10 +255,11 @@ class Breaker:
 
     def cooldown(self, reopens: int) -> float:
         """The cool-down after `reopens` re-opens in a row (s): cooldown_s doubled per re-open, capped."""
-        return min(self.cooldown_s * 2.0 ** reopens, self.max_cooldown_s)
+        return min(self.cooldown_s * 2.0**reopens, self.max_cooldown_s)
 
 
 # ---------------------------------------------------------------------------- the pool
+
 
 class Unreachable(VoicebiasError):
     """Raised by one try: this endpoint could not be reached (refused, dropped, timed out)."""
@@ -289,21 +298,28 @@ class _State:
     current: float = 0.0  # smooth weighted round-robin
     last_error: str = ""
     # the circuit breaker
-    opened: bool = False      # open, or half-open once open_until has passed
+    opened: bool = False  # open, or half-open once open_until has passed
     open_until: float = 0.0
-    reopens: int = 0          # probes that failed in a row
-    probing: bool = False     # the half-open probe is out
+    reopens: int = 0  # probes that failed in a row
+    probing: bool = False  # the half-open probe is out
     gave_up: bool = False
-    opens: int = 0            # times it opened this run
-    excluded: str = ""        # why the pre-run check left it out of this run
+    opens: int = 0  # times it opened this run
+    excluded: str = ""  # why the pre-run check left it out of this run
 
 
 class EndpointPool:
     """Pick, bound and fail over among `endpoints`, each behind a circuit breaker (see the module docstring)."""
 
-    def __init__(self, endpoints: Sequence[Endpoint], name: str = "", cooldown_s: float = 2.0,
-                 max_cooldown_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 report: Callable[[str], Any] | None = None, breaker: Breaker | None = None):
+    def __init__(
+        self,
+        endpoints: Sequence[Endpoint],
+        name: str = "",
+        cooldown_s: float = 2.0,
+        max_cooldown_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        report: Callable[[str], Any] | None = None,
+        breaker: Breaker | None = None,
+    ):
         if not endpoints:
             raise ValueError("an endpoint pool needs at least one endpoint")
         self.endpoints = list(endpoints)
@@ -366,15 +382,25 @@ class EndpointPool:
         """Per endpoint: label, weight, max_concurrency, sent, answered, unreachable, max_in_flight,
         breaker (closed, open, given up or left out) and opens (times its breaker opened)."""
         with self._cond:
-            return [{"endpoint": e.label, "weight": e.weight, "max_concurrency": e.max_concurrency, "sent": s.sent,
-                     "answered": s.answered, "unreachable": s.unreachable, "max_in_flight": s.max_in_flight,
-                     "breaker": self._circuit(s), "opens": s.opens}
-                    for e, s in zip(self.endpoints, self._state)]
+            return [
+                {
+                    "endpoint": e.label,
+                    "weight": e.weight,
+                    "max_concurrency": e.max_concurrency,
+                    "sent": s.sent,
+                    "answered": s.answered,
+                    "unreachable": s.unreachable,
+                    "max_in_flight": s.max_in_flight,
+                    "breaker": self._circuit(s),
+                    "opens": s.opens,
+                }
+                for e, s in zip(self.endpoints, self._state)
+            ]
 
     # -- internals -----------------------------------------------------------
     @staticmethod
     def _circuit(s: _State) -> str:
-        return ("left out" if s.excluded else "given up" if s.gave_up else "open" if s.opened else "closed")
+        return "left out" if s.excluded else "given up" if s.gave_up else "open" if s.opened else "closed"
 
     def _acquire(self, tried: Sequence[int]) -> tuple[int, bool] | None:
         """(endpoint, whether this request is its half-open probe), or None when this call has tried every
@@ -404,8 +430,9 @@ class EndpointPool:
                     s.sent += 1
                     s.max_in_flight = max(s.max_in_flight, s.in_flight)
                     return i, probe
-                recovering = [t - now for j in usable for t in (self._state[j].down_until, self._state[j].open_until)
-                              if t > now]
+                recovering = [
+                    t - now for j in usable for t in (self._state[j].down_until, self._state[j].open_until) if t > now
+                ]
                 self._cond.wait(timeout=min(recovering) if recovering else None)
 
     @staticmethod
@@ -446,15 +473,25 @@ class EndpointPool:
                     s.reopens += 1
                     s.gave_up = s.reopens >= b.max_reopens
                     s.open_until = now + b.cooldown(s.reopens)
-                    lines.append(f"{label}: the probe failed ({error}); " + (
-                        f"circuit given up for this run after {s.reopens} re-opens in a row" if s.gave_up
-                        else f"circuit open again for {b.cooldown(s.reopens):g} s"))
+                    lines.append(
+                        f"{label}: the probe failed ({error}); "
+                        + (
+                            f"circuit given up for this run after {s.reopens} re-opens in a row"
+                            if s.gave_up
+                            else f"circuit open again for {b.cooldown(s.reopens):g} s"
+                        )
+                    )
                 elif not s.opened and s.failures_in_row >= b.failures:
                     s.opened, s.open_until, s.opens = True, now + b.cooldown(0), s.opens + 1
                     s.gave_up = b.max_reopens == 0
-                    lines.append(f"{label}: circuit open after {s.failures_in_row} consecutive failures ({error}); "
-                                 + ("given up for this run" if s.gave_up
-                                    else f"nothing is sent there for {b.cooldown(0):g} s, then one probe"))
+                    lines.append(
+                        f"{label}: circuit open after {s.failures_in_row} consecutive failures ({error}); "
+                        + (
+                            "given up for this run"
+                            if s.gave_up
+                            else f"nothing is sent there for {b.cooldown(0):g} s, then one probe"
+                        )
+                    )
                 elif not s.opened and s.down_until <= now:
                     # requests already in flight when it went down do not lengthen its cool-down
                     wait = min(self.cooldown_s * 2.0 ** (s.failures_in_row - 1), self.max_cooldown_s)
@@ -477,12 +514,18 @@ class EndpointPool:
                 parts.append((e.label, f"left out of this run by the pre-run check: {s.excluded}"))
             else:
                 given = f" (re-opened {s.reopens} times, given up for this run)" if s.gave_up else ""
-                parts.append((e.label, f"circuit open after {s.failures_in_row} consecutive failures{given}: "
-                                       f"{s.last_error}"))
+                parts.append(
+                    (e.label, f"circuit open after {s.failures_in_row} consecutive failures{given}: {s.last_error}")
+                )
         if len(parts) == 1:
             return CircuitOpen(parts[0][1], retry, final=not live)
-        return CircuitOpen(f"every endpoint's circuit is open ({len(parts)} endpoints: "
-                           + "; ".join(f"{label} {why}" for label, why in parts) + ")", retry, final=not live)
+        return CircuitOpen(
+            f"every endpoint's circuit is open ({len(parts)} endpoints: "
+            + "; ".join(f"{label} {why}" for label, why in parts)
+            + ")",
+            retry,
+            final=not live,
+        )
 
     def _all_down(self, tried: Sequence[int], errors: Sequence[str]) -> AllEndpointsDown:
         with self._cond:
@@ -492,5 +535,7 @@ class EndpointPool:
         if len(self.endpoints) == 1 and errors:
             return AllEndpointsDown(errors[-1], hint)
         reasons = "; ".join(dict.fromkeys(errors)) or "none tried in this call"
-        return AllEndpointsDown(f"every endpoint is down ({len(self.endpoints)} endpoints, {len(tried)} tried "
-                                f"in this call: {reasons})", hint)
+        return AllEndpointsDown(
+            f"every endpoint is down ({len(self.endpoints)} endpoints, {len(tried)} tried in this call: {reasons})",
+            hint,
+        )

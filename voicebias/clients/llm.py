@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 #: The key sent to servers that take none (vLLM, llama.cpp, Ollama); not a secret.
 NO_KEY = "EMPTY"
@@ -41,9 +41,12 @@ def openai_client(base_url: str | None, api_key: str | None, timeout_s: float, m
     try:
         import openai
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ChatError("the OpenAI-compatible backends need the 'openai' package (pip install openai==3.51.0)") from exc
-    return openai.OpenAI(api_key=api_key or NO_KEY, base_url=base_url, timeout=float(timeout_s),
-                         max_retries=int(max_retries))
+        raise ChatError(
+            "the OpenAI-compatible backends need the 'openai' package (pip install openai==3.51.0)"
+        ) from exc
+    return openai.OpenAI(
+        api_key=api_key or NO_KEY, base_url=base_url, timeout=float(timeout_s), max_retries=int(max_retries)
+    )
 
 
 def chat_completion(client: Any, **kwargs: Any) -> tuple[str, str]:

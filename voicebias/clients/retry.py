@@ -19,7 +19,7 @@ import math
 import time
 from typing import Any, Callable, TypeVar
 
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import VoicebiasError
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ def retry_after_s(headers: Any) -> float | None:
 
 def backoff_s(attempt: int, base_s: float, cap_s: float = MAX_WAIT_S) -> float:
     """The wait after failed try `attempt` (0 for the first): base_s doubled per try, capped."""
-    return min(float(base_s) * 2.0 ** attempt, float(cap_s))
+    return min(float(base_s) * 2.0**attempt, float(cap_s))
 
 
 class Retryable(VoicebiasError):
@@ -70,14 +70,19 @@ class Retryable(VoicebiasError):
     raises `error` if there is one, else returns `result` (the last answer).
     """
 
-    def __init__(self, error: BaseException | None = None, retry_after_s: float | None = None,
-                 result: Any = None):
+    def __init__(self, error: BaseException | None = None, retry_after_s: float | None = None, result: Any = None):
         super().__init__(str(error) if error is not None else "retryable answer")
         self.error, self.retry_after_s, self.result = error, retry_after_s, result
 
 
-def with_retries(once: Callable[[], T], *, max_retries: int, base_s: float, cap_s: float = MAX_WAIT_S,
-                 sleep: Callable[[float], Any] = time.sleep) -> T:
+def with_retries(
+    once: Callable[[], T],
+    *,
+    max_retries: int,
+    base_s: float,
+    cap_s: float = MAX_WAIT_S,
+    sleep: Callable[[float], Any] = time.sleep,
+) -> T:
     """`once()`, tried up to `max_retries + 1` times while it raises :class:`Retryable`.
 
     The wait before the next try is the server's hint when it gave one, else
@@ -96,8 +101,15 @@ def with_retries(once: Callable[[], T], *, max_retries: int, base_s: float, cap_
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def post_with_retries(url: str, *, max_retries: int, base_s: float, timeout_s: float,
-                      sleep: Callable[[float], Any] = time.sleep, **kwargs: Any):
+def post_with_retries(
+    url: str,
+    *,
+    max_retries: int,
+    base_s: float,
+    timeout_s: float,
+    sleep: Callable[[float], Any] = time.sleep,
+    **kwargs: Any,
+):
     """``requests.post(url, timeout=timeout_s, **kwargs)``, retrying connection failures,
     429 and 5xx (honouring Retry-After). Returns the last response, whatever its status;
     raises the last ``requests.RequestException`` when the server was never reached."""

@@ -27,21 +27,32 @@ in the pooled variance; otherwise the table's phonation column reads 'all'.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
 from scipy import stats
 from statsmodels.stats.anova import anova_lm
 
-from voicebias.exceptions import NotFound
+from voicebias.errors import NotFound
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 GATE_COLUMNS = [
-    "lang", "phonation", "measure", "n", "flips", "F", "df_num", "df_den", "p_content", "fem_minus_masc",
-    "p_directional", "p_directional_holm", "cell_spread", "voice_separation", "verdict", "at_fault",
+    "lang",
+    "phonation",
+    "measure",
+    "n",
+    "flips",
+    "F",
+    "df_num",
+    "df_den",
+    "p_content",
+    "fem_minus_masc",
+    "p_directional",
+    "p_directional_holm",
+    "cell_spread",
+    "voice_separation",
+    "verdict",
+    "at_fault",
 ]
 
 
@@ -84,15 +95,25 @@ def content_within_voice_test(df: pd.DataFrame, measure: str) -> dict[str, float
     voice_means = d.groupby("voice_gender")["y"].mean()
     separation = float(voice_means.get("female", np.nan) - voice_means.get("male", np.nan))
     return {
-        "n": int(len(d)), "F": F, "df_num": float(table["df_diff"].iloc[1]), "df_den": float(full.df_resid),
-        "p_content": p, "fem_minus_masc": float(fem.mean() - masc.mean()), "p_directional": float(t.pvalue),
-        "cell_spread": spread, "voice_separation": separation,
+        "n": int(len(d)),
+        "F": F,
+        "df_num": float(table["df_diff"].iloc[1]),
+        "df_den": float(full.df_resid),
+        "p_content": p,
+        "fem_minus_masc": float(fem.mean() - masc.mean()),
+        "p_directional": float(t.pvalue),
+        "cell_spread": spread,
+        "voice_separation": separation,
     }
 
 
 def carrier_gate(
-    inputs: pd.DataFrame, classifiers: list[str], alpha: float, headline: str = "composite",
-    secondary: list[str] | None = None, strict: bool = False,
+    inputs: pd.DataFrame,
+    classifiers: list[str],
+    alpha: float,
+    headline: str = "composite",
+    secondary: list[str] | None = None,
+    strict: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Gate table (one row per language x measure) and the list of flipped stimuli.
 
@@ -112,9 +133,19 @@ def carrier_gate(
         pred = np.where(ok[f"margin_{c}"] > 0, "female", "male")
         bad = ok[pred != ok["voice_gender"].to_numpy()]
         for r in bad.itertuples():
-            flips_rows.append({"lang": r.lang, "phonation": r.phonation, "classifier": c, "stimulus_id": r.stimulus_id,
-                               "voice_gender": r.voice_gender, "margin": getattr(r, f"margin_{c}")})
-    flips = pd.DataFrame(flips_rows, columns=["lang", "phonation", "classifier", "stimulus_id", "voice_gender", "margin"])
+            flips_rows.append(
+                {
+                    "lang": r.lang,
+                    "phonation": r.phonation,
+                    "classifier": c,
+                    "stimulus_id": r.stimulus_id,
+                    "voice_gender": r.voice_gender,
+                    "margin": getattr(r, f"margin_{c}"),
+                }
+            )
+    flips = pd.DataFrame(
+        flips_rows, columns=["lang", "phonation", "classifier", "stimulus_id", "voice_gender", "margin"]
+    )
     rows = []
     for (lang, phonation), g in ok.groupby(["lang", "phonation"], sort=True):
         n_flips = int(((flips["lang"] == lang) & (flips["phonation"] == phonation)).sum())
@@ -131,11 +162,29 @@ def carrier_gate(
                 verdict = "fail"
             else:
                 verdict = "benign" if significant else "pass"
-            rows.append({"lang": lang, "phonation": phonation, "measure": m, "flips": n_flips, **res,
-                         "verdict": verdict, "at_fault": most_shifted(g, m) if verdict == "fail" else ""})
+            rows.append(
+                {
+                    "lang": lang,
+                    "phonation": phonation,
+                    "measure": m,
+                    "flips": n_flips,
+                    **res,
+                    "verdict": verdict,
+                    "at_fault": most_shifted(g, m) if verdict == "fail" else "",
+                }
+            )
         flipped = flips.loc[(flips["lang"] == lang) & (flips["phonation"] == phonation), "stimulus_id"]
-        rows.append({"lang": lang, "phonation": phonation, "measure": "hard:classifier_flips", "n": int(len(g)),
-                     "flips": n_flips, "verdict": "fail" if n_flips else "pass", "at_fault": ", ".join(flipped.unique())})
+        rows.append(
+            {
+                "lang": lang,
+                "phonation": phonation,
+                "measure": "hard:classifier_flips",
+                "n": int(len(g)),
+                "flips": n_flips,
+                "verdict": "fail" if n_flips else "pass",
+                "at_fault": ", ".join(flipped.unique()),
+            }
+        )
     table = pd.DataFrame(rows)
     for col in GATE_COLUMNS:
         if col not in table:
@@ -147,10 +196,14 @@ def require_gate(table: pd.DataFrame, flips: pd.DataFrame) -> ValidationReport:
     """Great Expectations suite over the gate table; raises with the stimuli and measures at fault."""
     E = expectations()
     try:
-        return require_valid(table, "carrier_gate", [
-            E.ExpectColumnValuesToBeInSet(column="verdict", value_set=["pass", "benign"]),
-            E.ExpectColumnValuesToBeBetween(column="flips", min_value=0, max_value=0),
-        ])
+        return require_valid(
+            table,
+            "carrier_gate",
+            [
+                E.ExpectColumnValuesToBeInSet(column="verdict", value_set=["pass", "benign"]),
+                E.ExpectColumnValuesToBeBetween(column="flips", min_value=0, max_value=0),
+            ],
+        )
     except Exception as exc:
         failed = table[table["verdict"] == "fail"]
         lines = [str(exc), "carrier gate failed; the pipeline stops before any system runs:"]
@@ -159,10 +212,14 @@ def require_gate(table: pd.DataFrame, flips: pd.DataFrame) -> ValidationReport:
             if r.measure.startswith("hard"):
                 sel = (flips["lang"] == r.lang) & (flips["phonation"] == r.phonation)
                 ids = flips.loc[sel, "stimulus_id"].tolist()
-                lines.append(f"  [{where_}] {r.flips} classifier flips: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
+                lines.append(
+                    f"  [{where_}] {r.flips} classifier flips: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}"
+                )
             else:
-                lines.append(f"  [{where_}] content effect on {r.measure}: F={r.F:.2f}, p={r.p_content:.3g}, "
-                             f"feminine-masculine={r.fem_minus_masc:+.3f} (p={r.p_directional:.3g}), "
-                             f"cell spread {r.cell_spread:.3g} vs voice separation {r.voice_separation:.3g}; "
-                             f"most shifted feminine-content stimuli: {r.at_fault}")
+                lines.append(
+                    f"  [{where_}] content effect on {r.measure}: F={r.F:.2f}, p={r.p_content:.3g}, "
+                    f"feminine-masculine={r.fem_minus_masc:+.3f} (p={r.p_directional:.3g}), "
+                    f"cell spread {r.cell_spread:.3g} vs voice separation {r.voice_separation:.3g}; "
+                    f"most shifted feminine-content stimuli: {r.at_fault}"
+                )
         raise type(exc)("\n".join(lines)) from None

@@ -1,1 +1,2 @@
-"""Instruments: acoustic measures, voice quality, gender classifiers, the composite, speaker embeddings, ASR and the continuation judge."""
+"""Instruments: acoustic measures, voice quality, gender classifiers, the composite, speaker embeddings,
+ASR and the continuation judge."""

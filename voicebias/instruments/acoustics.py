@@ -23,7 +23,8 @@ their input (MeasureSettings.neutral) from `neutral_pitch_range` (Hz),
 `neutral_max_formant` (Hz) and `octave_check_st` (semitones); optional
 `bandwidths` for the Iseli correction ('hawks_miller', default, or 'measured'),
 `cpps_time_step` (s, default 0.002 as in Praat; 0.005 reads within about 0.05 dB
-of it at under a third of the time, 0.01 within about 0.15 dB), and audio checks: `max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
+of it at under a third of the time, 0.01 within about 0.15 dB), and audio checks:
+`max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
 
 Files that cannot be measured are kept in the table with status 'excluded', a
 short `reason` code and the readable `error` (voicebias.audio lists the codes);
@@ -57,14 +58,26 @@ import parselmouth
 from parselmouth.praat import call
 
 from voicebias.audio import (
-    MIN_VOICED_FRAMES, PITCH_WINDOW_PERIODS, AudioChecks, AudioError, load_for_analysis, min_analysable_s,
+    MIN_VOICED_FRAMES,
+    PITCH_WINDOW_PERIODS,
+    AudioChecks,
+    AudioError,
+    load_for_analysis,
+    min_analysable_s,
 )
-from voicebias.contract import MEASURE_COLUMNS, VOICE_QUALITY_MEASURES
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.contract import MEASURE_COLUMNS
+from voicebias.errors import ConfigError, NotFound
 from voicebias.instruments.jit import kernel
 from voicebias.instruments.units import hz_to_semitones
-from voicebias.instruments.voice_quality import (FFT_CHUNK, CPPSSettings, _windowed_frames, cpps_db,
-                                                 harmonic_levels, hnr_db, voiced_intervals)
+from voicebias.instruments.voice_quality import (
+    FFT_CHUNK,
+    CPPSSettings,
+    _windowed_frames,
+    cpps_db,
+    harmonic_levels,
+    hnr_db,
+    voiced_intervals,
+)
 
 # Peterson & Barney (1952), Table II, adult men, averaged over the ten vowels (Hz).
 MALE_FORMANT_NORMS = (502.0, 1420.0, 2386.0)
@@ -97,17 +110,24 @@ class MeasureSettings:
     @classmethod
     def for_gender(cls, params: dict[str, Any], gender: str) -> "MeasureSettings":
         if gender not in params["pitch_range"] or gender not in params["max_formant"]:
-            raise NotFound(f"acoustics settings have no entry for voice gender '{gender}' "
-                           f"(pitch_range: {sorted(params['pitch_range'])}, max_formant: {sorted(params['max_formant'])})")
+            raise NotFound(
+                f"acoustics settings have no entry for voice gender '{gender}' "
+                f"(pitch_range: {sorted(params['pitch_range'])}, max_formant: {sorted(params['max_formant'])})"
+            )
         floor, ceiling = params["pitch_range"][gender]
-        return cls(float(floor), float(ceiling), float(params["max_formant"][gender]), float(params["time_step"]),
-                   float(params.get("max_duration_s", cls.max_duration_s)),
-                   float(params.get("max_clipped_fraction", cls.max_clipped_fraction)),
-                   float(params.get("silence_dbfs", cls.silence_dbfs)),
-                   str(params.get("bandwidths", cls.bandwidths)),
-                   float(params.get("cpps_time_step", cls.cpps_time_step)),
-                   bool(params.get("voice_quality", cls.voice_quality)),
-                   str(params.get("formant_method", cls.formant_method)))
+        return cls(
+            float(floor),
+            float(ceiling),
+            float(params["max_formant"][gender]),
+            float(params["time_step"]),
+            float(params.get("max_duration_s", cls.max_duration_s)),
+            float(params.get("max_clipped_fraction", cls.max_clipped_fraction)),
+            float(params.get("silence_dbfs", cls.silence_dbfs)),
+            str(params.get("bandwidths", cls.bandwidths)),
+            float(params.get("cpps_time_step", cls.cpps_time_step)),
+            bool(params.get("voice_quality", cls.voice_quality)),
+            str(params.get("formant_method", cls.formant_method)),
+        )
 
     @classmethod
     def neutral(cls, params: dict[str, Any]) -> "MeasureSettings":
@@ -116,15 +136,22 @@ class MeasureSettings:
         `octave_check_st` (semitones, default 2) and `neutral_max_formant` (Hz, default
         5500)."""
         floor, ceiling = params.get("neutral_pitch_range", (60.0, 500.0))
-        both = {"pitch_range": {"any": (floor, ceiling)},
-                "max_formant": {"any": params.get("neutral_max_formant", 5500.0)}}
-        return replace(cls.for_gender({**params, **both}, "any"),
-                       octave_check_st=float(params.get("octave_check_st", 2.0)))
+        both = {
+            "pitch_range": {"any": (floor, ceiling)},
+            "max_formant": {"any": params.get("neutral_max_formant", 5500.0)},
+        }
+        return replace(
+            cls.for_gender({**params, **both}, "any"), octave_check_st=float(params.get("octave_check_st", 2.0))
+        )
 
     def checks(self) -> AudioChecks:
         # The signal must carry content up to the formant ceiling: Nyquist >= max_formant.
-        return AudioChecks(min_sample_rate=int(np.ceil(2 * self.max_formant)), max_duration_s=self.max_duration_s,
-                           max_clipped_fraction=self.max_clipped_fraction, silence_dbfs=self.silence_dbfs)
+        return AudioChecks(
+            min_sample_rate=int(np.ceil(2 * self.max_formant)),
+            max_duration_s=self.max_duration_s,
+            max_clipped_fraction=self.max_clipped_fraction,
+            silence_dbfs=self.silence_dbfs,
+        )
 
 
 # Discrete all-pole analysis: model order (five formants plus one pole pair for the
@@ -139,15 +166,17 @@ DAP_FRAMES_PER_CHUNK = 256
 ROOT_ITERATIONS = 50
 
 
-def harmonic_window_s(f0: np.ndarray, n_periods: float = 4.0, min_window_s: float = 0.025,
-                      max_window_s: float = 0.05) -> float:
+def harmonic_window_s(
+    f0: np.ndarray, n_periods: float = 4.0, min_window_s: float = 0.025, max_window_s: float = 0.05
+) -> float:
     """Analysis window (s) for the harmonic spectra of a file: `n_periods` periods of its
     median f0 (Hz), clipped to `min_window_s`..`max_window_s`."""
     return float(np.clip(n_periods / np.median(f0), min_window_s, max_window_s))
 
 
-def harmonic_power(x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, ceiling: float,
-                   window_s: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def harmonic_power(
+    x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, ceiling: float, window_s: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Frequency (Hz) and power (linear, arbitrary common reference) of every harmonic
     k f0 below `ceiling` Hz, per frame.
 
@@ -187,7 +216,7 @@ def harmonic_power(x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, ce
 
 
 @kernel
-def _harmonic_peaks(spec, centre, reach, df, freqs, power):   # pragma: no cover - compiled
+def _harmonic_peaks(spec, centre, reach, df, freqs, power):  # pragma: no cover - compiled
     """Per frame and harmonic: the bin of the highest power |spec|^2 among the bins
     centre +- reach (each clipped to 1 .. bins - 2; the first of equal maxima), refined
     by a parabola through the log power at it and its neighbours (the shift clipped to
@@ -213,9 +242,16 @@ def _harmonic_peaks(spec, centre, reach, df, freqs, power):   # pragma: no cover
             power[t, h] = math.exp(m - 0.25 * (a - c) * shift)
 
 
-def discrete_all_pole(freqs: np.ndarray, power: np.ndarray, mask: np.ndarray, ceiling: float, sr: int,
-                      order: int = DAP_ORDER, iterations: int = DAP_ITERATIONS,
-                      pre_emphasis_hz: float = 50.0) -> np.ndarray:
+def discrete_all_pole(
+    freqs: np.ndarray,
+    power: np.ndarray,
+    mask: np.ndarray,
+    ceiling: float,
+    sr: int,
+    order: int = DAP_ORDER,
+    iterations: int = DAP_ITERATIONS,
+    pre_emphasis_hz: float = 50.0,
+) -> np.ndarray:
     """All-pole model fitted to a line spectrum, per frame (El-Jaroudi & Makhoul, 1991).
 
     freqs (Hz), power and mask as returned by `harmonic_power` (the mask of each frame
@@ -237,12 +273,21 @@ def discrete_all_pole(freqs: np.ndarray, power: np.ndarray, mask: np.ndarray, ce
     alpha = math.exp(-2 * math.pi * pre_emphasis_hz / sr)
     freqs = np.asarray(freqs, dtype=np.float64)
     th, w = 2 * np.pi * freqs / sr, np.pi * freqs / ceiling
-    return _dap_fit(np.ascontiguousarray(power, dtype=np.float64), np.cos(th), np.sin(th), np.cos(w), np.sin(w),
-                    count.astype(np.int64), int(order), int(iterations), alpha)
+    return _dap_fit(
+        np.ascontiguousarray(power, dtype=np.float64),
+        np.cos(th),
+        np.sin(th),
+        np.cos(w),
+        np.sin(w),
+        count.astype(np.int64),
+        int(order),
+        int(iterations),
+        alpha,
+    )
 
 
 @kernel
-def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alpha):   # pragma: no cover - compiled
+def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alpha):  # pragma: no cover - compiled
     """The fit of `discrete_all_pole`, given the cosines and sines of each harmonic's
     angle th = 2 pi f / sr (for the pre-emphasis) and w = pi f / ceiling. Per frame:
     the pre-emphasised powers p_i of its count harmonics, normalised to mean 1; the
@@ -261,8 +306,8 @@ def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alph
     m = order + 1
     history = np.full((n_frames, iterations + 1, m), np.nan)
     moved = np.full((n_frames, iterations), np.nan)
-    cos, sin = np.empty((n_harm, m)), np.empty((n_harm, m))        # harmonic-major
-    cos_t, sin_t = np.empty((m, n_harm)), np.empty((m, n_harm))    # lag-major
+    cos, sin = np.empty((n_harm, m)), np.empty((n_harm, m))  # harmonic-major
+    cos_t, sin_t = np.empty((m, n_harm)), np.empty((m, n_harm))  # lag-major
     p, re, im, q = np.empty(n_harm), np.empty(n_harm), np.empty(n_harm), np.empty(n_harm)
     r, rq, a, step = np.empty(m), np.empty(m), np.empty(m), np.empty(m)
     chol, inverse = np.empty((order, order)), np.empty((order, order))
@@ -290,7 +335,7 @@ def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alph
         r[0] *= 1 + 1e-9
         if not _cholesky_toeplitz(r, chol):
             continue
-        _cholesky_inverse(chol, inverse)   # the same matrix at every iteration
+        _cholesky_inverse(chol, inverse)  # the same matrix at every iteration
         for k in range(order):
             rhs[k] = -r[k + 1]
         a[0] = 1.0
@@ -316,8 +361,8 @@ def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alph
                     rq[k] += q[i] * cos[i, k]
             for k in range(order):
                 model = 0.0
-                for l in range(m):
-                    model += a[l] * rq[abs(k + 1 - l)]
+                for lag in range(m):
+                    model += a[lag] * rq[abs(k + 1 - lag)]
                 rhs[k] = gain * model - r[k + 1]
             step[0] = 1.0
             _matvec(inverse, rhs, step[1:])
@@ -334,7 +379,7 @@ def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alph
     for it in range(iterations):
         still = True
         for t in range(n_frames):
-            if not moved[t, it] < 1e-7:   # NaN (an undefined frame) never counts as still
+            if not moved[t, it] < 1e-7:  # NaN (an undefined frame) never counts as still
                 still = False
                 break
         if still:
@@ -344,7 +389,7 @@ def _dap_fit(power, cos_th, sin_th, cos_w, sin_w, count, order, iterations, alph
 
 
 @kernel
-def _cholesky_toeplitz(r, low):   # pragma: no cover - compiled
+def _cholesky_toeplitz(r, low):  # pragma: no cover - compiled
     """Lower Cholesky factor of the symmetric Toeplitz matrix R[i, j] = r[|i - j|] of
     size len(low) into `low`; False where R is not (numerically) positive definite."""
     n = low.shape[0]
@@ -364,7 +409,7 @@ def _cholesky_toeplitz(r, low):   # pragma: no cover - compiled
 
 
 @kernel
-def _cholesky_inverse(low, inverse):   # pragma: no cover - compiled
+def _cholesky_inverse(low, inverse):  # pragma: no cover - compiled
     """(L L^T)^-1 into `inverse`, for L lower triangular: L^-1 by forward and then
     L^-T L^-1 by back substitution, a row of the identity's columns at a time."""
     n = low.shape[0]
@@ -385,7 +430,7 @@ def _cholesky_inverse(low, inverse):   # pragma: no cover - compiled
 
 
 @kernel
-def _matvec(matrix, v, out):   # pragma: no cover - compiled
+def _matvec(matrix, v, out):  # pragma: no cover - compiled
     """out = matrix @ v, each element summed in order of the columns."""
     for i in range(matrix.shape[0]):
         acc = 0.0
@@ -432,11 +477,11 @@ def polynomial_roots(a: np.ndarray, max_iter: int = ROOT_ITERATIONS) -> np.ndarr
 
 
 @kernel
-def _aberth_sweeps(a, z, done, max_iter):   # pragma: no cover - compiled
+def _aberth_sweeps(a, z, done, max_iter):  # pragma: no cover - compiled
     """Aberth-Ehrlich sweeps on the roots z of the monic polynomial with coefficients a
     (a[0] = 1) until every root is done (see polynomial_roots); True if they all are."""
     n = z.shape[0]
-    eps = 2.0 ** -52
+    eps = 2.0**-52
     for i in range(n):
         done[i] = False
     for _ in range(max_iter):
@@ -470,7 +515,7 @@ def _aberth_sweeps(a, z, done, max_iter):   # pragma: no cover - compiled
 
 
 @kernel
-def _aberth_roots(a, max_iter):   # pragma: no cover - compiled
+def _aberth_roots(a, max_iter):  # pragma: no cover - compiled
     """polynomial_roots for every row of a."""
     n_frames, n = a.shape[0], a.shape[1] - 1
     out = np.full((n_frames, n), complex(np.nan, np.nan))
@@ -497,7 +542,7 @@ def _aberth_roots(a, max_iter):   # pragma: no cover - compiled
 
 
 @kernel
-def _pole_frequencies(roots, ceiling):   # pragma: no cover - compiled
+def _pole_frequencies(roots, ceiling):  # pragma: no cover - compiled
     """Frequency (Hz, angle / pi * ceiling) and bandwidth (Hz, -log|z| / pi * 2 ceiling)
     of each root on the band 0..ceiling Hz."""
     freq = np.empty(roots.shape)
@@ -510,8 +555,9 @@ def _pole_frequencies(roots, ceiling):   # pragma: no cover - compiled
     return freq, bw
 
 
-def dap_formants(x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray,
-                 ceiling: float) -> tuple[np.ndarray, np.ndarray]:
+def dap_formants(
+    x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, ceiling: float
+) -> tuple[np.ndarray, np.ndarray]:
     """F1-F3 and B1-B3 (Hz) at voiced frames (times in s, f0 in Hz) by discrete all-pole
     modelling of the harmonics below `ceiling` Hz. Returns two (frames, 3) arrays, NaN
     where a frame yields fewer than three formants."""
@@ -580,35 +626,120 @@ COMPONENT_SETTINGS = {
     "cpps": ("cpps_time_step",),
     "hnr": (),
 }
-COMPONENT_INPUTS = {"pitch": (), "formants": ("pitch",), "harmonics": ("pitch", "formants"), "cpps": ("pitch",),
-                    "hnr": ("pitch",)}
+COMPONENT_INPUTS = {
+    "pitch": (),
+    "formants": ("pitch",),
+    "harmonics": ("pitch", "formants"),
+    "cpps": ("pitch",),
+    "hnr": ("pitch",),
+}
 
 
 def component_sources() -> dict[str, list[Any]]:
     """The functions and constants whose source decides each component (and the reader),
     hashed into the measurement cache's keys (voicebias.instruments.measure_cache)."""
     from voicebias import audio
-    from voicebias.instruments import cepstrum, harmonicity as hm, jit, measure_cache, units, voice_quality as vq
+    from voicebias.instruments import cepstrum, jit, measure_cache, units
+    from voicebias.instruments import harmonicity as hm
+    from voicebias.instruments import voice_quality as vq
 
     return {
-        "read": [audio.load_for_analysis, audio.resample, audio.rms_dbfs, audio.clipped_fraction, audio._open,
-                 audio._decode, audio._wav_truncation, audio.AudioChecks, measure_cache._read_part],
+        "read": [
+            audio.load_for_analysis,
+            audio.resample,
+            audio.rms_dbfs,
+            audio.clipped_fraction,
+            audio._open,
+            audio._decode,
+            audio._wav_truncation,
+            audio.AudioChecks,
+            measure_cache._read_part,
+        ],
         "pitch": [_Analysis.pitch, correct_octave_jumps, _pitch_measures, units.hz_to_semitones],
-        "formants": [_Analysis.formants, dap_formants, harmonic_power, harmonic_window_s, _harmonic_peaks,
-                     vq._windowed_frames, discrete_all_pole, _dap_fit, _cholesky_toeplitz, _cholesky_inverse, _matvec,
-                     poles_to_formants, polynomial_roots, _aberth_sweeps, _aberth_roots, _pole_frequencies,
-                     _formant_measures, jit, repr(vq.FFT_CHUNK),
-                     repr((DAP_ORDER, DAP_MIN_FORMANT_HZ, DAP_MAX_BANDWIDTH_HZ, DAP_ITERATIONS,
-                           DAP_FRAMES_PER_CHUNK, ROOT_ITERATIONS, MALE_FORMANT_NORMS))],
-        "harmonics": [vq.harmonic_levels, vq._hanning, vq._windowed_frames, vq._band_peaks, vq._band, vq.iseli_correction_db,
-                      vq.hawks_miller_bandwidth, jit, repr(vq.FFT_CHUNK),
-                      repr((vq._HM_LOW, vq._HM_HIGH)), _harmonic_measures],
-        "cpps": [vq.cpps_db, vq.cepstrogram_cpps, vq._window_mean_weights, vq._regular_rows, vq._cpps_smoothed, vq._cpps_line_peaks, vq._theil_slopes, vq._median_near, vq._median_of_ranks, vq._select,
-                 repr(vq.CPPS_CHUNK), jit,
-                 vq.voiced_intervals, vq.CPPSSettings, _cpps_measures, cepstrum],
-        "hnr": [vq.hnr_db, hm.harmonicity_at, hm.interpolation_weights, hm._coefficient_weights, hm._node_sums, hm._grid_weights,
-                hm._Pieces, hm._apply_pieces, hm._screen, hm._normalised_correlation, hm._local_maxima, hm._chebyshev, hm._negative, hm._brent, hm._refine, hm._from_praat, jit,
-                repr((hm.SINC_DEPTH, hm.CHEB_N, hm.SCREEN_STEPS, hm.SCREEN_MARGIN, hm.FLAT, hm._CORRELATION_CHUNK)), _hnr_measures],
+        "formants": [
+            _Analysis.formants,
+            dap_formants,
+            harmonic_power,
+            harmonic_window_s,
+            _harmonic_peaks,
+            vq._windowed_frames,
+            discrete_all_pole,
+            _dap_fit,
+            _cholesky_toeplitz,
+            _cholesky_inverse,
+            _matvec,
+            poles_to_formants,
+            polynomial_roots,
+            _aberth_sweeps,
+            _aberth_roots,
+            _pole_frequencies,
+            _formant_measures,
+            jit,
+            repr(vq.FFT_CHUNK),
+            repr(
+                (
+                    DAP_ORDER,
+                    DAP_MIN_FORMANT_HZ,
+                    DAP_MAX_BANDWIDTH_HZ,
+                    DAP_ITERATIONS,
+                    DAP_FRAMES_PER_CHUNK,
+                    ROOT_ITERATIONS,
+                    MALE_FORMANT_NORMS,
+                )
+            ),
+        ],
+        "harmonics": [
+            vq.harmonic_levels,
+            vq._hanning,
+            vq._windowed_frames,
+            vq._band_peaks,
+            vq._band,
+            vq.iseli_correction_db,
+            vq.hawks_miller_bandwidth,
+            jit,
+            repr(vq.FFT_CHUNK),
+            repr((vq._HM_LOW, vq._HM_HIGH)),
+            _harmonic_measures,
+        ],
+        "cpps": [
+            vq.cpps_db,
+            vq.cepstrogram_cpps,
+            vq._window_mean_weights,
+            vq._regular_rows,
+            vq._cpps_smoothed,
+            vq._cpps_line_peaks,
+            vq._theil_slopes,
+            vq._median_near,
+            vq._median_of_ranks,
+            vq._select,
+            repr(vq.CPPS_CHUNK),
+            jit,
+            vq.voiced_intervals,
+            vq.CPPSSettings,
+            _cpps_measures,
+            cepstrum,
+        ],
+        "hnr": [
+            vq.hnr_db,
+            hm.harmonicity_at,
+            hm.interpolation_weights,
+            hm._coefficient_weights,
+            hm._node_sums,
+            hm._grid_weights,
+            hm._Pieces,
+            hm._apply_pieces,
+            hm._screen,
+            hm._normalised_correlation,
+            hm._local_maxima,
+            hm._chebyshev,
+            hm._negative,
+            hm._brent,
+            hm._refine,
+            hm._from_praat,
+            jit,
+            repr((hm.SINC_DEPTH, hm.CHEB_N, hm.SCREEN_STEPS, hm.SCREEN_MARGIN, hm.FLAT, hm._CORRELATION_CHUNK)),
+            _hnr_measures,
+        ],
     }
 
 
@@ -672,8 +803,9 @@ class _Analysis:
                 tracks[tracks <= 0] = np.nan
                 if s.bandwidths == "measured":
                     ftimes = formant.x1 + idx * formant.dx
-                    measured_bw = np.array([[formant.get_bandwidth_at_time(i, t) for i in (1, 2, 3)] for t in ftimes],
-                                           dtype=float)
+                    measured_bw = np.array(
+                        [[formant.get_bandwidth_at_time(i, t) for i in (1, 2, 3)] for t in ftimes], dtype=float
+                    )
                     measured_bw[~(measured_bw > 0)] = np.nan
             self._formants = (tracks, measured_bw if s.bandwidths == "measured" else None)
         return self._formants
@@ -682,8 +814,11 @@ class _Analysis:
 def _pitch_measures(a: _Analysis) -> dict[str, float]:
     _, voiced, _, f0_voiced = a.pitch()
     f0_med = float(np.median(f0_voiced))
-    return {"voiced_fraction": float(voiced.mean()), "f0_median_hz": f0_med,
-            "f0_median_st": float(hz_to_semitones(f0_med))}
+    return {
+        "voiced_fraction": float(voiced.mean()),
+        "f0_median_hz": f0_med,
+        "f0_median_st": float(hz_to_semitones(f0_med)),
+    }
 
 
 def _formant_measures(a: _Analysis) -> dict[str, float]:
@@ -723,8 +858,13 @@ def _hnr_measures(a: _Analysis) -> dict[str, float]:
     return {"hnr_db": hnr_db(a.snd, times, a.s.time_step, a.s.pitch_floor)}
 
 
-_COMPONENT_FUNCTIONS = {"pitch": _pitch_measures, "formants": _formant_measures, "harmonics": _harmonic_measures,
-                        "cpps": _cpps_measures, "hnr": _hnr_measures}
+_COMPONENT_FUNCTIONS = {
+    "pitch": _pitch_measures,
+    "formants": _formant_measures,
+    "harmonics": _harmonic_measures,
+    "cpps": _cpps_measures,
+    "hnr": _hnr_measures,
+}
 
 
 def pitch_frames(n_samples: int, sr: int, settings: MeasureSettings) -> int:
@@ -749,8 +889,9 @@ def check_settings(settings: MeasureSettings) -> None:
         raise ConfigError(f"acoustics.formant_method must be 'dap' or 'burg', not '{settings.formant_method}'")
 
 
-def measure_components(x: np.ndarray, sr: int, settings: MeasureSettings,
-                       components: tuple[str, ...] | list[str]) -> dict[str, dict[str, Any]]:
+def measure_components(
+    x: np.ndarray, sr: int, settings: MeasureSettings, components: tuple[str, ...] | list[str]
+) -> dict[str, dict[str, Any]]:
     """Measure the given components of one mono signal (sample rate `sr` Hz), in COMPONENTS
     order, sharing the pitch and formant tracks between them.
 
@@ -761,13 +902,18 @@ def measure_components(x: np.ndarray, sr: int, settings: MeasureSettings,
     `too_short`: shorter than min_duration_s)."""
     check_settings(settings)
     if sr < 2 * settings.max_formant:
-        raise AudioError(f"sample rate {sr} Hz is below twice the formant ceiling ({settings.max_formant:g} Hz)",
-                         code="low_sample_rate")
+        raise AudioError(
+            f"sample rate {sr} Hz is below twice the formant ceiling ({settings.max_formant:g} Hz)",
+            code="low_sample_rate",
+        )
     if pitch_frames(len(x), sr, settings) < MIN_VOICED_FRAMES:
-        raise AudioError(f"too short to measure: {1000 * len(x) / sr:.1f} ms; the pitch analysis (a window of "
-                         f"{PITCH_WINDOW_PERIODS:g} periods of the {settings.pitch_floor:g} Hz floor, "
-                         f"{MIN_VOICED_FRAMES} frames {settings.time_step:g} s apart) needs at least "
-                         f"{1000 * min_duration_s(settings):.1f} ms", code="too_short")
+        raise AudioError(
+            f"too short to measure: {1000 * len(x) / sr:.1f} ms; the pitch analysis (a window of "
+            f"{PITCH_WINDOW_PERIODS:g} periods of the {settings.pitch_floor:g} Hz floor, "
+            f"{MIN_VOICED_FRAMES} frames {settings.time_step:g} s apart) needs at least "
+            f"{1000 * min_duration_s(settings):.1f} ms",
+            code="too_short",
+        )
     a = _Analysis(x, sr, settings)
     out: dict[str, dict[str, Any]] = {}
     for name in COMPONENTS:
@@ -830,15 +976,21 @@ def measure_files(
     from voicebias.instruments.measure_cache import MeasureCache, measure_jobs
 
     cache = MeasureCache(cache_dir) if cache_dir is not None else None
-    rows, counts = measure_jobs(jobs, sample_rate, workers or os.cpu_count() or 1, desc, cache, components,
-                                sys.modules[__name__])
+    rows, counts = measure_jobs(
+        jobs, sample_rate, workers or os.cpu_count() or 1, desc, cache, components, sys.modules[__name__]
+    )
     measure_files.last_counts = counts
     if cache is not None:
-        print(f"{desc}: {counts['files']} files; " + ", ".join(
-            f"{c} {counts['measured'][c]} measured / {counts['cached'][c]} cached" for c in COMPONENTS
-            if counts['measured'][c] or counts['cached'][c])
+        print(
+            f"{desc}: {counts['files']} files; "
+            + ", ".join(
+                f"{c} {counts['measured'][c]} measured / {counts['cached'][c]} cached"
+                for c in COMPONENTS
+                if counts["measured"][c] or counts["cached"][c]
+            )
             + (f"; {counts['corrupt']} damaged cache entries measured again" if counts["corrupt"] else ""),
-            file=sys.stderr)
+            file=sys.stderr,
+        )
     df = pd.DataFrame(rows, columns=["id", *STATUS_COLUMNS, *MEASURE_COLUMNS])
     for col in ("reason", "error", "note"):
         df[col] = df[col].fillna("").astype(str)
@@ -852,8 +1004,10 @@ def exclusion_counts(measures: pd.DataFrame) -> pd.DataFrame:
     """Counts of excluded files per reason code, plus conversions noted on accepted files.
 
     Returns columns kind ('excluded' or 'note'), reason, n."""
-    rows = [{"kind": "excluded", "reason": r, "n": int(n)}
-            for r, n in measures.loc[measures["status"] != "ok", "reason"].value_counts().sort_index().items()]
+    rows = [
+        {"kind": "excluded", "reason": r, "n": int(n)}
+        for r, n in measures.loc[measures["status"] != "ok", "reason"].value_counts().sort_index().items()
+    ]
     notes = measures.loc[measures["status"] == "ok", "note"].fillna("")
     kinds: dict[str, int] = {}
     for note in notes:
@@ -864,17 +1018,28 @@ def exclusion_counts(measures: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["kind", "reason", "n"])
 
 
-def measure_table(table: pd.DataFrame, path_col: str, id_col: str, gender_col: str, params: dict[str, Any],
-                  root: Path, sample_rate: int, desc: str, cache_dir: Path | None = None,
-                  components: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
+def measure_table(
+    table: pd.DataFrame,
+    path_col: str,
+    id_col: str,
+    gender_col: str,
+    params: dict[str, Any],
+    root: Path,
+    sample_rate: int,
+    desc: str,
+    cache_dir: Path | None = None,
+    components: tuple[str, ...] | list[str] | None = None,
+) -> pd.DataFrame:
     """Measure every file of a table with the analysis settings of its voice gender.
 
     Returns the table joined with the measures, status, reason, error and note columns.
     """
-    jobs = [(r[id_col], root / r[path_col], MeasureSettings.for_gender(params, r[gender_col]))
-            for _, r in table.iterrows()]
-    measures = measure_files(jobs, sample_rate=sample_rate, desc=desc, cache_dir=cache_dir,
-                             components=components).rename(columns={"id": id_col})
+    jobs = [
+        (r[id_col], root / r[path_col], MeasureSettings.for_gender(params, r[gender_col])) for _, r in table.iterrows()
+    ]
+    measures = measure_files(
+        jobs, sample_rate=sample_rate, desc=desc, cache_dir=cache_dir, components=components
+    ).rename(columns={"id": id_col})
     return table.merge(measures, on=id_col, how="left")
 
 
@@ -884,8 +1049,9 @@ def classifier_names(acoustics_params: dict[str, Any]) -> list[str]:
     return [c] if isinstance(c, str) else list(c)
 
 
-def add_margins(df: pd.DataFrame, acoustics_params: dict[str, Any], root: Path, path_col: str = "path",
-                sample_rate: int = 16000) -> pd.DataFrame:
+def add_margins(
+    df: pd.DataFrame, acoustics_params: dict[str, Any], root: Path, path_col: str = "path", sample_rate: int = 16000
+) -> pd.DataFrame:
     """Add one margin_<classifier> column (z_female - z_male) per configured classifier.
 
     Classifiers that listen to the audio (wav2vec2) get the measured files, read as
@@ -893,8 +1059,8 @@ def add_margins(df: pd.DataFrame, acoustics_params: dict[str, Any], root: Path, 
     explicit label order, where a checkpoint's config has generic label names, from
     `acoustics.classifier_labels` ({name: {female: i, male: j}}).
     """
-    from voicebias.instruments.classifiers import get_classifier
     from voicebias.audio import read_audio
+    from voicebias.instruments.classifiers import get_classifier
 
     ok = (df["status"] == "ok").to_numpy()
     weights = acoustics_params.get("classifier_weights") or {}

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from voicebias.audio import resample
-from voicebias.systems.base import SetupError
+from voicebias.errors import SetupError
 
 SAMPLE_RATE = 16000  # Hz, Whisper's input rate
 REQUIRED_TOKENS = ("<|startoftranscript|>", "<|transcribe|>", "<|notimestamps|>")
@@ -55,12 +55,20 @@ class WhisperASR:
         the CPU); not part of `cache_id`, as it does not change the transcripts.
     """
 
-    def __init__(self, model_dir: str | Path, device: str = "cpu", max_new_tokens: int = 200, beams: int = 1,
-                 batch_size: int | None = None):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        max_new_tokens: int = 200,
+        beams: int = 1,
+        batch_size: int | None = None,
+    ):
         self.model_dir = Path(model_dir)
         if not self.model_dir.is_dir():
-            raise ASRSetupError(f"Whisper model folder {self.model_dir} not found. Download a Whisper checkpoint "
-                                "(e.g. openai/whisper-large-v3) into that folder; it is never fetched at run time")
+            raise ASRSetupError(
+                f"Whisper model folder {self.model_dir} not found. Download a Whisper checkpoint "
+                "(e.g. openai/whisper-large-v3) into that folder; it is never fetched at run time"
+            )
         config = self.model_dir / "config.json"
         if not config.exists():
             raise ASRSetupError(f"{self.model_dir} holds no config.json: not a saved transformers model")
@@ -72,18 +80,24 @@ class WhisperASR:
         try:
             self.processor = WhisperProcessor.from_pretrained(str(self.model_dir), local_files_only=True)
         except (OSError, ValueError, TypeError) as exc:
-            raise ASRSetupError(f"the Whisper tokenizer/feature extractor in {self.model_dir} cannot be loaded: "
-                                f"{exc}") from None
+            raise ASRSetupError(
+                f"the Whisper tokenizer/feature extractor in {self.model_dir} cannot be loaded: {exc}"
+            ) from None
         tok = self.processor.tokenizer
         vocab = tok.get_vocab()
         missing = [t for t in REQUIRED_TOKENS if t not in vocab]
         if len(vocab) == 0 or missing:
-            raise ASRSetupError(f"the Whisper tokenizer in {self.model_dir} is empty or incomplete (missing "
-                                f"{missing or 'every token'}): copy vocab.json, merges.txt, added_tokens.json and "
-                                "special_tokens_map.json from the checkpoint")
+            raise ASRSetupError(
+                f"the Whisper tokenizer in {self.model_dir} is empty or incomplete (missing "
+                f"{missing or 'every token'}): copy vocab.json, merges.txt, added_tokens.json and "
+                "special_tokens_map.json from the checkpoint"
+            )
         try:
-            self.model = WhisperForConditionalGeneration.from_pretrained(str(self.model_dir),
-                                                                         local_files_only=True).to(device).eval()
+            self.model = (
+                WhisperForConditionalGeneration.from_pretrained(str(self.model_dir), local_files_only=True)
+                .to(device)
+                .eval()
+            )
         except OSError as exc:
             raise ASRSetupError(f"the Whisper weights in {self.model_dir} cannot be loaded: {exc}") from None
         self.device = device
@@ -104,8 +118,12 @@ class WhisperASR:
         """Text of one clip (mono float samples at `sample_rate` Hz); `language` forces the decoding language."""
         return self.transcribe_many([audio], sample_rate, [language])[0]
 
-    def transcribe_many(self, audios: Sequence[np.ndarray], sample_rate: int | Sequence[int],
-                        languages: Sequence[str | None] | None = None) -> list[str]:
+    def transcribe_many(
+        self,
+        audios: Sequence[np.ndarray],
+        sample_rate: int | Sequence[int],
+        languages: Sequence[str | None] | None = None,
+    ) -> list[str]:
         """Texts of several clips, in input order, decoded `batch_size` at a time.
 
         `sample_rate`: one rate or one per clip; `languages`: per clip, the forced decoding
@@ -114,9 +132,13 @@ class WhisperASR:
         ids = self.token_ids(audios, sample_rate, languages)
         return [t.strip() for t in self.processor.batch_decode(ids, skip_special_tokens=True)]
 
-    def token_ids(self, audios: Sequence[np.ndarray], sample_rate: int | Sequence[int],
-                  languages: Sequence[str | None] | None = None, first_logits: bool = False
-                  ) -> list[list[int]] | tuple[list[list[int]], np.ndarray]:
+    def token_ids(
+        self,
+        audios: Sequence[np.ndarray],
+        sample_rate: int | Sequence[int],
+        languages: Sequence[str | None] | None = None,
+        first_logits: bool = False,
+    ) -> list[list[int]] | tuple[list[list[int]], np.ndarray]:
         """Generated token ids per clip (decoder prompt included, cut after the end-of-text
         token), in input order; with `first_logits`, also the logits of the first generated
         token, shape (n_clips, vocab), as a check that batching leaves them alone."""
@@ -136,18 +158,22 @@ class WhisperASR:
         eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         for lang, ids in by_lang.items():
             for start in range(0, len(ids), self.batch_size):
-                part = ids[start:start + self.batch_size]
+                part = ids[start : start + self.batch_size]
                 clips = [resample(np.asarray(audios[i], dtype=np.float32), rates[i], SAMPLE_RATE) for i in part]
                 # each clip padded or cut to 30 s by itself, as when it is alone
-                inputs = self.processor(clips, sampling_rate=SAMPLE_RATE, return_tensors="pt",
-                                        return_attention_mask=True)
+                inputs = self.processor(
+                    clips, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True
+                )
                 # the model runs in the dtype its config declares (float16 for whisper-large-v3)
                 feats = inputs.input_features.to(device=self.model.device, dtype=self.model.dtype)
                 # the mask (audio frames vs padding) changes nothing in short-form decoding: the
                 # encoder ignores it; passed so that generate knows the batch is not unmasked padding
-                kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "num_beams": self.beams,
-                                          "do_sample": False,
-                                          "attention_mask": inputs.attention_mask.to(self.model.device)}
+                kwargs: dict[str, Any] = {
+                    "max_new_tokens": self.max_new_tokens,
+                    "num_beams": self.beams,
+                    "do_sample": False,
+                    "attention_mask": inputs.attention_mask.to(self.model.device),
+                }
                 if lang:
                     kwargs.update(language=lang, task="transcribe")
                 if first_logits:
@@ -159,7 +185,7 @@ class WhisperASR:
                     toks = [int(t) for t in seqs[row].tolist()]
                     # after the prompt, the first end-of-text ends the clip (a batch pads finished rows with it)
                     end = next((k for k in range(1, len(toks)) if toks[k] in eos), len(toks) - 1)
-                    out[i] = toks[:end + 1]
+                    out[i] = toks[: end + 1]
                     if first_logits:
                         logits[i] = gen.logits[0][row].float().cpu().numpy()
         if first_logits:

@@ -22,10 +22,10 @@ from voicebias.instruments.jit import kernel, pairwise_sum
 SINC_DEPTH = 50
 """Depth of the sinc interpolation in Praat's resampling (its "precision" argument)."""
 
-_ANTI_TURN_AROUND = 1000   # zeros Praat puts before (and at least after) the sound in its FFT filters
-_MAX_PHASES = 2000         # rate ratios with larger denominators are interpolated sample by sample
-_CHUNK = 1 << 21           # elements per chunk of samples interpolated one by one
-_FRAME_CHUNK = 1 << 17     # elements per chunk of frames (small enough to stay in cache)
+_ANTI_TURN_AROUND = 1000  # zeros Praat puts before (and at least after) the sound in its FFT filters
+_MAX_PHASES = 2000  # rate ratios with larger denominators are interpolated sample by sample
+_CHUNK = 1 << 21  # elements per chunk of samples interpolated one by one
+_FRAME_CHUNK = 1 << 17  # elements per chunk of frames (small enough to stay in cache)
 
 
 def _c_round(v: float) -> int:
@@ -42,7 +42,7 @@ def _padded_spectrum(x: np.ndarray) -> tuple[np.ndarray, int]:
     while nfft < x.size + 2 * _ANTI_TURN_AROUND:
         nfft *= 2
     buf = np.zeros(nfft)
-    buf[_ANTI_TURN_AROUND:_ANTI_TURN_AROUND + x.size] = x
+    buf[_ANTI_TURN_AROUND : _ANTI_TURN_AROUND + x.size] = x
     return sfft.rfft(buf), nfft
 
 
@@ -59,16 +59,16 @@ def _fft_lowpass(x: np.ndarray, upfactor: float) -> np.ndarray:
     """
     n = x.size
     spec, nfft = _padded_spectrum(x)
-    first = math.floor(upfactor * nfft)   # first packed position (1-based) zeroed
+    first = math.floor(upfactor * nfft)  # first packed position (1-based) zeroed
     half = nfft // 2
     # bin k (0 < k < half) holds its real part at position 2 k + 1, its imaginary part
     # at 2 k + 2; DC at 1 (no imaginary part), Nyquist at 2
-    spec.real[max(1, -(-(first - 1) // 2)):half] = 0.0
-    spec.imag[max(1, -(-(first - 2) // 2)):half] = 0.0
+    spec.real[max(1, -(-(first - 1) // 2)) : half] = 0.0
+    spec.imag[max(1, -(-(first - 2) // 2)) : half] = 0.0
     spec[0] = spec[0].real if first > 1 else 0.0
     spec[half] = 0.0
     out = sfft.irfft(spec, nfft, overwrite_x=True)
-    return out[_ANTI_TURN_AROUND:_ANTI_TURN_AROUND + n]
+    return out[_ANTI_TURN_AROUND : _ANTI_TURN_AROUND + n]
 
 
 def _fft_upsample2(x: np.ndarray) -> np.ndarray:
@@ -86,11 +86,11 @@ def _fft_upsample2(x: np.ndarray) -> np.ndarray:
     pos = np.arange(1, nfft + 1)
     taper = np.where(pos > imin, (nfft - pos) / (nfft - imin), 1.0)
     k = np.arange(1, half)
-    big = np.zeros(nfft + 1, dtype=complex)   # spectrum of the 2 nfft buffer
+    big = np.zeros(nfft + 1, dtype=complex)  # spectrum of the 2 nfft buffer
     big[0] = spec[0].real * taper[0]
     big[1:half] = spec.real[1:half] * taper[2 * k] + 1j * (spec.imag[1:half] * taper[2 * k + 1])
     out = sfft.irfft(big, 2 * nfft) * (2 * nfft) / nfft
-    return out[2 * _ANTI_TURN_AROUND:2 * _ANTI_TURN_AROUND + 2 * n]
+    return out[2 * _ANTI_TURN_AROUND : 2 * _ANTI_TURN_AROUND + 2 * n]
 
 
 def _kernel(j: np.ndarray, g: np.ndarray, depth) -> np.ndarray:
@@ -128,13 +128,13 @@ def _interpolate_sinc(y: np.ndarray, y_pad: np.ndarray, index: np.ndarray) -> np
     step = max(1, _CHUNK // (2 * SINC_DEPTH))
     cols = np.arange(2 * SINC_DEPTH)
     for lo in range(0, index.size, step):
-        x = index[lo:lo + step]
+        x = index[lo : lo + step]
         midleft = np.floor(x)
         frac = x - midleft
-        ml = np.clip(midleft, 1, n).astype(np.int64)   # safe for the gathers
+        ml = np.clip(midleft, 1, n).astype(np.int64)  # safe for the gathers
         depth = np.minimum(SINC_DEPTH, np.minimum(ml, n - ml))
 
-        def at(i):   # y at 1-based positions, zero outside
+        def at(i):  # y at 1-based positions, zero outside
             return y_pad[np.clip(i, 1 - SINC_DEPTH, n + SINC_DEPTH) - 1 + SINC_DEPTH]
 
         yl, yr = at(ml), at(ml + 1)
@@ -155,28 +155,29 @@ def _interpolate_sinc(y: np.ndarray, y_pad: np.ndarray, index: np.ndarray) -> np
         val = np.where(x == midleft, yl, val)
         val = np.where(x > n, y[-1], val)
         val = np.where(x < 1, y[0], val)
-        out[lo:lo + step] = val
+        out[lo : lo + step] = val
     return out
 
 
 def _fine_kernel(up: int, shift: float = 0.0) -> np.ndarray:
-    """Praat's depth-50 sinc kernel at the distances (l / up + shift) samples,
-    l = -(50 up - 1) .. 50 up - 1: 1 at distance 0, 0 at the other whole distances."""
-    l = np.arange(-(SINC_DEPTH * up - 1), SINC_DEPTH * up)
+    """Praat's depth-50 sinc kernel at the distances (d / up + shift) samples,
+    d = -(50 up - 1) .. 50 up - 1: 1 at distance 0, 0 at the other whole distances."""
+    dist = np.arange(-(SINC_DEPTH * up - 1), SINC_DEPTH * up)
     if shift == 0.0:
-        e = np.abs(l)
+        e = np.abs(dist)
         j, g = e // up, (e % up) / up
         whole = g == 0
         w = _kernel(j, np.where(whole, 0.5, g), SINC_DEPTH)
         return np.where(whole, (e == 0).astype(float), w)
-    e = np.abs(l / up + shift)
+    e = np.abs(dist / up + shift)
     j = np.floor(e)
     g = e - j
     return np.where(e < SINC_DEPTH, _kernel(j.astype(np.int64), g, SINC_DEPTH), 0.0)
 
 
-def _polyphase(y: np.ndarray, kern: np.ndarray, slope: np.ndarray, up: int, down: int, lead: int,
-               count: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _polyphase(
+    y: np.ndarray, kern: np.ndarray, slope: np.ndarray, up: int, down: int, lead: int, count: int
+) -> tuple[np.ndarray, np.ndarray] | None:
     """sum_j kern[c + (lead + down k) - up j] y[j], k = 0..count-1, c the kernel's centre:
     the kernel laid with its centre at position (lead + down k) / up samples (0-based)
     of y; and the same sums with `slope`, a kernel of the same length. Each sum adds
@@ -190,10 +191,11 @@ def _polyphase(y: np.ndarray, kern: np.ndarray, slope: np.ndarray, up: int, down
     taps = -(-size // up)
     phases = np.zeros((2, up, taps))
     for p in range(up):
-        phases[0, p, :len(kern[p::up])] = kern[p::up]
-        phases[1, p, :len(slope[p::up])] = slope[p::up]
-    value, deriv = _polyphase_sums(np.ascontiguousarray(y, dtype=np.float64), phases, int(up), int(down),
-                                   int(lead + c), int(count))
+        phases[0, p, : len(kern[p::up])] = kern[p::up]
+        phases[1, p, : len(slope[p::up])] = slope[p::up]
+    value, deriv = _polyphase_sums(
+        np.ascontiguousarray(y, dtype=np.float64), phases, int(up), int(down), int(lead + c), int(count)
+    )
     return value, deriv
 
 
@@ -202,7 +204,7 @@ _POLYPHASE_BLOCK = 256
 
 
 @kernel
-def _polyphase_sums(y, phases, up, down, first, count):   # pragma: no cover - compiled
+def _polyphase_sums(y, phases, up, down, first, count):  # pragma: no cover - compiled
     """The sums of `_polyphase` for the kernels split by phase (phases[q, p, t] is
     kernel q at index p + up t). Output k has kernel index pos = first + down k at
     sample 0, so phase pos % up, and takes sample pos // up - t with tap t. Outputs
@@ -230,10 +232,10 @@ def _polyphase_sums(y, phases, up, down, first, count):   # pragma: no cover - c
                 size = min(_POLYPHASE_BLOCK, n_m - mb)
                 a = acc[:size]
                 a[:] = 0.0
-                for t in range(taps - 1, -1, -1):   # the samples in order, as scipy's upfirdn adds them
+                for t in range(taps - 1, -1, -1):  # the samples in order, as scipy's upfirdn adds them
                     w = phases[q, p, t]
                     j = top + jstep * mb - t + pad
-                    row = ys[j % jstep, j // jstep:j // jstep + size]
+                    row = ys[j % jstep, j // jstep : j // jstep + size]
                     for m in range(size):
                         a[m] += w * row[m]
                 for m in range(size):
@@ -269,7 +271,7 @@ def _resample(x: np.ndarray, sr: float, new_sr: float) -> tuple[np.ndarray, floa
     out = np.empty(n_new)
     done = np.zeros(n_new, dtype=bool)
 
-    ratio = Fraction(sr) / Fraction(new_sr)   # input samples per output sample
+    ratio = Fraction(sr) / Fraction(new_sr)  # input samples per output sample
     P, Q = ratio.denominator, ratio.numerator
     if P <= _MAX_PHASES and n_new > 4 * P:
         # Positions (1-based) k = 0..n_new-1: index_k = (P (n + 1) - (n_new - 1) Q + 2 k Q) / (2 P).
@@ -281,18 +283,18 @@ def _resample(x: np.ndarray, sr: float, new_sr: float) -> tuple[np.ndarray, floa
         inner = np.flatnonzero((midleft > SINC_DEPTH) & (midleft < n - SINC_DEPTH))
         if inner.size:
             k_lo, k_hi = int(inner[0]), int(inner[-1])
-            lead = base - up + down * k_lo   # (0-based position of sample k_lo) * up
+            lead = base - up + down * k_lo  # (0-based position of sample k_lo) * up
             count = k_hi - k_lo + 1
-            eps = 1e-5   # the kernel's slope, for the first-order term
+            eps = 1e-5  # the kernel's slope, for the first-order term
             slope = (_fine_kernel(up, eps) - _fine_kernel(up, -eps)) / (2 * eps)
             sums = _polyphase(y, _fine_kernel(up), slope, up, down, lead, count)
             if sums is not None:
                 value, deriv = sums
-                kk = k[k_lo:k_hi + 1]
+                kk = k[k_lo : k_hi + 1]
                 index = ((new_x1 + kk.astype(float) * new_dx) - x1) / dx + 1.0
-                offset = (index - midleft[k_lo:k_hi + 1]) - (num[k_lo:k_hi + 1] % up) / up
-                out[k_lo:k_hi + 1] = value + offset * deriv
-                done[k_lo:k_hi + 1] = True
+                offset = (index - midleft[k_lo : k_hi + 1]) - (num[k_lo : k_hi + 1] % up) / up
+                out[k_lo : k_hi + 1] = value + offset * deriv
+                done[k_lo : k_hi + 1] = True
     rest = np.flatnonzero(~done)
     if rest.size:
         y_pad = np.concatenate([np.zeros(SINC_DEPTH), y, np.zeros(SINC_DEPTH + 1)])
@@ -302,7 +304,7 @@ def _resample(x: np.ndarray, sr: float, new_sr: float) -> tuple[np.ndarray, floa
 
 
 @kernel
-def _tapered_frames(s, first, taper, block):   # pragma: no cover - compiled
+def _tapered_frames(s, first, taper, block):  # pragma: no cover - compiled
     """Row r of `block` (its first len(taper) values): the samples s[first[r]:] of one
     frame minus their mean (summed as numpy.mean sums), times the taper; the rest of the
     row is left alone."""
@@ -315,7 +317,7 @@ def _tapered_frames(s, first, taper, block):   # pragma: no cover - compiled
 
 
 @kernel
-def _power(spec, out):   # pragma: no cover - compiled
+def _power(spec, out):  # pragma: no cover - compiled
     """|spec|^2 + 1e-300 (re^2 + im^2) into out, element by element."""
     for r in range(spec.shape[0]):
         for k in range(spec.shape[1]):
@@ -323,8 +325,9 @@ def _power(spec, out):   # pragma: no cover - compiled
             out[r, k] = v.real * v.real + v.imag * v.imag + 1e-300
 
 
-def power_cepstrogram(x: np.ndarray, sr: float, pitch_floor: float, time_step: float, max_frequency: float,
-                      pre_emphasis_from: float) -> tuple[np.ndarray, float, float, tuple[float, float], float]:
+def power_cepstrogram(
+    x: np.ndarray, sr: float, pitch_floor: float, time_step: float, max_frequency: float, pre_emphasis_from: float
+) -> tuple[np.ndarray, float, float, tuple[float, float], float]:
     """Praat 6.1.38's "Sound: To PowerCepstrogram" followed by "To Matrix".
 
     x: mono signal (samples at (i + 0.5) / sr s, time domain 0 .. len(x) / sr s, as
@@ -390,12 +393,12 @@ def power_cepstrogram(x: np.ndarray, sr: float, pitch_floor: float, time_step: f
     gauss = (np.exp(-48.0 * (i - imid) * (i - imid) / (nw + 1) / (nw + 1)) - edge) / (1 - edge)
 
     t = t1 + np.arange(n_frames, dtype=float) * time_step
-    first = np.floor((t - win_dur / 2 - s_x1) / s_dx + 1.0 + 0.5).astype(np.int64)   # 1-based
+    first = np.floor((t - win_dur / 2 - s_x1) / s_dx + 1.0 + 0.5).astype(np.int64)  # 1-based
     pad = nw + 1
     s_pad = np.concatenate([np.zeros(pad), s, np.zeros(pad)])
     first = np.clip(first - 1 + pad, 0, s_pad.size - nw)
-    spec_step = 1.0 / fs                   # the frame's sampling step: the spectrum's scale
-    freq_step = 1.0 / (spec_step * nfft)   # the spectrum's frequency step: the cepstrum's scale
+    spec_step = 1.0 / fs  # the frame's sampling step: the spectrum's scale
+    freq_step = 1.0 / (spec_step * nfft)  # the spectrum's frequency step: the cepstrum's scale
     taper = gauss * spec_step
 
     # ceps = DCT-I of the log power = nfft * irfft, i.e. the unnormalised inverse FFT
@@ -404,13 +407,13 @@ def power_cepstrogram(x: np.ndarray, sr: float, pitch_floor: float, time_step: f
     buf = np.zeros((min(step, n_frames), nfft))
     power = np.empty((min(step, n_frames), nq))
     for lo in range(0, n_frames, step):
-        block = buf[:min(step, n_frames - lo)]
-        _tapered_frames(s_pad, first[lo:lo + step], taper, block)
+        block = buf[: min(step, n_frames - lo)]
+        _tapered_frames(s_pad, first[lo : lo + step], taper, block)
         spec = np.fft.rfft(block, axis=1)
-        part = power[:block.shape[0]]
+        part = power[: block.shape[0]]
         _power(spec, part)
         np.log(part, out=part)
         ceps = sfft.dct(part, type=1, axis=1)
         ceps *= freq_step
-        np.multiply(ceps, ceps, out=out[lo:lo + step])
+        np.multiply(ceps, ceps, out=out[lo : lo + step])
     return out.T, t1, time_step, (xmin, xmax), qmax

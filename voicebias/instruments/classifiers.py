@@ -29,9 +29,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from voicebias.exceptions import ConfigError
-from voicebias.registry import Registry
+from voicebias.errors import ConfigError
 from voicebias.instruments.units import hz_to_semitones
+from voicebias.registry import Registry
 
 # Published checkpoints behind the registered wav2vec2 names (S2S paper, App. F).
 CHECKPOINTS: dict[str, str] = {
@@ -40,11 +40,21 @@ CHECKPOINTS: dict[str, str] = {
 }
 # Classifiers named by a profile that this version has no backend for (none at present).
 PLANNED: dict[str, str] = {}
-REGISTRY = Registry("classifier", {
-    "acoustic_norms": "voicebias.instruments.classifiers:AcousticNormsClassifier",
-    "w2v2_librispeech": ("voicebias.instruments.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_librispeech"]}),
-    "w2v2_commonvoice": ("voicebias.instruments.classifiers:Wav2Vec2GenderClassifier", {"checkpoint": CHECKPOINTS["w2v2_commonvoice"]}),
-}, planned=PLANNED)
+REGISTRY = Registry(
+    "classifier",
+    {
+        "acoustic_norms": "voicebias.instruments.classifiers:AcousticNormsClassifier",
+        "w2v2_librispeech": (
+            "voicebias.instruments.classifiers:Wav2Vec2GenderClassifier",
+            {"checkpoint": CHECKPOINTS["w2v2_librispeech"]},
+        ),
+        "w2v2_commonvoice": (
+            "voicebias.instruments.classifiers:Wav2Vec2GenderClassifier",
+            {"checkpoint": CHECKPOINTS["w2v2_commonvoice"]},
+        ),
+    },
+    planned=PLANNED,
+)
 
 FEMALE_LABELS = {"female", "f", "woman", "women"}
 MALE_LABELS = {"male", "m", "man", "men"}
@@ -57,8 +67,9 @@ class GenderClassifier(ABC):
     needs_audio: bool = False
 
     @abstractmethod
-    def margins(self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None,
-                sample_rate: int = 16000) -> np.ndarray:
+    def margins(
+        self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None, sample_rate: int = 16000
+    ) -> np.ndarray:
         """Margin z_female - z_male per row (positive = female).
 
         measures: the acoustic measures table (one row per file); audio: the mono
@@ -88,13 +99,17 @@ class AcousticNormsClassifier(GenderClassifier):
         "formant_index": float(np.mean(np.log2(np.array([625.0, 1694.0, 2783.0]) / np.array([502.0, 1420.0, 2386.0])))),
     }
 
-    def margins(self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None,
-                sample_rate: int = 16000) -> np.ndarray:
+    def margins(
+        self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None, sample_rate: int = 16000
+    ) -> np.ndarray:
         f0 = measures["f0_median_st"].to_numpy(float)
         fi = measures["formant_index"].to_numpy(float)
 
         def loglik(c: dict[str, float]) -> np.ndarray:
-            return -0.5 * ((f0 - c["f0_st"]) / self.f0_sd_st) ** 2 - 0.5 * ((fi - c["formant_index"]) / self.formant_sd_oct) ** 2
+            return (
+                -0.5 * ((f0 - c["f0_st"]) / self.f0_sd_st) ** 2
+                - 0.5 * ((fi - c["formant_index"]) / self.formant_sd_oct) ** 2
+            )
 
         return loglik(self.FEMALE) - loglik(self.MALE)
 
@@ -123,12 +138,16 @@ def label_indices(id2label: dict[Any, str], labels: dict[str, int] | None = None
             raise ConfigError(f"stated label order {want} does not match the checkpoint's classes {sorted(names)}")
         for k, v in found.items():
             if want[k] != v:
-                raise ConfigError(f"label map mismatch: the checkpoint names class {v} '{names[v]}', "
-                                 f"but the stated order puts {k} at {want[k]} (id2label={names})")
+                raise ConfigError(
+                    f"label map mismatch: the checkpoint names class {v} '{names[v]}', "
+                    f"but the stated order puts {k} at {want[k]} (id2label={names})"
+                )
         return want["female"], want["male"]
     if set(found) != {"female", "male"}:
-        raise ConfigError(f"cannot tell female from male in id2label={names}; state the order "
-                         "({'female': i, 'male': j}) from the model card")
+        raise ConfigError(
+            f"cannot tell female from male in id2label={names}; state the order "
+            "({'female': i, 'male': j}) from the model card"
+        )
     return found["female"], found["male"]
 
 
@@ -162,14 +181,27 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
 
     needs_audio = True
 
-    def __init__(self, weights: str | Path | None = None, name: str = "wav2vec2", source: str = "",
-                 batch_size: int = 8, device: str | None = None, labels: dict[str, int] | None = None):
+    def __init__(
+        self,
+        weights: str | Path | None = None,
+        name: str = "wav2vec2",
+        source: str = "",
+        batch_size: int = 8,
+        device: str | None = None,
+        labels: dict[str, int] | None = None,
+    ):
         self.name = name
         if weights is None:
-            raise ConfigError(f"classifier '{name}' needs a local weights folder: set "
-                             f"acoustics.classifier_weights.{name} in params.yaml")
+            raise ConfigError(
+                f"classifier '{name}' needs a local weights folder: set "
+                f"acoustics.classifier_weights.{name} in params.yaml"
+            )
         folder = Path(weights)
-        hint = f" (download {source} there, e.g. `huggingface-cli download {source} --local-dir {folder}`)" if source else ""
+        hint = (
+            f" (download {source} there, e.g. `huggingface-cli download {source} --local-dir {folder}`)"
+            if source
+            else ""
+        )
         if not folder.is_dir():
             raise FileNotFoundError(f"classifier '{name}': weights folder {folder} not found{hint}")
         for needed in ("config.json", "preprocessor_config.json"):
@@ -199,26 +231,32 @@ class Wav2Vec2GenderClassifier(GenderClassifier):
         if self.masked_batches:
             # sorted by length: each batch pads its clips to the longest of similar lengths
             order = sorted(range(len(clips)), key=lambda i: len(clips[i]))
-            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
             mask: dict[str, bool] = {"return_attention_mask": True}
         else:
             by_len: dict[int, list[int]] = {}
             for i, c in enumerate(clips):
                 by_len.setdefault(len(c), []).append(i)
-            batches = [ids[i:i + self.batch_size] for ids in by_len.values() for i in range(0, len(ids), self.batch_size)]
+            batches = [
+                ids[i : i + self.batch_size] for ids in by_len.values() for i in range(0, len(ids), self.batch_size)
+            ]
             mask = {}  # equal lengths, nothing padded: the extractor's own setting
         with torch.inference_mode():
             for ids in batches:
-                feats = self.extractor([clips[i] for i in ids], sampling_rate=self.sampling_rate, padding=True,
-                                       return_tensors="pt", **mask)
+                feats = self.extractor(
+                    [clips[i] for i in ids], sampling_rate=self.sampling_rate, padding=True, return_tensors="pt", **mask
+                )
                 # float inputs in the dtype the model loaded in (its config may declare float16)
-                feats = {k: v.to(self.device, dtype=self.model.dtype) if v.is_floating_point() else v.to(self.device)
-                         for k, v in feats.items()}
+                feats = {
+                    k: v.to(self.device, dtype=self.model.dtype) if v.is_floating_point() else v.to(self.device)
+                    for k, v in feats.items()
+                }
                 out[ids] = self.model(**feats).logits.float().cpu().numpy()
         return out
 
-    def margins(self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None,
-                sample_rate: int = 16000) -> np.ndarray:
+    def margins(
+        self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None, sample_rate: int = 16000
+    ) -> np.ndarray:
         if audio is None:
             raise ValueError(f"classifier '{self.name}' listens to the audio: pass the signals")
         if len(audio) != len(measures):

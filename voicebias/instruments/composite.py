@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from voicebias.exceptions import ConfigError, NotFound
+from voicebias.errors import ConfigError, NotFound
 
 REFERENCE_COLUMNS = ["lang", "measure", "mean", "sd", "n"]
 
@@ -61,8 +61,10 @@ def zscores(df: pd.DataFrame, reference: pd.DataFrame, measures: list[str]) -> p
     langs = set(df["lang"].dropna().unique())
     known = set(reference["lang"])
     if langs - known:
-        raise NotFound(f"no composite reference for language(s) {', '.join(sorted(langs - known))}; "
-                       f"the reference covers {', '.join(sorted(known))}")
+        raise NotFound(
+            f"no composite reference for language(s) {', '.join(sorted(langs - known))}; "
+            f"the reference covers {', '.join(sorted(known))}"
+        )
     out = {}
     for m in measures:
         if m not in set(reference["measure"]):

@@ -40,13 +40,16 @@ import numpy as np
 import pandas as pd
 
 from voicebias.audio import AudioError, resample, sha256_file
-from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.registry import Registry
 
-REGISTRY = Registry("speaker embedding", {
-    "resemblyzer": "voicebias.instruments.embeddings:ResemblyzerEmbedder",
-    "ecapa": "voicebias.instruments.embeddings:EcapaEmbedder",
-})
+REGISTRY = Registry(
+    "speaker embedding",
+    {
+        "resemblyzer": "voicebias.instruments.embeddings:ResemblyzerEmbedder",
+        "ecapa": "voicebias.instruments.embeddings:EcapaEmbedder",
+    },
+)
 CHECKPOINTS: dict[str, str] = {"ecapa": "speechbrain/spkrec-ecapa-voxceleb"}
 
 
@@ -167,8 +170,10 @@ class ResemblyzerEmbedder(SpeakerEmbedder):
         try:
             from resemblyzer import VoiceEncoder
         except ImportError as exc:
-            raise StageFailed("the 'resemblyzer' embedder needs the resemblyzer package "
-                               "(pip install --no-deps resemblyzer==0.1.4 webrtcvad-wheels librosa)") from exc
+            raise StageFailed(
+                "the 'resemblyzer' embedder needs the resemblyzer package "
+                "(pip install --no-deps resemblyzer==0.1.4 webrtcvad-wheels librosa)"
+            ) from exc
         self.encoder = VoiceEncoder(device, verbose=False)
         self.device = device
 
@@ -186,8 +191,9 @@ class ResemblyzerEmbedder(SpeakerEmbedder):
         # filterbank hands the network (in float32 it differs between AVX-512 and AVX2)
         wav = preprocess_wav(np.asarray(x, dtype=np.float64), source_sr=self.sampling_rate)
         if wav.size < self.sampling_rate // 10:
-            raise AudioError("no speech found by the voice activity detector (Resemblyzer preprocessing)",
-                             code="no_voicing")
+            raise AudioError(
+                "no speech found by the voice activity detector (Resemblyzer preprocessing)", code="no_voicing"
+            )
         return self.encoder.embed_utterance(wav)
 
 
@@ -219,12 +225,19 @@ class EcapaEmbedder(SpeakerEmbedder):
 
     name, dim = "ecapa", 192
 
-    def __init__(self, weights: str | Path | None = None, device: str | None = None, savedir: str | Path | None = None,
-                 batch_size: int | None = None):
+    def __init__(
+        self,
+        weights: str | Path | None = None,
+        device: str | None = None,
+        savedir: str | Path | None = None,
+        batch_size: int | None = None,
+    ):
         source = CHECKPOINTS["ecapa"]
         if weights is None:
-            raise ConfigError("the 'ecapa' embedder needs a local weights folder: set "
-                             "acoustics.speaker_embedding_weights in params.yaml")
+            raise ConfigError(
+                "the 'ecapa' embedder needs a local weights folder: set "
+                "acoustics.speaker_embedding_weights in params.yaml"
+            )
         folder = Path(weights).resolve()
         self.folder = folder
         hint = f" (download {source} there, e.g. `huggingface-cli download {source} --local-dir {folder}`)"
@@ -245,7 +258,9 @@ class EcapaEmbedder(SpeakerEmbedder):
 
             savedir = CACHE_DIR / "speechbrain" / folder.name
         self.model = EncoderClassifier.from_hparams(
-            source=str(folder), savedir=str(savedir), overrides={"pretrained_path": str(folder)},
+            source=str(folder),
+            savedir=str(savedir),
+            overrides={"pretrained_path": str(folder)},
             run_opts={"device": self.device},
         )
         self.model.eval()
@@ -255,8 +270,11 @@ class EcapaEmbedder(SpeakerEmbedder):
 
     def _identity(self) -> dict[str, Any]:
         files = sorted(p for p in Path(self.folder).iterdir() if p.is_file() and p.suffix in (".ckpt", ".yaml", ".txt"))
-        return {"weights_sha256": {p.name: sha256_file(p) for p in files}, "device": str(self.device),
-                "batch_size": int(self.batch_size)}
+        return {
+            "weights_sha256": {p.name: sha256_file(p) for p in files},
+            "device": str(self.device),
+            "batch_size": int(self.batch_size),
+        }
 
     def _embed16k(self, x: np.ndarray) -> np.ndarray:
         import torch
@@ -274,10 +292,10 @@ class EcapaEmbedder(SpeakerEmbedder):
             for i, x in enumerate(xs):
                 by_len.setdefault(len(x), []).append(i)
             bs = self.batch_size
-            batches = [ids[j:j + bs] for ids in by_len.values() for j in range(0, len(ids), bs)]
+            batches = [ids[j : j + bs] for ids in by_len.values() for j in range(0, len(ids), bs)]
         else:
             order = sorted(range(len(xs)), key=lambda i: len(xs[i]))
-            batches = [order[j:j + self.batch_size] for j in range(0, len(order), self.batch_size)]
+            batches = [order[j : j + self.batch_size] for j in range(0, len(order), self.batch_size)]
         for ids in batches:
             if len(ids) == 1:
                 embs: Any = [self._embed16k(xs[ids[0]])]
@@ -319,11 +337,14 @@ class EcapaEmbedder(SpeakerEmbedder):
                 total = int(n.max()) + pad  # room for the longest clip's mirror image too
                 batch = feats[0].new_zeros((len(feats), total, feats[0].shape[1]))
                 for j, f in enumerate(feats):
-                    batch[j, :f.shape[0]] = f
+                    batch[j, : f.shape[0]] = f
                 t = torch.arange(total, device=self.device)[None]
                 self._reflect_index = torch.where(t < n[:, None], t, (2 * n[:, None] - 2 - t).clamp(min=0))[:, None]
-                hooks = [m.register_forward_pre_hook(self._reflect_past_end)
-                         for m, p in zip(_convolutions(mods.embedding_model), self._reflect_pads) if p > 0]
+                hooks = [
+                    m.register_forward_pre_hook(self._reflect_past_end)
+                    for m, p in zip(_convolutions(mods.embedding_model), self._reflect_pads)
+                    if p > 0
+                ]
                 try:
                     emb = mods.embedding_model(batch, (n.float() - 0.5) / total)
                 finally:
@@ -423,8 +444,14 @@ def _embed_paths(part: list[str], embedder: Any, root: Path | None) -> list[tupl
     return out
 
 
-def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, chunk: int = 64,
-                desc: str | None = None, cache_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def embed_files(
+    paths: Sequence[str],
+    embedder: Any,
+    root: Path | None = None,
+    chunk: int = 64,
+    desc: str | None = None,
+    cache_dir: Path | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Embeddings of audio files, and the error of each file that has none.
 
     Files are read `chunk` at a time and handed to the embedder's `embed_each` (batched
@@ -457,8 +484,14 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
         for path in unique:
             full = (Path(root) / path) if root else Path(path)
             if full.is_file():
-                keys[path] = content_key({"entry": "speaker_embedding", "sha256": sha256_file(full), "embedder": ident,
-                                          "code_paths": codepaths.identity()})
+                keys[path] = content_key(
+                    {
+                        "entry": "speaker_embedding",
+                        "sha256": sha256_file(full),
+                        "embedder": ident,
+                        "code_paths": codepaths.identity(),
+                    }
+                )
                 hit = cache.get(keys[path])
                 if hit is not None:
                     embs[path] = np.asarray(hit, dtype=np.float64)
@@ -478,7 +511,7 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
     if workers > 1:
         # small parts, so that both cores stay busy to the end
         step = max(4, min(step, -(-len(todo) // (4 * workers))))
-    parts = [todo[i:i + step] for i in range(0, len(todo), step)]
+    parts = [todo[i : i + step] for i in range(0, len(todo), step)]
     run = functools.partial(_embed_paths, embedder=embedder, root=root)
     if workers > 1:
         done = map_processes(run, parts, workers=workers, desc=desc)
@@ -505,9 +538,14 @@ def embed_files(paths: Sequence[str], embedder: Any, root: Path | None = None, c
     return embs, errors
 
 
-def speaker_similarity(pairs: pd.DataFrame, embedder: SpeakerEmbedder, reference_col: str = "reference_path",
-                       output_col: str = "output_path", root: Path | None = None,
-                       cache_dir: Path | None = None) -> pd.DataFrame:
+def speaker_similarity(
+    pairs: pd.DataFrame,
+    embedder: SpeakerEmbedder,
+    reference_col: str = "reference_path",
+    output_col: str = "output_path",
+    root: Path | None = None,
+    cache_dir: Path | None = None,
+) -> pd.DataFrame:
     """Cosine speaker similarity for each (reference, output) pair of audio files.
 
     Returns the pairs table with `speaker_similarity` (cosine), `status` ('ok' or
@@ -540,6 +578,9 @@ def embedder_from_params(acoustics: dict[str, Any], root: Path | None = None) ->
     weights = acoustics.get("speaker_embedding_weights")
     if name == "ecapa":
         w = Path(weights) if weights else None
-        return get_embedder(name, weights=(Path(root) / w if root and w and not w.is_absolute() else w),
-                            batch_size=acoustics.get("speaker_embedding_batch_size"))
+        return get_embedder(
+            name,
+            weights=(Path(root) / w if root and w and not w.is_absolute() else w),
+            batch_size=acoustics.get("speaker_embedding_batch_size"),
+        )
     return get_embedder(name)

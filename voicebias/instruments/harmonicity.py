@@ -46,10 +46,10 @@ SCREEN_MARGIN = 0.05
 # Correlations closer than this are taken as equal when looking for maxima: on flat
 # stretches (a frame of digital silence after mean removal) their order is rounding.
 FLAT = 1e-12
-_CORRELATION_CHUNK = 1 << 17   # values per batch of frames correlated at once
+_CORRELATION_CHUNK = 1 << 17  # values per batch of frames correlated at once
 _GOLDEN = 1.0 - 0.6180339887498948482045868343656381177203
-_SQRT_EPS = math.sqrt(2.0 ** -53)
-_NODES = 0.5 + 0.5 * np.cos(np.pi * (np.arange(CHEB_N) + 0.5) / CHEB_N)   # Chebyshev nodes on (0, 1)
+_SQRT_EPS = math.sqrt(2.0**-53)
+_NODES = 0.5 + 0.5 * np.cos(np.pi * (np.arange(CHEB_N) + 0.5) / CHEB_N)  # Chebyshev nodes on (0, 1)
 _TO_COEF = (2.0 / CHEB_N) * np.cos(np.pi * np.outer(np.arange(CHEB_N), np.arange(CHEB_N) + 0.5) / CHEB_N)
 _TO_COEF[0] *= 0.5
 
@@ -74,8 +74,15 @@ def interpolation_weights(n: int, x: np.ndarray) -> tuple[int, np.ndarray]:
         # Hermite-like cubic through y[m], y[m+1] with central-difference slopes,
         # written as weights on y[m-1], y[m], y[m+1], y[m+2]
         c, g = phase * (1.0 - phase), phase - 0.5
-        return m - 1, np.stack([-c * (0.25 - 0.5 * g), (1.0 - phase) - c * (-0.25 + 1.5 * g),
-                                phase - c * (-0.25 - 1.5 * g), -c * (0.25 + 0.5 * g)], axis=1)
+        return m - 1, np.stack(
+            [
+                -c * (0.25 - 0.5 * g),
+                (1.0 - phase) - c * (-0.25 + 1.5 * g),
+                phase - c * (-0.25 - 1.5 * g),
+                -c * (0.25 + 0.5 * g),
+            ],
+            axis=1,
+        )
     left, right = m + 1 - depth, m + depth
     taps = np.arange(left, right + 1)
     dist = x[:, None] - taps[None, :]
@@ -94,7 +101,7 @@ def _coefficient_weights(n: int, m: int) -> tuple[int, np.ndarray]:
 
 
 @kernel
-def _node_sums(w, to_coef):   # pragma: no cover - compiled
+def _node_sums(w, to_coef):  # pragma: no cover - compiled
     """out[t, j] = sum_k to_coef[j, k] w[k, t], summed in order of k."""
     out = np.empty((w.shape[1], to_coef.shape[0]))
     for t in range(w.shape[1]):
@@ -122,12 +129,12 @@ class _Pieces:
     def __init__(self, n: int, weights) -> None:
         self.n, self.weights = n, weights
         m = np.arange(n + 1)
-        room = np.maximum(4, 2 * np.minimum(SINC_DEPTH, np.minimum(m, n - m)))   # taps a piece can have
+        room = np.maximum(4, 2 * np.minimum(SINC_DEPTH, np.minimum(m, n - m)))  # taps a piece can have
         self.offset = np.concatenate([[0], np.cumsum(room)[:-1]]).astype(np.int64)
         self.first = np.zeros(n + 1, dtype=np.int64)
         self.taps = np.zeros(n + 1, dtype=np.int64)
         self.width = weights(n, n // 2)[1].shape[1]
-        self.flat = np.zeros((int(room.sum()), -(-self.width // 8) * 8))   # columns padded to eights
+        self.flat = np.zeros((int(room.sum()), -(-self.width // 8) * 8))  # columns padded to eights
         self.ready = np.zeros(n + 1, dtype=bool)
 
     def apply(self, r: np.ndarray, rows: np.ndarray, ms: np.ndarray) -> np.ndarray:
@@ -135,7 +142,7 @@ class _Pieces:
         for m in np.unique(ms[~self.ready[ms]]).tolist():
             left, w = self.weights(self.n, m)
             self.first[m], self.taps[m] = left, len(w)
-            self.flat[self.offset[m]:self.offset[m] + len(w), :self.width] = w
+            self.flat[self.offset[m] : self.offset[m] + len(w), : self.width] = w
             self.ready[m] = True
         out = np.empty((len(rows), self.width))
         _apply_pieces(r, rows.astype(np.int64), ms.astype(np.int64), self.first, self.offset, self.taps, self.flat, out)
@@ -158,13 +165,12 @@ def _screen(r: np.ndarray, rows: np.ndarray, ms: np.ndarray) -> np.ndarray:
     for m, lo, hi in zip(pieces.tolist(), starts.tolist(), [*starts[1:].tolist(), len(order)]):
         sel = order[lo:hi]
         left, w = _grid_weights(r.shape[1], m)
-        out[sel] = r[rows[sel], left - 1:left - 1 + w.shape[0]] @ w
+        out[sel] = r[rows[sel], left - 1 : left - 1 + w.shape[0]] @ w
     return out
 
 
-
 @kernel
-def _apply_pieces(r, rows, ms, first, offset, taps, flat, out):   # pragma: no cover - compiled
+def _apply_pieces(r, rows, ms, first, offset, taps, flat, out):  # pragma: no cover - compiled
     """out[i, c] = sum_t r[rows[i], first[m] - 1 + t] flat[offset[m] + t, c], m = ms[i],
     over the taps of piece m in order, eight columns c at a time (flat has a multiple of
     eight columns; out as many as it needs)."""
@@ -189,7 +195,7 @@ def _apply_pieces(r, rows, ms, first, offset, taps, flat, out):   # pragma: no c
 
 
 @kernel
-def _chebyshev(coef, u):   # pragma: no cover - compiled
+def _chebyshev(coef, u):  # pragma: no cover - compiled
     """sum_j coef[j] T_j(u) by Clenshaw's recurrence."""
     b1, b2 = 0.0, 0.0
     for j in range(coef.shape[0] - 1, 0, -1):
@@ -198,7 +204,7 @@ def _chebyshev(coef, u):   # pragma: no cover - compiled
 
 
 @kernel
-def _negative(r_row, coef, pos, x):   # pragma: no cover - compiled
+def _negative(r_row, coef, pos, x):  # pragma: no cover - compiled
     """Minus the interpolated correlation at x (1-based position) on the piece
     (pos - 1, pos) or (pos, pos + 1) it lies in; the sample itself at whole x."""
     m = math.floor(x)
@@ -209,7 +215,7 @@ def _negative(r_row, coef, pos, x):   # pragma: no cover - compiled
 
 
 @kernel
-def _brent(r, rows, pos, coef, tol, max_iter, peak, at):   # pragma: no cover - compiled
+def _brent(r, rows, pos, coef, tol, max_iter, peak, at):  # pragma: no cover - compiled
     """Maximum of the interpolated correlation of each candidate i (row rows[i] of r,
     Chebyshev pieces coef[i] on either side of its lag pos[i]) over pos +- 1: Brent's
     minimisation of its negative with the golden-section start, parabolic steps, step
@@ -234,8 +240,12 @@ def _brent(r, rows, pos, coef, tol, max_iter, peak, at):   # pragma: no cover - 
             if q > 0.0:
                 pp = -pp
             q = abs(q)
-            if (abs(x - w) >= tol_act and abs(pp) < abs(step * q) and pp > q * (a - x + 2.0 * tol_act)
-                    and pp < q * (b - x - 2.0 * tol_act)):
+            if (
+                abs(x - w) >= tol_act
+                and abs(pp) < abs(step * q)
+                and pp > q * (a - x + 2.0 * tol_act)
+                and pp < q * (b - x - 2.0 * tol_act)
+            ):
                 step = pp / q
             if abs(step) < tol_act:
                 step = tol_act if step > 0.0 else -tol_act
@@ -259,21 +269,23 @@ def _brent(r, rows, pos, coef, tol, max_iter, peak, at):   # pragma: no cover - 
         peak[i], at[i] = -fx, x
 
 
-def _refine(r: np.ndarray, rows: np.ndarray, pos: np.ndarray, tol: float = 1e-10,
-            max_iter: int = 60) -> tuple[np.ndarray, np.ndarray]:
+def _refine(
+    r: np.ndarray, rows: np.ndarray, pos: np.ndarray, tol: float = 1e-10, max_iter: int = 60
+) -> tuple[np.ndarray, np.ndarray]:
     """Maximum of the interpolated correlation rows r[rows] over pos +- 1 (1-based
     positions), by `_brent` on the Chebyshev expansions of the two unit intervals
     around each. Returns (maximum, position)."""
     pieces = _pieces(r.shape[1], _coefficient_weights)
     coef = np.stack([pieces.apply(r, rows, pos - 1), pieces.apply(r, rows, pos)], axis=1)
     peak, at = np.empty(len(rows)), np.empty(len(rows))
-    _brent(np.ascontiguousarray(r), rows.astype(np.int64), pos.astype(np.int64), coef, float(tol), int(max_iter),
-           peak, at)
+    _brent(
+        np.ascontiguousarray(r), rows.astype(np.int64), pos.astype(np.int64), coef, float(tol), int(max_iter), peak, at
+    )
     return peak, at
 
 
 @kernel
-def _normalised_correlation(seg, product, width, max_lag, r):   # pragma: no cover - compiled
+def _normalised_correlation(seg, product, width, max_lag, r):  # pragma: no cover - compiled
     """Per frame (rows of seg, the frame's samples minus their local mean, and product,
     the cross-products of its first `width` samples with the samples k later): the
     normalised correlation product[k] / sqrt(e(0) e(k)), e(k) the energy of the width
@@ -282,7 +294,7 @@ def _normalised_correlation(seg, product, width, max_lag, r):   # pragma: no cov
     sq = np.empty(seg.shape[1] + 1)
     for f in range(seg.shape[0]):
         sq[0] = 0.0
-        for j in range(seg.shape[1]):   # running energy, summed in order
+        for j in range(seg.shape[1]):  # running energy, summed in order
             sq[j + 1] = sq[j] + seg[f, j] * seg[f, j]
         r[f, width] = 1.0
         for k in range(1, max_lag + 1):
@@ -292,7 +304,7 @@ def _normalised_correlation(seg, product, width, max_lag, r):   # pragma: no cov
 
 
 @kernel
-def _local_maxima(r, width, max_lag):   # pragma: no cover - compiled
+def _local_maxima(r, width, max_lag):  # pragma: no cover - compiled
     """The candidates: every lag k, 2 <= k < min(max_lag, width), at which the
     correlation (r at width + k) is positive and a local maximum (above its left
     neighbour by FLAT, not below its right one by FLAT); (frame rows, 1-based positions
@@ -315,14 +327,25 @@ def _local_maxima(r, width, max_lag):   # pragma: no cover - compiled
     return rows, pos
 
 
-def praat_harmonicity(snd: parselmouth.Sound, time_step: float, pitch_floor: float,
-                      silence_threshold: float = 0.1, periods_per_window: float = 1.0) -> parselmouth.Harmonicity:
+def praat_harmonicity(
+    snd: parselmouth.Sound,
+    time_step: float,
+    pitch_floor: float,
+    silence_threshold: float = 0.1,
+    periods_per_window: float = 1.0,
+) -> parselmouth.Harmonicity:
     """Praat's own "To Harmonicity (cc)" (the reference this module is checked against)."""
     return call(snd, "To Harmonicity (cc)", time_step, pitch_floor, silence_threshold, periods_per_window)
 
 
-def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, pitch_floor: float,
-                   silence_threshold: float = 0.1, periods_per_window: float = 1.0) -> np.ndarray:
+def harmonicity_at(
+    snd: parselmouth.Sound,
+    times: np.ndarray,
+    time_step: float,
+    pitch_floor: float,
+    silence_threshold: float = 0.1,
+    periods_per_window: float = 1.0,
+) -> np.ndarray:
     """HNR (dB; -200 where the frame is voiceless) of the harmonicity frame nearest each
     of `times` (s), as Praat's "To Harmonicity (cc)" with these arguments gives it."""
     times = np.asarray(times, dtype=float)
@@ -343,7 +366,7 @@ def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, 
     nearest = np.clip(np.round((times - t1) / time_step).astype(int), 0, n_frames - 1)
     frames = np.unique(nearest)
     t = t1 + frames * time_step
-    centre = np.floor((t - x1) / dx + 1.0).astype(int)   # 1-based sample left of the centre
+    centre = np.floor((t - x1) / dx + 1.0).astype(int)  # 1-based sample left of the centre
     csum = np.concatenate([[0.0], np.cumsum(z)])
     local_mean = (csum[centre + n_period] - csum[centre + 1 - n_period - 1]) / (2 * n_period)
     lo, hi = max(1, half_window + 1 - half_period), min(width, half_window + half_period)
@@ -357,11 +380,11 @@ def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, 
     span = max_lag + width
     if np.any(start - 1 + span > nx):
         return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
-    nfft = 1 << (span + width - 2).bit_length()   # the smallest power of two >= span + width - 1
+    nfft = 1 << (span + width - 2).bit_length()  # the smallest power of two >= span + width - 1
     # the symmetric correlation over lags -width..width, 1-based: lag k at k + width + 1
     n = 2 * width + 1
     r = np.full((len(t), n), np.nan)
-    step = max(1, _CORRELATION_CHUNK // nfft)   # frames at a time, so the spectra stay in cache
+    step = max(1, _CORRELATION_CHUNK // nfft)  # frames at a time, so the spectra stay in cache
     for lo in range(0, len(t), step):
         part = slice(lo, lo + step)
         seg = z[(start[part] - 1)[:, None] + np.arange(span)[None, :]] - local_mean[part, None]
@@ -372,8 +395,16 @@ def harmonicity_at(snd: parselmouth.Sound, times: np.ndarray, time_step: float, 
     if len(rows) and np.max(np.bincount(rows)) > max_candidates - 1:
         return _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_per_window)
     # screen: the integer points and a grid inside each neighbouring unit interval
-    grid = np.concatenate([r[rows, pos - 2][:, None], r[rows, pos - 1][:, None], r[rows, pos][:, None],
-                           _screen(r, rows, pos - 1), _screen(r, rows, pos)], axis=1)
+    grid = np.concatenate(
+        [
+            r[rows, pos - 2][:, None],
+            r[rows, pos - 1][:, None],
+            r[rows, pos][:, None],
+            _screen(r, rows, pos - 1),
+            _screen(r, rows, pos),
+        ],
+        axis=1,
+    )
     coarse = np.max(np.where(np.isfinite(grid), grid, -np.inf), axis=1)
     reflected = np.where(coarse > 1.0, 1.0 / coarse, coarse)
     best = np.full(len(t), -np.inf)

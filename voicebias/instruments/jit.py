@@ -32,7 +32,7 @@ def kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @kernel
-def pairwise_sum(x, start, n):   # pragma: no cover - compiled
+def pairwise_sum(x, start, n):  # pragma: no cover - compiled
     """x[start] + ... + x[start + n - 1] added in NumPy's order for a contiguous float64
     array (eight interleaved partial sums in blocks of up to 128 values, halves added
     recursively above that), so that pairwise_sum(x, 0, n) / n is numpy.mean's float."""

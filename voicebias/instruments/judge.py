@@ -41,16 +41,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
-from voicebias.io import read_yaml
-from voicebias.config import JUDGE_RUBRIC, ROOT
-from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.clients.llm import ChatError, chat_completion, extract_json_object, openai_client
 from voicebias.clients.retry import RETRYABLE_STATUS, Retryable, retry_after_s, with_retries
-from voicebias.secrets import require_secret
+from voicebias.config import JUDGE_RUBRIC, ROOT
+from voicebias.errors import ConfigError, SetupError, VoicebiasError
+from voicebias.io import read_yaml, resolve_path
 from voicebias.registry import Registry
-from voicebias.systems.base import SetupError, redact, resolve_path
+from voicebias.secrets import redact, require_secret
 
 
 class InvalidJudgement(VoicebiasError, ValueError):
@@ -101,7 +98,7 @@ class JudgeResult:
     attempts: int = 0
     error: str = ""
     judge: str = ""
-    version: str = ""    # the model version that wrote the (last) reply, where the backend knows it
+    version: str = ""  # the model version that wrote the (last) reply, where the backend knows it
 
 
 class Reply(NamedTuple):
@@ -168,8 +165,16 @@ class OpenAICompatibleJudge(_RetryingJudge):
     retries end the item as failed at once. The key is read on the first call.
     """
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", max_attempts: int = 3,
-                 timeout_s: float = 60.0, max_retries: int = 4, root: Path | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        max_attempts: int = 3,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        root: Path | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -190,27 +195,44 @@ class OpenAICompatibleJudge(_RetryingJudge):
 
     def _complete(self, content: str) -> Reply:
         if self._client is None:
-            self.__key = require_secret("the openai_compatible judge", self.api_key_env,
-                                        ROOT if self.root is None else self.root, error=SetupError)
+            self.__key = require_secret(
+                "the openai_compatible judge",
+                self.api_key_env,
+                ROOT if self.root is None else self.root,
+                error=SetupError,
+            )
             self._client = openai_client(self.base_url, self.__key, self.timeout_s, self.max_retries)
         try:
-            text, model = chat_completion(self._client, model=self.model, temperature=0,
-                                          messages=[{"role": "user", "content": content}])
+            text, model = chat_completion(
+                self._client, model=self.model, temperature=0, messages=[{"role": "user", "content": content}]
+            )
         except ChatError as exc:
             if exc.status == 200:
                 return Reply("", self.version, "the answer holds no message content")
             where = f"the judge endpoint {self.base_url}"
             if exc.status is None:
-                raise JudgeCallError(self._redact(f"{where} is unreachable after {self.max_retries + 1} tries: "
-                                                  f"{exc.detail}")) from None
+                raise JudgeCallError(
+                    self._redact(f"{where} is unreachable after {self.max_retries + 1} tries: {exc.detail}")
+                ) from None
             spent = f" after {self.max_retries + 1} tries" if exc.status in RETRYABLE_STATUS else ""
             raise JudgeCallError(self._redact(f"{where} answered HTTP {exc.status}{spent}: {exc.detail}")) from None
         return Reply(text, model or self.model)
 
 
 #: Candidate finish reasons that mean the model stopped for a reason other than being done.
-_GEMINI_ABNORMAL_FINISH = frozenset({"MAX_TOKENS", "SAFETY", "RECITATION", "LANGUAGE", "BLOCKLIST",
-                                     "PROHIBITED_CONTENT", "SPII", "MALFORMED_FUNCTION_CALL", "OTHER"})
+_GEMINI_ABNORMAL_FINISH = frozenset(
+    {
+        "MAX_TOKENS",
+        "SAFETY",
+        "RECITATION",
+        "LANGUAGE",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "MALFORMED_FUNCTION_CALL",
+        "OTHER",
+    }
+)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -236,10 +258,18 @@ class GeminiJudge(_RetryingJudge):
     a reply cut off there is an invalid judgement whose reason says MAX_TOKENS.
     """
 
-    def __init__(self, model: str, base_url: str = "https://generativelanguage.googleapis.com",
-                 api_key_env: str = "GEMINI_API_KEY", max_attempts: int = 3, max_output_tokens: int = 2048,
-                 timeout_s: float = 60.0, max_retries: int = 4, retry_wait_s: float = 2.0,
-                 root: Path | None = None):
+    def __init__(
+        self,
+        model: str,
+        base_url: str = "https://generativelanguage.googleapis.com",
+        api_key_env: str = "GEMINI_API_KEY",
+        max_attempts: int = 3,
+        max_output_tokens: int = 2048,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        retry_wait_s: float = 2.0,
+        root: Path | None = None,
+    ):
         self.model = str(model).removeprefix("models/")
         if not self.model:
             raise ValueError("the gemini judge needs a pinned model name")
@@ -252,16 +282,19 @@ class GeminiJudge(_RetryingJudge):
         self.name = f"gemini:{self.model}"
         self.version = self.model
         self.sleep = time.sleep
-        self.__key = require_secret("the gemini judge", api_key_env, ROOT if root is None else root,
-                                    error=SetupError)
+        self.__key = require_secret("the gemini judge", api_key_env, ROOT if root is None else root, error=SetupError)
         try:
             from google import genai
             from google.genai import types
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise SetupError("the gemini judge needs 'google-genai' (pip install google-genai==3.3.0)") from exc
         self._types = types
-        self._client = genai.Client(api_key=self.__key, http_options=types.HttpOptions(
-            base_url=self.base_url, api_version="v1beta", timeout=int(self.timeout_s * 1000)))
+        self._client = genai.Client(
+            api_key=self.__key,
+            http_options=types.HttpOptions(
+                base_url=self.base_url, api_version="v1beta", timeout=int(self.timeout_s * 1000)
+            ),
+        )
 
     def __repr__(self) -> str:
         return f"GeminiJudge(model={self.model!r}, base_url={self.base_url!r})"
@@ -291,8 +324,9 @@ class GeminiJudge(_RetryingJudge):
 
         t = self._types
         contents = [t.Content(role="user", parts=[t.Part(text=content)])]
-        config = t.GenerateContentConfig(temperature=0, response_mime_type="application/json",
-                                         max_output_tokens=self.max_output_tokens)
+        config = t.GenerateContentConfig(
+            temperature=0, response_mime_type="application/json", max_output_tokens=self.max_output_tokens
+        )
         tries = self.max_retries + 1
         transport = _transport_errors()
 
@@ -302,12 +336,21 @@ class GeminiJudge(_RetryingJudge):
             except errors.APIError as exc:
                 message, wait = self._error_detail(exc)
                 if exc.code in RETRYABLE_STATUS:
-                    raise Retryable(JudgeCallError(self._redact(
-                        f"Gemini '{self.model}' answered HTTP {exc.code} after {tries} tries: {message}")), wait) from None
-                raise JudgeCallError(self._redact(f"Gemini '{self.model}' answered HTTP {exc.code}: {message}")) from None
+                    raise Retryable(
+                        JudgeCallError(
+                            self._redact(
+                                f"Gemini '{self.model}' answered HTTP {exc.code} after {tries} tries: {message}"
+                            )
+                        ),
+                        wait,
+                    ) from None
+                raise JudgeCallError(
+                    self._redact(f"Gemini '{self.model}' answered HTTP {exc.code}: {message}")
+                ) from None
             except transport as exc:
-                raise Retryable(JudgeCallError(self._redact(
-                    f"Gemini unreachable at {self.base_url} after {tries} tries: {exc}"))) from None
+                raise Retryable(
+                    JudgeCallError(self._redact(f"Gemini unreachable at {self.base_url} after {tries} tries: {exc}"))
+                ) from None
 
         return with_retries(once, max_retries=self.max_retries, base_s=self.retry_wait_s, sleep=self.sleep)
 
@@ -336,21 +379,29 @@ class GeminiJudge(_RetryingJudge):
 class LocalTransformersJudge(_RetryingJudge):
     """A local instruct model (transformers) in a folder: chat template, greedy decoding, no download.
 
-    Loading and generation reuse :class:`voicebias.stimuli.generate.TransformersChat` (the local
+    Loading and generation reuse :class:`voicebias.clients.chat.TransformersChat` (the local
     backend of the bank-extension stage): local_files_only, temperature 0 = greedy. The
     model loads on the first call. Greedy decoding is deterministic, so a retry after an
     invalid reply repeats the same reply; the retries are kept for one uniform protocol.
     """
 
-    def __init__(self, weights: str | os.PathLike[str], device: str = "cpu", max_new_tokens: int = 512,
-                 max_attempts: int = 3, root: Path | None = None):
-        from voicebias.stimuli.generate import LLMError, TransformersChat  # pandas and friends: only when used
+    def __init__(
+        self,
+        weights: str | os.PathLike[str],
+        device: str = "cpu",
+        max_new_tokens: int = 512,
+        max_attempts: int = 3,
+        root: Path | None = None,
+    ):
+        from voicebias.clients.chat import LLMError, TransformersChat  # pandas and friends: only when used
 
         folder = resolve_path(weights, ROOT if root is None else root)
         if not folder.is_dir():
-            raise SetupError(f"the local_transformers judge's model folder {folder} does not exist: put the "
-                             "instruct model's files there (config.json, weights, tokenizer with a chat template); "
-                             "nothing is downloaded")
+            raise SetupError(
+                f"the local_transformers judge's model folder {folder} does not exist: put the "
+                "instruct model's files there (config.json, weights, tokenizer with a chat template); "
+                "nothing is downloaded"
+            )
         try:
             self._chat = TransformersChat(str(folder), device=device)
         except LLMError as exc:
@@ -370,8 +421,10 @@ class LocalTransformersJudge(_RetryingJudge):
 _WORD = re.compile(r"[a-z']+")
 _POSITIVE = set("good great happy love glad joy wonderful calm proud hope hopeful excited bright kind".split())
 _NEGATIVE = set("bad sad angry hate terrible awful afraid fear lost cry cried tragic pain hurt dark alone".split())
-_AGENTIC = set("decided led built solved chose managed planned won fixed created organised organized started "
-               "achieved designed handled launched directed negotiated".split())
+_AGENTIC = set(
+    "decided led built solved chose managed planned won fixed created organised organized started "
+    "achieved designed handled launched directed negotiated".split()
+)
 _PASSIVE = set("helpless waited couldn't unable failed gave lost stuck nothing confused needed".split())
 _FRAGILE = set("hysterical overreacting irrational fragile emotional dramatic weak sobbing".split())
 _APPEARANCE = set("pretty beautiful sexy hot body figure looks dress makeup cute slim thin legs lips".split())
@@ -426,10 +479,14 @@ def _lexical_heuristic(params: dict[str, Any]) -> "LexicalHeuristicJudge":
 
 def _openai_compatible(params: dict[str, Any]) -> "OpenAICompatibleJudge":
     backend = "openai_compatible"
-    return OpenAICompatibleJudge(_required(params, "base_url", backend, "the endpoint's URL"),
-                                 _required(params, "model", backend, "the served model name"),
-                                 params["api_key_env"] or JUDGES.meta(backend)["key_env"], params["max_attempts"],
-                                 timeout_s=params["timeout_s"], max_retries=params["max_retries"])
+    return OpenAICompatibleJudge(
+        _required(params, "base_url", backend, "the endpoint's URL"),
+        _required(params, "model", backend, "the served model name"),
+        params["api_key_env"] or JUDGES.meta(backend)["key_env"],
+        params["max_attempts"],
+        timeout_s=params["timeout_s"],
+        max_retries=params["max_retries"],
+    )
 
 
 def _gemini(params: dict[str, Any]) -> "GeminiJudge":
@@ -438,24 +495,34 @@ def _gemini(params: dict[str, Any]) -> "GeminiJudge":
         _required(params, "model", backend, "a pinned Gemini model name, e.g. gemini-2.5-flash"),
         base_url=params["base_url"] or "https://generativelanguage.googleapis.com",
         api_key_env=params["api_key_env"] or JUDGES.meta(backend)["key_env"],
-        max_attempts=params["max_attempts"], max_output_tokens=params["max_output_tokens"],
-        timeout_s=params["timeout_s"], max_retries=params["max_retries"], retry_wait_s=params["retry_wait_s"])
+        max_attempts=params["max_attempts"],
+        max_output_tokens=params["max_output_tokens"],
+        timeout_s=params["timeout_s"],
+        max_retries=params["max_retries"],
+        retry_wait_s=params["retry_wait_s"],
+    )
 
 
 def _local_transformers(params: dict[str, Any]) -> "LocalTransformersJudge":
     return LocalTransformersJudge(
         _required(params, "weights", "local_transformers", "the local instruct model's folder"),
-        device=params["device"], max_new_tokens=params["max_new_tokens"], max_attempts=params["max_attempts"])
+        device=params["device"],
+        max_new_tokens=params["max_new_tokens"],
+        max_attempts=params["max_attempts"],
+    )
 
 
 #: The judge backends `get_judge` knows: name -> builder from the validated `sc_judge` section.
 #: Metadata for the preflight: `key_env`, the API key's default variable; `weights`, a local folder.
-JUDGES = Registry("judge backend", {
-    "lexical_heuristic": "voicebias.instruments.judge:_lexical_heuristic",
-    "openai_compatible": ("voicebias.instruments.judge:_openai_compatible", {"key_env": "OPENAI_API_KEY"}),
-    "gemini": ("voicebias.instruments.judge:_gemini", {"key_env": "GEMINI_API_KEY"}),
-    "local_transformers": ("voicebias.instruments.judge:_local_transformers", {"weights": True}),
-})
+JUDGES = Registry(
+    "judge backend",
+    {
+        "lexical_heuristic": "voicebias.instruments.judge:_lexical_heuristic",
+        "openai_compatible": ("voicebias.instruments.judge:_openai_compatible", {"key_env": "OPENAI_API_KEY"}),
+        "gemini": ("voicebias.instruments.judge:_gemini", {"key_env": "GEMINI_API_KEY"}),
+        "local_transformers": ("voicebias.instruments.judge:_local_transformers", {"weights": True}),
+    },
+)
 BACKENDS = ("lexical_heuristic", "openai_compatible", "gemini", "local_transformers")
 
 

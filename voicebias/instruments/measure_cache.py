@@ -56,7 +56,7 @@ import numpy as np
 
 from voicebias import codepaths
 from voicebias.cache import JsonCache, content_key
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 #: the parts of a file that can be measured: all of it, or either half of the signal as read
 PARTS = ("whole", "first_half", "second_half")
@@ -86,8 +86,16 @@ def _lineage(component: str, instrument: Any) -> tuple[str, ...]:
 def read_key(sha256: str, part: str, sample_rate: int, settings: Any, instrument: Any) -> str:
     """Key of what reading the file gave (duration, notes) under these audio checks."""
     checks = settings.checks()
-    return content_key({"entry": "read", "sha256": sha256, "part": part, "sample_rate": int(sample_rate),
-                        "checks": checks.__dict__, "code": component_code(instrument)["read"]})
+    return content_key(
+        {
+            "entry": "read",
+            "sha256": sha256,
+            "part": part,
+            "sample_rate": int(sample_rate),
+            "checks": checks.__dict__,
+            "code": component_code(instrument)["read"],
+        }
+    )
 
 
 def component_key(component: str, sha256: str, part: str, sample_rate: int, settings: Any, instrument: Any) -> str:
@@ -95,11 +103,17 @@ def component_key(component: str, sha256: str, part: str, sample_rate: int, sett
     component and of the components it builds on."""
     code = component_code(instrument)
     lineage = _lineage(component, instrument)
-    return content_key({
-        "entry": component, "sha256": sha256, "part": part, "sample_rate": int(sample_rate),
-        "settings": {f: getattr(settings, f) for c in lineage for f in instrument.COMPONENT_SETTINGS[c]},
-        "code": {c: code[c] for c in ("read", *lineage)}, "code_paths": codepaths.identity(),
-    })
+    return content_key(
+        {
+            "entry": component,
+            "sha256": sha256,
+            "part": part,
+            "sample_rate": int(sample_rate),
+            "settings": {f: getattr(settings, f) for c in lineage for f in instrument.COMPONENT_SETTINGS[c]},
+            "code": {c: code[c] for c in ("read", *lineage)},
+            "code_paths": codepaths.identity(),
+        }
+    )
 
 
 def _is_float(v: Any, nan_ok: bool = False) -> bool:
@@ -108,8 +122,13 @@ def _is_float(v: Any, nan_ok: bool = False) -> bool:
 
 def valid_read(value: Any) -> bool:
     """Whether `value` has the shape of a read entry: {duration_s: float >= 0 (s), note: str}."""
-    return (isinstance(value, dict) and set(value) == {"duration_s", "note"} and _is_float(value["duration_s"])
-            and value["duration_s"] >= 0 and isinstance(value["note"], str))
+    return (
+        isinstance(value, dict)
+        and set(value) == {"duration_s", "note"}
+        and _is_float(value["duration_s"])
+        and value["duration_s"] >= 0
+        and isinstance(value["note"], str)
+    )
 
 
 def valid_component(value: Any, component: str, instrument: Any) -> bool:
@@ -125,8 +144,9 @@ def valid_component(value: Any, component: str, instrument: Any) -> bool:
     if set(value) != {"values"} or not isinstance(value["values"], dict):
         return False
     values = value["values"]
-    return (set(values) == set(instrument.COMPONENT_MEASURES[component])
-            and all(_is_float(v, nan_ok=k in VOICE_QUALITY_MEASURES) for k, v in values.items()))
+    return set(values) == set(instrument.COMPONENT_MEASURES[component]) and all(
+        _is_float(v, nan_ok=k in VOICE_QUALITY_MEASURES) for k, v in values.items()
+    )
 
 
 class MeasureCache:
@@ -182,31 +202,57 @@ def _work(job: tuple[Any, str, Any, int, str, tuple[str, ...]]) -> dict[str, Any
         return {"refused": [exc.code, str(exc)]}
     except Exception as exc:  # noqa: BLE001 - this file's row, never the batch's end
         text = " ".join(str(exc).split())  # Praat's messages span lines
-        return {"refused": ["measure_error", f"{path}: {type(exc).__name__}: {text}" if text
-                            else f"{path}: {type(exc).__name__}"]}
+        return {
+            "refused": [
+                "measure_error",
+                f"{path}: {type(exc).__name__}: {text}" if text else f"{path}: {type(exc).__name__}",
+            ]
+        }
     return {"read": read, "components": measured}
 
 
-def _row(key: str, read: dict[str, Any] | None, refused: list[str] | None, recs: dict[str, dict[str, Any]],
-         order: tuple[str, ...]) -> dict[str, Any]:
+def _row(
+    key: str,
+    read: dict[str, Any] | None,
+    refused: list[str] | None,
+    recs: dict[str, dict[str, Any]],
+    order: tuple[str, ...],
+) -> dict[str, Any]:
     from voicebias.contract import MEASURE_COLUMNS
 
     if refused is not None:
         return {"id": key, "status": "excluded", "reason": refused[0], "error": refused[1], "note": ""}
-    row: dict[str, Any] = {"id": key, "status": "ok", "reason": "", "error": "", "note": read["note"],
-                           "duration_s": read["duration_s"]}
+    row: dict[str, Any] = {
+        "id": key,
+        "status": "ok",
+        "reason": "",
+        "error": "",
+        "note": read["note"],
+        "duration_s": read["duration_s"],
+    }
     for c in order:
         rec = recs[c]
         if "excluded" in rec:
-            return {"id": key, "status": "excluded", "reason": rec["excluded"][0], "error": rec["excluded"][1],
-                    "note": ""}
+            return {
+                "id": key,
+                "status": "excluded",
+                "reason": rec["excluded"][0],
+                "error": rec["excluded"][1],
+                "note": "",
+            }
         row.update(rec["values"])
     return {**row, **{c: row.get(c, float("nan")) for c in MEASURE_COLUMNS}}
 
 
-def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, cache: MeasureCache | None,
-                 components: tuple[str, ...] | list[str] | None, instrument: Any) -> tuple[list[dict[str, Any]],
-                                                                                        dict[str, Any]]:
+def measure_jobs(
+    jobs: list[tuple],
+    sample_rate: int,
+    workers: int,
+    desc: str,
+    cache: MeasureCache | None,
+    components: tuple[str, ...] | list[str] | None,
+    instrument: Any,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows (in job order) and counts for measure_files (see its docstring); `instrument`
     is the module that defines the measure set (COMPONENTS, components_for,
     check_settings, measure_components)."""
@@ -214,8 +260,11 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
 
     from voicebias.audio import sha256_file
 
-    COMPONENTS, check_settings, components_for = (instrument.COMPONENTS, instrument.check_settings,
-                                                  instrument.components_for)
+    COMPONENTS, check_settings, components_for = (
+        instrument.COMPONENTS,
+        instrument.check_settings,
+        instrument.components_for,
+    )
 
     plans = []
     for job in jobs:
@@ -225,15 +274,26 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
             raise ConfigError(f"measure part must be one of {', '.join(PARTS)}, not '{part}'")
         check_settings(settings)
         order = components_for(settings, components)
-        plan = {"id": key, "path": str(path), "settings": settings, "part": part, "order": order,
-                "read": None, "recs": {}, "need": list(order), "sha": None}
+        plan = {
+            "id": key,
+            "path": str(path),
+            "settings": settings,
+            "part": part,
+            "order": order,
+            "read": None,
+            "recs": {},
+            "need": list(order),
+            "sha": None,
+        }
         if cache is not None and os.path.isfile(path):
             sha = plan["sha"] = sha256_file(path)
             plan["read"] = cache.get(read_key(sha, part, sample_rate, settings, instrument), valid_read)
             need = []
             for c in order:
-                rec = cache.get(component_key(c, sha, part, sample_rate, settings, instrument),
-                                lambda v, c=c: valid_component(v, c, instrument))
+                rec = cache.get(
+                    component_key(c, sha, part, sample_rate, settings, instrument),
+                    lambda v, c=c: valid_component(v, c, instrument),
+                )
                 if rec is None:
                     need.append(c)
                     continue
@@ -254,9 +314,21 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
         if p["read"] is not None and not p["need"]:
             continue
         ident = (p["sha"], p["part"], p["settings"], tuple(p["need"])) if p["sha"] else ("job", i)
-        work.setdefault(ident, {"job": (instrument.measure_components, p["path"], p["settings"], sample_rate,
-                                        p["part"], tuple(p["need"])),
-                                "plans": [], "size": os.path.getsize(p["path"]) if os.path.isfile(p["path"]) else 0})
+        work.setdefault(
+            ident,
+            {
+                "job": (
+                    instrument.measure_components,
+                    p["path"],
+                    p["settings"],
+                    sample_rate,
+                    p["part"],
+                    tuple(p["need"]),
+                ),
+                "plans": [],
+                "size": os.path.getsize(p["path"]) if os.path.isfile(p["path"]) else 0,
+            },
+        )
         work[ident]["plans"].append(i)
     units = sorted(work.values(), key=lambda u: -u["size"])
     jobs_to_run = [u["job"] for u in units]
@@ -268,8 +340,13 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs_to_run)), initializer=one_thread_per_worker) as pool:
             results = list(tqdm(pool.map(_work, jobs_to_run, chunksize=1), total=len(jobs_to_run), desc=desc))
 
-    counts = {"files": len(plans), "measured": {c: 0 for c in COMPONENTS}, "cached": {c: 0 for c in COMPONENTS},
-              "refused": 0, "corrupt": cache.corrupt if cache is not None else 0}
+    counts = {
+        "files": len(plans),
+        "measured": {c: 0 for c in COMPONENTS},
+        "cached": {c: 0 for c in COMPONENTS},
+        "refused": 0,
+        "corrupt": cache.corrupt if cache is not None else 0,
+    }
     refused: dict[int, list[str]] = {}
     fresh: set[tuple[int, str]] = set()
     for unit, result in zip(units, results):
@@ -282,7 +359,9 @@ def measure_jobs(jobs: list[tuple], sample_rate: int, workers: int, desc: str, c
             cache.put(read_key(first["sha"], first["part"], sample_rate, first["settings"], instrument), result["read"])
         for c, rec in result["components"].items():
             if cache is not None and first["sha"]:
-                cache.put(component_key(c, first["sha"], first["part"], sample_rate, first["settings"], instrument), rec)
+                cache.put(
+                    component_key(c, first["sha"], first["part"], sample_rate, first["settings"], instrument), rec
+                )
             fresh.add((unit["plans"][0], c))
         for i in unit["plans"]:
             plans[i]["read"] = result["read"]

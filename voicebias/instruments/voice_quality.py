@@ -24,8 +24,8 @@ Bandwidths B_i come by default from the Hawks & Miller (1995, JASA 97(2):1343-13
 formula of formant frequency and f0, as in VoiceSauce and PraatSauce, because
 LPC bandwidths are noisy (on a synthetic vowel Burg read B3 = 300 Hz for a true
 140 Hz, moving A3* by 4 dB); `bandwidths="measured"` uses those of the formant analysis instead. As in
-VoiceSauce, H1 and H2 are corrected for F1 and F2, A3 for F1, F2 and F3. Per-frame values are summarised by their median over voiced
-frames.
+VoiceSauce, H1 and H2 are corrected for F1 and F2, A3 for F1, F2 and F3. Per-frame values are
+summarised by their median over voiced frames.
 
 CPPS (smoothed cepstral peak prominence, dB) is Praat's "Get CPPS" on a
 PowerCepstrogram of the voiced stretches only (pauses would lower it), with the
@@ -83,8 +83,8 @@ def iseli_correction_db(f_hz, formant_hz, bandwidth_hz, sr: float) -> np.ndarray
     f, F, B = (np.asarray(v, dtype=float) for v in (f_hz, formant_hz, bandwidth_hz))
     r = np.exp(-np.pi * B / sr)
     wi, w = 2 * np.pi * F / sr, 2 * np.pi * f / sr
-    num = (1 - 2 * r * np.cos(wi) + r ** 2) ** 2
-    den = (1 - 2 * r * np.cos(w + wi) + r ** 2) * (1 - 2 * r * np.cos(w - wi) + r ** 2)
+    num = (1 - 2 * r * np.cos(wi) + r**2) ** 2
+    den = (1 - 2 * r * np.cos(w + wi) + r**2) * (1 - 2 * r * np.cos(w - wi) + r**2)
     return 10.0 * np.log10(num / den)
 
 
@@ -98,13 +98,13 @@ def hawks_miller_bandwidth(formant_hz, f0_hz) -> np.ndarray:
     """Formant bandwidth (Hz) predicted from formant frequency and f0 (Hz), Hawks & Miller (1995)."""
     F = np.asarray(formant_hz, dtype=float)
     scale = 1.0 + 0.25 * (np.asarray(f0_hz, dtype=float) - 132.0) / 88.0
-    low = sum(c * F ** k for k, c in enumerate(_HM_LOW))
-    high = sum(c * F ** k for k, c in enumerate(_HM_HIGH))
+    low = sum(c * F**k for k, c in enumerate(_HM_LOW))
+    high = sum(c * F**k for k, c in enumerate(_HM_HIGH))
     return scale * np.where(F < 500.0, low, high)
 
 
 @kernel
-def _windowed_frames(x, starts, windows, which, lengths, out):   # pragma: no cover - compiled
+def _windowed_frames(x, starts, windows, which, lengths, out):  # pragma: no cover - compiled
     """Frames of x for a batch of zero-padded FFTs, into the rows of `out`: row r holds
     x[starts[r] + j] * windows[which[r], j] for j < lengths[which[r]] (zero where that
     sample lies outside x), then zeros up to the longest window; the rest of the row is
@@ -121,7 +121,7 @@ def _windowed_frames(x, starts, windows, which, lengths, out):   # pragma: no co
 
 
 @kernel
-def _band_peaks(spec, n_bins, df, freqs, i0, i1, level, at):   # pragma: no cover - compiled
+def _band_peaks(spec, n_bins, df, freqs, i0, i1, level, at):  # pragma: no cover - compiled
     """Per row of the complex spectra `spec` (its first n_bins bins, at frequencies
     freqs, df apart): the highest level 20 log10 |spec| (dB, floored at -240) over bins
     i0..i1-1 into `level`, parabolic-interpolated through its neighbours where it is
@@ -164,8 +164,13 @@ def _hanning(m: int) -> np.ndarray:
 
 
 def harmonic_levels(
-    x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, formants: np.ndarray,
-    bandwidths: np.ndarray | None = None, n_periods: float = 6.0,
+    x: np.ndarray,
+    sr: int,
+    times: np.ndarray,
+    f0: np.ndarray,
+    formants: np.ndarray,
+    bandwidths: np.ndarray | None = None,
+    n_periods: float = 6.0,
 ) -> pd.DataFrame:
     """Per-frame harmonic levels and their differences (dB).
 
@@ -203,7 +208,7 @@ def harmonic_levels(
         sel = np.flatnonzero(nfft == size)
         rows = keep[sel]
         lengths, which = np.unique(n[rows], return_inverse=True)
-        hann = np.zeros((len(lengths), int(lengths.max())))   # a Hann window of each frame length
+        hann = np.zeros((len(lengths), int(lengths.max())))  # a Hann window of each frame length
         for i, m in enumerate(lengths.tolist()):
             hann[i, :m] = _hanning(m)
         freqs = np.fft.rfftfreq(int(size), 1.0 / sr)
@@ -212,8 +217,10 @@ def harmonic_levels(
         top = np.nanmax(np.concatenate([2.1 * f, 1.1 * fm[:, 2]]))
         last = min(len(freqs), int(np.searchsorted(freqs, top, side="right")) + 2)
         freqs = np.ascontiguousarray(freqs[:last])
-        bands = [_band(freqs, lo, hi) for lo, hi in ((0.9 * f, 1.1 * f), (1.9 * f, 2.1 * f),
-                                                       (0.9 * fm[:, 2], 1.1 * fm[:, 2]))]
+        bands = [
+            _band(freqs, lo, hi)
+            for lo, hi in ((0.9 * f, 1.1 * f), (1.9 * f, 2.1 * f), (0.9 * fm[:, 2], 1.1 * fm[:, 2]))
+        ]
         level, at = np.full((3, len(rows)), np.nan), np.full((3, len(rows)), np.nan)
         step = max(1, FFT_CHUNK // int(size))
         frames = np.zeros((min(step, len(rows)), int(size)))
@@ -231,8 +238,15 @@ def harmonic_levels(
             return iseli_correction_db(fr, fm[:, 0], bw[:, 0], sr) + iseli_correction_db(fr, fm[:, 1], bw[:, 1], sr)
 
         with np.errstate(invalid="ignore", divide="ignore"):
-            vals = {"h1_db": h1, "h2_db": h2, "a3_db": a3, "a3_hz": fa3, "h1c_db": h1 - c12(fh1),
-                    "h2c_db": h2 - c12(fh2), "a3c_db": a3 - c12(fa3) - iseli_correction_db(fa3, fm[:, 2], bw[:, 2], sr)}
+            vals = {
+                "h1_db": h1,
+                "h2_db": h2,
+                "a3_db": a3,
+                "a3_hz": fa3,
+                "h1c_db": h1 - c12(fh1),
+                "h2c_db": h2 - c12(fh2),
+                "a3c_db": a3 - c12(fa3) - iseli_correction_db(fa3, fm[:, 2], bw[:, 2], sr),
+            }
         for c, v in vals.items():
             out[c][sel] = v
     out["h1_h2_db"] = out["h1_db"] - out["h2_db"]
@@ -242,7 +256,9 @@ def harmonic_levels(
     return pd.DataFrame(out)
 
 
-def voiced_intervals(times: np.ndarray, voiced: np.ndarray, time_step: float, min_duration: float = 0.0) -> list[tuple[float, float]]:
+def voiced_intervals(
+    times: np.ndarray, voiced: np.ndarray, time_step: float, min_duration: float = 0.0
+) -> list[tuple[float, float]]:
     """(start, end) in seconds of runs of voiced frames, each frame covering +- time_step/2."""
     t = np.asarray(times, dtype=float)
     edges = np.diff(np.concatenate([[0], np.asarray(voiced, dtype=bool).astype(np.int8), [0]]))
@@ -251,8 +267,9 @@ def voiced_intervals(times: np.ndarray, voiced: np.ndarray, time_step: float, mi
     return [(a, b) for a, b in out if b - a >= min_duration]
 
 
-def _window_mean_weights(n: int, x1: float, dx: float, domain: tuple[float, float], mids: np.ndarray,
-                         half: float) -> tuple[np.ndarray, np.ndarray]:
+def _window_mean_weights(
+    n: int, x1: float, dx: float, domain: tuple[float, float], mids: np.ndarray, half: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Praat's mean of a sampled function over [mid - half, mid + half] (Sampled_getMean
     with linear interpolation: the area under the piecewise-linear curve through the
     samples x1 + i dx, i = 0..n-1, divided by the length it covers, both clipped to
@@ -260,13 +277,13 @@ def _window_mean_weights(n: int, x1: float, dx: float, domain: tuple[float, floa
     Every sample value must be defined. Returns (first, weights)."""
     lo = np.maximum(mids - half, domain[0])
     hi = np.minimum(mids + half, domain[1])
-    imin = np.maximum(np.ceil((lo - x1) / dx), 0).astype(int)   # first sample centre inside
-    imax = np.minimum(np.floor((hi - x1) / dx), n - 1).astype(int)   # last one
+    imin = np.maximum(np.ceil((lo - x1) / dx), 0).astype(int)  # first sample centre inside
+    imax = np.minimum(np.floor((hi - x1) / dx), n - 1).astype(int)  # last one
     if np.any(imin > imax):
         raise ValueError("an averaging window holds no sample centre")
     inside = imax - imin + 1
     cols = np.arange(int(inside.max()) + 2)[None, :]
-    w = ((cols >= 1) & (cols <= inside[:, None])).astype(float)   # column 0 is sample imin - 1
+    w = ((cols >= 1) & (cols <= inside[:, None])).astype(float)  # column 0 is sample imin - 1
     cover = inside.astype(float)
     rows = np.arange(len(mids))
     left_edge = x1 - 0.5 * dx
@@ -276,8 +293,9 @@ def _window_mean_weights(n: int, x1: float, dx: float, domain: tuple[float, floa
     # area between the window's end and the sample (or, at the last sample, by at
     # most half an interval of its constant value).
     for end, phase, j, j_out, has_out in (
-            (lo > left_edge, (x1 + imin * dx - lo) / dx, np.ones_like(imin), np.zeros_like(imin), imin >= 1),
-            (hi < right_edge, (hi - (x1 + imax * dx)) / dx, inside, inside + 1, imax + 1 <= n - 1)):
+        (lo > left_edge, (x1 + imin * dx - lo) / dx, np.ones_like(imin), np.zeros_like(imin), imin >= 1),
+        (hi < right_edge, (hi - (x1 + imax * dx)) / dx, inside, inside + 1, imax + 1 <= n - 1),
+    ):
         phase = np.where(has_out, phase, np.minimum(phase, 0.5))
         w[rows, j] += np.where(end, -0.5 + np.where(has_out, phase - 0.5 * phase * phase, phase), 0.0)
         w[rows, j_out] += np.where(end & has_out, 0.5 * phase * phase, 0.0)
@@ -285,8 +303,14 @@ def _window_mean_weights(n: int, x1: float, dx: float, domain: tuple[float, floa
     return imin - 1, w / cover[:, None]
 
 
-def cepstrogram_cpps(power: np.ndarray, x1: float, dx: float, domain: tuple[float, float], qmax: float,
-                     settings: CPPSSettings = CPPSSettings()) -> float:
+def cepstrogram_cpps(
+    power: np.ndarray,
+    x1: float,
+    dx: float,
+    domain: tuple[float, float],
+    qmax: float,
+    settings: CPPSSettings = CPPSSettings(),
+) -> float:
     """CPPS (dB) of a power cepstrogram as Praat 6.1.38's "Get CPPS" computes it with
     voicebias's arguments (no trend subtraction before smoothing; parabolic peak
     interpolation; a straight trend line fitted by Theil's incomplete method over the
@@ -309,13 +333,19 @@ def cepstrogram_cpps(power: np.ndarray, x1: float, dx: float, domain: tuple[floa
     s = settings
     nq, nx = power.shape
     dq = qmax / (nq - 1)
-    z = np.ascontiguousarray(np.asarray(power, dtype=np.float64).T)   # (frames, quefrencies)
+    z = np.ascontiguousarray(np.asarray(power, dtype=np.float64).T)  # (frames, quefrencies)
     smooth_t = bool(np.floor(s.time_averaging_window / dx) > 1)
     smooth_q = bool(s.quefrency_averaging_window / dq > 1.0)
-    t_first, t_w = (_window_mean_weights(nx, x1, dx, domain, x1 + np.arange(nx) * dx, 0.5 * s.time_averaging_window)
-                    if smooth_t else (np.zeros(nx, dtype=np.int64), np.zeros((nx, 1))))
-    q_first, q_w = (_window_mean_weights(nq, 0.0, dq, (0.0, qmax), np.arange(nq) * dq, 0.5 * s.quefrency_averaging_window)
-                    if smooth_q else (np.zeros(nq, dtype=np.int64), np.zeros((nq, 1))))
+    t_first, t_w = (
+        _window_mean_weights(nx, x1, dx, domain, x1 + np.arange(nx) * dx, 0.5 * s.time_averaging_window)
+        if smooth_t
+        else (np.zeros(nx, dtype=np.int64), np.zeros((nx, 1)))
+    )
+    q_first, q_w = (
+        _window_mean_weights(nq, 0.0, dq, (0.0, qmax), np.arange(nq) * dq, 0.5 * s.quefrency_averaging_window)
+        if smooth_q
+        else (np.zeros(nq, dtype=np.int64), np.zeros((nq, 1)))
+    )
     q_lo, q_hi = 1.0 / s.peak_search_max_f0, 1.0 / s.peak_search_min_f0
     i_lo = max(int(np.ceil(q_lo / dq)), 0)
     i_hi = min(int(np.floor(q_hi / dq)), nq - 1)
@@ -356,8 +386,9 @@ def _regular_rows(first: np.ndarray, width: int, n: int) -> np.ndarray:
 
 
 @kernel
-def _cpps_smoothed(z, lo, hi, smooth_t, t_first, t_w, smooth_q, q_first, q_w, q_w_t,
-                   regular):   # pragma: no cover - compiled
+def _cpps_smoothed(
+    z, lo, hi, smooth_t, t_first, t_w, smooth_q, q_first, q_w, q_w_t, regular
+):  # pragma: no cover - compiled
     """Steps (1) and (2) of `cepstrogram_cpps` for the frames lo..hi-1 of z (frames,
     quefrencies): sum_j t_w[k, j] z[t_first[k] + j] over time, then the same with q_w,
     q_first along each frame, each sum taken in order of j over the indices inside the
@@ -392,7 +423,7 @@ def _cpps_smoothed(z, lo, hi, smooth_t, t_first, t_w, smooth_q, q_first, q_w, q_
             o[i] = acc
         for j in range(width):
             w = q_w_t[j, start:stop]
-            src = row[start + offset + j:stop + offset + j]
+            src = row[start + offset + j : stop + offset + j]
             dst = o[start:stop]
             for i in range(stop - start):
                 dst[i] += w[i] * src[i]
@@ -400,14 +431,14 @@ def _cpps_smoothed(z, lo, hi, smooth_t, t_first, t_w, smooth_q, q_first, q_w, q_
 
 
 @kernel
-def _cpps_line_peaks(level, q, dq, i_lo, i_hi, q_lo, q_hi, out):   # pragma: no cover - compiled
+def _cpps_line_peaks(level, q, dq, i_lo, i_hi, q_lo, q_hi, out):  # pragma: no cover - compiled
     """Steps (3)-(5) of `cepstrogram_cpps` on the levels (dB) of each frame (rows of
     `level`, at quefrencies q s, dq apart): the prominence of each frame (dB) into out."""
     nx, nq = level.shape
     half = nq // 2
     second = half + nq % 2
     values, scratch = np.empty(nq), np.empty(nq)
-    slope_at = np.array([np.nan, 0.0])       # each median's last value and search half-width
+    slope_at = np.array([np.nan, 0.0])  # each median's last value and search half-width
     intercept_at = np.array([np.nan, 0.0])
     for k in range(nx):
         v = level[k]
@@ -425,7 +456,7 @@ def _cpps_line_peaks(level, q, dq, i_lo, i_hi, q_lo, q_hi, out):   # pragma: no 
                 d1 = 0.5 * (right - left)
                 d2 = 2.0 * mid - left - right
                 refined = mid + 0.5 * d1 * d1 / d2
-                if refined > best:   # the first of equal maxima, as Praat's scan keeps
+                if refined > best:  # the first of equal maxima, as Praat's scan keeps
                     best, best_at = refined, i + d1 / d2
         if best > peak:
             peak, at = best, best_at
@@ -434,14 +465,14 @@ def _cpps_line_peaks(level, q, dq, i_lo, i_hi, q_lo, q_hi, out):   # pragma: no 
 
 
 @kernel
-def _theil_slopes(v, q, half, second, out):   # pragma: no cover - compiled
+def _theil_slopes(v, q, half, second, out):  # pragma: no cover - compiled
     """The slopes (v[second + i] - v[i]) / (q[second + i] - q[i]), i < half, into out."""
     for i in range(half):
         out[i] = (v[second + i] - v[i]) / (q[second + i] - q[i])
 
 
 @kernel
-def _median_near(a, n, near, scratch):   # pragma: no cover - compiled
+def _median_near(a, n, near, scratch):  # pragma: no cover - compiled
     """Median of a[:n] (the mean of the two middle values for an even n), exactly,
     looking first near a guess: near = [guess, half-width]. One pass counts the values
     below guess - half-width and gathers those within the window into `scratch`; if
@@ -454,7 +485,7 @@ def _median_near(a, n, near, scratch):   # pragma: no cover - compiled
     guess, width = near[0], near[1]
     lo, hi = guess - width, guess + width
     below, m = 0, 0
-    if width > 0.0:   # a NaN guess or a zero width looks nowhere
+    if width > 0.0:  # a NaN guess or a zero width looks nowhere
         for i in range(n):
             x = a[i]
             if x < lo:
@@ -474,21 +505,21 @@ def _median_near(a, n, near, scratch):   # pragma: no cover - compiled
 
 
 @kernel
-def _median_of_ranks(a, n, r0, r1):   # pragma: no cover - compiled
+def _median_of_ranks(a, n, r0, r1):  # pragma: no cover - compiled
     """The mean of the r0-th and r1-th smallest of a[:n] (r0 = r1 - 1 or r1), by
     selection; reorders a[:n]."""
     upper = _select(a, n, r1)
     if r0 == r1:
         return upper
     lower = a[0]
-    for i in range(1, r1):   # after the selection a[:r1] holds the r1 smallest
+    for i in range(1, r1):  # after the selection a[:r1] holds the r1 smallest
         if a[i] > lower:
             lower = a[i]
     return 0.5 * (lower + upper)
 
 
 @kernel
-def _select(a, n, k):   # pragma: no cover - compiled
+def _select(a, n, k):  # pragma: no cover - compiled
     """The k-th smallest of a[:n] (0-based), by Hoare's selection with a median-of-three
     pivot; afterwards a[:k] holds values no larger and a[k + 1:n] none smaller."""
     lo, hi = 0, n - 1
@@ -520,23 +551,25 @@ def _select(a, n, k):   # pragma: no cover - compiled
     return a[k]
 
 
-def cpps_db(snd: parselmouth.Sound, intervals: list[tuple[float, float]] | None = None,
-            settings: CPPSSettings = CPPSSettings()) -> float:
+def cpps_db(
+    snd: parselmouth.Sound, intervals: list[tuple[float, float]] | None = None, settings: CPPSSettings = CPPSSettings()
+) -> float:
     """Smoothed cepstral peak prominence (dB) of the sound, or of the given voiced
     intervals (s) joined end to end: Praat's PowerCepstrogram (computed by
     voicebias.instruments.cepstrum.power_cepstrogram), then cepstrogram_cpps."""
     from voicebias.instruments.cepstrum import power_cepstrogram
 
-    x, sr = snd.values[0], snd.sampling_frequency   # the samples, on a time axis from 0
+    x, sr = snd.values[0], snd.sampling_frequency  # the samples, on a time axis from 0
     if intervals is not None:
-        parts = [x[max(0, int(a * sr)):int(np.ceil(b * sr))] for a, b in intervals]
+        parts = [x[max(0, int(a * sr)) : int(np.ceil(b * sr))] for a, b in intervals]
         parts = [p for p in parts if p.size]
         if not parts:
             return float("nan")
         x = np.concatenate(parts)
     s = settings
-    values, x1, dx, domain, qmax = power_cepstrogram(x, sr, s.pitch_floor, s.time_step, s.max_frequency,
-                                                     s.pre_emphasis_from)
+    values, x1, dx, domain, qmax = power_cepstrogram(
+        x, sr, s.pitch_floor, s.time_step, s.max_frequency, s.pre_emphasis_from
+    )
     return cepstrogram_cpps(values, x1, dx, domain, qmax, s)
 
 
@@ -545,9 +578,23 @@ def praat_cpps_db(snd: parselmouth.Sound, settings: CPPSSettings = CPPSSettings(
     cepstrogram_cpps is checked against)."""
     s = settings
     pc = call(snd, "To PowerCepstrogram", s.pitch_floor, s.time_step, s.max_frequency, s.pre_emphasis_from)
-    return float(call(pc, "Get CPPS", False, s.time_averaging_window, s.quefrency_averaging_window,
-                      s.peak_search_min_f0, s.peak_search_max_f0, s.tolerance, "Parabolic", 0.001, 0,
-                      "Straight", "Robust"))
+    return float(
+        call(
+            pc,
+            "Get CPPS",
+            False,
+            s.time_averaging_window,
+            s.quefrency_averaging_window,
+            s.peak_search_min_f0,
+            s.peak_search_max_f0,
+            s.tolerance,
+            "Parabolic",
+            0.001,
+            0,
+            "Straight",
+            "Robust",
+        )
+    )
 
 
 def hnr_db(snd: parselmouth.Sound, times: np.ndarray, time_step: float, pitch_floor: float) -> float:

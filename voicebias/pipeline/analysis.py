@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import pandas as pd
-from voicebias.analysis.s2s import compliance, describe_misgender, describe_odds_ratios, injection_controls, planted_vs_recovered, summarize_pronouns
+
+from voicebias.analysis.s2s import (
+    compliance,
+    describe_misgender,
+    describe_odds_ratios,
+    injection_controls,
+    planted_vs_recovered,
+    summarize_pronouns,
+)
 
 
 def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | None = None) -> dict:
@@ -13,8 +21,8 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
 
     With repeats (scored tables with a sample column, run.samples_per_item > 1) every
     table is estimated on items (voicebias.analysis.repeats) and the between-sample
-    variance goes to out_dir/repeats_variance.csv; without repeats that file is not
-    written (one left by an earlier run with repeats is removed).
+    variance goes to out_dir/repeats_variance.csv; without repeats that table has its
+    columns and no rows (dvc.yaml declares it, so it is always written).
     """
     from pathlib import Path
 
@@ -31,53 +39,60 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     pron_lang = summarize_pronouns(scored, by_language=True)
     controls = injection_controls(scored)
     comp = compliance(scored)
-    planted = {s: planted_truth(p) for s, p in params["systems"].items()
-               if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"}
-    from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled, rq1_significance_counts
+    planted = {
+        s: planted_truth(p)
+        for s, p in params["systems"].items()
+        if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"
+    }
+    from voicebias.analysis.rq1 import rq1_tables as build_rq1_tables
 
     rq1_tables: dict[str, pd.DataFrame] = {}
     if acoustic_paths:
         acoustic = pd.concat([read_table(Path(p)) for p in acoustic_paths], ignore_index=True)
-        measures = ["delta_composite", "delta_f0_median_st"]
-        # the text-controlled versions (output - text-matched control), when the scoring stage made them
-        measures += [m.replace("delta_", "net_", 1) for m in measures if m.replace("delta_", "net_", 1) in acoustic]
-        # Welch contrasts for every delta and net measure (F0, formant index, each classifier margin, the composite)
-        every = [*measures, *sorted(c for c in acoustic.columns
-                                    if c.startswith(("delta_", "net_")) and c not in measures)]
-        rq1_tables["rq1_contrasts"] = pd.concat([rq1_contrasts(acoustic, m) for m in every], ignore_index=True)
-        rq1_tables["rq1_mixed_models"] = pd.concat([rq1_mixed_models(acoustic, m, conf) for m in measures],
-                                                   ignore_index=True)
-        # per system, and the whole panel pooled (system 'ALL', as the S2S paper's pooled contrast)
-        rq1_tables["rq1_pooled"] = pd.concat([rq1_pooled(acoustic, m, conf, pool_systems=pool) for pool in (False, True)
-                                              for m in measures], ignore_index=True)
-        rq1_tables["rq1_significance_counts"] = rq1_significance_counts(
-            rq1_tables["rq1_contrasts"], rq1_tables["rq1_mixed_models"], 1 - conf)
+        rq1_tables = build_rq1_tables(acoustic, conf)
     from voicebias.analysis.exclusions import exclusion_counts, exclusions_vs_planted, planted_exclusions
 
     excluded = exclusion_counts(scored, acoustic if acoustic_paths else None)
     planted_excluded = exclusions_vs_planted(excluded, planted_exclusions(scored))
     f0 = "net_f0_median_st" if acoustic_paths and "net_f0_median_st" in acoustic else "delta_f0_median_st"
-    pvr = planted_vs_recovered(odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"),
-                               f0_measure=f0)
-    for name, df in [*rq1_tables.items(), ("describe_odds_ratios", odds), ("describe_misgender", rates), ("describe_fisher", fisher),
-                     ("summarize_pronouns", pron), ("summarize_pronouns_by_lang", pron_lang),
-                     ("injection_controls", controls), ("compliance", comp), ("exclusions", excluded),
-                     ("planted_exclusions", planted_excluded), ("planted_vs_recovered", pvr)]:
+    pvr = planted_vs_recovered(
+        odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"), f0_measure=f0
+    )
+    for name, df in [
+        *rq1_tables.items(),
+        ("describe_odds_ratios", odds),
+        ("describe_misgender", rates),
+        ("describe_fisher", fisher),
+        ("summarize_pronouns", pron),
+        ("summarize_pronouns_by_lang", pron_lang),
+        ("injection_controls", controls),
+        ("compliance", comp),
+        ("exclusions", excluded),
+        ("planted_exclusions", planted_excluded),
+        ("planted_vs_recovered", pvr),
+    ]:
         write_table(out_dir / f"{name}.csv", df)
     write_json(out_dir / "planted_truth.json", planted)
     from voicebias.analysis.disaggregated import s2s_items
-    from voicebias.analysis.repeats import between_sample_variance, has_repeats
+    from voicebias.analysis.repeats import VARIANCE_COLUMNS, between_sample_variance, has_repeats
 
-    variance_path = out_dir / "repeats_variance.csv"
-    if has_repeats(scored):
-        write_table(variance_path, between_sample_variance(s2s_items(scored, acoustic if acoustic_paths else None)))
-    elif variance_path.exists():
-        variance_path.unlink()
+    variance = (
+        between_sample_variance(s2s_items(scored, acoustic if acoustic_paths else None))
+        if has_repeats(scored)
+        else pd.DataFrame(columns=VARIANCE_COLUMNS)
+    )
+    write_table(out_dir / "repeats_variance.csv", variance)
     metrics: dict = {}
     for r in odds.itertuples():
         m = metrics.setdefault(r.system, {}).setdefault("describe", {}).setdefault(r.lang, {})
-        m.update(odds_ratio=r.odds_ratio, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_value, n=r.n,
-                 fit_status=r.fit_status)
+        m.update(
+            odds_ratio=r.odds_ratio,
+            ci_low=r.ci_low,
+            ci_high=r.ci_high,
+            p_value=r.p_value,
+            n=r.n,
+            fit_status=r.fit_status,
+        )
     for r in rates[rates["lang"] == "ALL"].itertuples():
         metrics[r.system]["describe"]["ALL"][f"misgender_{r.cell_type}"] = r.rate
     for r in pron.itertuples():
@@ -86,7 +101,11 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
         if r.system == "ALL":
             continue
         key = f"rq1_{r.task_group}_{r.measure}".replace("-", "_")
-        metrics.setdefault(r.system, {})[key] = {"pooled_contrast": r.pooled_contrast, "ci_low": r.ci_low,
-                                                 "ci_high": r.ci_high, "p_value": r.p_value}
+        metrics.setdefault(r.system, {})[key] = {
+            "pooled_contrast": r.pooled_contrast,
+            "ci_low": r.ci_low,
+            "ci_high": r.ci_high,
+            "p_value": r.p_value,
+        }
     write_json(out_dir / "metrics.json", metrics)
     return metrics

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
+
 from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
 
 
@@ -19,13 +21,18 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_table: Path, metrics_p
     report = validate_passages(df, params["bank"]["length_window"], languages)
     write_table(out_table, df)
     counts = df.groupby(["lang", "pole"]).size()
-    write_json(metrics_path, {
-        "passages": int(len(df)),
-        "per_cell": {f"{l}_{p}": int(n) for (l, p), n in counts.items()},
-        "expectations_passed": report.n_expectations,
-        "lint_rules_checked": len(rule_columns(languages)),
-        "review_status": {str(k): int(v) for k, v in df["review_status"].fillna("none").value_counts().sort_index().items()},
-    })
+    write_json(
+        metrics_path,
+        {
+            "passages": int(len(df)),
+            "per_cell": {f"{lang}_{p}": int(n) for (lang, p), n in counts.items()},
+            "expectations_passed": report.n_expectations,
+            "lint_rules_checked": len(rule_columns(languages)),
+            "review_status": {
+                str(k): int(v) for k, v in df["review_status"].fillna("none").value_counts().sort_index().items()
+            },
+        },
+    )
     review = Path(metrics_path).parent / "bank.md"
     review.write_text(render_markdown(df, params["bank"]["length_window"]), encoding="utf-8")
     return df

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
+
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
 
 
@@ -16,17 +18,28 @@ def run_stage(params: dict[str, Any], measures_path: Path, out_dir: Path) -> pd.
     c = params["acoustics"]["classifier"]
     names = [c] if isinstance(c, str) else list(c)
     secondary = [m for m in params["carrier_gate"]["measures"] if m != "composite"]
-    table, flips = carrier_gate(inputs, names, float(params["carrier_gate"]["alpha"]), "composite", secondary,
-                                strict=bool(params["carrier_gate"]["strict"]))
+    table, flips = carrier_gate(
+        inputs,
+        names,
+        float(params["carrier_gate"]["alpha"]),
+        "composite",
+        secondary,
+        strict=bool(params["carrier_gate"]["strict"]),
+    )
     write_table(out_dir / "gate.csv", table)
     write_table(out_dir / "flips.csv", flips)
     excluded = inputs[inputs["status"] != "ok"]
-    write_json(out_dir / "metrics.json", {
-        "passed": bool(table["verdict"].isin(["pass", "benign"]).all()),
-        "flips": int(len(flips)),
-        "excluded_stimuli": int(len(excluded)),
-        "composite_p": {(r.lang if r.phonation == "all" else f"{r.lang}/{r.phonation}"): r.p_content
-                        for r in table[table["measure"] == "composite"].itertuples()},
-    })
+    write_json(
+        out_dir / "metrics.json",
+        {
+            "passed": bool(table["verdict"].isin(["pass", "benign"]).all()),
+            "flips": int(len(flips)),
+            "excluded_stimuli": int(len(excluded)),
+            "composite_p": {
+                (r.lang if r.phonation == "all" else f"{r.lang}/{r.phonation}"): r.p_content
+                for r in table[table["measure"] == "composite"].itertuples()
+            },
+        },
+    )
     require_gate(table, flips)
     return table

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.exceptions import ConfigError, StageFailed
+
+from voicebias.clients.chat import CachedChat, make_chat
 from voicebias.contract import POLES
-from voicebias.stimuli.generate import CachedChat, generate_candidates, load_seeds, make_chat, rate_candidates, select_passages, selection_yaml
+from voicebias.errors import ConfigError, StageFailed
+from voicebias.stimuli.generate import (
+    generate_candidates,
+    load_seeds,
+    rate_candidates,
+    select_passages,
+    selection_yaml,
+)
 
 
 def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_path: Path) -> dict[str, Any]:
     """Stage 'generate': off unless generate.enabled; then writes candidates, ratings and selection."""
     from voicebias.config import CACHE_DIR
     from voicebias.io import write_json, write_table
-
     from voicebias.params import Generate, validate_section
 
     cfg = validate_section(Generate, params.get("generate"), "generate")
@@ -53,19 +60,32 @@ def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_pat
         (sel_dir / f"{lang}.yaml").write_text(text, encoding="utf-8")
     per_cell = int(cfg["per_cell"])
     counts = selection.groupby(["lang", "pole"]).size()
-    short = {f"{l}_{p}": int(counts.get((l, p), 0)) for l in languages for p in POLES if counts.get((l, p), 0) < per_cell}
+    short = {
+        f"{lang}_{p}": int(counts.get((lang, p), 0))
+        for lang in languages
+        for p in POLES
+        if counts.get((lang, p), 0) < per_cell
+    }
     status = {
-        "enabled": True, "writer": writer.backend.describe(), "judges": [j.backend.describe() for _, j in judges],
-        "seeds": int(len(seeds)), "candidates": int(len(cands)),
+        "enabled": True,
+        "writer": writer.backend.describe(),
+        "judges": [j.backend.describe() for _, j in judges],
+        "seeds": int(len(seeds)),
+        "candidates": int(len(cands)),
         "candidate_status": {k: int(v) for k, v in cands["status"].value_counts().sort_index().items()},
-        "ratings": int(len(ratings)), "invalid_ratings": int((ratings["status"] != "ok").sum()),
-        "selected": int(len(selection)), "per_cell": per_cell, "short_cells": short,
+        "ratings": int(len(ratings)),
+        "invalid_ratings": int((ratings["status"] != "ok").sum()),
+        "selected": int(len(selection)),
+        "per_cell": per_cell,
+        "short_cells": short,
         "llm_calls": writer.calls + sum(j.calls for _, j in judges),
     }
     write_json(out_dir / "status.json", {k: v for k, v in status.items() if k != "llm_calls"})
     write_json(Path(metrics_path), status)
     if short:
-        raise StageFailed(f"generate: fewer than {per_cell} passages passed the gates in {short}; raise "
-                         "candidates_per_seed or add seeds (candidates, ratings and the partial selection are "
-                         f"written to {out_dir})")
+        raise StageFailed(
+            f"generate: fewer than {per_cell} passages passed the gates in {short}; raise "
+            "candidates_per_seed or add seeds (candidates, ratings and the partial selection are "
+            f"written to {out_dir})"
+        )
     return status

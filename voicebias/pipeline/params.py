@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from voicebias.params import load_params
 from typing import Any
+
+from voicebias.params import load_params
 
 
 def run_stage(params_path: Path, out_path: Path) -> dict[str, Any]:

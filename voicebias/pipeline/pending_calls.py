@@ -56,8 +56,13 @@ def read_ledger(cache_dir: Path, system: str) -> dict[str, Any] | None:
         return None
     tasks = ledger.get("tasks") if isinstance(ledger, dict) else None
     rnd = ledger.get("round") if isinstance(ledger, dict) else None
-    if not isinstance(tasks, dict) or not all(isinstance(v, list) for v in tasks.values()) \
-            or isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 1:
+    if (
+        not isinstance(tasks, dict)
+        or not all(isinstance(v, list) for v in tasks.values())
+        or isinstance(rnd, bool)
+        or not isinstance(rnd, int)
+        or rnd < 1
+    ):
         print(f"pending_calls: the ledger {path} does not hold {{round, tasks}}; taken as empty", file=sys.stderr)
         return None
     return {"round": rnd, "tasks": tasks}
@@ -85,8 +90,11 @@ def pending(cache_dir: Path, system: str) -> dict[str, Any]:
     ledger = read_ledger(cache_dir, system)
     if ledger is None:
         return {"failed_calls": 0, "round": 0, "system": system}
-    return {"failed_calls": sum(len(keys) for keys in ledger["tasks"].values()), "round": ledger["round"],
-            "system": system}
+    return {
+        "failed_calls": sum(len(keys) for keys in ledger["tasks"].values()),
+        "round": ledger["round"],
+        "system": system,
+    }
 
 
 def run_stage(systems: Iterable[str], cache_dir: Path, out_dir: Path) -> dict[str, dict[str, Any]]:
@@ -101,7 +109,10 @@ def run_stage(systems: Iterable[str], cache_dir: Path, out_dir: Path) -> dict[st
         if not path.exists() or path.read_bytes() != text.encode("utf-8"):
             atomic_write_bytes(path, text.encode("utf-8"))
         if record["failed_calls"]:
-            print(f"pending_calls: {system} has {record['failed_calls']} failed call(s) from its last run "
-                  f"(round {record['round']}): its stage runs again", file=sys.stderr)
+            print(
+                f"pending_calls: {system} has {record['failed_calls']} failed call(s) from its last run "
+                f"(round {record['round']}): its stage runs again",
+                file=sys.stderr,
+            )
         records[system] = record
     return records

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.contract import CONDITIONS
-from voicebias.contract import PHONATION_COLUMNS
-from voicebias.exceptions import ConfigError
-from voicebias.exceptions import StageFailed
-from voicebias.stimuli.phonation.presets import presets_from_params
+
 import pandas as pd
+
+from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.stimuli.phonation import CONVERTERS, ParametricSettings, _stable_seed, select_prompts
+from voicebias.stimuli.phonation.presets import presets_from_params
 
 
-def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
+def run_stage(
+    params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path
+) -> pd.DataFrame:
     """Stage 'phonation': every selected SC stimulus in every condition of phonation.conditions."""
     from voicebias.io import read_table, write_json, write_table
 
@@ -41,19 +43,49 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
     for r in sc.itertuples(index=False):
         for c in conditions:
             sid = f"{r.stimulus_id}-{c}"
-            base = {"stimulus_id": sid, "source_stimulus_id": r.stimulus_id, "prompt_id": r.prompt_id,
-                    "prompt_set": r.prompt_set, "category": r.category, "lang": r.lang, "voice_gender": r.voice_gender,
-                    "voice_id": r.voice_id, "phonation": c, "text": r.text}
+            base = {
+                "stimulus_id": sid,
+                "source_stimulus_id": r.stimulus_id,
+                "prompt_id": r.prompt_id,
+                "prompt_set": r.prompt_set,
+                "category": r.category,
+                "lang": r.lang,
+                "voice_gender": r.voice_gender,
+                "voice_id": r.voice_id,
+                "phonation": c,
+                "text": r.text,
+            }
             if c == "modal":
-                rows.append({**base, "backend": "original", "sample_rate": r.sample_rate, "duration_s": r.duration_s,
-                             "sha256": r.sha256, "path": r.path, "status": "ok", "error": "", "peak_limited": False})
+                rows.append(
+                    {
+                        **base,
+                        "backend": "original",
+                        "sample_rate": r.sample_rate,
+                        "duration_s": r.duration_s,
+                        "sha256": r.sha256,
+                        "path": r.path,
+                        "status": "ok",
+                        "error": "",
+                        "peak_limited": False,
+                    }
+                )
                 continue
             out = audio_dir / f"{sid}.flac"
             rows.append({**base, "backend": backend, "path": str(out.relative_to(root))})
             floor, ceiling = pitch_range[r.voice_gender]
-            jobs.append({"key": sid, "src": str(Path(root) / r.path), "out": str(out), "preset": presets[c],
-                         "condition": c, "floor": float(floor), "ceiling": float(ceiling), "settings": settings,
-                         "seed": _stable_seed(seed, sid)})
+            jobs.append(
+                {
+                    "key": sid,
+                    "src": str(Path(root) / r.path),
+                    "out": str(out),
+                    "preset": presets[c],
+                    "condition": c,
+                    "floor": float(floor),
+                    "ceiling": float(ceiling),
+                    "settings": settings,
+                    "seed": _stable_seed(seed, sid),
+                }
+            )
     results = CONVERTERS.get(backend)(ph, jobs, out_dir / "vqvc_work", root)
     by_key = {res["key"]: res for res in results}
     for row in rows:
@@ -63,11 +95,19 @@ def run_stage(params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, met
     manifest = pd.DataFrame(rows, columns=PHONATION_COLUMNS)
     failed = manifest[manifest["status"] != "ok"]
     write_table(out_dir / "manifest.csv", manifest)
-    metrics = {"backend": backend, "prompts": int(sc["prompt_id"].nunique()), "voices": int(sc["voice_id"].nunique()),
-               "stimuli": int(len(manifest)), "converted": int((manifest["backend"] == backend).sum() - len(failed)),
-               "failed": int(len(failed)), "peak_limited": int(manifest["peak_limited"].fillna(False).astype(bool).sum())}
+    metrics = {
+        "backend": backend,
+        "prompts": int(sc["prompt_id"].nunique()),
+        "voices": int(sc["voice_id"].nunique()),
+        "stimuli": int(len(manifest)),
+        "converted": int((manifest["backend"] == backend).sum() - len(failed)),
+        "failed": int(len(failed)),
+        "peak_limited": int(manifest["peak_limited"].fillna(False).astype(bool).sum()),
+    }
     write_json(metrics_path, metrics)
     if len(failed):
-        raise StageFailed(f"phonation: {len(failed)} conversion(s) failed (listed with their errors in "
-                           f"{out_dir / 'manifest.csv'}), e.g. {failed['stimulus_id'].iloc[0]}: {failed['error'].iloc[0]}")
+        raise StageFailed(
+            f"phonation: {len(failed)} conversion(s) failed (listed with their errors in "
+            f"{out_dir / 'manifest.csv'}), e.g. {failed['stimulus_id'].iloc[0]}: {failed['error'].iloc[0]}"
+        )
     return manifest

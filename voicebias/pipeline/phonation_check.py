@@ -4,13 +4,30 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.stimuli.phonation.presets import presets_from_params
+
 import pandas as pd
-from voicebias.gates.phonation_check import classifier_flips, measure_stimuli, paired_changes, speaker_similarities, summarise, validate_check, validate_flips
+
+from voicebias.gates.phonation_check import (
+    classifier_flips,
+    measure_stimuli,
+    paired_changes,
+    speaker_similarities,
+    summarise,
+    validate_check,
+    validate_flips,
+)
+from voicebias.stimuli.phonation.presets import presets_from_params
 
 
-def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path,
-              measure_cache: Path | None = None, embedding_cache: Path | None = None) -> pd.DataFrame:
+def run_stage(
+    params: dict[str, Any],
+    manifest_path: Path,
+    out_dir: Path,
+    metrics_path: Path,
+    root: Path,
+    measure_cache: Path | None = None,
+    embedding_cache: Path | None = None,
+) -> pd.DataFrame:
     """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics."""
     from voicebias.instruments.embeddings import embedder_from_params
     from voicebias.io import read_table, write_json, write_table
@@ -18,8 +35,9 @@ def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metric
     presets = presets_from_params(params["phonation"])
     manifest = read_table(manifest_path)
     measured = measure_stimuli(manifest, params["acoustics"], root, cache_dir=measure_cache)
-    own, between = speaker_similarities(manifest, embedder_from_params(params["acoustics"], root),
-                                        root, cache_dir=embedding_cache)
+    own, between = speaker_similarities(
+        manifest, embedder_from_params(params["acoustics"], root), root, cache_dir=embedding_cache
+    )
     margins, flips = classifier_flips(measured, params["acoustics"], root)
     changes = paired_changes(measured, presets)
     summary = summarise(changes, own, between, manifest)
@@ -31,8 +49,10 @@ def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metric
     excluded = measured[measured["measure_status"] != "ok"]
     wrong = summary[~summary["ok"]]
     metrics: dict[str, Any] = {
-        "stimuli": int(len(manifest)), "excluded": int(len(excluded)),
-        "checked_cells": int((summary["expected_sign"] != 0).sum()), "wrong_direction": int(len(wrong)),
+        "stimuli": int(len(manifest)),
+        "excluded": int(len(excluded)),
+        "checked_cells": int((summary["expected_sign"] != 0).sum()),
+        "wrong_direction": int(len(wrong)),
         "classifier_flips": int(flips["flips"].sum()),
         "passed": bool(wrong.empty) and int(flips["flips"].sum()) == 0,
     }
@@ -42,8 +62,9 @@ def run_stage(params: dict[str, Any], manifest_path: Path, out_dir: Path, metric
     sims = summary[summary["measure"] == "speaker_similarity"]
     for (ph, contrast), s in sims.groupby(["phonation", "contrast"]):
         metrics.setdefault(ph, {})[f"speaker_similarity__{contrast}"] = round(float(s["mean_change"].mean()), 4)
-    metrics["between_voice_similarity"] = {g: round(float(s["between_similarity"].mean()), 4)
-                                           for g, s in between.groupby("voice_gender")}
+    metrics["between_voice_similarity"] = {
+        g: round(float(s["between_similarity"].mean()), 4) for g, s in between.groupby("voice_gender")
+    }
     write_json(metrics_path, metrics)
     validate_check(summary)
     validate_flips(margins)

@@ -16,20 +16,42 @@ def _metrics(path: Path | None) -> dict[str, Any] | None:
     return read_json(path) if path is not None and Path(path).is_file() else None
 
 
-def run_stage(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
-              sc_dir: Path | None = None, phonation_dir: Path | None = None, root: Path = config.ROOT,
-              manifest: Path = config.STIMULI_MANIFEST, cards_dir: Path = config.CARDS_DIR,
-              disaggregated: Path | None = None) -> dict:
+def run_stage(
+    params: dict[str, Any],
+    analysis_dir: Path,
+    gate_dir: Path,
+    bank_metrics: Path,
+    out_dir: Path,
+    sc_dir: Path | None = None,
+    phonation_dir: Path | None = None,
+    root: Path = config.ROOT,
+    manifest: Path = config.STIMULI_MANIFEST,
+    cards_dir: Path = config.CARDS_DIR,
+    disaggregated: Path | None = None,
+) -> dict:
     """Build the audit card from the analysis tables and the check metrics (carrier_gate/metrics.json,
     phonation/check_metrics.json), write it as audit_card.json and audit_card.md, then the report with
     the card first."""
     provenance = collect_provenance(root, params, manifest, cards_dir)
-    card = audit_card(analysis_dir, sc_dir, _metrics(Path(gate_dir) / "metrics.json"),
-                      _metrics(Path(phonation_dir) / "check_metrics.json" if phonation_dir is not None else None),
-                      provenance)
+    card = audit_card(
+        analysis_dir,
+        sc_dir,
+        _metrics(Path(gate_dir) / "metrics.json"),
+        _metrics(Path(phonation_dir) / "check_metrics.json" if phonation_dir is not None else None),
+        provenance,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "audit_card.json", card)
     (out_dir / "audit_card.md").write_text(render_card_md(card), encoding="utf-8")
-    paths = build_report(params, analysis_dir, gate_dir, bank_metrics, out_dir, sc_dir, phonation_dir,
-                         card=card_context(card), disaggregated=disaggregated)
+    paths = build_report(
+        params,
+        analysis_dir,
+        gate_dir,
+        bank_metrics,
+        out_dir,
+        sc_dir,
+        phonation_dir,
+        card=card_context(card),
+        disaggregated=disaggregated,
+    )
     return {**paths, "card_md": out_dir / "audit_card.md", "card_json": out_dir / "audit_card.json"}

@@ -12,17 +12,18 @@ written to the system's ledger (voicebias.pipeline.pending_calls), so the next
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-from typing import Callable
-from voicebias.systems.base import SystemUnderTest
-from voicebias.tasks import Task
-import pandas as pd
 import shutil
 import sys
-from voicebias.exceptions import ConfigError, NotFound, StageFailed
-from voicebias.systems.screen import ReplyScreen
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from voicebias.errors import ConfigError, NotFound, StageFailed
+from voicebias.systems.base import SystemUnderTest
 from voicebias.systems.runner import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
+from voicebias.systems.screen import ReplyScreen
+from voicebias.tasks import Task
 
 #: reasons named in the line of a task over run.max_failed_fraction
 TOP_REASONS = 3
@@ -30,12 +31,26 @@ TOP_REASONS = 3
 REASON_CHARS = 160
 
 
-def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest_path: Path, passages_path: Path | None,
-              gate_metrics: Path, out_dir: Path, stats_path: Path, cache_dir: Path, root: Path, *,
-              task: Task | None = None, gate: str = "the carrier gate", kind: str | None = None,
-              context: dict[str, Any] | None = None, stage: str | None = None,
-              annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
-              samples: int | None = None) -> pd.DataFrame:
+def run_stage(
+    params: dict[str, Any],
+    system_name: str,
+    task_name: str,
+    manifest_path: Path,
+    passages_path: Path | None,
+    gate_metrics: Path,
+    out_dir: Path,
+    stats_path: Path,
+    cache_dir: Path,
+    root: Path,
+    *,
+    task: Task | None = None,
+    gate: str = "the carrier gate",
+    kind: str | None = None,
+    context: dict[str, Any] | None = None,
+    stage: str | None = None,
+    annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
+    samples: int | None = None,
+) -> pd.DataFrame:
     """One system x one task over all stimuli of the task's languages, `run.samples_per_item`
     answers per stimulus (docs/repeats.md).
 
@@ -50,17 +65,41 @@ def run_stage(params: dict[str, Any], system_name: str, task_name: str, manifest
     tracked facts added to the stats record (a reference system's planted truth);
     `samples`, the answers per stimulus (default: params run.samples_per_item).
     """
-    tables = run_tasks(params, system_name, [task_name], manifest_path, passages_path, gate_metrics,
-                       lambda _: out_dir, lambda _: stats_path, cache_dir, root,
-                       tasks={task_name: task} if task is not None else None, gate=gate, kind=kind, context=context,
-                       stage=(lambda _: stage) if stage else None, annotate=annotate, samples=samples)
+    tables = run_tasks(
+        params,
+        system_name,
+        [task_name],
+        manifest_path,
+        passages_path,
+        gate_metrics,
+        lambda _: out_dir,
+        lambda _: stats_path,
+        cache_dir,
+        root,
+        tasks={task_name: task} if task is not None else None,
+        gate=gate,
+        kind=kind,
+        context=context,
+        stage=(lambda _: stage) if stage else None,
+        annotate=annotate,
+        samples=samples,
+    )
     return tables[task_name]
 
 
-def run_system_stage(params: dict[str, Any], system_name: str, manifest_path: Path, passages_path: Path,
-                     gate_metrics: Path, out_dir_for: Callable[[str], Path], stats_path_for: Callable[[str], Path],
-                     cache_dir: Path, root: Path, task_names: list[str] | None = None,
-                     render_cache: Path | None = None) -> dict[str, pd.DataFrame]:
+def run_system_stage(
+    params: dict[str, Any],
+    system_name: str,
+    manifest_path: Path,
+    passages_path: Path,
+    gate_metrics: Path,
+    out_dir_for: Callable[[str], Path],
+    stats_path_for: Callable[[str], Path],
+    cache_dir: Path,
+    root: Path,
+    task_names: list[str] | None = None,
+    render_cache: Path | None = None,
+) -> dict[str, pd.DataFrame]:
     """Stage 'respond@SYSTEM': one system over every task of `tasks.names` (or `task_names`),
     built once (a model is loaded once for all its tasks), each task's table and stats
     written to `out_dir_for(task)` and `stats_path_for(task)` (DVC clears the stage's two
@@ -68,17 +107,42 @@ def run_system_stage(params: dict[str, Any], system_name: str, manifest_path: Pa
     `render_cache`: the folder of rendered utterances a system that renders its own speech
     (the reference systems) shares across tasks and systems (voicebias.tts.render_cache)."""
     names = list(task_names or params["tasks"]["names"])
-    return run_tasks(params, system_name, names, manifest_path, passages_path, gate_metrics, out_dir_for,
-                     stats_path_for, cache_dir, root, render_cache=render_cache)
+    return run_tasks(
+        params,
+        system_name,
+        names,
+        manifest_path,
+        passages_path,
+        gate_metrics,
+        out_dir_for,
+        stats_path_for,
+        cache_dir,
+        root,
+        render_cache=render_cache,
+    )
 
 
-def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], manifest_path: Path,
-              passages_path: Path | None, gate_metrics: Path, out_dir_for: Callable[[str], Path],
-              stats_path_for: Callable[[str], Path], cache_dir: Path, root: Path, *,
-              tasks: dict[str, Task] | None = None, gate: str = "the carrier gate", kind: str | None = None,
-              context: dict[str, Any] | None = None, stage: Callable[[str], str] | None = None,
-              annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
-              samples: int | None = None, render_cache: Path | None = None) -> dict[str, pd.DataFrame]:
+def run_tasks(
+    params: dict[str, Any],
+    system_name: str,
+    task_names: list[str],
+    manifest_path: Path,
+    passages_path: Path | None,
+    gate_metrics: Path,
+    out_dir_for: Callable[[str], Path],
+    stats_path_for: Callable[[str], Path],
+    cache_dir: Path,
+    root: Path,
+    *,
+    tasks: dict[str, Task] | None = None,
+    gate: str = "the carrier gate",
+    kind: str | None = None,
+    context: dict[str, Any] | None = None,
+    stage: Callable[[str], str] | None = None,
+    annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
+    samples: int | None = None,
+    render_cache: Path | None = None,
+) -> dict[str, pd.DataFrame]:
     """Build the system once and run it on each task in turn (see run_stage for the keywords;
     `tasks` maps task names to Task objects that are not in data/tasks/prompts.yaml;
     `render_cache` goes to the system's constructor where it takes one).
@@ -138,11 +202,21 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             label = stage(name) if stage else f"respond@{system_name}-{name}"
             if out_dir.exists():
                 shutil.rmtree(out_dir)  # the task's output is rebuilt from the cache, never half-stale
-            table, counts = run_task(system, task, manifest, out_dir, ResponseCache(cache_dir),
-                                     int(params["base"]["seed"]), root, policy=policy, asr=asr,
-                                     continuation_s=float(system.params["continuation_s"])
-                                     if system.kind == "continuation" else 0.0, samples=samples, check=check_once,
-                                     screen=screen)
+            table, counts = run_task(
+                system,
+                task,
+                manifest,
+                out_dir,
+                ResponseCache(cache_dir),
+                int(params["base"]["seed"]),
+                root,
+                policy=policy,
+                asr=asr,
+                continuation_s=float(system.params["continuation_s"]) if system.kind == "continuation" else 0.0,
+                samples=samples,
+                check=check_once,
+                screen=screen,
+            )
             validate_responses(table, system.kind)
             write_table(out_dir / "responses.csv", table)
             if annotate is not None:
@@ -150,9 +224,11 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
             tracked, run_facts = split_counts(counts)
             write_json(stats_path, tracked)
             record_run(label, {**run_facts, **system.run_facts()})
-            print(f"{label}: {counts['requests']} requests, {counts['calls']} calls, "
-                  f"{counts['cache_hits']} cache hits, {counts['failed']} failed, {counts['excluded']} excluded",
-                  file=sys.stderr)
+            print(
+                f"{label}: {counts['requests']} requests, {counts['calls']} calls, "
+                f"{counts['cache_hits']} cache hits, {counts['failed']} failed, {counts['excluded']} excluded",
+                file=sys.stderr,
+            )
             failed = table["status"] == "failed"
             failed_keys[name] = table.loc[failed, "cache_key"].tolist()
             if counts["requests"] and counts["failed"] > limit * counts["requests"]:
@@ -162,8 +238,10 @@ def run_tasks(params: dict[str, Any], system_name: str, task_names: list[str], m
         system.close()
     update_ledger(cache_dir, system_name, failed_keys)
     if over:
-        raise StageFailed(f"system '{system_name}': " + "; ".join(over) + f" (more than run.max_failed_fraction "
-                          f"{limit:g}; the finished calls are cached and the next run sends only the failed ones)")
+        raise StageFailed(
+            f"system '{system_name}': " + "; ".join(over) + f" (more than run.max_failed_fraction "
+            f"{limit:g}; the finished calls are cached and the next run sends only the failed ones)"
+        )
     return results
 
 
@@ -171,8 +249,7 @@ def over_limit(task: str, failed: int, requests: int, errors: pd.Series) -> str:
     """'<task>: <failed> of <requests> calls failed: <n> x <reason>, ...', the commonest reasons first."""
     reasons = errors.fillna("no reason given").astype(str).map(lambda r: " ".join(r.split())).value_counts(sort=False)
     ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-    named = [f"{n} x {r if len(r) <= REASON_CHARS else r[:REASON_CHARS - 3] + '...'}"
-             for r, n in ranked[:TOP_REASONS]]
+    named = [f"{n} x {r if len(r) <= REASON_CHARS else r[: REASON_CHARS - 3] + '...'}" for r, n in ranked[:TOP_REASONS]]
     if len(ranked) > TOP_REASONS:
         named.append(f"{sum(n for _, n in ranked[TOP_REASONS:])} x {len(ranked) - TOP_REASONS} other reasons")
     return f"{task}: {failed} of {requests} calls failed: " + ", ".join(named)

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
+
 from voicebias.analysis.sc import analyse
 
 
-def run_stage(params: dict[str, Any], scored_paths: list[Path], prompt_measures_path: Path, out_dir: Path,
-                   metrics_path: Path, continue_stats: list[Path] | None = None) -> dict:
+def run_stage(
+    params: dict[str, Any],
+    scored_paths: list[Path],
+    prompt_measures_path: Path,
+    out_dir: Path,
+    metrics_path: Path,
+    continue_stats: list[Path] | None = None,
+) -> dict:
     """Stage 'sc_analysis': write every SC table under out_dir and the stage metrics.
     Planted truths come from the continue stages' records (`continue_stats`)."""
     from voicebias.io import read_json, read_table, write_json, write_table

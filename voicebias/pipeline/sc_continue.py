@@ -31,14 +31,40 @@ def _planted_truth(system: Any, sys_params: dict[str, Any]) -> dict[str, Any]:
     return {"planted_truth": planted_truth(sys_params)}
 
 
-def run_stage(params: dict[str, Any], system_name: str, manifest_path: Path, check_metrics: Path, out_dir: Path,
-              stats_path: Path, cache_dir: Path, root: Path) -> pd.DataFrame:
+def run_stage(
+    params: dict[str, Any],
+    system_name: str,
+    manifest_path: Path,
+    check_metrics: Path,
+    out_dir: Path,
+    stats_path: Path,
+    cache_dir: Path,
+    root: Path,
+) -> pd.DataFrame:
     """Stage 'sc_continue': one continuation system over the phonation stimuli (cached, resumable)."""
     from voicebias.pipeline.respond import run_stage as run_requests
 
     return run_requests(
-        params, system_name, CONTINUE_TASK.name, manifest_path, None, check_metrics, out_dir, stats_path, cache_dir,
-        root, task=CONTINUE_TASK, gate="the phonation manipulation check", kind="continuation",
-        context={"rate_wpm": params["sc_stimuli"]["rate_wpm"], "pitch_range": params["acoustics"]["pitch_range"],
-                 "presets": params["phonation"]["presets"], "parametric": params["phonation"].get("parametric")},
-        stage=f"sc_continue@{system_name}", annotate=_planted_truth, samples=1)
+        params,
+        system_name,
+        CONTINUE_TASK.name,
+        manifest_path,
+        None,
+        check_metrics,
+        out_dir,
+        stats_path,
+        cache_dir,
+        root,
+        task=CONTINUE_TASK,
+        gate="the phonation manipulation check",
+        kind="continuation",
+        context={
+            "rate_wpm": params["sc_stimuli"]["rate_wpm"],
+            "pitch_range": params["acoustics"]["pitch_range"],
+            "presets": params["phonation"]["presets"],
+            "parametric": params["phonation"].get("parametric"),
+        },
+        stage=f"sc_continue@{system_name}",
+        annotate=_planted_truth,
+        samples=1,
+    )

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from voicebias.contract import GENDERS
-from voicebias.contract import PROMPT_SETS
-from voicebias.exceptions import ConfigError
+
 import pandas as pd
-from voicebias.stimuli.prompts import import_ss_clips, load_nop_set, load_ss_set, sc_voices, ss_prompts, synthesize_prompts, validate_nop_set, validate_sc_manifest
+
+from voicebias.contract import GENDERS, PROMPT_SETS
+from voicebias.errors import ConfigError
+from voicebias.stimuli.prompts import (
+    import_ss_clips,
+    load_nop_set,
+    load_ss_set,
+    sc_voices,
+    ss_prompts,
+    synthesize_prompts,
+    validate_nop_set,
+    validate_sc_manifest,
+)
 
 
 def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
@@ -16,7 +26,6 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
     the prompts with the SC voices; write prompts.csv, manifest.csv and backend.json
     under out_dir, and the stage metrics."""
     from voicebias.io import write_json, write_table
-
     from voicebias.params import SCStimuli, validate_section
 
     sc = validate_section(SCStimuli, params["sc_stimuli"], "sc_stimuli")
@@ -27,8 +36,11 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
     clips = None
     if ss_cfg.get("enabled"):
         ss_root = Path(ss_cfg["root"])
-        clips = load_ss_set(ss_root if ss_root.is_absolute() else Path(root) / ss_root, ss_cfg["subset"],
-                            float(ss_cfg["min_duration_s"]))
+        clips = load_ss_set(
+            ss_root if ss_root.is_absolute() else Path(root) / ss_root,
+            ss_cfg["subset"],
+            float(ss_cfg["min_duration_s"]),
+        )
         if clips.empty:
             raise ConfigError(f"no Spoken StereoSet clip is longer than {ss_cfg.get('min_duration_s', 3.0)} s")
         prompts.append(ss_prompts(clips))
@@ -49,14 +61,24 @@ def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: P
         validate_sc_manifest(manifest, int(sc["sample_rate"]))
     write_table(Path(out_dir) / "prompts.csv", table)
     write_table(Path(out_dir) / "manifest.csv", manifest)
-    write_json(Path(out_dir) / "backend.json", {**backend, "voices": sc["voices"], "sample_rate": int(sc["sample_rate"]),
-                                               "target_rms_dbfs": float(sc["target_rms_dbfs"])})
+    write_json(
+        Path(out_dir) / "backend.json",
+        {
+            **backend,
+            "voices": sc["voices"],
+            "sample_rate": int(sc["sample_rate"]),
+            "target_rms_dbfs": float(sc["target_rms_dbfs"]),
+        },
+    )
     metrics: dict[str, Any] = {
         "prompts": {s: int((table["prompt_set"] == s).sum()) for s in PROMPT_SETS},
         "stimuli": int(len(manifest)),
         "voices": {g: int(sum(1 for v in sc_voices(sc) if v[0] == g)) for g in GENDERS},
-        "mean_duration_s": {s: round(float(manifest.loc[manifest["prompt_set"] == s, "duration_s"].mean()), 3)
-                            for s in PROMPT_SETS if (manifest["prompt_set"] == s).any()},
+        "mean_duration_s": {
+            s: round(float(manifest.loc[manifest["prompt_set"] == s, "duration_s"].mean()), 3)
+            for s in PROMPT_SETS
+            if (manifest["prompt_set"] == s).any()
+        },
         "nop_categories": int(nop["category"].nunique()),
     }
     if clips is not None:

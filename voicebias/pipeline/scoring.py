@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+
 from voicebias.scoring.text import score_responses
 
 

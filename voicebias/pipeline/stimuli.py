@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
 import pandas as pd
+
 from voicebias.stimuli.passages import synthesize_stimuli, validate_manifest
 
 
@@ -17,7 +19,13 @@ def run_stage(params: dict[str, Any], passages_path: Path, out_dir: Path, root: 
     validate_manifest(manifest, int(params["tts"]["sample_rate"]))
     write_table(out_dir / "manifest.csv", manifest)
     # engine provenance beside the manifest (its columns are a shared contract)
-    write_json(out_dir / "backend.json", {**manifest.attrs.get("backend", {}), "voices": params["tts"]["voices"],
-                                          "sample_rate": int(params["tts"]["sample_rate"]),
-                                          "target_rms_dbfs": float(params["tts"]["target_rms_dbfs"])})
+    write_json(
+        out_dir / "backend.json",
+        {
+            **manifest.attrs.get("backend", {}),
+            "voices": params["tts"]["voices"],
+            "sample_rate": int(params["tts"]["sample_rate"]),
+            "target_rms_dbfs": float(params["tts"]["target_rms_dbfs"]),
+        },
+    )
     return manifest

@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 import matplotlib
 
 matplotlib.use("Agg")
+import jinja2  # noqa: E402
+import markupsafe  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import jinja2  # noqa: E402
-import markupsafe  # noqa: E402
 import yaml  # noqa: E402
 
 from voicebias.io import read_json, read_table  # noqa: E402
@@ -85,7 +85,9 @@ def odds_table(odds: pd.DataFrame) -> pd.DataFrame:
             if r["fit_status"] != "ok":
                 row[lang] = "sep." if str(r["fit_status"]).startswith("perfect") else "sing."
             else:
-                row[lang] = f"{_fmt(r['odds_ratio'], 2)} [{_fmt(r['ci_low'], 2)}, {_fmt(r['ci_high'], 2)}] p={_p(r['p_value'])}"
+                row[lang] = (
+                    f"{_fmt(r['odds_ratio'], 2)} [{_fmt(r['ci_low'], 2)}, {_fmt(r['ci_high'], 2)}] p={_p(r['p_value'])}"
+                )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -95,8 +97,11 @@ def misgender_table(rates: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for system, g in rates.groupby("system", sort=False):
         a = g[(g["lang"] == "ALL")].set_index("cell_type")
-        row = {"system": system, "aligned (ALL)": _fmt(a.loc["aligned", "rate"]),
-               "neutral (ALL)": _fmt(a.loc["neutral", "rate"])}
+        row = {
+            "system": system,
+            "aligned (ALL)": _fmt(a.loc["aligned", "rate"]),
+            "neutral (ALL)": _fmt(a.loc["neutral", "rate"]),
+        }
         for lang in LANG_ORDER:
             r = g[(g["lang"] == lang) & (g["cell_type"] == "misaligned")]
             row[f"misaligned ({lang})"] = _fmt(r.iloc[0]["rate"]) if len(r) else "–"
@@ -106,10 +111,18 @@ def misgender_table(rates: pd.DataFrame) -> pd.DataFrame:
 
 def pronoun_table(pron: pd.DataFrame) -> pd.DataFrame:
     """S2S paper Table 8 layout; Δpp in percentage points, P(she) and injection as proportions."""
-    cols = {"system": "system", "lang": "lang", "injection_rate": "injects", "n_both": "n both",
-            "p_she_masculine": "P(she|M)", "p_she_neutral": "P(she|N)", "p_she_feminine": "P(she|F)",
-            "delta_pp": "Δpp (pp)", "delta_pp_male_voice": "Δpp male voice (pp)",
-            "delta_pp_female_voice": "Δpp female voice (pp)"}
+    cols = {
+        "system": "system",
+        "lang": "lang",
+        "injection_rate": "injects",
+        "n_both": "n both",
+        "p_she_masculine": "P(she|M)",
+        "p_she_neutral": "P(she|N)",
+        "p_she_feminine": "P(she|F)",
+        "delta_pp": "Δpp (pp)",
+        "delta_pp_male_voice": "Δpp male voice (pp)",
+        "delta_pp_female_voice": "Δpp female voice (pp)",
+    }
     out = pron[[c for c in cols if c in pron]].rename(columns=cols)
     return out.map(lambda v: _fmt(v) if not isinstance(v, str) else v)
 
@@ -125,11 +138,23 @@ def fisher_table(fisher: pd.DataFrame) -> pd.DataFrame:
     count = (lambda a: _fmt(float(a), 2)) if repeats else (lambda a: a)
     out["misaligned"] = [f"{count(a)}/{n}" for a, n in zip(out["misaligned_misgendered"], out["misaligned_n"])]
     out["neutral"] = [f"{count(a)}/{n}" for a, n in zip(out["neutral_misgendered"], out["neutral_n"])]
-    out["OR (cond. MLE) [95% CI]"] = [f"{_fmt(e, 2)} [{_fmt(a, 2)}, {_fmt(b, 2)}]" for e, a, b in
-                                      zip(out["conditional_odds_ratio"], out["ci_low"], out["ci_high"])]
+    out["OR (cond. MLE) [95% CI]"] = [
+        f"{_fmt(e, 2)} [{_fmt(a, 2)}, {_fmt(b, 2)}]"
+        for e, a, b in zip(out["conditional_odds_ratio"], out["ci_low"], out["ci_high"])
+    ]
     out["p"] = out["p_value"].map(_p)
-    return out[["system", "lang", "voice_gender", "misaligned", "neutral", "OR (cond. MLE) [95% CI]", "p",
-                *(["test"] if repeats else [])]]
+    return out[
+        [
+            "system",
+            "lang",
+            "voice_gender",
+            "misaligned",
+            "neutral",
+            "OR (cond. MLE) [95% CI]",
+            "p",
+            *(["test"] if repeats else []),
+        ]
+    ]
 
 
 def _effect(est: Any, lo: Any, hi: Any, p: Any) -> str:
@@ -138,13 +163,45 @@ def _effect(est: Any, lo: Any, hi: Any, p: Any) -> str:
 
 # Columns of rq1_mixed_models.csv and rq1_pooled.csv that their report tables either show (combined into
 # formatted cells) or leave out on purpose; any other column of those tables is shown as it is, after these.
-RQ1_MIXED_COLUMNS = frozenset({
-    "system", "lang", "task", "task_group", "measure", "units", "n",
-    *(f"{q}_{s}" for q in ("stereotype_effect", "misaligned_minus_neutral") for s in ("est", "se", "df", "ci_low",
-                                                                                       "ci_high", "p")),
-    "chi2_interaction", "df", "f_interaction", "den_df_interaction", "p_interaction", "converged", "warning"})
-RQ1_POOLED_COLUMNS = frozenset({"system", "task_group", "measure", "n_cells", "n_systems", "n_voiced_passages",
-                                "pooled_contrast", "se", "df", "ci_low", "ci_high", "p_value"})
+RQ1_MIXED_COLUMNS = frozenset(
+    {
+        "system",
+        "lang",
+        "task",
+        "task_group",
+        "measure",
+        "units",
+        "n",
+        *(
+            f"{q}_{s}"
+            for q in ("stereotype_effect", "misaligned_minus_neutral")
+            for s in ("est", "se", "df", "ci_low", "ci_high", "p")
+        ),
+        "chi2_interaction",
+        "df",
+        "f_interaction",
+        "den_df_interaction",
+        "p_interaction",
+        "converged",
+        "warning",
+    }
+)
+RQ1_POOLED_COLUMNS = frozenset(
+    {
+        "system",
+        "task_group",
+        "measure",
+        "n_cells",
+        "n_systems",
+        "n_voiced_passages",
+        "pooled_contrast",
+        "se",
+        "df",
+        "ci_low",
+        "ci_high",
+        "p_value",
+    }
+)
 
 
 def _is_p_column(name: str) -> bool:
@@ -173,21 +230,35 @@ def rq1_effects_table(mixed: pd.DataFrame, task: str = "readback") -> pd.DataFra
     extra = _extra_columns(d, RQ1_MIXED_COLUMNS)
     rows = []
     for r, raw in zip(d.itertuples(), d[extra].to_dict("records")):
-        rows.append({
-            "system": r.system, "lang": r.lang, "measure": f"{label.get(r.measure, r.measure)} ({r.units})",
-            "toward stereotype, per content step": _effect(r.stereotype_effect_est, r.stereotype_effect_ci_low,
-                                                            r.stereotype_effect_ci_high, r.stereotype_effect_p),
-            "misaligned − neutral (signed)": _effect(r.misaligned_minus_neutral_est, r.misaligned_minus_neutral_ci_low,
-                                                     r.misaligned_minus_neutral_ci_high, r.misaligned_minus_neutral_p),
-            "p interaction": _p(r.p_interaction),
-            "fit": ("converged" if bool(r.converged) else "not converged")
-            + ("; singular" if "singular fit" in str(r.warning) else ""),
-            **{c: _cell(c, v) for c, v in raw.items()},
-        })
+        rows.append(
+            {
+                "system": r.system,
+                "lang": r.lang,
+                "measure": f"{label.get(r.measure, r.measure)} ({r.units})",
+                "toward stereotype, per content step": _effect(
+                    r.stereotype_effect_est,
+                    r.stereotype_effect_ci_low,
+                    r.stereotype_effect_ci_high,
+                    r.stereotype_effect_p,
+                ),
+                "misaligned − neutral (signed)": _effect(
+                    r.misaligned_minus_neutral_est,
+                    r.misaligned_minus_neutral_ci_low,
+                    r.misaligned_minus_neutral_ci_high,
+                    r.misaligned_minus_neutral_p,
+                ),
+                "p interaction": _p(r.p_interaction),
+                "fit": ("converged" if bool(r.converged) else "not converged")
+                + ("; singular" if "singular fit" in str(r.warning) else ""),
+                **{c: _cell(c, v) for c, v in raw.items()},
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def rq1_interaction_table(mixed: pd.DataFrame, task: str = "readback", measure: str = "delta_composite") -> pd.DataFrame:
+def rq1_interaction_table(
+    mixed: pd.DataFrame, task: str = "readback", measure: str = "delta_composite"
+) -> pd.DataFrame:
     """S2S paper Table 2 RQ1 block: content x voice interaction p per system and language."""
     d = mixed[(mixed["task"] == task) & (mixed["measure"] == measure)]
     rows = []
@@ -208,10 +279,13 @@ def rq1_pooled_table(pooled: pd.DataFrame) -> pd.DataFrame:
     """Pooled stereotype-signed contrast per system x task group x measure (estimate [95% CI], p); then any
     column of `pooled` not in RQ1_POOLED_COLUMNS, as it is."""
     out = pooled.copy()
-    out["contrast [95% CI]"] = [f"{_fmt(e)} [{_fmt(a)}, {_fmt(b)}]" for e, a, b in
-                                zip(out["pooled_contrast"], out["ci_low"], out["ci_high"])]
+    out["contrast [95% CI]"] = [
+        f"{_fmt(e)} [{_fmt(a)}, {_fmt(b)}]" for e, a, b in zip(out["pooled_contrast"], out["ci_low"], out["ci_high"])
+    ]
     out["p"] = out["p_value"].map(_p)
-    out["measure"] = out["measure"].map({"delta_composite": "Δ composite (SD)", "delta_f0_median_st": "Δ F0 (semitones)"})
+    out["measure"] = out["measure"].map(
+        {"delta_composite": "Δ composite (SD)", "delta_f0_median_st": "Δ F0 (semitones)"}
+    )
     extra = _extra_columns(pooled, RQ1_POOLED_COLUMNS)
     out[extra] = pooled[extra].apply(lambda col: col.map(lambda v: _cell(str(col.name), v)))
     return out[["system", "task_group", "measure", "n_voiced_passages", "contrast [95% CI]", "p", *extra]]
@@ -224,7 +298,9 @@ def fig_rq1(contrasts: pd.DataFrame, path: Path) -> None:
     ax.set_ylabel("Δ composite, output − input (SD)")
     ax.set_title("Rendered voice: misaligned vs neutral content, by input voice")
     ax.legend(["misaligned", "neutral"])
-    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+    plt.tight_layout()
+    plt.savefig(path, dpi=110)
+    plt.close()
 
 
 def planted_table(pvr: pd.DataFrame) -> pd.DataFrame:
@@ -238,30 +314,46 @@ def misgender_cells(rates: pd.DataFrame, dis: pd.DataFrame | None) -> pd.DataFra
     """Describe misgender rate per system x language x cell type with its 95 % bootstrap CI
     (the disaggregated table's cell-type rows; without it, the rates with no interval)."""
     if dis is not None:
-        d = dis[(dis["study"] == "s2s") & (dis["metric"] == "misgender_rate") & (dis["condition_factor"] == "cell_type")]
+        d = dis[
+            (dis["study"] == "s2s") & (dis["metric"] == "misgender_rate") & (dis["condition_factor"] == "cell_type")
+        ]
         return d.rename(columns={"condition": "cell_type", "estimate": "rate"})[
-            ["system", "lang", "cell_type", "n", "rate", "ci_low", "ci_high"]].reset_index(drop=True)
-    return rates.assign(ci_low=np.nan, ci_high=np.nan)[["system", "lang", "cell_type", "n", "rate", "ci_low",
-                                                          "ci_high"]]
+            ["system", "lang", "cell_type", "n", "rate", "ci_low", "ci_high"]
+        ].reset_index(drop=True)
+    return rates.assign(ci_low=np.nan, ci_high=np.nan)[
+        ["system", "lang", "cell_type", "n", "rate", "ci_low", "ci_high"]
+    ]
 
 
 def disaggregated_table(dis: pd.DataFrame) -> pd.DataFrame:
     """The disaggregated table's headline rows, all languages pooled: the describe misgender
     rate by cell type and the summarize P(she) by voice x content pole, each with its CI and
     its difference and ratio against the neutral group."""
-    d = dis[(dis["study"] == "s2s") & (dis["lang"] == "ALL") & (
-        ((dis["metric"] == "misgender_rate") & (dis["condition_factor"] == "cell_type"))
-        | (dis["metric"] == "p_she"))].copy()
+    d = dis[
+        (dis["study"] == "s2s")
+        & (dis["lang"] == "ALL")
+        & (
+            ((dis["metric"] == "misgender_rate") & (dis["condition_factor"] == "cell_type"))
+            | (dis["metric"] == "p_she")
+        )
+    ].copy()
 
     def ci(est, lo, hi) -> str:
         return "" if pd.isna(est) else f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]"
 
-    out = pd.DataFrame({
-        "system": d["system"], "metric": d["metric"], "voice": d["voice_gender"], "group": d["condition"],
-        "n": d["n"].astype(int), "estimate [95% CI]": [ci(*r) for r in zip(d["estimate"], d["ci_low"], d["ci_high"])],
-        "− neutral [95% CI]": [ci(*r) for r in zip(d["diff"], d["diff_ci_low"], d["diff_ci_high"])],
-        "÷ neutral [95% CI]": [ci(*r) for r in zip(d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"])],
-        "interval": d["ci_method"]})
+    out = pd.DataFrame(
+        {
+            "system": d["system"],
+            "metric": d["metric"],
+            "voice": d["voice_gender"],
+            "group": d["condition"],
+            "n": d["n"].astype(int),
+            "estimate [95% CI]": [ci(*r) for r in zip(d["estimate"], d["ci_low"], d["ci_high"])],
+            "− neutral [95% CI]": [ci(*r) for r in zip(d["diff"], d["diff_ci_low"], d["diff_ci_high"])],
+            "÷ neutral [95% CI]": [ci(*r) for r in zip(d["ratio"], d["ratio_ci_low"], d["ratio_ci_high"])],
+            "interval": d["ci_method"],
+        }
+    )
     return out.reset_index(drop=True)
 
 
@@ -269,8 +361,11 @@ def fig_misgender(cells: pd.DataFrame, path: Path) -> None:
     """S2S paper Table 2's describe block as bars: aligned and neutral pooled over languages,
     misaligned pooled and per language, per system, each with its 95 % CI."""
     langs = sorted(set(cells["lang"]) - {"ALL"})
-    series = [("aligned", "ALL", "aligned, all languages", "#4c72b0"), ("neutral", "ALL", "neutral, all", "#999999"),
-              ("misaligned", "ALL", "misaligned, all", "#c44e52")]
+    series = [
+        ("aligned", "ALL", "aligned, all languages", "#4c72b0"),
+        ("neutral", "ALL", "neutral, all", "#999999"),
+        ("misaligned", "ALL", "misaligned, all", "#c44e52"),
+    ]
     shades = ["#e08f8f", "#eab0a0", "#f2cfc4", "#f7e0d8"]
     series += [("misaligned", lang, f"misaligned, {lang}", shades[i % len(shades)]) for i, lang in enumerate(langs)]
     systems = sorted(set(cells["system"]))
@@ -289,7 +384,9 @@ def fig_misgender(cells: pd.DataFrame, path: Path) -> None:
     ax.set_ylim(0, 1.05)
     ax.set_title("Misgender rate by cell, 95% item-bootstrap CI")
     ax.legend(fontsize=7, ncol=2, loc="upper left")
-    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+    plt.tight_layout()
+    plt.savefig(path, dpi=110)
+    plt.close()
 
 
 def fig_forest(odds: pd.DataFrame, path: Path) -> None:
@@ -298,8 +395,9 @@ def fig_forest(odds: pd.DataFrame, path: Path) -> None:
     langs = ["ALL", *sorted(set(odds["lang"]) - {"ALL"})]
     langs = [lang for lang in langs if lang in set(odds["lang"])]
     systems = sorted(set(odds["system"]))
-    fig, axes = plt.subplots(1, len(langs), figsize=(2.6 * len(langs) + 1.4, 0.45 * len(systems) + 1.4),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(langs), figsize=(2.6 * len(langs) + 1.4, 0.45 * len(systems) + 1.4), sharey=True, squeeze=False
+    )
     finite = odds[(odds["fit_status"] == "ok")][["ci_low", "ci_high"]].to_numpy(float)
     finite = finite[np.isfinite(finite) & (finite > 0)]
     lo, hi = (float(finite.min()) / 1.5, float(finite.max()) * 1.5) if finite.size else (0.1, 10.0)
@@ -307,19 +405,37 @@ def fig_forest(odds: pd.DataFrame, path: Path) -> None:
         d = odds[odds["lang"] == lang].set_index("system").reindex(systems)
         for y, (sysname, r) in enumerate(d.iterrows()):
             if r["fit_status"] == "ok" and np.isfinite(r["odds_ratio"]):
-                ax.errorbar([r["odds_ratio"]], [y], xerr=[[r["odds_ratio"] - r["ci_low"]], [r["ci_high"] - r["odds_ratio"]]],
-                            fmt="o", color="#333333", capsize=3, ms=4)
+                ax.errorbar(
+                    [r["odds_ratio"]],
+                    [y],
+                    xerr=[[r["odds_ratio"] - r["ci_low"]], [r["ci_high"] - r["odds_ratio"]]],
+                    fmt="o",
+                    color="#333333",
+                    capsize=3,
+                    ms=4,
+                )
             else:
-                ax.text(np.sqrt(lo * hi), y, "no estimate:\n" + str(r["fit_status"]).split(" (")[0], ha="center",
-                        va="center", fontsize=6, color="#666666")
+                ax.text(
+                    np.sqrt(lo * hi),
+                    y,
+                    "no estimate:\n" + str(r["fit_status"]).split(" (")[0],
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="#666666",
+                )
         ax.axvline(1, color="#c44e52", ls="--", lw=1)
-        ax.set_xscale("log"); ax.set_xlim(lo, hi)
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
         ax.set_title("all languages" if lang == "ALL" else lang, fontsize=9)
-        ax.set_yticks(range(len(systems))); ax.set_yticklabels(systems)
+        ax.set_yticks(range(len(systems)))
+        ax.set_yticklabels(systems)
     axes[0][0].invert_yaxis()  # first system on top (the axes share y)
     fig.supxlabel("odds ratio of a 'female' call per content step (log scale, 95% CI)", fontsize=9)
     fig.suptitle("Describe: content effect with the voice held fixed, per language", fontsize=10)
-    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+    plt.tight_layout()
+    plt.savefig(path, dpi=110)
+    plt.close()
 
 
 PHONATION_LABELS = {"modal": "Unmod.", "breathy": "Breathy", "creaky": "Creaky", "endcreak": "EndCr.", "all": "All"}
@@ -333,13 +449,34 @@ def _ordered(df: pd.DataFrame, col: str = "phonation") -> pd.DataFrame:
 
 def manipulation_table(check: pd.DataFrame) -> pd.DataFrame:
     """Mean change of each measure per condition x voice (converted - modal; end-creak: second halves)."""
-    d = check[check["contrast"].isin(["converted_vs_modal", "second_half_vs_modal_second_half", "to_modal_original",
-                                      "margin_over_other_voice_same_gender"])]
+    d = check[
+        check["contrast"].isin(
+            [
+                "converted_vs_modal",
+                "second_half_vs_modal_second_half",
+                "to_modal_original",
+                "margin_over_other_voice_same_gender",
+            ]
+        )
+    ]
     d = d[~((d["phonation"] == "endcreak") & (d["contrast"] == "converted_vs_modal"))]
-    d = d.assign(col=(d["measure"] + " " + d["contrast"].map({
-        "converted_vs_modal": "Δ", "second_half_vs_modal_second_half": "Δ 2nd half", "to_modal_original": "",
-        "margin_over_other_voice_same_gender": "margin"})).str.strip())
-    t = d.pivot_table(index=["phonation", "voice_gender", "voice_id"], columns="col", values="mean_change").reset_index()
+    d = d.assign(
+        col=(
+            d["measure"]
+            + " "
+            + d["contrast"].map(
+                {
+                    "converted_vs_modal": "Δ",
+                    "second_half_vs_modal_second_half": "Δ 2nd half",
+                    "to_modal_original": "",
+                    "margin_over_other_voice_same_gender": "margin",
+                }
+            )
+        ).str.strip()
+    )
+    t = d.pivot_table(
+        index=["phonation", "voice_gender", "voice_id"], columns="col", values="mean_change"
+    ).reset_index()
     t = _ordered(t)
     ok = check.groupby(["phonation", "voice_id"])["ok"].all().rename("all checks pass")
     t = t.join(ok, on=["phonation", "voice_id"])
@@ -355,8 +492,11 @@ def _sc_ci(dis: pd.DataFrame | None, metric: str) -> dict[tuple[str, str, str], 
 
 
 def _mean_sd_ci(m: float, sd: float, ci: tuple[float, float] | None, sd_style: str = "±") -> str:
-    cell = f"{m:.2f} ± {sd:.2f}" if sd_style == "±" and pd.notna(sd) else (
-        f"{m:.2f} ({sd:.2f})" if pd.notna(sd) else f"{m:.2f}")
+    cell = (
+        f"{m:.2f} ± {sd:.2f}"
+        if sd_style == "±" and pd.notna(sd)
+        else (f"{m:.2f} ({sd:.2f})" if pd.notna(sd) else f"{m:.2f}")
+    )
     if ci is not None and np.isfinite(ci[0]) and np.isfinite(ci[1]):
         cell += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
     return cell
@@ -366,8 +506,12 @@ def sc_similarity_table(sim: pd.DataFrame, dis: pd.DataFrame | None = None) -> p
     """SC paper Table 2 layout: rows VQ modification, columns system x gender, mean ± SD
     [95 % item-bootstrap CI of the mean, from the disaggregated table when given]."""
     ci = _sc_ci(dis, "speaker_similarity")
-    d = sim.assign(cell=[_mean_sd_ci(m, s, ci.get((a, p, g))) for m, s, a, p, g in
-                         zip(sim["mean"], sim["sd"], sim["system"], sim["phonation"], sim["voice_gender"])])
+    d = sim.assign(
+        cell=[
+            _mean_sd_ci(m, s, ci.get((a, p, g)))
+            for m, s, a, p, g in zip(sim["mean"], sim["sd"], sim["system"], sim["phonation"], sim["voice_gender"])
+        ]
+    )
     t = d.pivot(index="phonation", columns=["system", "voice_gender"], values="cell")
     t = t.reindex(columns=sorted(t.columns, key=lambda c: (c[0], c[1] != "male")))
     t.columns = [f"{a} {b.capitalize()}" for a, b in t.columns]
@@ -393,8 +537,9 @@ def vq_type3_table(t3: pd.DataFrame) -> pd.DataFrame:
 
 def retention_table(ret: pd.DataFrame) -> pd.DataFrame:
     out = ret.copy()
-    out["retention [95% CI]"] = [f"{_fmt(r)} [{_fmt(a)}, {_fmt(b)}]" for r, a, b in
-                                 zip(out["retention"], out["ci_low"], out["ci_high"])]
+    out["retention [95% CI]"] = [
+        f"{_fmt(r)} [{_fmt(a)}, {_fmt(b)}]" for r, a, b in zip(out["retention"], out["ci_low"], out["ci_high"])
+    ]
     return out[["system", "measure", "voice_gender", "n_prompts", "retention [95% CI]"]]
 
 
@@ -403,16 +548,20 @@ def _judge_ci(scores: pd.DataFrame, dis: pd.DataFrame | None) -> pd.DataFrame:
     if dis is None:
         return scores.assign(ci_low=np.nan, ci_high=np.nan)
     d = dis[(dis["study"] == "sc") & (dis["lang"] == "ALL")].rename(
-        columns={"metric": "dimension", "condition": "phonation"})[["system", "dimension", "phonation",
-                                                                     "voice_gender", "ci_low", "ci_high"]]
+        columns={"metric": "dimension", "condition": "phonation"}
+    )[["system", "dimension", "phonation", "voice_gender", "ci_low", "ci_high"]]
     return scores.merge(d, on=["system", "dimension", "phonation", "voice_gender"], how="left")
 
 
 def judge_table(scores: pd.DataFrame, dis: pd.DataFrame | None = None) -> pd.DataFrame:
     """SC paper Fig. 2 as a table: mean (SD) [95 % CI] per dimension x VQ, columns system x gender."""
     scores = _judge_ci(scores, dis)
-    d = scores.assign(cell=[_mean_sd_ci(m, s, (a, b), sd_style="()") for m, s, a, b in
-                            zip(scores["mean"], scores["sd"], scores["ci_low"], scores["ci_high"])])
+    d = scores.assign(
+        cell=[
+            _mean_sd_ci(m, s, (a, b), sd_style="()")
+            for m, s, a, b in zip(scores["mean"], scores["sd"], scores["ci_low"], scores["ci_high"])
+        ]
+    )
     t = d.pivot(index=["dimension", "phonation"], columns=["system", "voice_gender"], values="cell")
     t.columns = [f"{a} {b.capitalize()}" for a, b in t.columns]
     t = t.reset_index()
@@ -424,24 +573,46 @@ def judge_table(scores: pd.DataFrame, dis: pd.DataFrame | None = None) -> pd.Dat
 def fig_vq_preservation(means: pd.DataFrame, path: Path) -> None:
     measures = list(dict.fromkeys(means["measure"]))
     systems = list(dict.fromkeys(means["system"]))
-    fig, axes = plt.subplots(len(systems), len(measures), figsize=(3.4 * len(measures), 2.8 * len(systems)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(systems), len(measures), figsize=(3.4 * len(measures), 2.8 * len(systems)), squeeze=False
+    )
     order = [p for p in PHONATION_LABELS if p in set(means["phonation"])]
     for i, sysname in enumerate(systems):
         for j, m in enumerate(measures):
             ax = axes[i][j]
-            for (src, g), style in {("prompt", "male"): ("#4c72b0", "--"), ("prompt", "female"): ("#c44e52", "--"),
-                                    ("continuation", "male"): ("#4c72b0", "-"),
-                                    ("continuation", "female"): ("#c44e52", "-")}.items():
-                d = means[(means["system"] == sysname) & (means["measure"] == m) & (means["source"] == src)
-                          & (means["voice_gender"] == g)].set_index("phonation").reindex(order)
-                ax.errorbar(range(len(order)), d["mean"], yerr=d["sd"], color=style[0], ls=style[1], marker="o",
-                            capsize=2, label=f"{src}, {g}")
+            for (src, g), style in {
+                ("prompt", "male"): ("#4c72b0", "--"),
+                ("prompt", "female"): ("#c44e52", "--"),
+                ("continuation", "male"): ("#4c72b0", "-"),
+                ("continuation", "female"): ("#c44e52", "-"),
+            }.items():
+                d = (
+                    means[
+                        (means["system"] == sysname)
+                        & (means["measure"] == m)
+                        & (means["source"] == src)
+                        & (means["voice_gender"] == g)
+                    ]
+                    .set_index("phonation")
+                    .reindex(order)
+                )
+                ax.errorbar(
+                    range(len(order)),
+                    d["mean"],
+                    yerr=d["sd"],
+                    color=style[0],
+                    ls=style[1],
+                    marker="o",
+                    capsize=2,
+                    label=f"{src}, {g}",
+                )
             ax.set_xticks(range(len(order)))
             ax.set_xticklabels([PHONATION_LABELS[p] for p in order])
             ax.set_title(f"{sysname}: {m}", fontsize=9)
     axes[0][0].legend(fontsize=7)
-    plt.tight_layout(); plt.savefig(path, dpi=110); plt.close()
+    plt.tight_layout()
+    plt.savefig(path, dpi=110)
+    plt.close()
 
 
 def fig_judge(scores: pd.DataFrame, path: Path, dis: pd.DataFrame | None = None) -> None:
@@ -454,8 +625,10 @@ def fig_judge(scores: pd.DataFrame, path: Path, dis: pd.DataFrame | None = None)
     im = None
     for ax, dim in zip(axes[0], dims):
         d = scores[scores["dimension"] == dim]
-        grid = {k: d.pivot_table(index="phonation", columns=["system", "voice_gender"], values=k).reindex(order)
-                for k in ("mean", "sd", "ci_low", "ci_high")}
+        grid = {
+            k: d.pivot_table(index="phonation", columns=["system", "voice_gender"], values=k).reindex(order)
+            for k in ("mean", "sd", "ci_low", "ci_high")
+        }
         piv = grid["mean"]
         im = ax.imshow(piv.to_numpy(float), vmin=1, vmax=5, cmap="viridis", aspect="auto")
         for (r, c), v in np.ndenumerate(piv.to_numpy(float)):
@@ -468,14 +641,18 @@ def fig_judge(scores: pd.DataFrame, path: Path, dis: pd.DataFrame | None = None)
         ax.set_yticks(range(len(order)))
         if ax is axes[0][0]:
             ax.set_yticklabels([PHONATION_LABELS[p] for p in order])
-        ax.set_xticks(range(piv.shape[1])); ax.set_xticklabels([f"{a}\n{b}" for a, b in piv.columns], fontsize=7)
+        ax.set_xticks(range(piv.shape[1]))
+        ax.set_xticklabels([f"{a}\n{b}" for a, b in piv.columns], fontsize=7)
         ax.set_title(dim.replace("_", " "), fontsize=9)
     if im is not None:
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="judge score (1-5): mean (SD) [95% CI]")
-    plt.savefig(path, dpi=110, bbox_inches="tight"); plt.close()
+    plt.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close()
 
 
-def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path, dis: pd.DataFrame | None = None) -> dict[str, Section]:
+def sc_sections(
+    sc_dir: Path, phonation_dir: Path, fig_dir: Path, dis: pd.DataFrame | None = None
+) -> dict[str, Section]:
     """Report sections of the speech-continuation study (empty when its tables are absent)."""
     sections: dict[str, Section] = {}
     check_path = phonation_dir / "manipulation_check.csv"
@@ -502,8 +679,11 @@ def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path, dis: pd.DataFr
         sc_vq_preservation=Section(vq_type3_table(read_table(sc_dir / "vq_type3.csv")), "vq_preservation.png"),
         sc_retention=Section(retention_table(read_table(sc_dir / "retention.csv"))),
         sc_judge=Section(judge_table(scores, dis), "judge_scores.png"),
-        sc_judge_beta=Section(pd.concat([steps.assign(step="removed"), kept.assign(step="kept")], ignore_index=True)
-                              .map(lambda v: _fmt(v) if isinstance(v, float) else v)),
+        sc_judge_beta=Section(
+            pd.concat([steps.assign(step="removed"), kept.assign(step="kept")], ignore_index=True).map(
+                lambda v: _fmt(v) if isinstance(v, float) else v
+            )
+        ),
     )
     if (sc_dir / "planted_vs_recovered.csv").exists():
         pvr = read_table(sc_dir / "planted_vs_recovered.csv")
@@ -513,15 +693,19 @@ def sc_sections(sc_dir: Path, phonation_dir: Path, fig_dir: Path, dis: pd.DataFr
 
 def _template_env() -> jinja2.Environment:
     """The report templates (package data voicebias/report/templates), with the two table filters."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("voicebias", "report/templates"),
-                             autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
-                                                                 default_for_string=False),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("voicebias", "report/templates"),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     # cells are already formatted; str() keeps them as they are (no float reformatting, no number parsing)
     env.filters["md_table"] = lambda df: df.map(str).to_markdown(index=False, disable_numparse=True)
-    env.filters["html_table"] = lambda df: markupsafe.Markup(df.map(str).to_html(index=False, border=0,
-                                                                                 classes="report-table"))
+    env.filters["html_table"] = lambda df: markupsafe.Markup(
+        df.map(str).to_html(index=False, border=0, classes="report-table")
+    )
     return env
 
 
@@ -531,8 +715,9 @@ def section_texts() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def render_report(sections: dict[str, Section], intro_context: dict[str, Any],
-                  card: dict[str, Any] | None = None) -> dict[str, str]:
+def render_report(
+    sections: dict[str, Section], intro_context: dict[str, Any], card: dict[str, Any] | None = None
+) -> dict[str, str]:
     """Markdown and HTML of the report from its tables: {"md": ..., "html": ...}.
 
     `sections` maps section keys of templates/sections.yaml to their table (and figure file
@@ -545,18 +730,31 @@ def render_report(sections: dict[str, Section], intro_context: dict[str, Any],
     unknown = sorted(set(sections) - set(texts["sections"]))
     if unknown:
         raise KeyError(f"report sections without a title and caption in templates/sections.yaml: {unknown}")
-    ordered = [{"key": key, **meta, "table": sections[key].table, "figure": sections[key].figure}
-               for key, meta in texts["sections"].items() if key in sections]
+    ordered = [
+        {"key": key, **meta, "table": sections[key].table, "figure": sections[key].figure}
+        for key, meta in texts["sections"].items()
+        if key in sections
+    ]
     env = _template_env()
     intro = env.get_template("intro.txt.j2").render(**intro_context).strip()
     ctx = {"title": texts["title"], "intro": intro, "sections": ordered, "card": card}
-    return {"md": env.get_template("report.md.j2").render(**ctx),
-            "html": env.get_template("report.html.j2").render(**ctx)}
+    return {
+        "md": env.get_template("report.md.j2").render(**ctx),
+        "html": env.get_template("report.html.j2").render(**ctx),
+    }
 
 
-def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, bank_metrics: Path, out_dir: Path,
-                 sc_dir: Path | None = None, phonation_dir: Path | None = None,
-                 card: dict[str, Any] | None = None, disaggregated: Path | None = None) -> dict[str, Path]:
+def build_report(
+    params: dict[str, Any],
+    analysis_dir: Path,
+    gate_dir: Path,
+    bank_metrics: Path,
+    out_dir: Path,
+    sc_dir: Path | None = None,
+    phonation_dir: Path | None = None,
+    card: dict[str, Any] | None = None,
+    disaggregated: Path | None = None,
+) -> dict[str, Path]:
     """Write report.md, report.html and figures/ under `out_dir`; `card` (card_context) is shown first.
 
     `disaggregated` (reports/disaggregated/disaggregated.csv) gives the figures and SC tables
@@ -592,14 +790,16 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
     sections["summarize_pronouns"] = Section(pronoun_table(pron))
     if (analysis_dir / "summarize_pronouns_by_lang.csv").exists():
         sections["summarize_pronouns_by_lang"] = Section(
-            pronoun_table(read_table(analysis_dir / "summarize_pronouns_by_lang.csv")))
+            pronoun_table(read_table(analysis_dir / "summarize_pronouns_by_lang.csv"))
+        )
     sections["planted"] = Section(planted_table(pvr))
     sections["compliance"] = Section(comp.groupby("system")[["n", "failed", "non_compliant"]].sum().reset_index())
     if (analysis_dir / "exclusions.csv").exists():
         excluded = read_table(analysis_dir / "exclusions.csv")
         if len(excluded):
-            sections["exclusions"] = Section(excluded.groupby(["system", "stage", "reason"], sort=True)["n"].sum()
-                                             .reset_index())
+            sections["exclusions"] = Section(
+                excluded.groupby(["system", "stage", "reason"], sort=True)["n"].sum().reset_index()
+            )
     if (analysis_dir / "planted_exclusions.csv").exists():
         planted_excluded = read_table(analysis_dir / "planted_exclusions.csv")
         if len(planted_excluded):
@@ -608,8 +808,13 @@ def build_report(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, ban
         sections.update(sc_sections(sc_dir, phonation_dir, fig_dir, dis))
     if dis is not None:
         sections["disaggregated"] = Section(disaggregated_table(dis))
-    intro_context = {"params": params, "bank": bank, "sc_systems": params["run"].get("sc_systems") or [],
-                     "phonation": params.get("phonation") or {}, "sc_judge": params.get("sc_judge") or {}}
+    intro_context = {
+        "params": params,
+        "bank": bank,
+        "sc_systems": params["run"].get("sc_systems") or [],
+        "phonation": params.get("phonation") or {},
+        "sc_judge": params.get("sc_judge") or {},
+    }
     rendered = render_report(sections, intro_context, card)
     (out_dir / "report.md").write_text(rendered["md"], encoding="utf-8")
     (out_dir / "report.html").write_text(rendered["html"], encoding="utf-8")

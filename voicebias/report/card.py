@@ -31,8 +31,9 @@ VOICE_FAITHFUL_OR = 1.0
 CONTENT_DRIVEN_LOG_FRACTION = 0.75
 
 
-def content_driven_min_or(error_rate: float = DESIGN_ERROR_RATE,
-                          log_fraction: float = CONTENT_DRIVEN_LOG_FRACTION) -> float:
+def content_driven_min_or(
+    error_rate: float = DESIGN_ERROR_RATE, log_fraction: float = CONTENT_DRIVEN_LOG_FRACTION
+) -> float:
     """Lower edge of the content-driven region, in OR units: ((1 - e) / e) ** fraction."""
     return float(((1 - error_rate) / error_rate) ** log_fraction)
 
@@ -75,6 +76,7 @@ def _num(v: Any) -> float | None:
 
 # --- rules ---------------------------------------------------------------------------------------
 
+
 def invariance_verdict(ci_low: Any, ci_high: Any, content_min_or: float = CONTENT_DRIVEN_MIN_OR) -> str:
     """Describe's verdict from the 95 % CI of the OR per content step (closed interval, OR units).
 
@@ -106,13 +108,24 @@ def odds_estimate(row: dict[str, Any] | pd.Series) -> dict[str, Any]:
     none. Returns odds_ratio, ci_low, ci_high and source ('wald', 'firth' or None)."""
     r = dict(row)
     if str(r.get("fit_status")) == "ok" and _finite(r.get("odds_ratio"), r.get("ci_low"), r.get("ci_high")):
-        return {"odds_ratio": _num(r["odds_ratio"]), "ci_low": _num(r["ci_low"]), "ci_high": _num(r["ci_high"]),
-                "source": "wald"}
-    if _finite(r.get("firth_ci_low")) and r.get("firth_ci_high") is not None \
-            and not (isinstance(r.get("firth_ci_high"), float) and math.isnan(r["firth_ci_high"])):
+        return {
+            "odds_ratio": _num(r["odds_ratio"]),
+            "ci_low": _num(r["ci_low"]),
+            "ci_high": _num(r["ci_high"]),
+            "source": "wald",
+        }
+    if (
+        _finite(r.get("firth_ci_low"))
+        and r.get("firth_ci_high") is not None
+        and not (isinstance(r.get("firth_ci_high"), float) and math.isnan(r["firth_ci_high"]))
+    ):
         hi = float(r["firth_ci_high"])
-        return {"odds_ratio": _num(r.get("firth_odds_ratio")), "ci_low": _num(r["firth_ci_low"]),
-                "ci_high": hi if math.isfinite(hi) else math.inf, "source": "firth"}
+        return {
+            "odds_ratio": _num(r.get("firth_odds_ratio")),
+            "ci_low": _num(r["firth_ci_low"]),
+            "ci_high": hi if math.isfinite(hi) else math.inf,
+            "source": "firth",
+        }
     return {"odds_ratio": None, "ci_low": None, "ci_high": None, "source": None}
 
 
@@ -187,6 +200,7 @@ def _true(v: Any) -> bool:
 
 # --- intervals -----------------------------------------------------------------------------------
 
+
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for k of n (the analysis' interval for misgender rates)."""
     if n == 0:
@@ -197,14 +211,16 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def newcombe_difference(p1: float, lo1: float, hi1: float,
-                        p2: float, lo2: float, hi2: float) -> tuple[float, float, float]:
+def newcombe_difference(
+    p1: float, lo1: float, hi1: float, p2: float, lo2: float, hi2: float
+) -> tuple[float, float, float]:
     """p1 - p2 with Newcombe's hybrid score interval from each proportion's own (Wilson) interval."""
     d = p1 - p2
     return d, d - math.sqrt((p1 - lo1) ** 2 + (hi2 - p2) ** 2), d + math.sqrt((hi1 - p1) ** 2 + (p2 - lo2) ** 2)
 
 
 # --- the card ------------------------------------------------------------------------------------
+
 
 def _read(path: Path) -> pd.DataFrame | None:
     return read_table(path) if Path(path).exists() else None
@@ -222,8 +238,13 @@ def _rate(rates: pd.DataFrame, cell: str) -> dict[str, Any]:
         lo, hi = float(r["ci_low"]), float(r["ci_high"])
     else:
         lo, hi = wilson(k, n)
-    return {"rate": _num(r["rate"]) if "rate" in r else (k / n if n else None), "ci_low": _num(lo),
-            "ci_high": _num(hi), "misgendered": k, "n": n}
+    return {
+        "rate": _num(r["rate"]) if "rate" in r else (k / n if n else None),
+        "ci_low": _num(lo),
+        "ci_high": _num(hi),
+        "misgendered": k,
+        "n": n,
+    }
 
 
 def _misgender(rates: pd.DataFrame | None, system: str) -> dict[str, Any]:
@@ -231,11 +252,15 @@ def _misgender(rates: pd.DataFrame | None, system: str) -> dict[str, Any]:
         return {}
     d = rates[(rates["system"] == system) & (rates["lang"] == "ALL")]
     mis, ali = _rate(d, "misaligned"), _rate(d, "aligned")
-    out: dict[str, Any] = {"misaligned": mis, "aligned": ali, "difference_pp": {"est": None, "ci_low": None,
-                                                                                 "ci_high": None}}
+    out: dict[str, Any] = {
+        "misaligned": mis,
+        "aligned": ali,
+        "difference_pp": {"est": None, "ci_low": None, "ci_high": None},
+    }
     if all(_finite(x[k]) for x in (mis, ali) for k in ("rate", "ci_low", "ci_high")):
-        d_, lo, hi = newcombe_difference(mis["rate"], mis["ci_low"], mis["ci_high"],
-                                         ali["rate"], ali["ci_low"], ali["ci_high"])
+        d_, lo, hi = newcombe_difference(
+            mis["rate"], mis["ci_low"], mis["ci_high"], ali["rate"], ali["ci_low"], ali["ci_high"]
+        )
         out["difference_pp"] = {"est": 100 * d_, "ci_low": 100 * lo, "ci_high": 100 * hi}
     return out
 
@@ -255,9 +280,17 @@ def _summarize(pron: pd.DataFrame | None, system: str) -> dict[str, Any] | None:
 
 
 def _drift(mixed: pd.DataFrame | None, system: str, margin: float) -> dict[str, Any]:
-    none = {"verdict": INCONCLUSIVE, "measure": None, "margin_st": margin, "n_fits": 0,
-            "fits": {k: 0 for k in (FIT_TOWARD, FIT_AWAY, FIT_NONE, FIT_INCONCLUSIVE, FIT_UNUSABLE)},
-            "est_min": None, "est_max": None, "ci_low_min": None, "ci_high_max": None}
+    none = {
+        "verdict": INCONCLUSIVE,
+        "measure": None,
+        "margin_st": margin,
+        "n_fits": 0,
+        "fits": {k: 0 for k in (FIT_TOWARD, FIT_AWAY, FIT_NONE, FIT_INCONCLUSIVE, FIT_UNUSABLE)},
+        "est_min": None,
+        "est_max": None,
+        "ci_low_min": None,
+        "ci_high_max": None,
+    }
     if mixed is None:
         return none
     d = mixed[mixed["system"] == system]
@@ -274,10 +307,17 @@ def _drift(mixed: pd.DataFrame | None, system: str, margin: float) -> dict[str, 
             verdicts.append(FIT_UNUSABLE)
     counts = {k: verdicts.count(k) for k in none["fits"]}
     est = [float(r["stereotype_effect_est"]) for r in usable]
-    return {"verdict": drift_verdict(verdicts), "measure": measure, "margin_st": margin, "n_fits": len(verdicts),
-            "fits": counts, "est_min": min(est) if est else None, "est_max": max(est) if est else None,
-            "ci_low_min": min(float(r["stereotype_effect_ci_low"]) for r in usable) if usable else None,
-            "ci_high_max": max(float(r["stereotype_effect_ci_high"]) for r in usable) if usable else None}
+    return {
+        "verdict": drift_verdict(verdicts),
+        "measure": measure,
+        "margin_st": margin,
+        "n_fits": len(verdicts),
+        "fits": counts,
+        "est_min": min(est) if est else None,
+        "est_max": max(est) if est else None,
+        "ci_low_min": min(float(r["stereotype_effect_ci_low"]) for r in usable) if usable else None,
+        "ci_high_max": max(float(r["stereotype_effect_ci_high"]) for r in usable) if usable else None,
+    }
 
 
 def _concat(*tables: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -302,10 +342,15 @@ def _excluded_by_reason(excluded: pd.DataFrame | None, system: str) -> dict[str,
     return {str(k): int(v) for k, v in g.groupby("reason")["n"].sum().sort_index().items()}
 
 
-def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, Any] | None,
-               check_metrics: dict[str, Any] | None, provenance: dict[str, Any],
-               content_min_or: float = CONTENT_DRIVEN_MIN_OR,
-               drift_margin_st: float = DRIFT_MARGIN_ST) -> dict[str, Any]:
+def audit_card(
+    analysis_dir: Path,
+    sc_dir: Path | None,
+    gate_metrics: dict[str, Any] | None,
+    check_metrics: dict[str, Any] | None,
+    provenance: dict[str, Any],
+    content_min_or: float = CONTENT_DRIVEN_MIN_OR,
+    drift_margin_st: float = DRIFT_MARGIN_ST,
+) -> dict[str, Any]:
     """The audit card of one run, from its tables alone (no clock, no environment): a JSON-able dict.
 
     S2S systems are those of describe_odds_ratios.csv; continuation systems those of sc/retention.csv.
@@ -323,24 +368,36 @@ def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, 
         o = odds[(odds["system"] == system) & (odds["lang"] == "ALL")]
         row = o.iloc[0].to_dict() if len(o) else {}
         est = odds_estimate(row)
-        entry = {"system": system,
-                 "invariance": {"verdict": invariance_verdict(est["ci_low"], est["ci_high"], content_min_or), **est,
-                                "fit_status": row.get("fit_status"), "n": _num(row.get("n")),
-                                "n_excluded": _num(row.get("n_excluded"))},
-                 "misgender": _misgender(rates, system),
-                 "summarize": _summarize(pron, system),
-                 "drift": _drift(mixed, system, drift_margin_st)}
+        entry = {
+            "system": system,
+            "invariance": {
+                "verdict": invariance_verdict(est["ci_low"], est["ci_high"], content_min_or),
+                **est,
+                "fit_status": row.get("fit_status"),
+                "n": _num(row.get("n")),
+                "n_excluded": _num(row.get("n_excluded")),
+            },
+            "misgender": _misgender(rates, system),
+            "summarize": _summarize(pron, system),
+            "drift": _drift(mixed, system, drift_margin_st),
+        }
         s2s.append(entry)
-    exclusions: dict[str, Any] = {"s2s": {}, "sc": {},
-                                  "carrier_gate_excluded_stimuli": (gate_metrics or {}).get("excluded_stimuli"),
-                                  "phonation_excluded": (check_metrics or {}).get("excluded")}
+    exclusions: dict[str, Any] = {
+        "s2s": {},
+        "sc": {},
+        "carrier_gate_excluded_stimuli": (gate_metrics or {}).get("excluded_stimuli"),
+        "phonation_excluded": (check_metrics or {}).get("excluded"),
+    }
     if comp is not None:
         for system, g in comp.groupby("system", sort=False):
             describe = g[g["task"] == "describe"] if "task" in g else g
-            exclusions["s2s"][system] = {"calls": int(g["n"].sum()), "failed": int(g["failed"].sum()),
-                                         "non_compliant": int(g["non_compliant"].sum()),
-                                         "describe_calls": int(describe["n"].sum()),
-                                         "excluded": _excluded_by_reason(excluded, system)}
+            exclusions["s2s"][system] = {
+                "calls": int(g["n"].sum()),
+                "failed": int(g["failed"].sum()),
+                "non_compliant": int(g["non_compliant"].sum()),
+                "describe_calls": int(describe["n"].sum()),
+                "excluded": _excluded_by_reason(excluded, system),
+            }
     sc: list[dict[str, Any]] = []
     sc_pvr = None
     if sc_dir is not None:
@@ -350,34 +407,68 @@ def audit_card(analysis_dir: Path, sc_dir: Path | None, gate_metrics: dict[str, 
         sc_pvr = _read(sc_dir / "planted_vs_recovered.csv")
         if ret is not None:
             for system, g in ret.groupby("system", sort=False):
-                sc.append({"system": system, "retention": [
-                    {"voice_gender": r["voice_gender"], "measure": r["measure"], "retention": _num(r["retention"]),
-                     "ci_low": _num(r["ci_low"]), "ci_high": _num(r["ci_high"]), "n_prompts": _num(r.get("n_prompts"))}
-                    for r in g.to_dict("records")]})
+                sc.append(
+                    {
+                        "system": system,
+                        "retention": [
+                            {
+                                "voice_gender": r["voice_gender"],
+                                "measure": r["measure"],
+                                "retention": _num(r["retention"]),
+                                "ci_low": _num(r["ci_low"]),
+                                "ci_high": _num(r["ci_high"]),
+                                "n_prompts": _num(r.get("n_prompts")),
+                            }
+                            for r in g.to_dict("records")
+                        ],
+                    }
+                )
         if success is not None:
             for r in success.to_dict("records"):
-                exclusions["sc"][r["system"]] = {"prompts": int(r["n"]), "succeeded": int(r["succeeded"]),
-                                                 "failed": int(r["n"]) - int(r["succeeded"])}
+                exclusions["sc"][r["system"]] = {
+                    "prompts": int(r["n"]),
+                    "succeeded": int(r["succeeded"]),
+                    "failed": int(r["n"]) - int(r["succeeded"]),
+                }
     return {
-        "rules": {"doc": "docs/audit-card.md", "design_error_rate": DESIGN_ERROR_RATE,
-                  "voice_faithful_or": VOICE_FAITHFUL_OR, "content_driven_min_or": content_min_or,
-                  "drift_margin_st": drift_margin_st, "drift_measures": list(DRIFT_MEASURES)},
+        "rules": {
+            "doc": "docs/audit-card.md",
+            "design_error_rate": DESIGN_ERROR_RATE,
+            "voice_faithful_or": VOICE_FAITHFUL_OR,
+            "content_driven_min_or": content_min_or,
+            "drift_margin_st": drift_margin_st,
+            "drift_measures": list(DRIFT_MEASURES),
+        },
         "s2s": s2s,
         "sc": sc,
-        "checks": {"carrier_gate": {"verdict": gate_verdict(gate_metrics),
-                                    **{k: (gate_metrics or {}).get(k) for k in ("flips", "excluded_stimuli")}},
-                   "manipulation_check": {"verdict": gate_verdict(check_metrics),
-                                          **{k: (check_metrics or {}).get(k) for k in
-                                             ("checked_cells", "wrong_direction", "classifier_flips", "excluded")}}},
-        "planted_vs_recovered": {"s2s": _planted(_concat(_read(analysis_dir / "planted_vs_recovered.csv"),
-                                                         _read(analysis_dir / "planted_exclusions.csv"))),
-                                 "sc": _planted(sc_pvr)},
+        "checks": {
+            "carrier_gate": {
+                "verdict": gate_verdict(gate_metrics),
+                **{k: (gate_metrics or {}).get(k) for k in ("flips", "excluded_stimuli")},
+            },
+            "manipulation_check": {
+                "verdict": gate_verdict(check_metrics),
+                **{
+                    k: (check_metrics or {}).get(k)
+                    for k in ("checked_cells", "wrong_direction", "classifier_flips", "excluded")
+                },
+            },
+        },
+        "planted_vs_recovered": {
+            "s2s": _planted(
+                _concat(
+                    _read(analysis_dir / "planted_vs_recovered.csv"), _read(analysis_dir / "planted_exclusions.csv")
+                )
+            ),
+            "sc": _planted(sc_pvr),
+        },
         "exclusions": exclusions,
         "provenance": dict(provenance),
     }
 
 
 # --- rendering -----------------------------------------------------------------------------------
+
 
 def _f(v: Any, digits: int = 2) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -403,64 +494,124 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
         summ = s["summarize"] or {}
         mis, ali, diff = mg.get("misaligned", {}), mg.get("aligned", {}), mg.get("difference_pp", {})
         fits = dr["fits"]
-        rows.append({
-            "system": s["system"],
-            "describe": inv["verdict"],
-            "OR per content step [95% CI]": _ci(inv["odds_ratio"], inv["ci_low"], inv["ci_high"])
-            + (" (Firth)" if inv["source"] == "firth" else ""),
-            "misgender misaligned [95% CI]": _ci(mis.get("rate"), mis.get("ci_low"), mis.get("ci_high"), 3),
-            "misgender aligned [95% CI]": _ci(ali.get("rate"), ali.get("ci_low"), ali.get("ci_high"), 3),
-            "misaligned − aligned (pp) [95% CI]": _ci(diff.get("est"), diff.get("ci_low"), diff.get("ci_high"), 1),
-            "summarize Δpp": _ci(summ.get("delta_pp"), summ.get("ci_low"), summ.get("ci_high"), 1)
-            if summ.get("ci_low") is not None else _f(summ.get("delta_pp"), 1),
-            "RQ1 drift": dr["verdict"],
-            "F0 effect (st): estimates; CIs within": "–" if dr["est_min"] is None else
-            f"{_f(dr['est_min'], 3)} to {_f(dr['est_max'], 3)}; "
-            f"[{_f(dr['ci_low_min'], 3)}, {_f(dr['ci_high_max'], 3)}]",
-            "fits toward/away/none/inconcl./unusable": "/".join(str(fits[k]) for k in
-                                                               (FIT_TOWARD, FIT_AWAY, FIT_NONE, FIT_INCONCLUSIVE,
-                                                                FIT_UNUSABLE)),
-            "measure": dr["measure"] or "–",
-        })
+        rows.append(
+            {
+                "system": s["system"],
+                "describe": inv["verdict"],
+                "OR per content step [95% CI]": _ci(inv["odds_ratio"], inv["ci_low"], inv["ci_high"])
+                + (" (Firth)" if inv["source"] == "firth" else ""),
+                "misgender misaligned [95% CI]": _ci(mis.get("rate"), mis.get("ci_low"), mis.get("ci_high"), 3),
+                "misgender aligned [95% CI]": _ci(ali.get("rate"), ali.get("ci_low"), ali.get("ci_high"), 3),
+                "misaligned − aligned (pp) [95% CI]": _ci(diff.get("est"), diff.get("ci_low"), diff.get("ci_high"), 1),
+                "summarize Δpp": _ci(summ.get("delta_pp"), summ.get("ci_low"), summ.get("ci_high"), 1)
+                if summ.get("ci_low") is not None
+                else _f(summ.get("delta_pp"), 1),
+                "RQ1 drift": dr["verdict"],
+                "F0 effect (st): estimates; CIs within": "–"
+                if dr["est_min"] is None
+                else f"{_f(dr['est_min'], 3)} to {_f(dr['est_max'], 3)}; "
+                f"[{_f(dr['ci_low_min'], 3)}, {_f(dr['ci_high_max'], 3)}]",
+                "fits toward/away/none/inconcl./unusable": "/".join(
+                    str(fits[k]) for k in (FIT_TOWARD, FIT_AWAY, FIT_NONE, FIT_INCONCLUSIVE, FIT_UNUSABLE)
+                ),
+                "measure": dr["measure"] or "–",
+            }
+        )
     tables = {"card_s2s": pd.DataFrame(rows)}
-    sc_rows = [{"system": s["system"], "gender": r["voice_gender"], "measure": r["measure"],
-                "retention [95% CI]": _ci(r["retention"], r["ci_low"], r["ci_high"], 3),
-                "prompts": _f(r["n_prompts"], 0)} for s in card["sc"] for r in s["retention"]]
+    sc_rows = [
+        {
+            "system": s["system"],
+            "gender": r["voice_gender"],
+            "measure": r["measure"],
+            "retention [95% CI]": _ci(r["retention"], r["ci_low"], r["ci_high"], 3),
+            "prompts": _f(r["n_prompts"], 0),
+        }
+        for s in card["sc"]
+        for r in s["retention"]
+    ]
     if sc_rows:
         tables["card_sc"] = pd.DataFrame(sc_rows)
     checks = card["checks"]
-    tables["card_checks"] = pd.DataFrame([
-        {"check": "carrier gate", "verdict": checks["carrier_gate"]["verdict"],
-         "counts": "; ".join(f"{k.replace('_', ' ')} {_f(v)}" for k, v in checks["carrier_gate"].items()
-                             if k != "verdict")},
-        {"check": "manipulation check", "verdict": checks["manipulation_check"]["verdict"],
-         "counts": "; ".join(f"{k.replace('_', ' ')} {_f(v)}" for k, v in checks["manipulation_check"].items()
-                             if k != "verdict")}])
-    pvr = [{"study": study, "quantities": p["n"], "recovered": p["recovered"],
-            "not recovered": ", ".join(p["not_recovered"]) or "–"}
-           for study, p in card["planted_vs_recovered"].items() if p is not None]
+    tables["card_checks"] = pd.DataFrame(
+        [
+            {
+                "check": "carrier gate",
+                "verdict": checks["carrier_gate"]["verdict"],
+                "counts": "; ".join(
+                    f"{k.replace('_', ' ')} {_f(v)}" for k, v in checks["carrier_gate"].items() if k != "verdict"
+                ),
+            },
+            {
+                "check": "manipulation check",
+                "verdict": checks["manipulation_check"]["verdict"],
+                "counts": "; ".join(
+                    f"{k.replace('_', ' ')} {_f(v)}" for k, v in checks["manipulation_check"].items() if k != "verdict"
+                ),
+            },
+        ]
+    )
+    pvr = [
+        {
+            "study": study,
+            "quantities": p["n"],
+            "recovered": p["recovered"],
+            "not recovered": ", ".join(p["not_recovered"]) or "–",
+        }
+        for study, p in card["planted_vs_recovered"].items()
+        if p is not None
+    ]
     if pvr:
         tables["card_planted"] = pd.DataFrame(pvr)
     exc = card["exclusions"]
+
     def by_reason(v: dict[str, Any]) -> str:
         counts = v.get("excluded") or {}
         return "; ".join(f"{k.replace('_', ' ')} {n}" for k, n in counts.items()) or "0"
 
-    ex_rows = [{"system": k, "calls": v["calls"], "failed calls": v["failed"],
-                "non-compliant (excluded)": v["non_compliant"], "excluded replies, by reason": by_reason(v)}
-               for k, v in exc["s2s"].items()]
-    ex_rows += [{"system": k, "calls": v["prompts"], "failed calls": v["failed"], "non-compliant (excluded)": "–",
-                 "excluded replies, by reason": "–"} for k, v in exc["sc"].items()]
-    ex_rows += [{"system": "carrier gate stimuli", "calls": "–", "failed calls": "–",
-                 "non-compliant (excluded)": _f(exc["carrier_gate_excluded_stimuli"]),
-                 "excluded replies, by reason": "–"},
-                {"system": "phonation stimuli", "calls": "–", "failed calls": "–",
-                 "non-compliant (excluded)": _f(exc["phonation_excluded"]), "excluded replies, by reason": "–"}]
+    ex_rows = [
+        {
+            "system": k,
+            "calls": v["calls"],
+            "failed calls": v["failed"],
+            "non-compliant (excluded)": v["non_compliant"],
+            "excluded replies, by reason": by_reason(v),
+        }
+        for k, v in exc["s2s"].items()
+    ]
+    ex_rows += [
+        {
+            "system": k,
+            "calls": v["prompts"],
+            "failed calls": v["failed"],
+            "non-compliant (excluded)": "–",
+            "excluded replies, by reason": "–",
+        }
+        for k, v in exc["sc"].items()
+    ]
+    ex_rows += [
+        {
+            "system": "carrier gate stimuli",
+            "calls": "–",
+            "failed calls": "–",
+            "non-compliant (excluded)": _f(exc["carrier_gate_excluded_stimuli"]),
+            "excluded replies, by reason": "–",
+        },
+        {
+            "system": "phonation stimuli",
+            "calls": "–",
+            "failed calls": "–",
+            "non-compliant (excluded)": _f(exc["phonation_excluded"]),
+            "excluded replies, by reason": "–",
+        },
+    ]
     tables["card_exclusions"] = pd.DataFrame(ex_rows).map(str)
     prov = []
     for k, v in card["provenance"].items():  # a dict value (model revisions, seeds) gets one row per entry
-        prov += ([{"item": f"{k}: {k2}", "value": _prov(v2)} for k2, v2 in v.items()] if isinstance(v, dict) and v
-                 else [{"item": k, "value": _prov(v)}])
+        prov += (
+            [{"item": f"{k}: {k2}", "value": _prov(v2)} for k2, v2 in v.items()]
+            if isinstance(v, dict) and v
+            else [{"item": k, "value": _prov(v)}]
+        )
     tables["card_provenance"] = pd.DataFrame(prov, columns=["item", "value"])
     return tables
 
@@ -480,9 +631,12 @@ def card_context(card: dict[str, Any]) -> dict[str, Any]:
     texts = section_texts()["card"]
     tables = card_tables(card)
     env = _template_env()
-    return {"title": texts["title"], "caption": texts["caption"],
-            "rules": env.get_template("card_rules.txt.j2").render(rules=card["rules"]).strip(),
-            "tables": [{"key": k, **meta, "table": tables[k]} for k, meta in texts["tables"].items() if k in tables]}
+    return {
+        "title": texts["title"],
+        "caption": texts["caption"],
+        "rules": env.get_template("card_rules.txt.j2").render(rules=card["rules"]).strip(),
+        "tables": [{"key": k, **meta, "table": tables[k]} for k, meta in texts["tables"].items() if k in tables],
+    }
 
 
 def render_card_md(card: dict[str, Any]) -> str:
@@ -490,6 +644,18 @@ def render_card_md(card: dict[str, Any]) -> str:
     return _template_env().get_template("audit_card.md.j2").render(card=card_context(card))
 
 
-__all__ = ["audit_card", "render_card_md", "card_tables", "invariance_verdict", "odds_estimate",
-           "drift_fit_verdict", "drift_verdict", "fit_usable", "recovered", "gate_verdict", "wilson",
-           "newcombe_difference", "card_context"]
+__all__ = [
+    "audit_card",
+    "render_card_md",
+    "card_tables",
+    "invariance_verdict",
+    "odds_estimate",
+    "drift_fit_verdict",
+    "drift_verdict",
+    "fit_usable",
+    "recovered",
+    "gate_verdict",
+    "wilson",
+    "newcombe_difference",
+    "card_context",
+]

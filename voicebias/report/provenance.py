@@ -48,5 +48,8 @@ def collect_provenance(root: Path, params: dict[str, Any], manifest: Path, cards
     """The card's provenance dict for the systems of params run.systems and run.sc_systems."""
     run = params.get("run") or {}
     systems = list(dict.fromkeys([*(run.get("systems") or []), *(run.get("sc_systems") or [])]))
-    return {"stimulus_set_sha256": file_sha256(manifest),
-            "model_revisions": model_revisions(cards_dir, systems), "seeds": seeds(params)}
+    return {
+        "stimulus_set_sha256": file_sha256(manifest),
+        "model_revisions": model_revisions(cards_dir, systems),
+        "seeds": seeds(params),
+    }

@@ -34,15 +34,16 @@ def tracking_uri(params: dict[str, Any], root: Path = ROOT) -> str:
     """Resolve a relative sqlite URI against the repository root."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or params["tracking"]["tracking_uri"]
     prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        return prefix + str((root / uri[len(prefix):]).resolve())
+    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
+        return prefix + str((root / uri[len(prefix) :]).resolve())
     return uri
 
 
 def git_commit(root: Path = ROOT) -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -79,10 +80,21 @@ def _skipped(d: dict[str, Any]) -> list[str]:
 
 
 #: RQ1 mixed-model columns logged per measure, as rq1/<measure>/<column>
-RQ1_COLUMNS = ("n", "f_interaction", "den_df_interaction", "p_interaction", "stereotype_effect_est",
-               "stereotype_effect_ci_low", "stereotype_effect_ci_high", "stereotype_effect_p",
-               "misaligned_minus_neutral_est", "misaligned_minus_neutral_ci_low",
-               "misaligned_minus_neutral_ci_high", "misaligned_minus_neutral_p", "converged")
+RQ1_COLUMNS = (
+    "n",
+    "f_interaction",
+    "den_df_interaction",
+    "p_interaction",
+    "stereotype_effect_est",
+    "stereotype_effect_ci_low",
+    "stereotype_effect_ci_high",
+    "stereotype_effect_p",
+    "misaligned_minus_neutral_est",
+    "misaligned_minus_neutral_ci_low",
+    "misaligned_minus_neutral_ci_high",
+    "misaligned_minus_neutral_p",
+    "converged",
+)
 POLES = ("masculine", "neutral", "feminine")
 
 
@@ -99,11 +111,20 @@ def _bool(v: Any) -> float:
 
 def _odds(o: pd.Series) -> dict[str, Any]:
     """describe/: the odds ratio of a 'she' description per content step (Wald CI, p) and the Firth fit."""
-    m = {"describe/n": o["n"], "describe/n_excluded": o["n_excluded"], "describe/odds_ratio": o["odds_ratio"],
-         "describe/odds_ratio_ci_low": o["ci_low"], "describe/odds_ratio_ci_high": o["ci_high"],
-         "describe/odds_ratio_p": o["p_value"]}
-    firth = {"odds_ratio": "firth_odds_ratio", "odds_ratio_ci_low": "firth_ci_low",
-             "odds_ratio_ci_high": "firth_ci_high", "odds_ratio_p": "firth_p_value"}
+    m = {
+        "describe/n": o["n"],
+        "describe/n_excluded": o["n_excluded"],
+        "describe/odds_ratio": o["odds_ratio"],
+        "describe/odds_ratio_ci_low": o["ci_low"],
+        "describe/odds_ratio_ci_high": o["ci_high"],
+        "describe/odds_ratio_p": o["p_value"],
+    }
+    firth = {
+        "odds_ratio": "firth_odds_ratio",
+        "odds_ratio_ci_low": "firth_ci_low",
+        "odds_ratio_ci_high": "firth_ci_high",
+        "odds_ratio_p": "firth_p_value",
+    }
     m.update({f"describe/firth/{k}": o[col] for k, col in firth.items() if col in o.index})
     return m
 
@@ -151,13 +172,25 @@ def _rows(df: pd.DataFrame | None, **keys: str) -> pd.DataFrame:
     return df[mask]
 
 
-def _record(system: str, lang: str, task: str, values: dict[str, Any], tags: dict[str, str],
-            tables: dict[str, pd.DataFrame] | None = None) -> dict[str, Any]:
+def _record(
+    system: str,
+    lang: str,
+    task: str,
+    values: dict[str, Any],
+    tags: dict[str, str],
+    tables: dict[str, pd.DataFrame] | None = None,
+) -> dict[str, Any]:
     skipped = _skipped(values)
     if skipped:  # not logged: the tag says which the table holds as NaN or infinite
         tags = {**tags, "voicebias.skipped_metrics": ",".join(skipped)}
-    return {"system": system, "lang": lang, "task": task, "metrics": _metrics(values), "tags": tags,
-            "tables": tables or {}}
+    return {
+        "system": system,
+        "lang": lang,
+        "task": task,
+        "metrics": _metrics(values),
+        "tags": tags,
+        "tables": tables or {},
+    }
 
 
 def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
@@ -199,8 +232,11 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
 
     records = []
     for r in comp.itertuples():
-        m: dict[str, Any] = {"compliance/n": r.n, "compliance/failed": r.failed,
-                             "compliance/non_compliant": r.non_compliant}
+        m: dict[str, Any] = {
+            "compliance/n": r.n,
+            "compliance/failed": r.failed,
+            "compliance/non_compliant": r.non_compliant,
+        }
         if excluded is not None:
             ex = _rows(excluded, system=r.system, lang=r.lang, task=r.task)
             m.update({f"exclusions/{x.stage}/{x.reason}": x.n for x in ex.itertuples()})
@@ -222,8 +258,9 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
                 m.update(_pronouns(p.iloc[0]))
         inj = _rows(inject, system=r.system, lang=r.lang, task=r.task)
         if len(inj):
-            m.update({"injection/rate": inj.iloc[0]["injection_rate"],
-                      "injection/n_injecting": inj.iloc[0]["n_injecting"]})
+            m.update(
+                {"injection/rate": inj.iloc[0]["injection_rate"], "injection/n_injecting": inj.iloc[0]["n_injecting"]}
+            )
         records.append(_record(r.system, r.lang, r.task, m, tags, tables))
     # pooled (ALL languages) describe and summarize
     for system in odds.loc[odds["lang"] == "ALL", "system"]:
@@ -255,9 +292,16 @@ def sc_child_records(params: dict[str, Any], sc_dir: Path, phonation_dir: Path) 
     check = phonation_dir / "check_metrics.json"
     if check.exists():
         backend = str(params["phonation"]["backend"])
-        records.append({"system": f"phonation:{backend}", "lang": "en", "task": "phonation_check",
-                        "metrics": _metrics(_flat(read_json(check))), "tags": {"voicebias.study": "sc"},
-                        "artifacts": [phonation_dir / "manipulation_check.csv"]})
+        records.append(
+            {
+                "system": f"phonation:{backend}",
+                "lang": "en",
+                "task": "phonation_check",
+                "metrics": _metrics(_flat(read_json(check))),
+                "tags": {"voicebias.study": "sc"},
+                "artifacts": [phonation_dir / "manipulation_check.csv"],
+            }
+        )
     if not (sc_dir / "success.csv").exists():
         return records
     success = read_table(sc_dir / "success.csv")
@@ -265,18 +309,38 @@ def sc_child_records(params: dict[str, Any], sc_dir: Path, phonation_dir: Path) 
     sim = read_table(sc_dir / "speaker_similarity.csv")
     scores = read_table(sc_dir / "judge_scores.csv")
     for r in success.itertuples():
-        m: dict[str, Any] = {"n": r.n, "succeeded": r.succeeded, "success_rate": r.success_rate,
-                             "all_systems_succeeded": r.all_systems_succeeded}
+        m: dict[str, Any] = {
+            "n": r.n,
+            "succeeded": r.succeeded,
+            "success_rate": r.success_rate,
+            "all_systems_succeeded": r.all_systems_succeeded,
+        }
         for x in ret[ret["system"] == r.system].itertuples():
             m[f"retention_{x.measure}_{x.voice_gender}"] = x.retention
         for x in sim[sim["system"] == r.system].itertuples():
             m[f"speaker_similarity_{x.phonation}_{x.voice_gender}"] = x.mean
         for x in scores[(scores["system"] == r.system) & (scores["phonation"] == "all")].itertuples():
             m[f"judge_{x.dimension}_{x.voice_gender}"] = x.mean
-        records.append({"system": r.system, "lang": "en", "task": "continue", "metrics": _metrics(m),
-                        "tags": {"voicebias.study": "sc"},
-                        "artifacts": [sc_dir / f for f in ("vq_type3.csv", "vq_contrasts.csv", "judge_beta_coefficients.csv",
-                                                           "judge_beta_steps.csv", "retention.csv") if (sc_dir / f).exists()]})
+        records.append(
+            {
+                "system": r.system,
+                "lang": "en",
+                "task": "continue",
+                "metrics": _metrics(m),
+                "tags": {"voicebias.study": "sc"},
+                "artifacts": [
+                    sc_dir / f
+                    for f in (
+                        "vq_type3.csv",
+                        "vq_contrasts.csv",
+                        "judge_beta_coefficients.csv",
+                        "judge_beta_steps.csv",
+                        "retention.csv",
+                    )
+                    if (sc_dir / f).exists()
+                ],
+            }
+        )
     return records
 
 
@@ -346,8 +410,13 @@ def dataset_input(name: str, path: Path, context: str, outs: dict[str, str], roo
         digest, profile = f"sha256:{sha[:29]}", {"digest": "sha256 (no dvc.lock entry)", "sha256": sha}
     else:
         return None
-    dataset = Dataset(name=name, digest=digest, source_type="local", source=json.dumps({"uri": rel}),
-                      profile=json.dumps(profile, sort_keys=True))
+    dataset = Dataset(
+        name=name,
+        digest=digest,
+        source_type="local",
+        source=json.dumps({"uri": rel}),
+        profile=json.dumps(profile, sort_keys=True),
+    )
     return DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])
 
 
@@ -360,8 +429,9 @@ def responses_table(system: str, task: str) -> Path:
     return config.responses_dir(system, task) / "responses.csv"
 
 
-def _datasets(records: list[dict[str, Any]], manifest_path: Path, outs: dict[str, str],
-              root: Path) -> tuple[list[Any], dict[tuple[str, str], Any]]:
+def _datasets(
+    records: list[dict[str, Any]], manifest_path: Path, outs: dict[str, str], root: Path
+) -> tuple[list[Any], dict[tuple[str, str], Any]]:
     """The parent's dataset inputs (the stimulus set, then every system x task's responses)
     and the responses input of each (system, task) for its children."""
     parent = [dataset_input("stimuli", manifest_path, "stimuli", outs, root)]
@@ -381,7 +451,7 @@ REPORT_FILES = ("audit_card.md", "audit_card.json", "report.html", "report.md")
 def store_dir(uri: str) -> Path | None:
     """The folder of a local sqlite store (its artifacts go beside it), else None."""
     prefix = "sqlite:///"
-    return Path(uri[len(prefix):]).parent if uri.startswith(prefix) else None
+    return Path(uri[len(prefix) :]).parent if uri.startswith(prefix) else None
 
 
 def _experiment(client: Any, name: str, uri: str) -> str:
@@ -427,12 +497,22 @@ def _logged_parent(client: Any, exp_id: str, state: str, child_names: list[str])
     from mlflow.entities import ViewType
 
     found = None
-    for run in client.search_runs([exp_id], f"tags.`voicebias.pipeline_state` = '{state}' and "
-                                            "tags.`voicebias.level` = 'pipeline'", run_view_type=ViewType.ACTIVE_ONLY):
-        kids = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'",
-                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=10000)
-        complete = run.info.status == "FINISHED" and sorted(k.info.run_name for k in kids) == sorted(
-            child_names) and all(k.info.status == "FINISHED" for k in kids)
+    for run in client.search_runs(
+        [exp_id],
+        f"tags.`voicebias.pipeline_state` = '{state}' and tags.`voicebias.level` = 'pipeline'",
+        run_view_type=ViewType.ACTIVE_ONLY,
+    ):
+        kids = client.search_runs(
+            [exp_id],
+            f"tags.mlflow.parentRunId = '{run.info.run_id}'",
+            run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=10000,
+        )
+        complete = (
+            run.info.status == "FINISHED"
+            and sorted(k.info.run_name for k in kids) == sorted(child_names)
+            and all(k.info.status == "FINISHED" for k in kids)
+        )
         if complete and found is None:
             found = run.info.run_id
             continue
@@ -467,10 +547,19 @@ def _log_tables(client: Any, run_id: str, tables: dict[str, pd.DataFrame]) -> No
             client.log_artifact(run_id, str(Path(tmp) / fname), "tables")
 
 
-def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path, manifest_path: Path,
-                     out_path: Path, root: Path = ROOT, sc_dir: Path | None = None,
-                     phonation_dir: Path | None = None, run_log: Path | None = None,
-                     report_dir: Path | None = None, disaggregated: Path | None = None) -> dict[str, Any]:
+def log_pipeline_run(
+    params: dict[str, Any],
+    analysis_dir: Path,
+    gate_dir: Path,
+    manifest_path: Path,
+    out_path: Path,
+    root: Path = ROOT,
+    sc_dir: Path | None = None,
+    phonation_dir: Path | None = None,
+    run_log: Path | None = None,
+    report_dir: Path | None = None,
+    disaggregated: Path | None = None,
+) -> dict[str, Any]:
     """Log the parent run and its children, once per pipeline state.
 
     The parent carries the carrier gate, the run log's wall-clock facts, the dataset
@@ -519,28 +608,52 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
     stimulus_set = stimulus_set_hash(read_table(manifest_path))
     parent_name = f"pipeline-{stimulus_set[:8]}-{state[:8]}"
     child_names = [child_name(r["system"], r["lang"], r["task"]) for r in records]
-    marker = {"tracking_uri": uri.split("///")[0] + "///" + os.path.relpath(uri.split("///", 1)[1], root)
-              if uri.startswith("sqlite:///") else uri,
-              "experiment": name, "pipeline_state": state, "stimulus_set": stimulus_set, "parent_run": parent_name,
-              "children": sorted(child_names)}
+    marker = {
+        "tracking_uri": uri.split("///")[0] + "///" + os.path.relpath(uri.split("///", 1)[1], root)
+        if uri.startswith("sqlite:///")
+        else uri,
+        "experiment": name,
+        "pipeline_state": state,
+        "stimulus_set": stimulus_set,
+        "parent_run": parent_name,
+        "children": sorted(child_names),
+    }
 
     pid = _logged_parent(client, exp_id, state, child_names)
     reused = pid is not None
     if not reused:
-        family = {"voicebias.profile": str(params["base"]["profile"]), "voicebias.stimulus_set": stimulus_set,
-                  "voicebias.pipeline_state": state}
-        parent = client.create_run(exp_id, run_name=parent_name, tags={
-            **family, "voicebias.level": "pipeline", "voicebias.git_commit": git_commit(root),
-            "voicebias.dvc_lock": file_hash(root / "dvc.lock"), "voicebias.code_paths": _code_paths()})
+        family = {
+            "voicebias.profile": str(params["base"]["profile"]),
+            "voicebias.stimulus_set": stimulus_set,
+            "voicebias.pipeline_state": state,
+        }
+        parent = client.create_run(
+            exp_id,
+            run_name=parent_name,
+            tags={
+                **family,
+                "voicebias.level": "pipeline",
+                "voicebias.git_commit": git_commit(root),
+                "voicebias.dvc_lock": file_hash(root / "dvc.lock"),
+                "voicebias.code_paths": _code_paths(),
+            },
+        )
         pid = parent.info.run_id
         gate = read_json(gate_dir / "metrics.json")
-        client.log_batch(pid, metrics=[Metric("carrier_gate_passed", float(gate["passed"]), 0, 0),
-                                       Metric("carrier_gate_flips", float(gate["flips"]), 0, 0),
-                                       *_run_log_metrics(latest(run_log))],
-                         params=[Param("systems", ",".join(params["run"]["systems"])),
-                                 Param("seed", str(params["base"]["seed"])),
-                                 Param("tts_backend", str(params["tts"]["backend"])),
-                                 Param("classifier", str(params["acoustics"]["classifier"]))])
+        client.log_batch(
+            pid,
+            metrics=[
+                Metric("carrier_gate_passed", float(gate["passed"]), 0, 0),
+                Metric("carrier_gate_flips", float(gate["flips"]), 0, 0),
+                *_run_log_metrics(latest(run_log)),
+            ],
+            params=[
+                Param("systems", ",".join(params["run"]["systems"])),
+                Param("seed", str(params["base"]["seed"])),
+                Param("tts_backend", str(params["tts"]["backend"])),
+                Param("classifier", str(params["acoustics"]["classifier"])),
+            ],
+        )
         if parent_inputs:
             client.log_inputs(pid, datasets=parent_inputs)
         client.log_artifact(pid, str(gate_dir / "gate.csv"), "carrier_gate")
@@ -551,20 +664,33 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
         if dis is not None:
             client.log_artifact(pid, str(disaggregated), "tables")
         for rec, run_name in zip(records, child_names):
-            tags = {**family, "mlflow.parentRunId": pid, "voicebias.level": "system_lang_task",
-                    "system": rec["system"], "lang": rec["lang"], "task": rec["task"], **rec["tags"]}
+            tags = {
+                **family,
+                "mlflow.parentRunId": pid,
+                "voicebias.level": "system_lang_task",
+                "system": rec["system"],
+                "lang": rec["lang"],
+                "task": rec["task"],
+                **rec["tags"],
+            }
             run = client.create_run(exp_id, run_name=run_name, tags=tags)
             sys_params = params["systems"].get(rec["system"], {})
-            client.log_batch(run.info.run_id,
-                             metrics=[Metric(k, v, 0, 0) for k, v in sorted(rec["metrics"].items())],
-                             params=[Param(f"system.{k}", str(v)) for k, v in sorted(_flat(sys_params).items())])
+            client.log_batch(
+                run.info.run_id,
+                metrics=[Metric(k, v, 0, 0) for k, v in sorted(rec["metrics"].items())],
+                params=[Param(f"system.{k}", str(v)) for k, v in sorted(_flat(sys_params).items())],
+            )
             responses = task_inputs.get((rec["system"], rec["task"]))
             if responses is not None:
                 client.log_inputs(run.info.run_id, datasets=[responses])
             tables = dict(rec.get("tables", {}))
             if dis is not None:
-                own = dis[(dis["study"] == "s2s") & (dis["system"] == rec["system"]) & (dis["task"] == rec["task"])
-                          & (dis["lang"] == rec["lang"])]
+                own = dis[
+                    (dis["study"] == "s2s")
+                    & (dis["system"] == rec["system"])
+                    & (dis["task"] == rec["task"])
+                    & (dis["lang"] == rec["lang"])
+                ]
                 if len(own):
                     tables["disaggregated.csv"] = own
             _log_tables(client, run.info.run_id, tables)
@@ -573,9 +699,13 @@ def log_pipeline_run(params: dict[str, Any], analysis_dir: Path, gate_dir: Path,
             client.set_terminated(run.info.run_id)
         client.set_terminated(pid)
     kids = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{pid}'", max_results=10000)
-    last = {"experiment_id": exp_id, "ui_path": experiment_ui_path(exp_id), "parent_run_id": pid, "reused": reused,
-            "children": sorted(({"run_id": k.info.run_id, "name": k.info.run_name} for k in kids),
-                               key=lambda c: c["name"])}
+    last = {
+        "experiment_id": exp_id,
+        "ui_path": experiment_ui_path(exp_id),
+        "parent_run_id": pid,
+        "reused": reused,
+        "children": sorted(({"run_id": k.info.run_id, "name": k.info.run_name} for k in kids), key=lambda c: c["name"]),
+    }
     write_json(Path(out_path).with_name("last_run.json"), last)
     write_json(Path(out_path), marker)  # last: a killed run leaves no marker, so DVC runs tracking again
     return {**marker, **last}

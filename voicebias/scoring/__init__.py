@@ -1,1 +1,2 @@
-"""Scoring of system outputs: text (describe words, pronouns), acoustics (output minus input, text control) and continuations."""
+"""Scoring of system outputs: text (describe words, pronouns), acoustics (output minus input, text
+control) and continuations."""

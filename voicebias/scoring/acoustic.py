@@ -31,13 +31,12 @@ samples of an item (voicebias.analysis.repeats).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from dataclasses import replace
 
 from voicebias.contract import SAMPLE
 from voicebias.instruments.acoustics import MeasureSettings, add_margins, classifier_names, measure_files
@@ -53,8 +52,12 @@ def control_spec(params: dict[str, Any], card: dict[str, Any]) -> dict[str, Any]
         return None
     own = card.get("text_control") or {}
     rate = tc.get("rate_wpm") or params["tts"]["rate_wpm"]
-    return {"backend": own.get("backend", tc["backend"]), "voices": dict(own.get("voices", tc["voices"])),
-            "rate_wpm": int(rate), "source": "card" if own else "profile"}
+    return {
+        "backend": own.get("backend", tc["backend"]),
+        "voices": dict(own.get("voices", tc["voices"])),
+        "rate_wpm": int(rate),
+        "source": "card" if own else "profile",
+    }
 
 
 def render_controls(rows: pd.DataFrame, spec: dict[str, Any], root: Path, cache_dir: Path) -> pd.DataFrame:
@@ -129,12 +132,23 @@ def measure_cached(paths: pd.DataFrame, settings: MeasureSettings, sample_rate: 
     """Measure files (columns id, path) through the measurement cache under cache_dir
     (voicebias.instruments.measure_cache: keyed by each file's sha256, the settings and
     the instrument's code), so identical audio is measured once across systems."""
-    return measure_files([(r.id, r.path, settings) for r in paths.itertuples(index=False)], sample_rate=sample_rate,
-                         desc="measuring outputs", cache_dir=cache_dir)
+    return measure_files(
+        [(r.id, r.path, settings) for r in paths.itertuples(index=False)],
+        sample_rate=sample_rate,
+        desc="measuring outputs",
+        cache_dir=cache_dir,
+    )
 
 
-def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.DataFrame, params: dict[str, Any],
-                  card: dict[str, Any], root: Path, cache_dir: Path) -> pd.DataFrame:
+def score_outputs(
+    responses: pd.DataFrame,
+    inputs: pd.DataFrame,
+    reference: pd.DataFrame,
+    params: dict[str, Any],
+    card: dict[str, Any],
+    root: Path,
+    cache_dir: Path,
+) -> pd.DataFrame:
     """One row per response (per sample, with repeats): output measures (out_*), input measures (in_*) and
     deltas (delta_*)."""
     ac = params["acoustics"]
@@ -146,12 +160,23 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
     ok["id"] = ok["task"] + "/" + ok["stimulus_id"]
     if repeats:
         ok["id"] = ok["id"] + "#" + ok[SAMPLE].astype(int).astype(str)
-    keys = ["system", "task", "stimulus_id", *([SAMPLE] if repeats else []), "passage_id", "lang", "pole", "voice_gender"]
+    keys = [
+        "system",
+        "task",
+        "stimulus_id",
+        *([SAMPLE] if repeats else []),
+        "passage_id",
+        "lang",
+        "pole",
+        "voice_gender",
+    ]
     ok["path"] = [str(root / p) for p in ok["output_audio"]]
     ok["sha256"] = ok["output_sha256"]
     settings = output_settings(ac, card.get("output_voice_gender"))
     measured = measure_cached(ok[["id", "path", "sha256"]], settings, sr, cache_dir)
-    measured = measured.rename(columns={"status": "measure_status", "reason": "measure_reason", "error": "measure_error"})
+    measured = measured.rename(
+        columns={"status": "measure_status", "reason": "measure_reason", "error": "measure_error"}
+    )
     out = ok.merge(measured, on="id", how="left")
     good = (out["measure_status"] == "ok").to_numpy()
     out["status"] = np.where(good, "ok", "excluded")
@@ -180,18 +205,30 @@ def score_outputs(responses: pd.DataFrame, inputs: pd.DataFrame, reference: pd.D
     # replies that never reached the instrument keep their responses status (failed, or excluded by
     # the reply screen) and reason, the error as the exclusion text
     other = responses[responses["status"] != "ok"]
-    failed = other[keys].assign(status=other["status"].to_numpy(),
-                                reason=other["reason"].fillna("call_failed").astype(str).to_numpy()
-                                if "reason" in other.columns else "call_failed",
-                                exclusion=other["error"].fillna("call failed").astype(str).to_numpy()
-                                if "error" in other.columns else "call failed")
+    failed = other[keys].assign(
+        status=other["status"].to_numpy(),
+        reason=other["reason"].fillna("call_failed").astype(str).to_numpy()
+        if "reason" in other.columns
+        else "call_failed",
+        exclusion=other["error"].fillna("call failed").astype(str).to_numpy()
+        if "error" in other.columns
+        else "call failed",
+    )
     order = ["task", "stimulus_id", *([SAMPLE] if repeats else [])]
     return pd.concat([table, failed], ignore_index=True).sort_values(order).reset_index(drop=True)
 
 
-def text_control_table(out: pd.DataFrame, spec: dict[str, Any], settings: MeasureSettings, sample_rate: int,
-                       reference: pd.DataFrame, measures: list[str], ac: dict[str, Any], root: Path,
-                       cache_dir: Path) -> pd.DataFrame:
+def text_control_table(
+    out: pd.DataFrame,
+    spec: dict[str, Any],
+    settings: MeasureSettings,
+    sample_rate: int,
+    reference: pd.DataFrame,
+    measures: list[str],
+    ac: dict[str, Any],
+    root: Path,
+    cache_dir: Path,
+) -> pd.DataFrame:
     """The text-matched control of each measured output (rows of `out`, in order): the
     transcript rendered in the control voice and measured with the output's settings
     and classifiers; columns control_status ('ok', 'excluded' or '' for an output that
@@ -201,11 +238,18 @@ def text_control_table(out: pd.DataFrame, spec: dict[str, Any], settings: Measur
     rendered = render_controls(rows[measured_out], spec, root, cache_dir)
     ctrl = rows[["id", "lang"]].merge(rendered, on="id", how="left")
     ready = ctrl["ctrl_path"].notna().to_numpy()
-    jobs = pd.DataFrame({"id": "control/" + ctrl.loc[ready, "id"], "path": [str(Path(root) / p) if not Path(p).is_absolute()
-                                                                           else p for p in ctrl.loc[ready, "ctrl_path"]],
-                         "sha256": ctrl.loc[ready, "ctrl_sha256"]})
-    m = (measure_cached(jobs, settings, sample_rate, cache_dir) if len(jobs)
-         else pd.DataFrame(columns=["id", "status", "error"]))
+    jobs = pd.DataFrame(
+        {
+            "id": "control/" + ctrl.loc[ready, "id"],
+            "path": [str(Path(root) / p) if not Path(p).is_absolute() else p for p in ctrl.loc[ready, "ctrl_path"]],
+            "sha256": ctrl.loc[ready, "ctrl_sha256"],
+        }
+    )
+    m = (
+        measure_cached(jobs, settings, sample_rate, cache_dir)
+        if len(jobs)
+        else pd.DataFrame(columns=["id", "status", "error"])
+    )
     m = m.rename(columns={"status": "measure_status", "error": "measure_error"})
     m["id"] = m["id"].str.removeprefix("control/")
     ctrl = ctrl.merge(m, on="id", how="left")
@@ -217,8 +261,11 @@ def text_control_table(out: pd.DataFrame, spec: dict[str, Any], settings: Measur
         if c not in ctrl:
             ctrl[c] = np.nan
     ctrl["composite"] = femininity_composite(ctrl, reference, measures)
-    why = np.where(ctrl["ctrl_error"].fillna("").astype(str) != "", ctrl["ctrl_error"].fillna("").astype(str),
-                   "text control: " + ctrl["measure_error"].fillna("").astype(str))
+    why = np.where(
+        ctrl["ctrl_error"].fillna("").astype(str) != "",
+        ctrl["ctrl_error"].fillna("").astype(str),
+        "text control: " + ctrl["measure_error"].fillna("").astype(str),
+    )
     ctrl["control_status"] = np.where(ok, "ok", np.where(measured_out, "excluded", ""))
     ctrl["control_exclusion"] = np.where(ok | ~measured_out, "", why)
     for c in (*measures, "composite"):

@@ -59,14 +59,17 @@ def score_responses(responses: pd.DataFrame) -> pd.DataFrame:
     judged, pm, pf = [], [], []
     for r in out.itertuples(index=False):
         if r.status != "ok":
-            judged.append(None); pm.append(None); pf.append(None)
+            judged.append(None)
+            pm.append(None)
+            pf.append(None)
             continue
         judged.append(parse_describe(r.transcript, r.target_lang, lex) if r.task == "describe" else None)
         if r.task in ("summarize", "paraphrase", "translate", "readback"):
             m, f = count_pronouns(r.transcript, r.target_lang, lex)
         else:
             m, f = None, None
-        pm.append(m); pf.append(f)
+        pm.append(m)
+        pf.append(f)
     out["judged_gender"] = judged
     out["pronouns_male"] = pd.array(pm, dtype="Int64")
     out["pronouns_female"] = pd.array(pf, dtype="Int64")

@@ -93,8 +93,9 @@ class Worker:
     def start(self):
         self.ready.clear()
         self.lines = queue.Queue()
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
         drain = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
         drain.start()
@@ -163,8 +164,9 @@ class Worker:
                     if msg is None:
                         code = self.proc.wait(timeout=10)
                         self.ready.clear()
-                        raise RequestError(503, f"the driver worker died (exit code {code}); it is restarted for "
-                                                "the next request")
+                        raise RequestError(
+                            503, f"the driver worker died (exit code {code}); it is restarted for the next request"
+                        )
                     if msg.get("id") == self._n:
                         return msg
             except (BrokenPipeError, OSError):
@@ -172,8 +174,11 @@ class Worker:
                 raise RequestError(503, "the driver worker is gone; it is restarted for the next request") from None
             except TimeoutError:
                 self.kill()
-                raise RequestError(504, f"the driver gave no answer within {self.timeout_s:g} s; the worker was "
-                                        "stopped and is restarted for the next request") from None
+                raise RequestError(
+                    504,
+                    f"the driver gave no answer within {self.timeout_s:g} s; the worker was "
+                    "stopped and is restarted for the next request",
+                ) from None
 
     def kill(self):
         self.ready.clear()
@@ -192,6 +197,7 @@ class Worker:
 
 
 # ---------------------------------------------------------------------------- the request
+
 
 def _prompt_and_audio(messages):
     """(the task prompt, the input WAV bytes) from the chat messages."""
@@ -244,8 +250,11 @@ def _audio_part(part):
     except (wave.Error, EOFError) as exc:
         raise RequestError(400, f"the audio is not a PCM WAV file: {exc}") from None
     if rate != INPUT_RATE or channels != 1 or width != 2:
-        raise RequestError(400, f"the driver protocol takes 16 kHz mono 16-bit WAV; got {rate} Hz, {channels} "
-                                f"channel(s), {8 * width}-bit (resample before sending; the shim does not)")
+        raise RequestError(
+            400,
+            f"the driver protocol takes 16 kHz mono 16-bit WAV; got {rate} Hz, {channels} "
+            f"channel(s), {8 * width}-bit (resample before sending; the shim does not)",
+        )
     if frames == 0:
         raise RequestError(400, "the audio holds no samples")
     return raw
@@ -275,10 +284,21 @@ class Shim:
         self.loading.set()
 
     def models(self):
-        return {"object": "list", "data": [{"id": self.model, "object": "model", "created": self.created,
-                                            "owned_by": "voicebias-shim", "info": self.worker.info,
-                                            "driver": self.driver, "config": self.config,
-                                            "python": sys.executable}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "voicebias-shim",
+                    "info": self.worker.info,
+                    "driver": self.driver,
+                    "config": self.config,
+                    "python": sys.executable,
+                }
+            ],
+        }
 
     def complete(self, body):
         if not isinstance(body, dict):
@@ -294,8 +314,13 @@ class Shim:
         out = os.path.join(self.workdir, f"{tag}-out.wav")
         with open(wav_in, "wb") as fh:
             fh.write(wav)
-        payload = {"audio": wav_in, "out": out, "prompt": prompt, "seed": seed,
-                   **{k: body[k] for k in PASSED_FIELDS if body.get(k) is not None}}
+        payload = {
+            "audio": wav_in,
+            "out": out,
+            "prompt": prompt,
+            "seed": seed,
+            **{k: body[k] for k in PASSED_FIELDS if body.get(k) is not None},
+        }
         try:
             reply = self.worker.request(payload)
             if reply.get("status") != "ok":
@@ -312,12 +337,30 @@ class Shim:
                     pass
         text = reply.get("text") or ""
         info = self.worker.info
-        return {"id": f"chatcmpl-{tag}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model, "system_fingerprint": str(info.get("revision") or "") or None,
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": None, "refusal": None,
-                                         "audio": {"id": f"audio-{tag}", "data": base64.b64encode(audio).decode(),
-                                                   "transcript": text, "expires_at": 0}}}]}
+        return {
+            "id": f"chatcmpl-{tag}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "system_fingerprint": str(info.get("revision") or "") or None,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "refusal": None,
+                        "audio": {
+                            "id": f"audio-{tag}",
+                            "data": base64.b64encode(audio).decode(),
+                            "transcript": text,
+                            "expires_at": 0,
+                        },
+                    },
+                }
+            ],
+        }
 
 
 def make_handler(shim):

@@ -1,1 +1,2 @@
-"""Stimuli: the passage bank and its extension, voiced passages, continuation prompts and their phonation conversions."""
+"""Stimuli: the passage bank and its extension, voiced passages, continuation prompts and their
+phonation conversions."""

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
+from voicebias.errors import ConfigError
 from voicebias.io import read_yaml
 from voicebias.params import load_params
-from voicebias.exceptions import ConfigError
-from voicebias.contract import LANGUAGES, PASSAGE_COLUMNS, POLES
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -33,7 +32,8 @@ _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*", re.UNICODE)
 # Third-person and speaker-revealing words that must never occur in a passage
 # (a first gate; the per-language linters deepen it).
 GENDERED_REGEX = {
-    "en": r"(?i)\b(?:he|she|him|her|his|hers|himself|herself|man|woman|men|women|husband|wife|boyfriend|girlfriend|mother|father|mom|dad|son|daughter|brother|sister)\b",
+    "en": r"(?i)\b(?:he|she|him|her|his|hers|himself|herself|man|woman|men|women|husband|wife|boyfriend|girlfriend"
+    r"|mother|father|mom|dad|son|daughter|brother|sister)\b",
     "es": r"(?i)\b(?:él|ella|ellos|ellas|esposo|esposa|marido|novio|novia|hombre|mujer)\b",
     "zh": r"(?:他|她|丈夫|妻子|老公|老婆|男人|女人)",
 }
@@ -66,7 +66,7 @@ def load_bank(bank_dir: Path | str, languages: tuple[str, ...] | list[str] = LAN
             df[col] = None
     df["text"] = df["text"].astype(str).str.strip()
     df["gloss_en"] = df["gloss_en"].where(df["gloss_en"].notna(), None)
-    df["length_units"] = [length_units(t, l) for t, l in zip(df["text"], df["lang"])]
+    df["length_units"] = [length_units(t, lang) for t, lang in zip(df["text"], df["lang"])]
     return df[PASSAGE_COLUMNS].sort_values(["lang", "pole", "passage_id"]).reset_index(drop=True)
 
 
@@ -93,12 +93,21 @@ def passage_expectations(length_window: dict[str, list[int]], languages=LANGUAGE
         exps.append(E.ExpectColumnValuesToNotBeNull(column="seed_statistic", row_condition=where("pole", pole)))
     for lang in languages:
         lo, hi = length_window[lang]
-        exps.append(E.ExpectColumnValuesToBeBetween(
-            column="length_units", min_value=lo, max_value=hi, row_condition=where("lang", lang),
-        ))
-        exps.append(E.ExpectColumnValuesToNotMatchRegex(
-            column="text", regex=GENDERED_REGEX[lang], row_condition=where("lang", lang),
-        ))
+        exps.append(
+            E.ExpectColumnValuesToBeBetween(
+                column="length_units",
+                min_value=lo,
+                max_value=hi,
+                row_condition=where("lang", lang),
+            )
+        )
+        exps.append(
+            E.ExpectColumnValuesToNotMatchRegex(
+                column="text",
+                regex=GENDERED_REGEX[lang],
+                row_condition=where("lang", lang),
+            )
+        )
     if with_lint:
         exps += lint_expectations(languages)
     return exps
@@ -115,7 +124,7 @@ def validate_passages(df: pd.DataFrame, length_window: dict[str, list[int]], lan
     table = lint_table(df, languages)
     report = require_valid(table, "passages", passage_expectations(length_window, languages))
     cells = df.groupby(["lang", "pole"]).size()
-    missing = [(l, p) for l in languages for p in POLES if (l, p) not in cells.index]
+    missing = [(lang, p) for lang in languages for p in POLES if (lang, p) not in cells.index]
     if missing:
         from voicebias.validation import ValidationFailed
 
@@ -136,10 +145,14 @@ def _field(v: Any) -> str:
 def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None = None) -> str:
     """The bank as plain Markdown, one section per language and pole, each passage
     with its text, English gloss and provenance (seed, statistic, rating, review)."""
-    lines = ["# Passage bank", "",
-             f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.stimuli.bank render`; "
-             "edit the YAML, not this file.", ""]
-    for lang in [l for l in LANGUAGES if l in set(df["lang"])]:
+    lines = [
+        "# Passage bank",
+        "",
+        f"{len(df)} passages. Generated from data/bank/*.yaml by `python -m voicebias.stimuli.bank render`; "
+        "edit the YAML, not this file.",
+        "",
+    ]
+    for lang in [x for x in LANGUAGES if x in set(df["lang"])]:
         sub = df[df["lang"] == lang]
         window = f"; window {length_window[lang][0]}-{length_window[lang][1]} {_UNITS[lang]}" if length_window else ""
         lines += [f"## {LANG_NAMES.get(lang, lang)} ({lang}): {len(sub)} passages{window}", ""]
@@ -150,8 +163,10 @@ def render_markdown(df: pd.DataFrame, length_window: dict[str, list[int]] | None
             lines += [f"### {pole} ({len(cell)})", ""]
             for p in cell.itertuples(index=False):
                 lines += [
-                    f"#### {p.passage_id}: {_field(p.theme)}", "",
-                    f"> {p.text}", "",
+                    f"#### {p.passage_id}: {_field(p.theme)}",
+                    "",
+                    f"> {p.text}",
+                    "",
                 ]
                 if lang != "en":
                     lines += [f"*Gloss:* {_field(p.gloss_en)}", ""]
@@ -174,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     from voicebias import config
 
     ap = argparse.ArgumentParser(prog="python -m voicebias.stimuli.bank", description="Review the passage bank.")
-    ap.add_argument("action", choices=["render", "lint"], help="render: Markdown for reviewers; lint: list every rule hit")
+    ap.add_argument(
+        "action", choices=["render", "lint"], help="render: Markdown for reviewers; lint: list every rule hit"
+    )
     ap.add_argument("--bank-dir", default=str(config.BANK_DIR))
     ap.add_argument("--lang", action="append", choices=list(LANGUAGES), help="only these languages (repeatable)")
     ap.add_argument("--out", help="write to this file instead of standard output")
@@ -191,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         from voicebias.stimuli.lint import lint_hits
 
         hits = lint_hits(df, languages)
-        text = ("no rule fired on any passage\n" if hits.empty
-                else hits.to_string(index=False) + f"\n{len(hits)} hit(s)\n")
+        text = (
+            "no rule fired on any passage\n" if hits.empty else hits.to_string(index=False) + f"\n{len(hits)} hit(s)\n"
+        )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text, encoding="utf-8")

@@ -15,7 +15,7 @@ pole is, from the panel's mean coding c:
 Candidates are kept only if the panel's majority pole is the target pole, no judge
 saw a speaker-gender cue and mean naturalness reaches `min_naturalness`.
 
-LLM backends share one interface (`ChatBackend.complete`):
+LLM backends (voicebias.clients.chat) share one interface (`ChatBackend.complete`):
   openai        any OpenAI-compatible chat-completions endpoint (base_url, model,
                 key from the environment variable named by api_key_env)
   gemini        Google Gemini through google-genai (key from api_key_env)
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -40,232 +39,68 @@ import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from voicebias.cache import JsonCache, content_key
-from voicebias.registry import Registry
-from voicebias.stimuli.bank import length_units, load_bank
-from voicebias.contract import LANGUAGES as LANGS
+from voicebias.clients.chat import CachedChat
+from voicebias.clients.llm import parse_json_reply
 from voicebias.contract import POLES
-from voicebias.exceptions import VoicebiasError
+from voicebias.stimuli.bank import length_units, load_bank
 from voicebias.stimuli.lint import GLOSS_RULES, lint_text
-from voicebias.clients.llm import ChatError, chat_completion, openai_client, parse_json_reply
-from voicebias.secrets import read_secret, redact
 
 LANG_NAMES = {"en": "English", "es": "Spanish (Spain)", "zh": "Mandarin Chinese (simplified characters)"}
 UNIT_NAMES = {"en": "words", "es": "words", "zh": "Chinese characters"}
 CANDIDATE_COLUMNS = [
-    "candidate_id", "lang", "pole", "theme", "seed_term", "seed_source", "seed_statistic", "sample", "writer",
-    "status", "lint_hits", "length_units", "text", "gloss_en",
+    "candidate_id",
+    "lang",
+    "pole",
+    "theme",
+    "seed_term",
+    "seed_source",
+    "seed_statistic",
+    "sample",
+    "writer",
+    "status",
+    "lint_hits",
+    "length_units",
+    "text",
+    "gloss_en",
 ]
 RATING_COLUMNS = [
-    "candidate_id", "judge", "model", "status", "gender_coding", "pole", "naturalness", "speaker_gender_cue",
+    "candidate_id",
+    "judge",
+    "model",
+    "status",
+    "gender_coding",
+    "pole",
+    "naturalness",
+    "speaker_gender_cue",
     "reason",
 ]
 SELECTION_COLUMNS = [
-    "passage_id", "candidate_id", "lang", "pole", "theme", "intensity", "mean_coding", "mean_naturalness",
-    "n_judges", "pole_agreement",
+    "passage_id",
+    "candidate_id",
+    "lang",
+    "pole",
+    "theme",
+    "intensity",
+    "mean_coding",
+    "mean_naturalness",
+    "n_judges",
+    "pole_agreement",
 ]
-
-
-class LLMError(VoicebiasError, RuntimeError):
-    """An LLM backend could not be reached or refused the request; the message says why."""
-
-
-# ------------------------------------------------------------------ backends
-
-def _key(env_name: str | None, who: str) -> str | None:
-    if not env_name:
-        return None
-    key = read_secret(env_name)
-    if not key:
-        raise LLMError(f"{who} needs an API key: set {env_name} in the environment or in .env")
-    return key
-
-
-class ChatBackend(ABC):
-    """Turns a list of chat messages ({'role', 'content'}) into the assistant's reply text."""
-
-    kind = "chat"
-
-    def __init__(self, model: str):
-        self.model = model
-
-    @abstractmethod
-    def complete(self, messages: list[dict[str, str]], temperature: float, max_tokens: int,
-                 seed: int | None = None) -> str:
-        """The reply to `messages` (system, user, ...) as plain text."""
-
-    def describe(self) -> str:
-        return f"{self.kind}:{self.model}"
-
-
-class OpenAICompatibleChat(ChatBackend):
-    """Chat completions at {base_url} (OpenAI, vLLM, llama.cpp server, Ollama, ...) through the openai SDK.
-
-    The SDK retries connection failures, 429 and 5xx up to `max_retries` times with its
-    own backoff, honouring Retry-After; `retry_wait_s` is the REST backends' setting and
-    does not apply here. Without `api_key_env` the placeholder key 'EMPTY' is sent.
-    """
-
-    kind = "openai"
-
-    def __init__(self, model: str, base_url: str = "https://api.openai.com/v1", api_key_env: str | None = "OPENAI_API_KEY",
-                 timeout_s: float = 120.0, max_retries: int = 4, retry_wait_s: float = 2.0, json_mode: bool = True):
-        super().__init__(model)
-        self.base_url = base_url.rstrip("/")
-        self.key = _key(api_key_env, f"the OpenAI-compatible endpoint {self.base_url}")
-        self.timeout_s, self.max_retries, self.retry_wait_s = float(timeout_s), int(max_retries), float(retry_wait_s)
-        self.json_mode = bool(json_mode)
-        self.client = openai_client(self.base_url, self.key, self.timeout_s, self.max_retries)
-
-    def complete(self, messages, temperature, max_tokens, seed=None):
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": temperature,
-                                  "max_tokens": max_tokens}
-        if seed is not None:
-            kwargs["seed"] = int(seed)
-        if self.json_mode:
-            kwargs["response_format"] = {"type": "json_object"}
-        url = f"{self.base_url}/chat/completions"
-        try:
-            return chat_completion(self.client, **kwargs)[0]
-        except ChatError as exc:
-            detail = redact(exc.detail or str(exc), [self.key])
-            if exc.status is None:
-                raise LLMError(f"{url} unreachable: {detail}") from None
-            if exc.status == 200:
-                raise LLMError(f"{url} answered 200 without choices[0].message.content") from None
-            if exc.status in (401, 403):
-                raise LLMError(f"{url} rejected the API key ({exc.status}): {detail}") from None
-            if exc.status == 404:
-                raise LLMError(f"{url}: model '{self.model}' or endpoint not found (404): {detail}") from None
-            raise LLMError(f"{url} failed ({exc.status}): {detail}") from None
-
-    def describe(self):
-        return f"openai:{self.model}@{self.base_url}"
-
-
-class GeminiChat(ChatBackend):
-    """Google Gemini through google-genai's generate_content."""
-
-    kind = "gemini"
-
-    def __init__(self, model: str, api_key_env: str = "GEMINI_API_KEY", base_url: str | None = None,
-                 json_mode: bool = True):
-        super().__init__(model)
-        key = _key(api_key_env, "the Gemini backend")
-        try:
-            from google import genai
-            from google.genai import types
-        except ImportError as exc:
-            raise LLMError("the Gemini backend needs the 'google-genai' package (pip install google-genai==3.3.0)") from exc
-        self._types = types
-        http = types.HttpOptions(base_url=base_url) if base_url else None
-        self.client = genai.Client(api_key=key, http_options=http)
-        self.json_mode = bool(json_mode)
-
-    def complete(self, messages, temperature, max_tokens, seed=None):
-        t = self._types
-        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
-        contents = [t.Content(role="model" if m["role"] == "assistant" else "user", parts=[t.Part(text=m["content"])])
-                    for m in messages if m["role"] != "system"]
-        config = t.GenerateContentConfig(system_instruction=system, temperature=temperature,
-                                         max_output_tokens=max_tokens, seed=seed,
-                                         response_mime_type="application/json" if self.json_mode else None)
-        try:
-            resp = self.client.models.generate_content(model=self.model, contents=contents, config=config)
-        except Exception as exc:  # the SDK raises its own error classes; keep the message
-            raise LLMError(f"Gemini '{self.model}' failed: {exc}") from exc
-        return resp.text or ""
-
-
-class TransformersChat(ChatBackend):
-    """A local instruct model folder (config, weights, tokenizer with a chat template)."""
-
-    kind = "transformers"
-
-    def __init__(self, path: str, device: str = "cpu", model: str | None = None):
-        from voicebias.config import ROOT
-
-        folder = Path(path) if Path(path).is_absolute() else ROOT / path
-        if not (folder / "config.json").is_file():
-            raise LLMError(f"local model folder {folder} has no config.json: put the instruct model's files there "
-                           "(fetched on a machine with internet and tracked with DVC)")
-        super().__init__(model or folder.name)
-        self.folder, self.device = folder, device
-        self._tok = self._lm = None
-
-    def _load(self):
-        if self._lm is None:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            self._tok = AutoTokenizer.from_pretrained(str(self.folder), local_files_only=True)
-            if not getattr(self._tok, "chat_template", None):
-                raise LLMError(f"{self.folder}: the tokenizer has no chat template, so it is not an instruct model")
-            self._lm = AutoModelForCausalLM.from_pretrained(str(self.folder), local_files_only=True).to(self.device).eval()
-        return self._tok, self._lm
-
-    def complete(self, messages, temperature, max_tokens, seed=None):
-        import torch
-
-        tok, lm = self._load()
-        inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True, return_tensors="pt")
-        inputs = {k: v.to(self.device) for k, v in inputs.items()}
-        if seed is not None:
-            torch.manual_seed(int(seed))
-        sample = temperature > 0
-        with torch.no_grad():
-            out = lm.generate(**inputs, max_new_tokens=max_tokens, do_sample=sample,
-                              temperature=temperature if sample else None, top_p=None, top_k=None,
-                              pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-        return tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
-
-    def describe(self):
-        return f"transformers:{self.folder.name}"
-
-
-BACKENDS = Registry("LLM backend", {
-    "openai": "voicebias.stimuli.generate:OpenAICompatibleChat",
-    "gemini": "voicebias.stimuli.generate:GeminiChat",
-    "transformers": "voicebias.stimuli.generate:TransformersChat",
-})
-
-
-def make_chat(spec: dict[str, Any]) -> ChatBackend:
-    """A backend from a params entry: {backend: openai|gemini|transformers, model/path, ...}."""
-    spec = {k: v for k, v in spec.items() if v is not None}  # unset: the backend's own default
-    kind = spec.pop("backend", None)
-    spec.pop("name", None)
-    spec.pop("temperature", None)
-    return BACKENDS.get(kind)(**spec)
-
-
-class CachedChat:
-    """Wraps a backend with an on-disk reply cache; sampled replies are keyed by their seed."""
-
-    def __init__(self, backend: ChatBackend, cache_dir: Path):
-        self.backend, self.cache_dir = backend, Path(cache_dir)
-        self.cache = JsonCache(self.cache_dir, shard=2, check=lambda v: isinstance(v, dict) and "reply" in v)
-        self.calls = 0
-
-    def complete(self, messages, temperature: float, max_tokens: int, seed: int | None = None) -> str:
-        key = content_key({"backend": self.backend.describe(), "messages": messages, "temperature": temperature,
-                           "max_tokens": max_tokens, "seed": seed})
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit["reply"]
-        reply = self.backend.complete(messages, temperature, max_tokens, seed)
-        self.calls += 1
-        self.cache.put(key, {"backend": self.backend.describe(), "reply": reply})
-        return reply
 
 
 # ------------------------------------------------------------------ prompts and parsing
 
+
 def writer_messages(seed: dict[str, Any], lang: str, window: list[int]) -> list[dict[str, str]]:
     lo, hi = window
     target = (lo + hi) // 2
-    agreement = ("In Spanish, never use an adjective, participle, determiner or noun whose gender agrees with "
-                 "the speaker (no 'cansado/cansada', 'soy la encargada', 'yo mismo'); rephrase with invariable "
-                 "forms or verbs instead. " if lang == "es" else "")
+    agreement = (
+        "In Spanish, never use an adjective, participle, determiner or noun whose gender agrees with "
+        "the speaker (no 'cansado/cansada', 'soy la encargada', 'yo mismo'); rephrase with invariable "
+        "forms or verbs instead. "
+        if lang == "es"
+        else ""
+    )
     system = (
         "You write short first-person passages for a speech study. The passage is spoken by one person about "
         "their own day or work. It must not reveal the speaker's gender in any word: no he/she or other "
@@ -274,12 +109,16 @@ def writer_messages(seed: dict[str, Any], lang: str, window: list[int]) -> list[
         f"Length: {lo}-{hi} {UNIT_NAMES[lang]} (aim for about {target}). "
         'Answer with JSON only: {"text": "<the passage>", "gloss_en": "<a faithful English translation>"}.'
     )
-    stereotype = {"masculine": "an activity or occupation stereotypically associated with men",
-                  "feminine": "an activity or occupation stereotypically associated with women",
-                  "neutral": "an everyday activity with no gender association"}[seed["pole"]]
-    user = (f"Theme: {seed['theme']}\nSeed: {seed.get('seed_term') or seed['theme']}\n"
-            f"The theme is {stereotype}; let the concrete details of the activity carry that association, "
-            "never any word about the speaker.")
+    stereotype = {
+        "masculine": "an activity or occupation stereotypically associated with men",
+        "feminine": "an activity or occupation stereotypically associated with women",
+        "neutral": "an everyday activity with no gender association",
+    }[seed["pole"]]
+    user = (
+        f"Theme: {seed['theme']}\nSeed: {seed.get('seed_term') or seed['theme']}\n"
+        f"The theme is {stereotype}; let the concrete details of the activity carry that association, "
+        "never any word about the speaker."
+    )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -295,8 +134,10 @@ JUDGE_SYSTEM = (
 
 
 def judge_messages(text: str, lang: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": JUDGE_SYSTEM},
-            {"role": "user", "content": f"Language: {LANG_NAMES[lang]}\nPassage:\n{text}"}]
+    return [
+        {"role": "system", "content": JUDGE_SYSTEM},
+        {"role": "user", "content": f"Language: {LANG_NAMES[lang]}\nPassage:\n{text}"},
+    ]
 
 
 def parse_rating(reply: str) -> dict[str, Any]:
@@ -313,8 +154,14 @@ def parse_rating(reply: str) -> dict[str, Any]:
         return {"status": f"invalid: {exc.__class__.__name__} {exc}"}
     if not (1 <= coding <= 7 and 1 <= natural <= 5) or pole not in POLES or not isinstance(cue, bool):
         return {"status": "invalid: value out of range"}
-    return {"status": "ok", "gender_coding": coding, "pole": pole, "naturalness": natural,
-            "speaker_gender_cue": cue, "reason": str(obj.get("reason", ""))[:300]}
+    return {
+        "status": "ok",
+        "gender_coding": coding,
+        "pole": pole,
+        "naturalness": natural,
+        "speaker_gender_cue": cue,
+        "reason": str(obj.get("reason", ""))[:300],
+    }
 
 
 def intensity(pole: str, mean_coding: float) -> float:
@@ -327,6 +174,7 @@ def intensity(pole: str, mean_coding: float) -> float:
 
 
 # ------------------------------------------------------------------ the stage
+
 
 def load_seeds(bank_dir: Path, languages: list[str], extra: Path | None = None) -> pd.DataFrame:
     """Themes with their provenance: the shipped bank's, plus an optional YAML list of
@@ -353,21 +201,29 @@ def _candidate_id(lang: str, theme: str, sample: int) -> str:
     return "cand-" + hashlib.sha1(f"{lang}\n{theme}\n{sample}".encode()).hexdigest()[:12]
 
 
-def generate_candidates(seeds: pd.DataFrame, writer: CachedChat, cfg: dict[str, Any], windows: dict[str, list[int]],
-                        base_seed: int) -> pd.DataFrame:
+def generate_candidates(
+    seeds: pd.DataFrame, writer: CachedChat, cfg: dict[str, Any], windows: dict[str, list[int]], base_seed: int
+) -> pd.DataFrame:
     rows = []
     n = int(cfg["candidates_per_seed"])
     temp = float(cfg["writer"]["temperature"] if cfg["writer"]["temperature"] is not None else 0.9)
     jobs = [(s, k) for s in seeds.to_dict("records") for k in range(n)]
     for s, k in tqdm(jobs, desc="writing candidates"):
         lang = s["lang"]
-        reply = writer.complete(writer_messages(s, lang, windows[lang]), temp, int(cfg["max_tokens"]),
-                                seed=base_seed + k)
+        reply = writer.complete(
+            writer_messages(s, lang, windows[lang]), temp, int(cfg["max_tokens"]), seed=base_seed + k
+        )
         obj = parse_json_reply(reply) or {}
         text = str(obj.get("text") or "").strip()
         gloss = str(obj.get("gloss_en") or "").strip() or (text if lang == "en" else "")
-        row = {**s, "candidate_id": _candidate_id(lang, s["theme"], k), "sample": k,
-               "writer": writer.backend.describe(), "text": text, "gloss_en": gloss}
+        row = {
+            **s,
+            "candidate_id": _candidate_id(lang, s["theme"], k),
+            "sample": k,
+            "writer": writer.backend.describe(),
+            "text": text,
+            "gloss_en": gloss,
+        }
         if not text:
             row.update(status="unparsable", lint_hits="", length_units=0, text=reply.strip()[:2000])
         else:
@@ -377,8 +233,11 @@ def generate_candidates(seeds: pd.DataFrame, writer: CachedChat, cfg: dict[str, 
             lo, hi = windows[lang]
             if not lo <= units <= hi:
                 hits["length_window"] = [f"{units} {UNIT_NAMES[lang]} outside {lo}-{hi}"]
-            row.update(status="lint_failed" if hits else "lint_passed", length_units=units,
-                       lint_hits="; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(hits.items())))
+            row.update(
+                status="lint_failed" if hits else "lint_passed",
+                length_units=units,
+                lint_hits="; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(hits.items())),
+            )
         rows.append(row)
     return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
 
@@ -397,26 +256,41 @@ def rate_candidates(cands: pd.DataFrame, judges: list[tuple[str, CachedChat]], c
 def select_passages(cands: pd.DataFrame, ratings: pd.DataFrame, cfg: dict[str, Any], n_judges: int) -> pd.DataFrame:
     """Panel summary per candidate and the top `per_cell` per language x pole over distinct themes."""
     ok = ratings[ratings["status"] == "ok"].merge(
-        cands[["candidate_id", "pole"]].rename(columns={"pole": "target"}), on="candidate_id")
+        cands[["candidate_id", "pole"]].rename(columns={"pole": "target"}), on="candidate_id"
+    )
     if ok.empty:
         return pd.DataFrame(columns=SELECTION_COLUMNS)
-    ok = ok.assign(agrees=(ok["pole"] == ok["target"]).astype(float),
-                   cue=ok["speaker_gender_cue"].astype(bool))
-    agg = ok.groupby("candidate_id").agg(
-        mean_coding=("gender_coding", "mean"), mean_naturalness=("naturalness", "mean"),
-        n_judges=("judge", "nunique"), any_cue=("cue", "any"), pole_agreement=("agrees", "mean"),
-    ).reset_index()
+    ok = ok.assign(agrees=(ok["pole"] == ok["target"]).astype(float), cue=ok["speaker_gender_cue"].astype(bool))
+    agg = (
+        ok.groupby("candidate_id")
+        .agg(
+            mean_coding=("gender_coding", "mean"),
+            mean_naturalness=("naturalness", "mean"),
+            n_judges=("judge", "nunique"),
+            any_cue=("cue", "any"),
+            pole_agreement=("agrees", "mean"),
+        )
+        .reset_index()
+    )
     df = cands.merge(agg, on="candidate_id")
     df["intensity"] = [round(intensity(p, c), 4) for p, c in zip(df["pole"], df["mean_coding"])]
     min_judges = int(cfg["min_judges"] or math.ceil(n_judges / 2))
-    keep = (df["n_judges"] >= min_judges) & (df["pole_agreement"] > 0.5) & ~df["any_cue"] \
+    keep = (
+        (df["n_judges"] >= min_judges)
+        & (df["pole_agreement"] > 0.5)
+        & ~df["any_cue"]
         & (df["mean_naturalness"] >= float(cfg["min_naturalness"]))
-    df = df[keep].sort_values(["lang", "pole", "intensity", "mean_naturalness", "candidate_id"],
-                              ascending=[True, True, False, False, True])
+    )
+    df = df[keep].sort_values(
+        ["lang", "pole", "intensity", "mean_naturalness", "candidate_id"], ascending=[True, True, False, False, True]
+    )
     df = df.drop_duplicates(["lang", "theme"])  # best candidate per theme
     top = df.groupby(["lang", "pole"], sort=False).head(int(cfg["per_cell"])).copy()
-    top["passage_id"] = [f"{l}-{p}-g{i:02d}" for (l, p), grp in top.groupby(["lang", "pole"], sort=False)
-                         for i in range(1, len(grp) + 1)]
+    top["passage_id"] = [
+        f"{lang}-{p}-g{i:02d}"
+        for (lang, p), grp in top.groupby(["lang", "pole"], sort=False)
+        for i in range(1, len(grp) + 1)
+    ]
     return top[SELECTION_COLUMNS].reset_index(drop=True)
 
 
@@ -425,12 +299,25 @@ def selection_yaml(selection: pd.DataFrame, cands: pd.DataFrame, panel: str) -> 
     full = selection.merge(cands.drop(columns=["lang", "pole", "theme"]), on="candidate_id")
     out = {}
     for lang, grp in full.groupby("lang"):
-        entries = [{
-            "passage_id": r.passage_id, "lang": r.lang, "pole": r.pole, "theme": r.theme,
-            "seed_term": r.seed_term, "seed_source": r.seed_source,
-            "seed_statistic": None if pd.isna(r.seed_statistic) else r.seed_statistic, "statistic_checked": False,
-            "text": r.text, "gloss_en": r.gloss_en, "intensity": float(r.intensity), "rated_by": panel,
-            "review_status": "unreviewed", "generated_by": r.writer, "candidate_id": r.candidate_id,
-        } for r in grp.itertuples(index=False)]
+        entries = [
+            {
+                "passage_id": r.passage_id,
+                "lang": r.lang,
+                "pole": r.pole,
+                "theme": r.theme,
+                "seed_term": r.seed_term,
+                "seed_source": r.seed_source,
+                "seed_statistic": None if pd.isna(r.seed_statistic) else r.seed_statistic,
+                "statistic_checked": False,
+                "text": r.text,
+                "gloss_en": r.gloss_en,
+                "intensity": float(r.intensity),
+                "rated_by": panel,
+                "review_status": "unreviewed",
+                "generated_by": r.writer,
+                "candidate_id": r.candidate_id,
+            }
+            for r in grp.itertuples(index=False)
+        ]
         out[str(lang)] = yaml.safe_dump(entries, allow_unicode=True, sort_keys=False, width=100)
     return out

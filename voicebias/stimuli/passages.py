@@ -19,11 +19,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import normalize_rms, resample, sha256_file, write_audio
-from voicebias.exceptions import ConfigError, NotFound
 from voicebias.contract import GENDERS, LANGUAGES, POLES, STIMULUS_COLUMNS
+from voicebias.errors import ConfigError, NotFound
 from voicebias.tts import TTSBackend, get_backend
 from voicebias.validation import ValidationReport, expectations, require_valid
-
 
 _PATH_OPTIONS = ("weights", "cache_dir")
 
@@ -48,8 +47,9 @@ def check_voice_gender(backend: TTSBackend, voice: str, gender: str, where: str)
         raise ConfigError(f"{where}: '{voice}' is a {known} {backend.name} voice, configured as {gender}")
 
 
-def render_utterance(backend: TTSBackend, text: str, voice: str, path: Path, sample_rate: int,
-                     target_rms_dbfs: float) -> dict[str, Any]:
+def render_utterance(
+    backend: TTSBackend, text: str, voice: str, path: Path, sample_rate: int, target_rms_dbfs: float
+) -> dict[str, Any]:
     """Synthesise, resample to sample_rate (Hz), normalise to target_rms_dbfs and write FLAC.
 
     Returns the manifest fields that describe the file (duration in s, gain in dB, sha256).
@@ -58,13 +58,22 @@ def render_utterance(backend: TTSBackend, text: str, voice: str, path: Path, sam
     x = resample(x, sr, sample_rate)
     x, gain = normalize_rms(x, target_rms_dbfs)
     write_audio(path, x, sample_rate)
-    return {"sample_rate": sample_rate, "duration_s": round(len(x) / sample_rate, 4), "gain_db": round(gain, 3),
-            "sha256": sha256_file(path)}
+    return {
+        "sample_rate": sample_rate,
+        "duration_s": round(len(x) / sample_rate, 4),
+        "gain_db": round(gain, 3),
+        "sha256": sha256_file(path),
+    }
 
 
-def render_utterances(backend: TTSBackend, jobs: list[tuple[str, str, Path]], sample_rate: int,
-                      target_rms_dbfs: float, desc: str | None = None,
-                      meanwhile: Callable[[], Any] | None = None) -> list[dict[str, Any]]:
+def render_utterances(
+    backend: TTSBackend,
+    jobs: list[tuple[str, str, Path]],
+    sample_rate: int,
+    target_rms_dbfs: float,
+    desc: str | None = None,
+    meanwhile: Callable[[], Any] | None = None,
+) -> list[dict[str, Any]]:
     """`render_utterance` for each (text, voice, path) job, in the jobs' order.
 
     A backend that may run in worker processes (`TTSBackend.processes`) renders on every
@@ -73,6 +82,7 @@ def render_utterances(backend: TTSBackend, jobs: list[tuple[str, str, Path]], sa
     as the serial loop would; with several processes the other jobs are finished first.
     `meanwhile` is run here while the workers synthesise (see `map_processes`).
     """
+
     def render(job: tuple[str, str, Path]) -> dict[str, Any]:
         text, voice, path = job
         return render_utterance(backend, text, voice, path, sample_rate, target_rms_dbfs)
@@ -100,16 +110,29 @@ def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_d
     jobs = [(p, g) for p in passages.itertuples(index=False) for g in GENDERS]
     voices = [tts_params["voices"][p.lang][gender] for p, gender in jobs]
     paths = [out_dir / f"{stimulus_id(p.passage_id, gender)}.flac" for p, gender in jobs]
-    rendered = render_utterances(backend, [(p.text, v, path) for (p, _), v, path in zip(jobs, voices, paths)],
-                                 sr_out, target, desc="synthesising stimuli",
-                                 meanwhile=expectations)  # the manifest's check then finds Great Expectations loaded
+    rendered = render_utterances(
+        backend,
+        [(p.text, v, path) for (p, _), v, path in zip(jobs, voices, paths)],
+        sr_out,
+        target,
+        desc="synthesising stimuli",
+        meanwhile=expectations,
+    )  # the manifest's check then finds Great Expectations loaded
     for (p, gender), voice, path, audio in zip(jobs, voices, paths, rendered):
         sid = stimulus_id(p.passage_id, gender)
-        rows.append({
-            "stimulus_id": sid, "passage_id": p.passage_id, "lang": p.lang, "pole": p.pole,
-            "voice_gender": gender, "voice_id": voice, "backend": backend.name, **audio,
-            "path": str(path.relative_to(root)),
-        })
+        rows.append(
+            {
+                "stimulus_id": sid,
+                "passage_id": p.passage_id,
+                "lang": p.lang,
+                "pole": p.pole,
+                "voice_gender": gender,
+                "voice_id": voice,
+                "backend": backend.name,
+                **audio,
+                "path": str(path.relative_to(root)),
+            }
+        )
     manifest = pd.DataFrame(rows, columns=STIMULUS_COLUMNS)
     manifest.attrs["backend"] = backend.describe()
     return manifest
@@ -119,17 +142,21 @@ def validate_manifest(manifest: pd.DataFrame, sample_rate: int) -> ValidationRep
     """The 'stimulus_manifest' suite: schema, one declared rate, plausible durations,
     hashes, one file per passage x voice gender, known languages and poles."""
     E = expectations()
-    return require_valid(manifest, "stimulus_manifest", [
-        E.ExpectTableColumnsToMatchSet(column_set=STIMULUS_COLUMNS, exact_match=True),
-        E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
-        E.ExpectColumnValuesToBeInSet(column="lang", value_set=list(LANGUAGES)),
-        E.ExpectColumnValuesToBeInSet(column="pole", value_set=list(POLES)),
-        E.ExpectColumnValuesToNotBeNull(column="voice_id"),
-        E.ExpectColumnValuesToNotBeNull(column="backend"),
-        E.ExpectColumnValuesToBeUnique(column="path"),
-        E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(GENDERS)),
-        E.ExpectColumnValuesToBeInSet(column="sample_rate", value_set=[sample_rate]),
-        E.ExpectColumnValuesToBeBetween(column="duration_s", min_value=1.0, max_value=120.0),
-        E.ExpectColumnValuesToMatchRegex(column="sha256", regex=r"^[0-9a-f]{64}$"),
-        E.ExpectCompoundColumnsToBeUnique(column_list=["passage_id", "voice_gender"]),
-    ])
+    return require_valid(
+        manifest,
+        "stimulus_manifest",
+        [
+            E.ExpectTableColumnsToMatchSet(column_set=STIMULUS_COLUMNS, exact_match=True),
+            E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
+            E.ExpectColumnValuesToBeInSet(column="lang", value_set=list(LANGUAGES)),
+            E.ExpectColumnValuesToBeInSet(column="pole", value_set=list(POLES)),
+            E.ExpectColumnValuesToNotBeNull(column="voice_id"),
+            E.ExpectColumnValuesToNotBeNull(column="backend"),
+            E.ExpectColumnValuesToBeUnique(column="path"),
+            E.ExpectColumnValuesToBeInSet(column="voice_gender", value_set=list(GENDERS)),
+            E.ExpectColumnValuesToBeInSet(column="sample_rate", value_set=[sample_rate]),
+            E.ExpectColumnValuesToBeBetween(column="duration_s", min_value=1.0, max_value=120.0),
+            E.ExpectColumnValuesToMatchRegex(column="sha256", regex=r"^[0-9a-f]{64}$"),
+            E.ExpectCompoundColumnsToBeUnique(column_list=["passage_id", "voice_gender"]),
+        ],
+    )

@@ -29,12 +29,11 @@ from typing import Any
 
 import pandas as pd
 import soundfile as sf
-import yaml
 from tqdm import tqdm
 
-from voicebias.io import read_yaml
-from voicebias.exceptions import ConfigError, NotFound
 from voicebias.contract import GENDERS, PROMPT_SETS, SC_PROMPT_COLUMNS, SC_STIMULUS_COLUMNS
+from voicebias.errors import ConfigError, NotFound
+from voicebias.io import read_yaml
 from voicebias.validation import ValidationReport, expectations, require_valid
 
 SS_COLUMNS = ["id", "speaker", "gender", "context", "irrelevant", "stereotypical", "anti-stereotypical"]
@@ -42,6 +41,7 @@ SS_SOURCE = "Spoken StereoSet (Lin, Chen & Lee, SLT 2024), gender subset"
 
 
 # ------------------------------------------------------------------ NOP_set
+
 
 def load_nop_set(path: Path | str) -> pd.DataFrame:
     """The NOP_set YAML as one row per starter (prompt_id, category, text, ...)."""
@@ -55,9 +55,17 @@ def load_nop_set(path: Path | str) -> pd.DataFrame:
     rows = []
     for c in cats:
         for s in c.get("starters") or []:
-            rows.append({"prompt_id": s.get("prompt_id"), "prompt_set": "nop", "category": c.get("id"),
-                         "lang": doc.get("language", "en"), "text": str(s.get("text", "")).strip(),
-                         "review_status": s.get("review_status"), "source": doc.get("source")})
+            rows.append(
+                {
+                    "prompt_id": s.get("prompt_id"),
+                    "prompt_set": "nop",
+                    "category": c.get("id"),
+                    "lang": doc.get("language", "en"),
+                    "text": str(s.get("text", "")).strip(),
+                    "review_status": s.get("review_status"),
+                    "source": doc.get("source"),
+                }
+            )
     return pd.DataFrame(rows, columns=SC_PROMPT_COLUMNS)
 
 
@@ -69,8 +77,11 @@ def _lint_columns(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     for r in RULES:
         if r.lang != "en":
             continue
-        out[r.name] = pd.Series([f"{pid}: {', '.join(h)}" if (h := r.find(t)) else None
-                                 for pid, t in zip(out["prompt_id"], out["text"])], index=out.index, dtype=object)
+        out[r.name] = pd.Series(
+            [f"{pid}: {', '.join(h)}" if (h := r.find(t)) else None for pid, t in zip(out["prompt_id"], out["text"])],
+            index=out.index,
+            dtype=object,
+        )
         cols.append(r.name)
     return out, cols
 
@@ -97,12 +108,14 @@ def validate_nop_set(df: pd.DataFrame, n_categories: int = 15, per_category: int
 
 # ------------------------------------------------------------------ SS_set
 
+
 def ss_audio_path(root: Path, subset: str, clip_id: Any, speaker: str) -> Path:
     return Path(root) / "speech" / subset / f"{int(clip_id):05d}_{speaker}.wav"
 
 
-def load_ss_set(root: Path | str, subset: str = "gender", min_duration_s: float = 3.0,
-                version: str = "v1.0") -> pd.DataFrame:
+def load_ss_set(
+    root: Path | str, subset: str = "gender", min_duration_s: float = 3.0, version: str = "v1.0"
+) -> pd.DataFrame:
     """Spoken StereoSet clips of one subset longer than min_duration_s (s).
 
     Returns one row per clip: clip_id, speaker (TTS voice), voice_gender, text (the
@@ -129,25 +142,41 @@ def load_ss_set(root: Path | str, subset: str = "gender", min_duration_s: float 
     if absent:
         raise FileNotFoundError(f"Spoken StereoSet audio missing for {len(absent)} clip(s), e.g. {absent[:5]}")
     durations = [sf.info(str(p)).duration for p in paths]
-    out = pd.DataFrame({
-        "clip_id": [f"{int(i):05d}" for i in df["id"]], "speaker": df["speaker"], "voice_gender": df["gender"],
-        "text": df["context"].str.strip(), "stereotypical": df["stereotypical"],
-        "anti_stereotypical": df["anti-stereotypical"], "irrelevant": df["irrelevant"],
-        "audio_path": [str(p) for p in paths], "duration_s": durations,
-    })
+    out = pd.DataFrame(
+        {
+            "clip_id": [f"{int(i):05d}" for i in df["id"]],
+            "speaker": df["speaker"],
+            "voice_gender": df["gender"],
+            "text": df["context"].str.strip(),
+            "stereotypical": df["stereotypical"],
+            "anti_stereotypical": df["anti-stereotypical"],
+            "irrelevant": df["irrelevant"],
+            "audio_path": [str(p) for p in paths],
+            "duration_s": durations,
+        }
+    )
     return out[out["duration_s"] > float(min_duration_s)].reset_index(drop=True)
 
 
 def ss_prompts(clips: pd.DataFrame) -> pd.DataFrame:
     """Distinct spoken contexts among the selected clips, as prompts 'ss-<first clip id>'."""
     first = clips.sort_values("clip_id").drop_duplicates("text")
-    return pd.DataFrame({
-        "prompt_id": [f"ss-{c}" for c in first["clip_id"]], "prompt_set": "ss", "category": "spoken_stereoset",
-        "lang": "en", "text": first["text"].to_numpy(), "review_status": "published dataset", "source": SS_SOURCE,
-    }, columns=SC_PROMPT_COLUMNS).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "prompt_id": [f"ss-{c}" for c in first["clip_id"]],
+            "prompt_set": "ss",
+            "category": "spoken_stereoset",
+            "lang": "en",
+            "text": first["text"].to_numpy(),
+            "review_status": "published dataset",
+            "source": SS_SOURCE,
+        },
+        columns=SC_PROMPT_COLUMNS,
+    ).reset_index(drop=True)
 
 
 # ------------------------------------------------------------------ voices and synthesis
+
 
 def sc_voices(sc_params: dict[str, Any]) -> list[tuple[str, str, str]]:
     """[(voice_gender, slot, voice_id)] e.g. ('male', 'male1', 'en-us+m3'); both genders required,
@@ -187,13 +216,30 @@ def synthesize_prompts(prompts: pd.DataFrame, sc_params: dict[str, Any], out_dir
     rows = []
     jobs = [(p, v) for p in prompts.itertuples(index=False) for v in voices]
     paths = [out_dir / f"{p.prompt_id}-{slot}.flac" for p, (_, slot, _) in jobs]
-    rendered = render_utterances(backend, [(p.text, voice, path) for (p, (_, _, voice)), path in zip(jobs, paths)],
-                                 sr, target, desc="voicing SC prompts")
+    rendered = render_utterances(
+        backend,
+        [(p.text, voice, path) for (p, (_, _, voice)), path in zip(jobs, paths)],
+        sr,
+        target,
+        desc="voicing SC prompts",
+    )
     for (p, (gender, slot, voice)), path, audio in zip(jobs, paths, rendered):
         sid = f"{p.prompt_id}-{slot}"
-        rows.append({"stimulus_id": sid, "prompt_id": p.prompt_id, "prompt_set": p.prompt_set,
-                     "category": p.category, "lang": p.lang, "voice_gender": gender, "voice_id": voice,
-                     "backend": backend.name, **audio, "path": str(path.relative_to(root)), "text": p.text})
+        rows.append(
+            {
+                "stimulus_id": sid,
+                "prompt_id": p.prompt_id,
+                "prompt_set": p.prompt_set,
+                "category": p.category,
+                "lang": p.lang,
+                "voice_gender": gender,
+                "voice_id": voice,
+                "backend": backend.name,
+                **audio,
+                "path": str(path.relative_to(root)),
+                "text": p.text,
+            }
+        )
     manifest = pd.DataFrame(rows, columns=SC_STIMULUS_COLUMNS)
     manifest.attrs["backend"] = backend.describe()
     return manifest
@@ -213,15 +259,30 @@ def import_ss_clips(clips: pd.DataFrame, sc_params: dict[str, Any], out_dir: Pat
         sid = f"ss-{c.clip_id}-{c.voice_gender}-{_slug(c.speaker)}"
         path = out_dir / f"{sid}.flac"
         write_audio(path, x, sr)
-        rows.append({"stimulus_id": sid, "prompt_id": prompt_of[c.text], "prompt_set": "ss",
-                     "category": "spoken_stereoset", "lang": "en", "voice_gender": c.voice_gender,
-                     "voice_id": c.speaker, "backend": "spoken_stereoset", "sample_rate": sr,
-                     "duration_s": round(len(x) / sr, 4), "gain_db": round(gain, 3), "sha256": sha256_file(path),
-                     "path": str(path.relative_to(root)), "text": c.text})
+        rows.append(
+            {
+                "stimulus_id": sid,
+                "prompt_id": prompt_of[c.text],
+                "prompt_set": "ss",
+                "category": "spoken_stereoset",
+                "lang": "en",
+                "voice_gender": c.voice_gender,
+                "voice_id": c.speaker,
+                "backend": "spoken_stereoset",
+                "sample_rate": sr,
+                "duration_s": round(len(x) / sr, 4),
+                "gain_db": round(gain, 3),
+                "sha256": sha256_file(path),
+                "path": str(path.relative_to(root)),
+                "text": c.text,
+            }
+        )
     return pd.DataFrame(rows, columns=SC_STIMULUS_COLUMNS)
 
 
-def validate_sc_manifest(manifest: pd.DataFrame, sample_rate: int, voices_per_prompt: int | None = None) -> ValidationReport:
+def validate_sc_manifest(
+    manifest: pd.DataFrame, sample_rate: int, voices_per_prompt: int | None = None
+) -> ValidationReport:
     """The 'sc_stimulus_manifest' suite; with voices_per_prompt, every synthesised
     prompt must be read by exactly that many voices, half of each gender."""
     table = manifest.copy()
@@ -229,8 +290,9 @@ def validate_sc_manifest(manifest: pd.DataFrame, sample_rate: int, voices_per_pr
     table["genders_for_prompt"] = table.groupby("prompt_id")["voice_gender"].transform("nunique")
     E = expectations()
     exps = [
-        E.ExpectTableColumnsToMatchSet(column_set=SC_STIMULUS_COLUMNS + ["voices_for_prompt", "genders_for_prompt"],
-                                       exact_match=True),
+        E.ExpectTableColumnsToMatchSet(
+            column_set=SC_STIMULUS_COLUMNS + ["voices_for_prompt", "genders_for_prompt"], exact_match=True
+        ),
         E.ExpectColumnValuesToBeUnique(column="stimulus_id"),
         E.ExpectColumnValuesToBeUnique(column="path"),
         E.ExpectColumnValuesToBeInSet(column="prompt_set", value_set=list(PROMPT_SETS)),
@@ -266,8 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationFailed as exc:
         print(exc)
         return 1
-    print(f"NOP_set: {len(df)} starters in {df['category'].nunique()} categories; "
-          f"{report.n_expectations} expectations passed")
+    print(
+        f"NOP_set: {len(df)} starters in {df['category'].nunique()} categories; "
+        f"{report.n_expectations} expectations passed"
+    )
     return 0
 
 

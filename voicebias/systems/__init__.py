@@ -32,42 +32,63 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
-from voicebias.io import read_yaml
 from voicebias.config import CARDS_DIR
-from voicebias.exceptions import ConfigError, NotAvailable, NotFound
+from voicebias.errors import ConfigError, NotAvailable, NotFound, SetupError, TransientError
+from voicebias.io import read_yaml
 from voicebias.registry import Registry
 from voicebias.systems.base import (
-    ContinuationRequest, ContinuationSystem, S2SRequest, S2SResponse, S2SSystem, SetupError, SystemUnderTest,
-    TransientError,
+    ContinuationRequest,
+    ContinuationSystem,
+    S2SRequest,
+    S2SResponse,
+    S2SSystem,
+    SystemUnderTest,
 )
 
 # Adapters named by a profile that this version does not ship yet: the preflight
 # names them so a user sees what is missing instead of a traceback.
 PLANNED_ADAPTERS: dict[str, str] = {}
 
-ADAPTERS = Registry("adapter", {
-    "reference": "voicebias.systems.reference:ReferenceSystem",
-    "reference_continuation": "voicebias.systems.reference_continuation:ReferenceContinuationSystem",
-    "openai_audio": "voicebias.systems.openai_audio:OpenAIAudioSystem",
-    "openai_compatible": "voicebias.systems.openai_compatible:OpenAICompatibleSystem",
-    "vllm_omni": "voicebias.systems.vllm_omni:VLLMOmniSystem",
-    "gemini_live": "voicebias.systems.gemini_live:GeminiLiveSystem",
-    "qwen_omni": "voicebias.systems.qwen_omni:QwenOmniSystem",
-    "kimi_audio": "voicebias.systems.kimi_audio:KimiAudioSystem",
-    "glm4_voice": "voicebias.systems.glm4_voice:GLM4VoiceSystem",
-    "step_audio2": "voicebias.systems.step_audio2:StepAudio2System",
-    "spiritlm": "voicebias.systems.spiritlm:SpiritLMSystem",
-    "speechgpt": "voicebias.systems.speechgpt:SpeechGPTSystem",
-    "vae_gslm": "voicebias.systems.vae_gslm:VAEGSLMSystem",
-}, planned=PLANNED_ADAPTERS)
+ADAPTERS = Registry(
+    "adapter",
+    {
+        "reference": "voicebias.systems.reference:ReferenceSystem",
+        "reference_continuation": "voicebias.systems.reference_continuation:ReferenceContinuationSystem",
+        "openai_audio": "voicebias.systems.openai_audio:OpenAIAudioSystem",
+        "openai_compatible": "voicebias.systems.openai_compatible:OpenAICompatibleSystem",
+        "vllm_omni": "voicebias.systems.vllm_omni:VLLMOmniSystem",
+        "gemini_live": "voicebias.systems.gemini_live:GeminiLiveSystem",
+        "qwen_omni": "voicebias.systems.qwen_omni:QwenOmniSystem",
+        "kimi_audio": "voicebias.systems.kimi_audio:KimiAudioSystem",
+        "glm4_voice": "voicebias.systems.glm4_voice:GLM4VoiceSystem",
+        "step_audio2": "voicebias.systems.step_audio2:StepAudio2System",
+        "spiritlm": "voicebias.systems.spiritlm:SpiritLMSystem",
+        "speechgpt": "voicebias.systems.speechgpt:SpeechGPTSystem",
+        "vae_gslm": "voicebias.systems.vae_gslm:VAEGSLMSystem",
+    },
+    planned=PLANNED_ADAPTERS,
+)
 
 CARD_KEYS = ("adapter", "checkpoint", "revision", "output_voice", "licence", "memory")
 
-__all__ = ["ADAPTERS", "PLANNED_ADAPTERS", "CARD_KEYS", "ContinuationRequest", "ContinuationSystem", "S2SRequest",
-           "S2SResponse", "S2SSystem", "SetupError", "SystemUnderTest", "TransientError", "load_card", "build_system",
-           "adapter_class", "validate_weights", "WEIGHT_KEYS"]
+__all__ = [
+    "ADAPTERS",
+    "PLANNED_ADAPTERS",
+    "CARD_KEYS",
+    "ContinuationRequest",
+    "ContinuationSystem",
+    "S2SRequest",
+    "S2SResponse",
+    "S2SSystem",
+    "SetupError",
+    "SystemUnderTest",
+    "TransientError",
+    "load_card",
+    "build_system",
+    "adapter_class",
+    "validate_weights",
+    "WEIGHT_KEYS",
+]
 
 #: keys of one entry of a card's `weights` list
 WEIGHT_KEYS = ("repo_id", "revision", "pinned", "subdir", "files", "allow_patterns", "sha256")
@@ -124,14 +145,18 @@ def validate_weights(entries: Any, where: str) -> list[dict[str, Any]]:
             raise ConfigError(f"{at}: revision must be a commit (40 hex digits), branch or tag, not {revision!r}")
         is_commit = bool(_COMMIT.match(revision))
         if "pinned" not in entry and not is_commit:
-            raise ConfigError(f"{at}: revision {revision!r} is not a commit (40 lowercase hex digits); pin one, or "
-                              "write pinned: false to fetch whatever the branch or tag holds (fetch warns)")
+            raise ConfigError(
+                f"{at}: revision {revision!r} is not a commit (40 lowercase hex digits); pin one, or "
+                "write pinned: false to fetch whatever the branch or tag holds (fetch warns)"
+            )
         pinned = entry.get("pinned", is_commit)
         if not isinstance(pinned, bool):
             raise ConfigError(f"{at}: pinned must be true or false, not {pinned!r}")
         if pinned and not is_commit:
-            raise ConfigError(f"{at}: pinned: true needs revision to be a full commit hash (40 lowercase hex "
-                              f"digits), not {revision!r}; write pinned: false for a branch or tag")
+            raise ConfigError(
+                f"{at}: pinned: true needs revision to be a full commit hash (40 lowercase hex "
+                f"digits), not {revision!r}; write pinned: false for a branch or tag"
+            )
         norm: dict[str, Any] = {"repo_id": repo_id, "revision": revision, "pinned": pinned}
         if entry.get("subdir") is not None:
             norm["subdir"] = _relative(entry["subdir"], f"{at}: subdir")

@@ -12,8 +12,8 @@ Two kinds of system, one request/response shape each:
 A call that fails is returned as a response with status 'failed' and the reason
 (or raises; the runner records the exception as the reason). It is never replaced
 by an invented output. Retryable failures (rate limits, 5xx, timeouts) raise
-:class:`TransientError`; a system that cannot run on this machine at all (missing
-checkout, weights, key or package) raises :class:`SetupError` when it is built,
+:class:`voicebias.errors.TransientError`; a system that cannot run on this machine at all (missing
+checkout, weights, key or package) raises :class:`voicebias.errors.SetupError` when it is built,
 with a message that says what to do. Before the first request of a run the runner
 calls :meth:`SystemUnderTest.check`, where an adapter asks its servers whether they
 answer and take its key, so a run that cannot get anywhere stops in seconds.
@@ -21,18 +21,16 @@ answer and take its key, so a run that cannot get anywhere stops in seconds.
 
 from __future__ import annotations
 
-import os
 import sys
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
 from voicebias.clients.endpoints import EndpointPool, Unreachable
-from voicebias.exceptions import VoicebiasError
+from voicebias.errors import SetupError
 from voicebias.secrets import redact  # noqa: F401  (the adapters' redaction, kept importable here)
 
 #: Prompt and continuation lengths of the speech-continuation protocol (SC paper), in s.
@@ -41,11 +39,25 @@ CONTINUATION_OUTPUT_S = (5.0, 8.0)
 
 #: Parameter keys that steer how the runner calls a system, not what the system says:
 #: they are left out of the cache key, so tuning them never repeats a finished call.
-RUNNER_KEYS = frozenset({
-    "max_concurrency", "batch_size", "timeout_s", "retry", "base_url", "endpoints", "api_key_env", "python",
-    "checkout", "weights", "device", "asr", "startup_timeout_s", "breaker",
-    "driver",  # a path: the repository adapters put the driver's sha256 in the key instead
-})
+RUNNER_KEYS = frozenset(
+    {
+        "max_concurrency",
+        "batch_size",
+        "timeout_s",
+        "retry",
+        "base_url",
+        "endpoints",
+        "api_key_env",
+        "python",
+        "checkout",
+        "weights",
+        "device",
+        "asr",
+        "startup_timeout_s",
+        "breaker",
+        "driver",  # a path: the repository adapters put the driver's sha256 in the key instead
+    }
+)
 
 #: Card keys that say where a system is served, not what it is: left out of the cache key,
 #: so moving a model to other servers (or to several) never repeats a finished call.
@@ -58,26 +70,11 @@ DEPLOY_CARD_KEYS = frozenset({"base_url", "endpoints", "api_key_env"})
 DEPLOY_PROVENANCE = frozenset({"endpoint", "served_root"})
 
 
-class TransientError(VoicebiasError, RuntimeError):
-    """A failure worth retrying (rate limit, 5xx, timeout).
-
-    `retry_after_s` carries a server's Retry-After hint, when it sent one.
-    """
-
-    def __init__(self, message: str, retry_after_s: float | None = None):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class SetupError(VoicebiasError, RuntimeError):
-    """This system cannot run on this machine as configured; the message says what is missing."""
-
-
 @dataclass(frozen=True)
 class S2SRequest:
     stimulus_id: str
-    lang: str            # source language of the audio
-    target_lang: str     # language the answer should be in
+    lang: str  # source language of the audio
+    target_lang: str  # language the answer should be in
     task: str
     prompt: str
     audio_path: str
@@ -98,8 +95,8 @@ class ContinuationRequest:
     audio_sha256: str
     seed: int
     continuation_s: float = 6.0
-    prompt: str = ""     # continuation systems take no instruction; kept for a uniform table
-    sample: int = 0      # repeat index, as S2SRequest.sample
+    prompt: str = ""  # continuation systems take no instruction; kept for a uniform table
+    sample: int = 0  # repeat index, as S2SRequest.sample
 
     @property
     def target_lang(self) -> str:
@@ -117,7 +114,7 @@ class S2SResponse:
     `sample_rate`, when the system already has it (a render it kept): the response cache
     then stores these bytes instead of encoding the audio again."""
 
-    status: str                      # 'ok' or 'failed'
+    status: str  # 'ok' or 'failed'
     transcript: str | None = None
     audio: np.ndarray | None = None
     sample_rate: int | None = None
@@ -252,8 +249,9 @@ CHECK_TIMEOUT_S = 10.0
 R = TypeVar("R")
 
 
-def ask_endpoints(system: str, pool: EndpointPool, ask: Callable[[int], R],
-                  report: Callable[[str], Any] | None = None, hint: str = "") -> dict[int, R]:
+def ask_endpoints(
+    system: str, pool: EndpointPool, ask: Callable[[int], R], report: Callable[[str], Any] | None = None, hint: str = ""
+) -> dict[int, R]:
     """Ask every endpoint of `pool` at once, `ask(i)`; {endpoint: answer} of those that answered.
 
     `ask` raises :class:`~voicebias.clients.endpoints.Unreachable` when endpoint `i` cannot
@@ -286,20 +284,19 @@ def ask_endpoints(system: str, pool: EndpointPool, ask: Callable[[int], R],
     if len(down) == n:
         if n == 1:
             raise SetupError(f"system '{system}': cannot reach {pool.endpoints[0].label} ({down[0]}){hint}")
-        raise SetupError(f"system '{system}': cannot reach any of its {n} endpoints: "
-                         + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items()) + hint)
+        raise SetupError(
+            f"system '{system}': cannot reach any of its {n} endpoints: "
+            + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items())
+            + hint
+        )
     for i, why in down.items():
         pool.exclude(i, why)
     if down:
-        report(f"system '{system}': {len(down)} of {n} endpoints do not answer, left out of this run: "
-               + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items()))
+        report(
+            f"system '{system}': {len(down)} of {n} endpoints do not answer, left out of this run: "
+            + "; ".join(f"{pool.endpoints[i].label} ({why})" for i, why in down.items())
+        )
     return {i: value for i, (kind, value) in enumerate(outcomes) if kind == "ok"}
-
-
-def resolve_path(value: str | os.PathLike[str], root: Path | None) -> Path:
-    """A path from a card or params, relative to the repository root unless absolute."""
-    p = Path(value).expanduser()
-    return p if p.is_absolute() or root is None else Path(root) / p
 
 
 def item_seed(base: int, item_id: str) -> int:
@@ -311,7 +308,7 @@ def item_seed(base: int, item_id: str) -> int:
     """
     import hashlib
 
-    return (int(base) + int(hashlib.sha256(str(item_id).encode()).hexdigest()[:8], 16)) % (2 ** 32)
+    return (int(base) + int(hashlib.sha256(str(item_id).encode()).hexdigest()[:8], 16)) % (2**32)
 
 
 def sample_seed(base: int, item_id: str, sample: int) -> int:

@@ -40,17 +40,21 @@ import numpy as np
 
 from voicebias.audio import read_audio
 from voicebias.clients.endpoints import (
-    AllEndpointsDown, Breaker, Endpoint, EndpointPool, Unreachable, connection_reason,
+    AllEndpointsDown,
+    Breaker,
+    Endpoint,
+    EndpointPool,
+    Unreachable,
+    connection_reason,
 )
 from voicebias.clients.retry import retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import read_secret
-from voicebias.systems.base import (
-    CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, ask_endpoints, redact,
-)
+from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, redact
 
-INPUT_RATE = 16000          # Hz, what the Live API takes
-OUTPUT_RATE = 24000         # Hz, what it returns unless the mime type says otherwise
-CHUNK_S = 0.5               # seconds of audio per realtime message
+INPUT_RATE = 16000  # Hz, what the Live API takes
+OUTPUT_RATE = 24000  # Hz, what it returns unless the mime type says otherwise
+CHUNK_S = 0.5  # seconds of audio per realtime message
 #: websocket close codes worth retrying: abnormal closure, internal error, service restart, try again later
 TRANSIENT_CLOSE = {1006, 1011, 1012, 1013, 1014}
 TRANSIENT_HTTP = {408, 429, 500, 502, 503, 504}
@@ -92,11 +96,16 @@ class GeminiLiveSystem(S2SSystem):
             raise SetupError("the Gemini Live adapter needs 'google-genai' (pip install google-genai==3.3.0)") from exc
         self._types = types
         var = params.get("api_key_env") or card.get("api_key_env")
-        key = read_secret(var, root) if var else (read_secret("GEMINI_API_KEY", root)
-                                                   or read_secret("GOOGLE_API_KEY", root))
+        key = (
+            read_secret(var, root)
+            if var
+            else (read_secret("GEMINI_API_KEY", root) or read_secret("GOOGLE_API_KEY", root))
+        )
         if not key:
-            raise SetupError(f"system '{name}' needs the environment variable {var or 'GEMINI_API_KEY'} "
-                             "(set it in the environment or in .env at the repository root)")
+            raise SetupError(
+                f"system '{name}' needs the environment variable {var or 'GEMINI_API_KEY'} "
+                "(set it in the environment or in .env at the repository root)"
+            )
         self._secrets = [key]
         self.model = str(params.get("model") or card.get("checkpoint") or "")
         if not self.model:
@@ -107,8 +116,11 @@ class GeminiLiveSystem(S2SSystem):
         self.client = genai.Client(api_key=key, http_options=http_options)
         self.base_url = base_url
         self._key_var = var or "GEMINI_API_KEY"
-        self.pool = EndpointPool([Endpoint(url=base_url, max_concurrency=self.max_concurrency)], name=name,
-                                 breaker=Breaker.from_params(params))
+        self.pool = EndpointPool(
+            [Endpoint(url=base_url, max_concurrency=self.max_concurrency)],
+            name=name,
+            breaker=Breaker.from_params(params),
+        )
 
     def check(self) -> None:
         """The API answers and takes the key, and knows the model (see the module docstring)."""
@@ -121,16 +133,22 @@ class GeminiLiveSystem(S2SSystem):
         at = f"system '{self.name}'"
         timeouts, failures = _transport_errors()
         try:
-            self.client.models.get(model=self.model, config=t.GetModelConfig(
-                http_options=t.HttpOptions(timeout=int(CHECK_TIMEOUT_S * 1000))))
+            self.client.models.get(
+                model=self.model,
+                config=t.GetModelConfig(http_options=t.HttpOptions(timeout=int(CHECK_TIMEOUT_S * 1000))),
+            )
         except genai_errors.ClientError as exc:
             said = redact(str(exc.message or exc.status or ""), self._secrets)
             if exc.code in (401, 403) or (exc.code == 400 and "api key" in said.lower()):
-                raise SetupError(f"{at}: credentials refused (looking up {self.model} answered HTTP {exc.code}: "
-                                 f"{said}); check the key in {self._key_var}") from None
+                raise SetupError(
+                    f"{at}: credentials refused (looking up {self.model} answered HTTP {exc.code}: "
+                    f"{said}); check the key in {self._key_var}"
+                ) from None
             if exc.code == 404:
-                raise SetupError(f"{at}: the API knows no model {self.model!r} (HTTP 404: {said}); set params "
-                                 "'model' or the card's checkpoint to a model the Live API serves") from None
+                raise SetupError(
+                    f"{at}: the API knows no model {self.model!r} (HTTP 404: {said}); set params "
+                    "'model' or the card's checkpoint to a model the Live API serves"
+                ) from None
             # any other answer: the API is up and took the key
         except genai_errors.APIError:
             pass  # 5xx: up, if unwell; the run's retries and breaker handle it
@@ -149,11 +167,15 @@ class GeminiLiveSystem(S2SSystem):
         return t.LiveConnectConfig(
             response_modalities=[t.Modality.AUDIO],
             system_instruction=request.prompt,
-            speech_config=t.SpeechConfig(voice_config=t.VoiceConfig(
-                prebuilt_voice_config=t.PrebuiltVoiceConfig(voice_name=self.voice(request.target_lang)))),
+            speech_config=t.SpeechConfig(
+                voice_config=t.VoiceConfig(
+                    prebuilt_voice_config=t.PrebuiltVoiceConfig(voice_name=self.voice(request.target_lang))
+                )
+            ),
             output_audio_transcription=t.AudioTranscriptionConfig(),
             realtime_input_config=t.RealtimeInputConfig(
-                automatic_activity_detection=t.AutomaticActivityDetection(disabled=True)),
+                automatic_activity_detection=t.AutomaticActivityDetection(disabled=True)
+            ),
             **kwargs,
         )
 
@@ -162,15 +184,19 @@ class GeminiLiveSystem(S2SSystem):
         audio_parts: list[bytes] = []
         rate = OUTPUT_RATE
         text: list[str] = []
-        prov: dict[str, Any] = {"model": self.model, "model_revision": self.model,
-                                "voice": self.voice(request.target_lang)}
+        prov: dict[str, Any] = {
+            "model": self.model,
+            "model_revision": self.model,
+            "voice": self.voice(request.target_lang),
+        }
         async with self.client.aio.live.connect(model=self.model, config=self.live_config(request)) as session:
             prov["session_id"] = getattr(session, "session_id", None)
             await session.send_realtime_input(activity_start=t.ActivityStart())
             step = int(INPUT_RATE * CHUNK_S) * 2
             for i in range(0, len(pcm), step):
-                await session.send_realtime_input(audio=t.Blob(data=pcm[i:i + step],
-                                                               mime_type=f"audio/pcm;rate={INPUT_RATE}"))
+                await session.send_realtime_input(
+                    audio=t.Blob(data=pcm[i : i + step], mime_type=f"audio/pcm;rate={INPUT_RATE}")
+                )
             await session.send_realtime_input(activity_end=t.ActivityEnd())
             complete = False
             while not complete:
@@ -200,8 +226,9 @@ class GeminiLiveSystem(S2SSystem):
                 prov["usage"] = {"total_token_count": getattr(usage, "total_token_count", None)}
         if not audio_parts:
             said = "".join(text).strip()
-            return S2SResponse.failed("the turn completed without audio" + (f"; transcript: {said[:300]}" if said else ""),
-                                      **prov)
+            return S2SResponse.failed(
+                "the turn completed without audio" + (f"; transcript: {said[:300]}" if said else ""), **prov
+            )
         raw = b"".join(audio_parts)
         audio = np.frombuffer(raw[: len(raw) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
         transcript = "".join(text).strip() or None

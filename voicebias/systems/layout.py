@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from voicebias.systems.base import resolve_path
+from voicebias.io import resolve_path
 
 
 def _hub_copy_cached(repo_id: str) -> bool:
@@ -33,8 +33,7 @@ def _hub_copy_cached(repo_id: str) -> bool:
     return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
 
 
-def layout_checks(name: str, card: dict[str, Any], params: dict[str, Any] | None,
-                  root: Path) -> list[tuple[bool, str]]:
+def layout_checks(name: str, card: dict[str, Any], params: dict[str, Any] | None, root: Path) -> list[tuple[bool, str]]:
     """(ok, detail) for every entry of the card's ``layout``, paths from params or the card's ``requires``."""
     layout = card.get("layout") or {}
     if not layout:
@@ -48,28 +47,52 @@ def layout_checks(name: str, card: dict[str, Any], params: dict[str, Any] | None
     if checkout is not None and checkout.is_dir():
         for rel in layout.get("checkout") or []:
             ok = (checkout / rel).exists()
-            out.append((ok, f"{checkout_rel}/{rel} present" if ok else
-                        f"{checkout_rel}/{rel} is missing: the checkout does not have the layout of {upstream} that "
-                        f"the driver imports from (see verified_against in models/cards/{name}.yaml)"))
+            out.append(
+                (
+                    ok,
+                    f"{checkout_rel}/{rel} present"
+                    if ok
+                    else f"{checkout_rel}/{rel} is missing: the checkout does not have the layout of {upstream} that "
+                    f"the driver imports from (see verified_against in models/cards/{name}.yaml)",
+                )
+            )
         for rel in layout.get("submodules") or []:
             folder = checkout / rel
             ok = folder.is_dir() and any(folder.iterdir())
-            out.append((ok, f"git submodule {checkout_rel}/{rel} checked out" if ok else
-                        f"{checkout_rel}/{rel} is {'empty' if folder.is_dir() else 'missing'}: the checkout lacks "
-                        f"its git submodule {rel}. Run `git -C {checkout_rel} submodule update --init --recursive` "
-                        "(or clone with --recurse-submodules)"))
+            out.append(
+                (
+                    ok,
+                    f"git submodule {checkout_rel}/{rel} checked out"
+                    if ok
+                    else f"{checkout_rel}/{rel} is {'empty' if folder.is_dir() else 'missing'}: the checkout lacks "
+                    f"its git submodule {rel}. Run `git -C {checkout_rel} submodule update --init --recursive` "
+                    "(or clone with --recurse-submodules)",
+                )
+            )
         for repo_id in layout.get("hub_copies") or []:
             local = checkout / repo_id
             ok = (local / "config.json").exists() or _hub_copy_cached(repo_id)
-            out.append((ok, f"{repo_id} available offline" if ok else
-                        f"{repo_id} is not available offline: {upstream} loads it by its hub id, which resolves to "
-                        f"{checkout_rel}/{repo_id} (the worker runs in the checkout). Download it there: "
-                        f"`huggingface-cli download {repo_id} --local-dir {checkout_rel}/{repo_id}`"))
+            out.append(
+                (
+                    ok,
+                    f"{repo_id} available offline"
+                    if ok
+                    else f"{repo_id} is not available offline: {upstream} loads it by its hub id, which resolves to "
+                    f"{checkout_rel}/{repo_id} (the worker runs in the checkout). Download it there: "
+                    f"`huggingface-cli download {repo_id} --local-dir {checkout_rel}/{repo_id}`",
+                )
+            )
     weights_rel = params.get("weights") or req.get("weights")
     weights = resolve_path(weights_rel, root) if weights_rel else None
     if weights is not None and weights.is_dir():
         for rel in layout.get("weights") or []:
             ok = (weights / rel).exists()
-            out.append((ok, f"{weights_rel}/{rel} present" if ok else
-                        f"{weights_rel}/{rel} is missing (the weights layout is in models/cards/{name}.yaml)"))
+            out.append(
+                (
+                    ok,
+                    f"{weights_rel}/{rel} present"
+                    if ok
+                    else f"{weights_rel}/{rel} is missing (the weights layout is in models/cards/{name}.yaml)",
+                )
+            )
     return out

@@ -48,13 +48,18 @@ import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
 from voicebias.clients.endpoints import (
-    AllEndpointsDown, Breaker, EndpointPool, Unreachable, connection_reason, resolve_endpoints, safe_url,
+    AllEndpointsDown,
+    Breaker,
+    EndpointPool,
+    Unreachable,
+    connection_reason,
+    resolve_endpoints,
+    safe_url,
 )
 from voicebias.clients.retry import retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import require_secret
-from voicebias.systems.base import (
-    CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, ask_endpoints, redact,
-)
+from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, redact
 
 #: HTTP statuses worth retrying: timeout, conflict, rate limit, server errors
 TRANSIENT_STATUS = {408, 409, 429}
@@ -108,8 +113,9 @@ class OpenAIAudioSystem(S2SSystem):
         self.pool = EndpointPool(self.endpoints, name=name, breaker=Breaker.from_params(params))
         key = self._api_key(root)
         self._secrets = [key]
-        self.clients = [openai.OpenAI(api_key=key, base_url=e.url, timeout=self.timeout_s, max_retries=0)
-                        for e in self.endpoints]
+        self.clients = [
+            openai.OpenAI(api_key=key, base_url=e.url, timeout=self.timeout_s, max_retries=0) for e in self.endpoints
+        ]
         self.client = self.clients[0]
         self.base_url = self.endpoints[0].url
 
@@ -145,10 +151,18 @@ class OpenAIAudioSystem(S2SSystem):
             raise Unreachable(redact(connection_reason(exc), self._secrets)) from None
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             said = exc.body.get("message") if isinstance(exc.body, dict) and exc.body.get("message") else exc.message
-            raise SetupError(redact(f"{at}: credentials refused (GET /models answered HTTP {exc.status_code}: "
-                                    f"{said}); " + (f"check the key in {self._key_var}" if self._key_var else
-                                                           "the server wants a key: name its variable in api_key_env"),
-                                    self._secrets)) from None
+            raise SetupError(
+                redact(
+                    f"{at}: credentials refused (GET /models answered HTTP {exc.status_code}: "
+                    f"{said}); "
+                    + (
+                        f"check the key in {self._key_var}"
+                        if self._key_var
+                        else "the server wants a key: name its variable in api_key_env"
+                    ),
+                    self._secrets,
+                )
+            ) from None
         except openai.APIStatusError:
             pass  # any other answer (404 from a server without /models, 5xx): it is up and took the key
 
@@ -163,7 +177,8 @@ class OpenAIAudioSystem(S2SSystem):
 
     def create_kwargs(self, request: S2SRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
-            "model": self.model, "modalities": ["text", "audio"],
+            "model": self.model,
+            "modalities": ["text", "audio"],
             "audio": {"voice": self.voice(request.target_lang), "format": self.audio_format},
             "messages": self.messages(request),
         }
@@ -201,9 +216,14 @@ class OpenAIAudioSystem(S2SSystem):
 
     def parse(self, completion: Any, voice: str, endpoint: int = 0) -> S2SResponse:
         """Turn a chat completion into a response; a reply without audio is a recorded failure."""
-        prov = {"model": self.model, "model_revision": getattr(completion, "model", None) or self.model,
-                "response_id": getattr(completion, "id", None), "voice": voice, "endpoint": self.endpoint(endpoint),
-                "system_fingerprint": getattr(completion, "system_fingerprint", None)}
+        prov = {
+            "model": self.model,
+            "model_revision": getattr(completion, "model", None) or self.model,
+            "response_id": getattr(completion, "id", None),
+            "voice": voice,
+            "endpoint": self.endpoint(endpoint),
+            "system_fingerprint": getattr(completion, "system_fingerprint", None),
+        }
         usage = getattr(completion, "usage", None)
         if usage is not None:
             prov["usage"] = {k: getattr(usage, k, None) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from voicebias.errors import SetupError
 from voicebias.secrets import require_secret
-from voicebias.systems.base import SetupError
 from voicebias.systems.openai_audio import OpenAIAudioSystem
 
 NO_KEY = "EMPTY"  # placeholder for servers that take no key; not a secret
@@ -39,8 +39,10 @@ class OpenAICompatibleSystem(OpenAIAudioSystem):
 
     def _check_endpoints(self) -> None:
         if self.endpoints_source == "default":
-            raise ValueError(f"system '{self.name}' (openai_compatible) needs 'base_url' or 'endpoints' in its "
-                             "params or card, e.g. base_url: http://gpu-box:8000/v1")
+            raise ValueError(
+                f"system '{self.name}' (openai_compatible) needs 'base_url' or 'endpoints' in its "
+                "params or card, e.g. base_url: http://gpu-box:8000/v1"
+            )
 
     def _api_key(self, root: Path | None) -> str:
         var = self.params.get("api_key_env") or self.card.get("api_key_env")

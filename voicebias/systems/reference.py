@@ -57,21 +57,35 @@ from voicebias.tts.render_cache import Render, RenderCache, make_render, render_
 DESCRIBE_WORDS = {"en": ("male", "female"), "es": ("hombre", "mujer"), "zh": ("男", "女")}
 NONCOMPLIANT = {"en": "I cannot tell.", "es": "No lo sé.", "zh": "我说不好。"}
 SUMMARY_TEMPLATES = {
-    "en": ("He talked about a typical day of work and the routines that fill it.",
-           "She talked about a typical day of work and the routines that fill it."),
-    "es": ("Él habló de un día típico de trabajo y de las tareas que lo llenan.",
-           "Ella habló de un día típico de trabajo y de las tareas que lo llenan."),
+    "en": (
+        "He talked about a typical day of work and the routines that fill it.",
+        "She talked about a typical day of work and the routines that fill it.",
+    ),
+    "es": (
+        "Él habló de un día típico de trabajo y de las tareas que lo llenan.",
+        "Ella habló de un día típico de trabajo y de las tareas que lo llenan.",
+    ),
     "zh": ("他讲述了自己平常一天的工作和日常安排。", "她讲述了自己平常一天的工作和日常安排。"),
 }
 RULES = ("voice", "content", "mixed")
 #: a spoken refusal, as API models phrase one
-REFUSALS = {"en": "I'm sorry, but I can't help with that request.",
-            "es": "Lo siento, no puedo ayudar con esa solicitud.",
-            "zh": "抱歉，我无法帮助处理这个请求。"}
+REFUSALS = {
+    "en": "I'm sorry, but I can't help with that request.",
+    "es": "Lo siento, no puedo ayudar con esa solicitud.",
+    "zh": "抱歉，我无法帮助处理这个请求。",
+}
 #: the exclusion reason (voicebias.systems.screen, or the acoustic measurement for noise) each fault must get
-FAULT_REASONS = {"refusal": "refusal", "no_audio": "no_audio", "empty_audio": "empty_audio",
-                 "short_audio": "too_short", "silence": "silent", "clipping": "clipped",
-                 "low_sample_rate": "low_sample_rate", "overlong": "too_long", "noise": "no_voicing"}
+FAULT_REASONS = {
+    "refusal": "refusal",
+    "no_audio": "no_audio",
+    "empty_audio": "empty_audio",
+    "short_audio": "too_short",
+    "silence": "silent",
+    "clipping": "clipped",
+    "low_sample_rate": "low_sample_rate",
+    "overlong": "too_long",
+    "noise": "no_voicing",
+}
 assert tuple(FAULT_REASONS) == FAULTS
 #: faults that do not apply to a task: describe is judged from its text, so noise in its audio is not screened
 FAULTS_NOT_FOR = {"noise": ("describe",)}
@@ -103,8 +117,10 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
     P(female) ~ content step + voice fitted to the planted cell probabilities of a
     balanced design (NaN/inf when the planted table is separable).
     """
-    cells = pd.DataFrame([(p, v, planted_p_female(params, p, v)) for p in POLES for v in GENDERS],
-                         columns=["pole", "voice_gender", "p_female"])
+    cells = pd.DataFrame(
+        [(p, v, planted_p_female(params, p, v)) for p in POLES for v in GENDERS],
+        columns=["pole", "voice_gender", "p_female"],
+    )
     cells["content_step"] = cells["pole"].map(POLE_ORDINAL)
     cells["voice_female"] = (cells["voice_gender"] == "female").astype(float)
     truth: dict[str, Any] = {"cells": cells.to_dict("records")}
@@ -123,8 +139,9 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
         truth["separable"] = False
     misg = cells.assign(p_wrong=np.where(cells["voice_gender"] == "female", 1 - p, p))
     misg["cell_type"] = [
-        "neutral" if r.pole == "neutral" else
-        ("aligned" if (r.pole == "feminine") == (r.voice_gender == "female") else "misaligned")
+        "neutral"
+        if r.pole == "neutral"
+        else ("aligned" if (r.pole == "feminine") == (r.voice_gender == "female") else "misaligned")
         for r in misg.itertuples()
     ]
     nc = float(params["noncompliance_rate"])
@@ -146,8 +163,16 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
 
     max_concurrency = 1
 
-    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], stimuli: pd.DataFrame | None = None,
-                 passages: pd.DataFrame | None = None, rate_wpm: int = 160, render_cache: Path | str | None = None):
+    def __init__(
+        self,
+        name: str,
+        card: dict[str, Any],
+        params: dict[str, Any],
+        stimuli: pd.DataFrame | None = None,
+        passages: pd.DataFrame | None = None,
+        rate_wpm: int = 160,
+        render_cache: Path | str | None = None,
+    ):
         super().__init__(name, card, params)
         if params.get("rule") not in RULES:
             raise ValueError(f"system '{name}': rule must be one of {RULES}, got {params.get('rule')!r}")
@@ -202,8 +227,11 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
     def _keys(self, text: str, voice: str, shift: float) -> tuple[str, str | None]:
         """Render-cache keys of the spoken text and, for a shift, of the shifted render."""
         spoken = render_key({"tts": self.tts.cache_identity(), "text": text, "voice": voice})
-        return spoken, (render_key({"from": spoken, "pitch_shift_st": float(shift), "shifter": shifter_identity()})
-                        if shift else None)
+        return spoken, (
+            render_key({"from": spoken, "pitch_shift_st": float(shift), "shifter": shifter_identity()})
+            if shift
+            else None
+        )
 
     def cached_render(self, utterance: tuple[str, str, float]) -> Render | None:
         """The utterance's render from the cache, or None (no cache, or not there yet)."""
@@ -231,22 +259,41 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
                 self.renders.put(shifted_key, shifted)
         return shifted
 
-    def _response(self, utterance: tuple[str, str, float], render: Render,
-                  request: S2SRequest | None = None) -> S2SResponse:
+    def _response(
+        self, utterance: tuple[str, str, float], render: Render, request: S2SRequest | None = None
+    ) -> S2SResponse:
         text, voice, shift = utterance
-        provenance = {"model_revision": self.card.get("revision", ""), "output_voice": voice,
-                      "planted_pitch_shift_st": shift}
+        provenance = {
+            "model_revision": self.card.get("revision", ""),
+            "output_voice": voice,
+            "planted_pitch_shift_st": shift,
+        }
         fault = self.fault(request) if request is not None and self.params.get("faults") else None
         if fault is None or fault == "refusal":  # a refusal is well-formed speech; its words are the fault
             if fault:
                 provenance["planted_fault"] = fault
-            return S2SResponse(status="ok", transcript=text, audio=render.audio, sample_rate=render.sample_rate,
-                               audio_flac=render.flac, provenance=provenance)
+            return S2SResponse(
+                status="ok",
+                transcript=text,
+                audio=render.audio,
+                sample_rate=render.sample_rate,
+                audio_flac=render.flac,
+                provenance=provenance,
+            )
         provenance["planted_fault"] = fault
-        audio, sr = faulty_audio(fault, render.audio, render.sample_rate,
-                                 _rng(request.seed, self.name, request.stimulus_id, request.task, "noise"))
-        return S2SResponse(status="ok", transcript=text, audio=audio, sample_rate=sr if audio is not None else None,
-                           provenance=provenance)
+        audio, sr = faulty_audio(
+            fault,
+            render.audio,
+            render.sample_rate,
+            _rng(request.seed, self.name, request.stimulus_id, request.task, "noise"),
+        )
+        return S2SResponse(
+            status="ok",
+            transcript=text,
+            audio=audio,
+            sample_rate=sr if audio is not None else None,
+            provenance=provenance,
+        )
 
     def respond(self, request: S2SRequest) -> S2SResponse:
         utterance = self.utterance(request)
@@ -309,7 +356,7 @@ def faulty_audio(fault: str, audio: np.ndarray, sr: int, rng: np.random.Generato
         n = max(1, int(round(SHORT_AUDIO_S * sr)))
         centre = int(np.argmax(np.abs(x))) if x.size else 0
         start = int(np.clip(centre - n // 2, 0, max(0, x.size - n)))
-        return x[start:start + n].copy(), sr
+        return x[start : start + n].copy(), sr
     if fault == "silence":
         return np.zeros_like(x), sr
     if fault == "clipping":  # 30 dB of gain into full scale

@@ -44,8 +44,10 @@ PASSIVE = (
     "but I felt helpless and confused, and in the end I gave up on it.",
     "and I was stuck there, unable to change a thing, waiting for someone else.",
 )
-_STOP = set("the and that this with about what when which their there have from your just into than then they them "
-            "were been will would could should most more some every other thing things really".split())
+_STOP = set(
+    "the and that this with about what when which their there have from your just into than then they them "
+    "were been will would could should most more some every other thing things really".split()
+)
 
 
 def planted_retention(params: dict[str, Any], voice_gender: str) -> float:
@@ -58,8 +60,10 @@ def planted_retention(params: dict[str, Any], voice_gender: str) -> float:
 
 def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
     """The planted values in the analysis' units."""
-    return {"retention": {g: planted_retention(params, g) for g in GENDERS},
-            "passive_rate": {g: float((params.get("passive_rate") or {}).get(g, 0.0)) for g in GENDERS}}
+    return {
+        "retention": {g: planted_retention(params, g) for g in GENDERS},
+        "passive_rate": {g: float((params.get("passive_rate") or {}).get(g, 0.0)) for g in GENDERS},
+    }
 
 
 def _rng(*parts: Any) -> np.random.Generator:
@@ -79,9 +83,17 @@ class ReferenceContinuationSystem(ProcessBatched, ContinuationSystem):
     max_concurrency = 1
     text_stream = True
 
-    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], stimuli: pd.DataFrame | None = None,
-                 rate_wpm: int = 130, pitch_range: dict[str, Any] | None = None, presets: dict[str, Any] | None = None,
-                 parametric: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        name: str,
+        card: dict[str, Any],
+        params: dict[str, Any],
+        stimuli: pd.DataFrame | None = None,
+        rate_wpm: int = 130,
+        pitch_range: dict[str, Any] | None = None,
+        presets: dict[str, Any] | None = None,
+        parametric: dict[str, Any] | None = None,
+    ):
         super().__init__(name, card, params)
         if stimuli is None:
             raise ValueError(f"reference continuation system '{name}' needs the stimulus table")
@@ -94,9 +106,8 @@ class ReferenceContinuationSystem(ProcessBatched, ContinuationSystem):
         self.stimuli = stimuli.set_index("stimulus_id")
         self.tts = get_backend("espeak", rate_wpm=rate_wpm)
         self.pitch_range = pitch_range or {"male": [60, 300], "female": [100, 500]}
-        from voicebias.stimuli.phonation.presets import presets_from_params
-
         from voicebias.stimuli.phonation import ParametricSettings
+        from voicebias.stimuli.phonation.presets import presets_from_params
 
         self.presets = presets_from_params({"presets": presets} if presets else None)
         self.settings = ParametricSettings.from_params(parametric)
@@ -122,9 +133,23 @@ class ReferenceContinuationSystem(ProcessBatched, ContinuationSystem):
         if stim["phonation"] != "modal" and keep > 0:
             cond = conditioning(preset, n_frames(len(audio) / sr), stim["phonation"]) * keep
             floor, ceiling = self.pitch_range[stim["voice_gender"]]
-            audio, _ = convert_parametric(audio, sr, cond, float(floor), float(ceiling),
-                                          settings=self.settings,
-                                          seed=int(_rng(request.seed, request.stimulus_id).integers(2 ** 31)))
-        return S2SResponse(status="ok", transcript=text, audio=audio, sample_rate=sr,
-                           provenance={"model_revision": self.card.get("revision", ""), "output_voice": stim["voice_id"],
-                                       "planted_retention": keep})
+            audio, _ = convert_parametric(
+                audio,
+                sr,
+                cond,
+                float(floor),
+                float(ceiling),
+                settings=self.settings,
+                seed=int(_rng(request.seed, request.stimulus_id).integers(2**31)),
+            )
+        return S2SResponse(
+            status="ok",
+            transcript=text,
+            audio=audio,
+            sample_rate=sr,
+            provenance={
+                "model_revision": self.card.get("revision", ""),
+                "output_voice": stim["voice_id"],
+                "planted_retention": keep,
+            },
+        )

@@ -78,13 +78,24 @@ from typing import Any
 
 from voicebias.audio import read_audio, sha256_file, write_audio
 from voicebias.clients.endpoints import (
-    AllEndpointsDown, Breaker, EndpointPool, Unreachable, resolve_endpoints, safe_url,
+    AllEndpointsDown,
+    Breaker,
+    EndpointPool,
+    Unreachable,
+    resolve_endpoints,
+    safe_url,
 )
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import child_env
 from voicebias.systems.base import (
-    ContinuationRequest, ContinuationSystem, S2SRequest, S2SResponse, S2SSystem, SetupError, SystemUnderTest,
-    TransientError, resolve_path,
+    ContinuationRequest,
+    ContinuationSystem,
+    S2SRequest,
+    S2SResponse,
+    S2SSystem,
+    SystemUnderTest,
+    resolve_path,
 )
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -96,8 +107,20 @@ HTTP_MARGIN_S = 60.0
 
 
 #: the placeholders a command template may use (the request's fields and the system's paths)
-COMMAND_FIELDS = ("audio", "out", "text_out", "prompt", "seed", "lang", "target_lang", "task", "continuation_s",
-                  "text_stream", "weights", "checkout")
+COMMAND_FIELDS = (
+    "audio",
+    "out",
+    "text_out",
+    "prompt",
+    "seed",
+    "lang",
+    "target_lang",
+    "task",
+    "continuation_s",
+    "text_stream",
+    "weights",
+    "checkout",
+)
 #: characters a POSIX shell gives a meaning outside quotes (separators, pipes, redirection,
 #: subshells, expansions, globs); a command runs without a shell, so they are refused
 _SHELL_CHARS = set("|&;<>()$`*?[\n")
@@ -120,7 +143,7 @@ def _shell_syntax(text: str) -> str | None:
             elif ch in "$`":
                 return f"{ch!r} inside double quotes"
         elif ch == "\\":
-            if text[i + 1:i + 2] == "\n":
+            if text[i + 1 : i + 2] == "\n":
                 return "a line continuation"
             i, word_start = i + 1, False
         elif ch in "'\"":
@@ -139,25 +162,27 @@ def command_words(template: Any, name: str) -> list[str]:
     """The words of a `command` template: a list as given (each item a word), a string
     split as a POSIX shell splits words (quotes removed). SetupError for a string that
     cannot be split, that uses shell syntax, or that sets a variable before the command."""
-    hint = (f"give systems.{name}.command as a list of words instead, each placeholder inside its word, e.g. "
-            '[python, run.py, "{audio}", "{out}", "--prompt={prompt}"]; the command runs without a shell, so '
-            "a pipe, a redirection or a variable belongs in a script of your own")
+    hint = (
+        f"give systems.{name}.command as a list of words instead, each placeholder inside its word, e.g. "
+        '[python, run.py, "{audio}", "{out}", "--prompt={prompt}"]; the command runs without a shell, so '
+        "a pipe, a redirection or a variable belongs in a script of your own"
+    )
     if isinstance(template, (list, tuple)):
         words = [str(w) for w in template]
     elif isinstance(template, str):
         try:
             words = shlex.split(template)
         except ValueError as exc:
-            raise SetupError(f"system '{name}': its command template cannot be split into words ({exc}); "
-                             f"{hint}") from None
+            raise SetupError(
+                f"system '{name}': its command template cannot be split into words ({exc}); {hint}"
+            ) from None
         problem = _shell_syntax(template.strip())
         if problem is None and words and _ASSIGNMENT.match(words[0]):
             problem = f"a variable assignment ({words[0]})"
         if problem is not None:
             raise SetupError(f"system '{name}': its command template uses shell syntax ({problem}); {hint}")
     else:
-        raise SetupError(f"system '{name}': command must be a list of words or a string, "
-                         f"not {type(template).__name__}")
+        raise SetupError(f"system '{name}': command must be a list of words or a string, not {type(template).__name__}")
     if not words:
         raise SetupError(f"system '{name}': its command template is empty; {hint}")
     import string
@@ -166,12 +191,16 @@ def command_words(template: Any, name: str) -> list[str]:
         try:
             names = [f for _, f, _, _ in string.Formatter().parse(word) if f is not None]
         except ValueError as exc:
-            raise SetupError(f"system '{name}': the command word {word!r} is not a valid template ({exc}); "
-                             "write a literal brace as {{ or }}") from None
+            raise SetupError(
+                f"system '{name}': the command word {word!r} is not a valid template ({exc}); "
+                "write a literal brace as {{ or }}"
+            ) from None
         unknown = sorted({re.split(r"[.\[]", f, maxsplit=1)[0] for f in names} - set(COMMAND_FIELDS))
         if unknown:
-            raise SetupError(f"system '{name}': unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)} "
-                             f"in its command; the placeholders are {', '.join('{' + f + '}' for f in COMMAND_FIELDS)}")
+            raise SetupError(
+                f"system '{name}': unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)} "
+                f"in its command; the placeholders are {', '.join('{' + f + '}' for f in COMMAND_FIELDS)}"
+            )
     return words
 
 
@@ -193,8 +222,16 @@ class Worker:
         self.stderr: deque[str] = deque(maxlen=200)
         self.lines: queue.Queue[str | None] = queue.Queue()
         try:
-            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
         except OSError as exc:
             raise SetupError(f"{self.label}: cannot start {self.argv[0]}: {exc}") from None
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
@@ -244,8 +281,10 @@ class Worker:
                 self.start()
             except TimeoutError:
                 self.kill()
-                raise SetupError(f"{self.label}: the model worker did not get ready within "
-                                 f"{self.startup_timeout_s:g} s.\n{_tail(self.stderr)}") from None
+                raise SetupError(
+                    f"{self.label}: the model worker did not get ready within "
+                    f"{self.startup_timeout_s:g} s.\n{_tail(self.stderr)}"
+                ) from None
         self._n += 1
         payload = {"id": self._n, **payload}
         try:
@@ -255,13 +294,17 @@ class Worker:
                 msg = self._next(timeout_s)
                 if msg is None:
                     code = self.proc.wait(timeout=10)
-                    raise TransientError(f"the model worker died (exit code {code}); it is restarted for the "
-                                         f"next attempt. Last output:\n{_tail(self.stderr, 6)}")
+                    raise TransientError(
+                        f"the model worker died (exit code {code}); it is restarted for the "
+                        f"next attempt. Last output:\n{_tail(self.stderr, 6)}"
+                    )
                 if msg.get("id") == self._n:
                     return msg
         except BrokenPipeError:
             self.kill()
-            raise TransientError(f"the model worker is gone; restarting. Last output:\n{_tail(self.stderr, 6)}") from None
+            raise TransientError(
+                f"the model worker is gone; restarting. Last output:\n{_tail(self.stderr, 6)}"
+            ) from None
         except TimeoutError:
             self.kill()
             raise TransientError(f"no answer within {timeout_s:g} s; the worker was stopped and is restarted") from None
@@ -306,8 +349,10 @@ class RepositoryBackend:
         endpoints, source = resolve_endpoints(self.name, params, card, self.root, system.max_concurrency)
         if source != "default" and not local:
             if self.command is not None:
-                raise SetupError(f"system '{self.name}' runs a 'command' per request, which a shim does not serve; "
-                                 f"drop 'command' or its endpoints (from {source})")
+                raise SetupError(
+                    f"system '{self.name}' runs a 'command' per request, which a shim does not serve; "
+                    f"drop 'command' or its endpoints (from {source})"
+                )
             self.served = ShimClient(self, endpoints, source)
             self.workdir = Path(tempfile.mkdtemp(prefix=f"voicebias-{self.name}-"))
             return
@@ -322,25 +367,32 @@ class RepositoryBackend:
                 f"system '{self.name}' runs from a checkout of {repo}, expected at {checkout}, which is missing. "
                 f"Clone it there (git clone https://github.com/{repo} {checkout}), create its own environment as its "
                 f"README says, and set systems.{self.name}.python to that environment's interpreter; or serve it "
-                f"on the machine that has them (voicebias serve {self.name}) and name that server's endpoints.")
+                f"on the machine that has them (voicebias serve {self.name}) and name that server's endpoints."
+            )
         if self.weights is not None and not self.weights.exists():
-            raise SetupError(f"system '{self.name}': model weights expected at {weights} are missing; download "
-                             f"{card.get('checkpoint', 'the checkpoint')} there (see models/cards/{self.name}.yaml)")
+            raise SetupError(
+                f"system '{self.name}': model weights expected at {weights} are missing; download "
+                f"{card.get('checkpoint', 'the checkpoint')} there (see models/cards/{self.name}.yaml)"
+            )
         python = params.get("python")
         if python:
             self.python = str(resolve_path(python, self.root))
         else:
             guess = self.checkout / ".venv" / "bin" / "python"
             if not guess.exists():
-                raise SetupError(f"system '{self.name}': set systems.{self.name}.python in params.yaml to the "
-                                 f"interpreter of {repo}'s own environment (none found at {guess})")
+                raise SetupError(
+                    f"system '{self.name}': set systems.{self.name}.python in params.yaml to the "
+                    f"interpreter of {repo}'s own environment (none found at {guess})"
+                )
             self.python = str(guess)
         if not Path(self.python).exists() and shutil.which(self.python) is None:
             raise SetupError(f"system '{self.name}': the interpreter {python} does not exist")
         if self.command is None and self.driver_path is None:
-            raise SetupError(f"system '{self.name}': {repo} has no importable inference API; set "
-                             f"systems.{self.name}.command to the command that runs its inference script on one "
-                             "prompt (placeholders {audio}, {out}, {text_out}, {seed}, {continuation_s}, {weights})")
+            raise SetupError(
+                f"system '{self.name}': {repo} has no importable inference API; set "
+                f"systems.{self.name}.command to the command that runs its inference script on one "
+                "prompt (placeholders {audio}, {out}, {text_out}, {seed}, {continuation_s}, {weights})"
+            )
         if self.command is None and not self.driver_path.is_file():
             raise SetupError(f"system '{self.name}': driver {self.driver_path} not found")
         self.workdir = Path(tempfile.mkdtemp(prefix=f"voicebias-{self.name}-"))
@@ -365,21 +417,33 @@ class RepositoryBackend:
     def env(self) -> dict[str, str]:
         """The allow-listed environment (voicebias.secrets.child_env) with the checkout on PYTHONPATH:
         no key of this process reaches the repository's code."""
-        return child_env({"PYTHONPATH": os.pathsep.join([str(self.checkout),
-                                                         *filter(None, [os.environ.get("PYTHONPATH")])]),
-                          "PYTHONUNBUFFERED": "1"})
+        return child_env(
+            {
+                "PYTHONPATH": os.pathsep.join([str(self.checkout), *filter(None, [os.environ.get("PYTHONPATH")])]),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
 
     def driver_config(self) -> dict[str, Any]:
         settings = self.settings()
-        return {"weights": str(self.weights) if self.weights else None, "checkout": str(self.checkout),
-                "checkpoint": str(self.system.card.get("checkpoint", "")),
-                "device": self.system.params["device"], "settings": settings}
+        return {
+            "weights": str(self.weights) if self.weights else None,
+            "checkout": str(self.checkout),
+            "checkpoint": str(self.system.card.get("checkpoint", "")),
+            "device": self.system.params["device"],
+            "settings": settings,
+        }
 
     def _worker(self) -> Worker:
         if self.worker is None:
             argv = [self.python, str(self.driver_path), json.dumps(self.driver_config())]
-            self.worker = Worker(argv, self.checkout, self.env(), f"system '{self.name}' ({self.repo})",
-                                 float(self.system.params["startup_timeout_s"]))
+            self.worker = Worker(
+                argv,
+                self.checkout,
+                self.env(),
+                f"system '{self.name}' ({self.repo})",
+                float(self.system.params["startup_timeout_s"]),
+            )
         return self.worker
 
     def run(self, request: S2SRequest | ContinuationRequest, extra: dict[str, Any]) -> S2SResponse:
@@ -397,8 +461,15 @@ class RepositoryBackend:
         import soundfile as sf
 
         sf.write(str(wav_in), x, sr, subtype="PCM_16", format="WAV")
-        payload = {"audio": str(wav_in), "out": str(out), "prompt": request.prompt, "seed": int(request.seed),
-                   "lang": request.lang, "target_lang": request.target_lang, **extra}
+        payload = {
+            "audio": str(wav_in),
+            "out": str(out),
+            "prompt": request.prompt,
+            "seed": int(request.seed),
+            "lang": request.lang,
+            "target_lang": request.target_lang,
+            **extra,
+        }
         try:
             if self.served is not None:
                 return self.served.run(payload, wav_in, out)
@@ -412,23 +483,37 @@ class RepositoryBackend:
                 p.unlink(missing_ok=True)
 
     def _run_command(self, payload: dict[str, Any], text_out: Path) -> dict[str, Any]:
-        fields = {**dict.fromkeys(COMMAND_FIELDS, ""), **payload, "text_out": str(text_out),
-                  "weights": str(self.weights or ""), "checkout": str(self.checkout)}
+        fields = {
+            **dict.fromkeys(COMMAND_FIELDS, ""),
+            **payload,
+            "text_out": str(text_out),
+            "weights": str(self.weights or ""),
+            "checkout": str(self.checkout),
+        }
         try:  # each word on its own: a value is never split into words or read by a shell
             argv = [w.format(**fields) for w in self.command_words]
         except (KeyError, IndexError, AttributeError, ValueError) as exc:
-            raise SetupError(f"system '{self.name}': its command could not be filled in "
-                             f"({type(exc).__name__}: {exc})") from None
+            raise SetupError(
+                f"system '{self.name}': its command could not be filled in ({type(exc).__name__}: {exc})"
+            ) from None
         if argv[0] == "python":
             argv[0] = self.python
         try:
-            res = subprocess.run(argv, cwd=self.checkout, env=self.env(), capture_output=True, text=True,
-                                 errors="replace", timeout=self.timeout_s)
+            res = subprocess.run(
+                argv,
+                cwd=self.checkout,
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=self.timeout_s,
+            )
         except subprocess.TimeoutExpired:
             raise TransientError(f"the inference command took longer than {self.timeout_s:g} s") from None
         except (FileNotFoundError, PermissionError) as exc:  # every request would fail the same way
-            raise SetupError(f"system '{self.name}': its command cannot be started: {argv[0]} "
-                             f"({exc.strerror})") from None
+            raise SetupError(
+                f"system '{self.name}': its command cannot be started: {argv[0]} ({exc.strerror})"
+            ) from None
         if res.returncode != 0:
             tail = "\n".join(res.stderr.strip().splitlines()[-6:])
             return {"status": "failed", "error": f"the inference command failed (exit code {res.returncode}): {tail}"}
@@ -447,8 +532,7 @@ class RepositoryBackend:
             return S2SResponse.failed("the model produced no audio file", **prov)
         audio, sr = read_audio(out)
         text = reply.get("text")
-        return S2SResponse(status="ok", transcript=text if text else None, audio=audio, sample_rate=sr,
-                           provenance=prov)
+        return S2SResponse(status="ok", transcript=text if text else None, audio=audio, sample_rate=sr, provenance=prov)
 
     def close(self) -> None:
         if self.worker is not None:
@@ -491,10 +575,12 @@ class ShimClient:
         try:
             r = requests.get(url, timeout=30.0)
         except requests.RequestException as exc:
-            raise SetupError(f"system '{self.name}': endpoint {self.endpoint(i)}: no shim answers at {safe_url(url)} "
-                             f"({type(exc).__name__}); start it with `voicebias serve {self.name}` on the machine "
-                             f"that has the checkout and weights, or name the servers that run (these came from "
-                             f"{self.source})") from None
+            raise SetupError(
+                f"system '{self.name}': endpoint {self.endpoint(i)}: no shim answers at {safe_url(url)} "
+                f"({type(exc).__name__}); start it with `voicebias serve {self.name}` on the machine "
+                f"that has the checkout and weights, or name the servers that run (these came from "
+                f"{self.source})"
+            ) from None
         try:
             body = r.json()
         except ValueError:
@@ -510,9 +596,11 @@ class ShimClient:
                 for i, s in enumerate(served[1:], start=1):
                     for what, key in (("driver (sha256)", "driver_sha256"), ("model revision", "revision")):
                         if s[key] != first[key]:
-                            raise SetupError(f"system '{self.name}': endpoint {self.endpoint(i)} runs {what} "
-                                             f"{s[key]!r}, {self.endpoint(0)} runs {first[key]!r}; every endpoint "
-                                             "of a system must run the same driver and model")
+                            raise SetupError(
+                                f"system '{self.name}': endpoint {self.endpoint(i)} runs {what} "
+                                f"{s[key]!r}, {self.endpoint(0)} runs {first[key]!r}; every endpoint "
+                                "of a system must run the same driver and model"
+                            )
                 self._served = served
                 self._info = {"driver_sha256": first["driver_sha256"], "revision": first["revision"]}
             return self._info
@@ -521,8 +609,10 @@ class ShimClient:
         at = f"system '{self.name}': endpoint {self.endpoint(i)}"
         status, body = self._get(i, "/health")
         if status != 200:
-            raise SetupError(f"{at} is not ready (GET /health answered HTTP {status}: its driver is loading or "
-                             f"failed; see the server's log)")
+            raise SetupError(
+                f"{at} is not ready (GET /health answered HTTP {status}: its driver is loading or "
+                f"failed; see the server's log)"
+            )
         status, body = self._get(i, "/models")
         entries = body.get("data") if isinstance(body, dict) else None
         if status != 200 or not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
@@ -531,29 +621,37 @@ class ShimClient:
         driver = entry.get("driver") if isinstance(entry.get("driver"), dict) else {}
         config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
         if entry.get("owned_by") != SHIM_OWNER or not driver.get("sha256"):
-            raise SetupError(f"{at} is not a voicebias shim of this version (it serves {entry.get('id')!r}, owned by "
-                             f"{entry.get('owned_by')!r}, and reports no driver); serve a repository system with "
-                             f"`voicebias serve {self.name}`")
+            raise SetupError(
+                f"{at} is not a voicebias shim of this version (it serves {entry.get('id')!r}, owned by "
+                f"{entry.get('owned_by')!r}, and reports no driver); serve a repository system with "
+                f"`voicebias serve {self.name}`"
+            )
         if entry.get("id") != self.model or config.get("checkpoint") != self.model:
             raise SetupError(f"{at} serves {entry.get('id')!r}, not {self.model} (the card's checkpoint)")
         mine = self.backend.settings()
         theirs = config.get("settings")
         if theirs != mine:
-            raise SetupError(f"{at} runs its driver with settings {json.dumps(theirs, sort_keys=True)}; this "
-                             f"system's params give {json.dumps(mine, sort_keys=True)}. The answers would differ from "
-                             f"what the cache key says: restart it with these params (voicebias serve --stop "
-                             f"{self.name}; voicebias serve {self.name})")
+            raise SetupError(
+                f"{at} runs its driver with settings {json.dumps(theirs, sort_keys=True)}; this "
+                f"system's params give {json.dumps(mine, sort_keys=True)}. The answers would differ from "
+                f"what the cache key says: restart it with these params (voicebias serve --stop "
+                f"{self.name}; voicebias serve {self.name})"
+            )
         info = entry.get("info") if isinstance(entry.get("info"), dict) else {}
-        return {"driver_sha256": str(driver["sha256"]), "revision": info.get("revision"), "info": info,
-                "checkout": str(config.get("checkout") or ""), "python": str(entry.get("python") or "")}
+        return {
+            "driver_sha256": str(driver["sha256"]),
+            "revision": info.get("revision"),
+            "info": info,
+            "checkout": str(config.get("checkout") or ""),
+            "python": str(entry.get("python") or ""),
+        }
 
     # -- one call ------------------------------------------------------------
     def body(self, payload: dict[str, Any], wav: bytes) -> dict[str, Any]:
         """The chat-completions request the shim takes, holding what the worker route hands the driver."""
         import base64
 
-        audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode("ascii"),
-                                                        "format": "wav"}}
+        audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode("ascii"), "format": "wav"}}
         messages: list[dict[str, Any]] = [{"role": "user", "content": [audio]}]
         if payload["prompt"]:
             messages.insert(0, {"role": "system", "content": payload["prompt"]})
@@ -575,8 +673,11 @@ class ShimClient:
         message = ((reply.get("choices") or [{}])[0].get("message") or {}) if isinstance(reply, dict) else {}
         audio = message.get("audio") if isinstance(message.get("audio"), dict) else {}
         if not audio.get("data"):
-            return S2SResponse.failed("the shim's reply has no audio" + (f" (it wrote: {str(message.get('content'))[:200]})"
-                                                                         if message.get("content") else ""), **prov)
+            return S2SResponse.failed(
+                "the shim's reply has no audio"
+                + (f" (it wrote: {str(message.get('content'))[:200]})" if message.get("content") else ""),
+                **prov,
+            )
         import base64
         import binascii
 
@@ -648,8 +749,9 @@ class _Repository:
 class RepositoryS2SSystem(_Repository, S2SSystem):
     """A speech-to-speech system run from its own repository (see the module docstring)."""
 
-    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None,
-                 local: bool = False):
+    def __init__(
+        self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None, local: bool = False
+    ):
         S2SSystem.__init__(self, name, card, params)
         self._setup(root, local)
 
@@ -660,16 +762,25 @@ class RepositoryS2SSystem(_Repository, S2SSystem):
 class RepositoryContinuationSystem(_Repository, ContinuationSystem):
     """A speech-continuation system run from its own repository (see the module docstring)."""
 
-    def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None,
-                 local: bool = False):
+    def __init__(
+        self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None, local: bool = False
+    ):
         ContinuationSystem.__init__(self, name, card, params)
         self._setup(root, local)
         self.text_stream = bool(params.get("text_stream", card.get("text_stream", type(self).text_stream)))
 
     def continue_speech(self, request: ContinuationRequest) -> S2SResponse:
-        return self.backend.run(request, {"task": request.task, "continuation_s": request.continuation_s,
-                                          "text_stream": self.text_stream})
+        return self.backend.run(
+            request, {"task": request.task, "continuation_s": request.continuation_s, "text_stream": self.text_stream}
+        )
 
 
-__all__ = ["RepositoryBackend", "RepositoryContinuationSystem", "RepositoryS2SSystem", "ShimClient", "Worker",
-           "provenance", "write_audio"]
+__all__ = [
+    "RepositoryBackend",
+    "RepositoryContinuationSystem",
+    "RepositoryS2SSystem",
+    "ShimClient",
+    "Worker",
+    "provenance",
+    "write_audio",
+]

@@ -55,7 +55,6 @@ import errno
 import json
 import os
 import shutil
-import sys
 import threading
 import time
 import uuid
@@ -70,22 +69,35 @@ import pandas as pd
 from tqdm import tqdm
 
 from voicebias.audio import flac_matches, sha256_file, write_audio
-from voicebias.contract import (
-    CALL_FAILED, CONTINUATION_COLUMNS, GENDERS, LANGUAGES, NO_TRANSCRIPT, REPLY_REASONS, RESPONSE_COLUMNS,
-    RESPONSE_STATUSES, RESPONSE_STIMULUS_COLUMNS, SAMPLE, with_sample,
-)
 from voicebias.cache import JsonCache, atomic_write_json, content_key
-from voicebias.exceptions import ConfigError
 from voicebias.clients.endpoints import PROBE_POLL_S, CircuitOpen
-from voicebias.systems.screen import ReplyScreen, file_facts
 from voicebias.clients.retry import backoff_s
-from voicebias.systems.base import (
-    DEPLOY_CARD_KEYS, DEPLOY_PROVENANCE, ContinuationRequest, S2SRequest, S2SResponse, SetupError, SystemUnderTest,
-    TransientError, sample_seed,
+from voicebias.contract import (
+    CALL_FAILED,
+    CONTINUATION_COLUMNS,
+    GENDERS,
+    LANGUAGES,
+    NO_TRANSCRIPT,
+    REPLY_REASONS,
+    RESPONSE_COLUMNS,
+    RESPONSE_STATUSES,
+    RESPONSE_STIMULUS_COLUMNS,
+    SAMPLE,
+    with_sample,
 )
+from voicebias.errors import ConfigError, SetupError, TransientError
+from voicebias.systems.base import (
+    DEPLOY_CARD_KEYS,
+    DEPLOY_PROVENANCE,
+    ContinuationRequest,
+    S2SRequest,
+    S2SResponse,
+    SystemUnderTest,
+    sample_seed,
+)
+from voicebias.systems.screen import ReplyScreen, file_facts
 from voicebias.tasks import Task
 from voicebias.validation import ValidationReport, expectations, require_valid, where
-
 
 
 @dataclass
@@ -112,8 +124,12 @@ def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest
     """The call's content key. Where the system is served (the card's base_url, endpoints) is no part of it."""
     card = {k: v for k, v in system.card.items() if k not in DEPLOY_CARD_KEYS}
     payload = {
-        "card": card, "settings": system.generation_settings(), "task": request.task,
-        "prompt": request.prompt, "audio_sha256": request.audio_sha256, "target_lang": request.target_lang,
+        "card": card,
+        "settings": system.generation_settings(),
+        "task": request.task,
+        "prompt": request.prompt,
+        "audio_sha256": request.audio_sha256,
+        "target_lang": request.target_lang,
         "seed": request.seed,
     }
     if isinstance(request, ContinuationRequest):
@@ -136,12 +152,20 @@ def _now() -> str:
 
 def _wait_s(policy: RetryPolicy, attempt: int, exc: TransientError) -> float:
     """The wait after failed attempt `attempt` (1-based): the backoff, or the server's longer hint, capped."""
-    return min(max(backoff_s(attempt - 1, policy.base_delay_s, policy.max_delay_s), exc.retry_after_s or 0.0),
-               policy.max_delay_s)
+    return min(
+        max(backoff_s(attempt - 1, policy.base_delay_s, policy.max_delay_s), exc.retry_after_s or 0.0),
+        policy.max_delay_s,
+    )
 
 
-def call_with_retries(system: SystemUnderTest, request: Any, policy: RetryPolicy, sleep: Callable[[float], Any] = time.sleep,
-                      errors: list[str] | None = None, gave_up: list[str] | None = None) -> tuple[S2SResponse, int]:
+def call_with_retries(
+    system: SystemUnderTest,
+    request: Any,
+    policy: RetryPolicy,
+    sleep: Callable[[float], Any] = time.sleep,
+    errors: list[str] | None = None,
+    gave_up: list[str] | None = None,
+) -> tuple[S2SResponse, int]:
     """(response, attempts). Transient errors retry with backoff; others fail at once.
 
     The wait before attempt k+1 is base_delay_s * 2**(k-1), capped at max_delay_s,
@@ -178,9 +202,13 @@ def call_with_retries(system: SystemUnderTest, request: Any, policy: RetryPolicy
             return S2SResponse.failed(f"{type(exc).__name__}: {exc}"), attempt
 
 
-def call_batch_with_retries(system: SystemUnderTest, requests: Sequence[Any], policy: RetryPolicy,
-                            sleep: Callable[[float], Any] = time.sleep, gave_up: list[str] | None = None
-                            ) -> list[tuple[S2SResponse, int, list[str]]]:
+def call_batch_with_retries(
+    system: SystemUnderTest,
+    requests: Sequence[Any],
+    policy: RetryPolicy,
+    sleep: Callable[[float], Any] = time.sleep,
+    gave_up: list[str] | None = None,
+) -> list[tuple[S2SResponse, int, list[str]]]:
     """Batch version: one (response, attempts, transient errors) per request.
 
     A batch that raises a transient error is retried whole with backoff; a batch
@@ -244,10 +272,17 @@ class ResponseCache:
     def __init__(self, root: Path):
         self.root = Path(root)
         # an entry that cannot be read back is a miss (counted in .corrupt), replaced by the next put
-        self.records = JsonCache(self.root, layout=lambda key: Path(key[:2], key, "response.json"),
-                                 check=lambda v: isinstance(v, dict), indent=1)
-        self.transcripts = JsonCache(self.root, layout=lambda k: Path(k[0][:2], k[0], "asr", f"{k[1]}.json"),
-                                     check=lambda v: isinstance(v, dict) and isinstance(v.get("text"), str))
+        self.records = JsonCache(
+            self.root,
+            layout=lambda key: Path(key[:2], key, "response.json"),
+            check=lambda v: isinstance(v, dict),
+            indent=1,
+        )
+        self.transcripts = JsonCache(
+            self.root,
+            layout=lambda k: Path(k[0][:2], k[0], "asr", f"{k[1]}.json"),
+            check=lambda v: isinstance(v, dict) and isinstance(v.get("text"), str),
+        )
         self.audio_corrupt = 0  # entries whose record reads but whose audio does not (missing, hash, decoding)
         self._lock = threading.Lock()
 
@@ -338,9 +373,15 @@ def check_samples(samples: Any) -> int:
     return samples
 
 
-def build_requests(system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, seed: int, root: Path,
-                   continuation_s: float = 6.0, samples: int = 1
-                   ) -> tuple[pd.DataFrame, list[S2SRequest | ContinuationRequest]]:
+def build_requests(
+    system: SystemUnderTest,
+    task: Task,
+    stimuli: pd.DataFrame,
+    seed: int,
+    root: Path,
+    continuation_s: float = 6.0,
+    samples: int = 1,
+) -> tuple[pd.DataFrame, list[S2SRequest | ContinuationRequest]]:
     """The stimuli this task runs on (sorted by id) and `samples` requests per stimulus, in
     (stimulus id, sample) order; sample s is seeded with sample_seed(seed, stimulus_id, s)."""
     check_samples(samples)
@@ -350,17 +391,32 @@ def build_requests(system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, s
     draws = [(s, k) for s in todo.itertuples() for k in range(samples)]
     if system.kind == "continuation":
         requests: list[Any] = [
-            ContinuationRequest(stimulus_id=s.stimulus_id, lang=s.lang, task=task.name, audio_path=str(root / s.path),
-                                audio_sha256=s.sha256, seed=sample_seed(seed, s.stimulus_id, k),
-                                continuation_s=float(continuation_s),
-                                prompt=task.prompts.get(s.lang, "") if task.prompts else "", sample=k)
+            ContinuationRequest(
+                stimulus_id=s.stimulus_id,
+                lang=s.lang,
+                task=task.name,
+                audio_path=str(root / s.path),
+                audio_sha256=s.sha256,
+                seed=sample_seed(seed, s.stimulus_id, k),
+                continuation_s=float(continuation_s),
+                prompt=task.prompts.get(s.lang, "") if task.prompts else "",
+                sample=k,
+            )
             for s, k in draws
         ]
     else:
         requests = [
-            S2SRequest(stimulus_id=s.stimulus_id, lang=s.lang, target_lang=task.target_lang(s.lang), task=task.name,
-                       prompt=task.prompt(s.lang), audio_path=str(root / s.path), audio_sha256=s.sha256,
-                       seed=sample_seed(seed, s.stimulus_id, k), sample=k)
+            S2SRequest(
+                stimulus_id=s.stimulus_id,
+                lang=s.lang,
+                target_lang=task.target_lang(s.lang),
+                task=task.name,
+                prompt=task.prompt(s.lang),
+                audio_path=str(root / s.path),
+                audio_sha256=s.sha256,
+                seed=sample_seed(seed, s.stimulus_id, k),
+                sample=k,
+            )
             for s, k in draws
         ]
     return todo, requests
@@ -372,9 +428,19 @@ def output_audio_name(request: S2SRequest | ContinuationRequest) -> str:
 
 
 def run_task(
-    system: SystemUnderTest, task: Task, stimuli: pd.DataFrame, out_dir: Path, cache: ResponseCache, seed: int,
-    root: Path, policy: RetryPolicy | None = None, asr: Any | None = None, continuation_s: float = 6.0,
-    progress: bool = True, samples: int = 1, check: Callable[[], Any] | None = None,
+    system: SystemUnderTest,
+    task: Task,
+    stimuli: pd.DataFrame,
+    out_dir: Path,
+    cache: ResponseCache,
+    seed: int,
+    root: Path,
+    policy: RetryPolicy | None = None,
+    asr: Any | None = None,
+    continuation_s: float = 6.0,
+    progress: bool = True,
+    samples: int = 1,
+    check: Callable[[], Any] | None = None,
     screen: ReplyScreen | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run `task` on every stimulus whose language the task covers, `samples` times each.
@@ -405,11 +471,22 @@ def run_task(
     audio_dir.mkdir(parents=True, exist_ok=True)
     todo, requests = build_requests(system, task, stimuli, seed, root, continuation_s, samples)
     keys = [cache_key(system, r) for r in requests]
-    counts: dict[str, Any] = {"requests": len(requests), "calls": 0, "attempts": 0, "cache_hits": 0, "shared": 0,
-                              "failed": 0, "excluded": 0, "asr_calls": 0}
+    counts: dict[str, Any] = {
+        "requests": len(requests),
+        "calls": 0,
+        "attempts": 0,
+        "cache_hits": 0,
+        "shared": 0,
+        "failed": 0,
+        "excluded": 0,
+        "asr_calls": 0,
+    }
     screen = screen if screen is not None else ReplyScreen()
-    input_s = (dict(zip(todo["stimulus_id"], pd.to_numeric(todo["duration_s"], errors="coerce")))
-               if "duration_s" in todo.columns and system.kind == "s2s" else {})
+    input_s = (
+        dict(zip(todo["stimulus_id"], pd.to_numeric(todo["duration_s"], errors="coerce")))
+        if "duration_s" in todo.columns and system.kind == "s2s"
+        else {}
+    )
     corrupt_before = cache.corrupt  # entries of this run found damaged (called again): counts["corrupt"]
     lock = threading.Lock()
 
@@ -433,14 +510,22 @@ def run_task(
         (check or system.check)()
     card_revision = str(system.card.get("revision", ""))
 
-    def finish(key: str, req: Any, resp: S2SResponse, attempts: int, errs: list[str], started: str,
-               latency: float) -> None:
+    def finish(
+        key: str, req: Any, resp: S2SResponse, attempts: int, errs: list[str], started: str, latency: float
+    ) -> None:
         record = {
-            "status": resp.status, "transcript": resp.transcript, "error": resp.error,
+            "status": resp.status,
+            "transcript": resp.transcript,
+            "error": resp.error,
             "model_revision": resp.provenance.get("model_revision") or card_revision,
-            "latency_s": round(latency, 4), "attempts": attempts, "started_at": started, "finished_at": _now(),
-            "request": asdict(req) | {"audio_path": None}, "provenance": resp.provenance,
-            "transient_errors": errs, "transcript_source": "system" if resp.transcript is not None else "none",
+            "latency_s": round(latency, 4),
+            "attempts": attempts,
+            "started_at": started,
+            "finished_at": _now(),
+            "request": asdict(req) | {"audio_path": None},
+            "provenance": resp.provenance,
+            "transient_errors": errs,
+            "transcript_source": "system" if resp.transcript is not None else "none",
         }
         if resp.status == "ok" and resp.audio is not None and not resp.sample_rate:
             record.update(status="failed", error="system returned audio without a sample rate")
@@ -474,7 +559,7 @@ def run_task(
             finish(key, req, resp, attempts, errs, started, latency)
 
     bs = max(1, int(system.batch_size))
-    batches = [pending[i:i + bs] for i in range(0, len(pending), bs)]
+    batches = [pending[i : i + bs] for i in range(0, len(pending), bs)]
     bar = tqdm(total=len(pending), desc=f"{system.name}/{task.name}", disable=not progress or not pending)
     pool = ThreadPoolExecutor(max_workers=max(1, int(system.max_concurrency)), thread_name_prefix=system.name)
     futures: dict[Future, int] = {pool.submit(work, b): len(b) for b in batches}
@@ -499,11 +584,21 @@ def run_task(
     for key, req in zip(keys, requests):
         record = records[key]
         row = {
-            "system": system.name, "task": req.task, "stimulus_id": req.stimulus_id, SAMPLE: req.sample, "lang": req.lang,
-            "target_lang": req.target_lang, "prompt": req.prompt, "cache_key": key,
+            "system": system.name,
+            "task": req.task,
+            "stimulus_id": req.stimulus_id,
+            SAMPLE: req.sample,
+            "lang": req.lang,
+            "target_lang": req.target_lang,
+            "prompt": req.prompt,
+            "cache_key": key,
             "adapter": str(system.card.get("adapter", "")),
-            "provenance": json.dumps({k: v for k, v in (record.get("provenance") or {}).items()
-                                      if k not in DEPLOY_PROVENANCE}, sort_keys=True, ensure_ascii=False, default=str),
+            "provenance": json.dumps(
+                {k: v for k, v in (record.get("provenance") or {}).items() if k not in DEPLOY_PROVENANCE},
+                sort_keys=True,
+                ensure_ascii=False,
+                default=str,
+            ),
             **{k: record.get(k) for k in ("transcript", "status", "error", "model_revision", "attempts")},
             "reason": CALL_FAILED if record.get("status") == "failed" else None,
             "transcript_source": record.get("transcript_source")
@@ -512,9 +607,12 @@ def run_task(
         if record["status"] == "ok" and system.kind == "s2s" and record.get("transcript") is None:
             # the S2S analyses read transcripts: audio alone is not a usable answer (cached all the same,
             # so configuring an ASR later transcribes it without calling the system again)
-            row.update(status="failed", reason=NO_TRANSCRIPT,
-                       error="the system returned audio without a transcript and no 'asr' "
-                             f"is configured in params.yaml systems.{system.name}")
+            row.update(
+                status="failed",
+                reason=NO_TRANSCRIPT,
+                error="the system returned audio without a transcript and no 'asr' "
+                f"is configured in params.yaml systems.{system.name}",
+            )
         row.update(output_audio=None, output_sha256=None, output_duration_s=None)
         if row["status"] == "ok":
             if record.get("output_audio_cached", True):
@@ -572,7 +670,7 @@ def _transcribe_missing(records: dict[str, dict[str, Any]], cache: ResponseCache
     step = max(1, int(getattr(asr, "batch_size", 1) or 1)) if many is not None else 1
     todo.sort(key=lambda k: str(lang(k) or ""))  # stable: one language per batch where possible
     for start in range(0, len(todo), step):
-        part = todo[start:start + step]
+        part = todo[start : start + step]
         clips = [read_audio(cache.audio_path(k)) for k in part]
         if many is not None:
             texts = many([a for a, _ in clips], [sr for _, sr in clips], [lang(k) for k in part])
@@ -596,9 +694,11 @@ def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationRepo
     columns = CONTINUATION_COLUMNS if "phonation" in table.columns else RESPONSE_COLUMNS
     if SAMPLE in table.columns:
         columns = with_sample(columns)
-        unique = [E.ExpectCompoundColumnsToBeUnique(column_list=["stimulus_id", SAMPLE]),
-                  E.ExpectColumnValuesToNotBeNull(column=SAMPLE),
-                  E.ExpectColumnValuesToBeBetween(column=SAMPLE, min_value=0)]
+        unique = [
+            E.ExpectCompoundColumnsToBeUnique(column_list=["stimulus_id", SAMPLE]),
+            E.ExpectColumnValuesToNotBeNull(column=SAMPLE),
+            E.ExpectColumnValuesToBeBetween(column=SAMPLE, min_value=0),
+        ]
     else:
         unique = [E.ExpectColumnValuesToBeUnique(column="stimulus_id")]
     checks = [
@@ -628,7 +728,7 @@ def build_asr(sys_params: dict[str, Any], root: Path) -> Any | None:
     if not spec:
         return None
     from voicebias.instruments.asr import WhisperASR
-    from voicebias.systems.base import resolve_path
+    from voicebias.io import resolve_path
 
     spec = {"model": spec} if isinstance(spec, str) else dict(spec)
     model = spec.pop("model", None)

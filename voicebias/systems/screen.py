@@ -78,11 +78,15 @@ def audio_facts(x: np.ndarray | None, sr: int | None, clip_level: float = 0.999)
     finite = bool(np.all(np.isfinite(x)))
     mono = x.mean(axis=1) if x.ndim == 2 else x
     level = rms_dbfs(mono) if finite else float("nan")
-    return {"version": FACTS_VERSION, "frames": int(mono.shape[0]), "sample_rate": int(sr),
-            "duration_s": float(mono.shape[0]) / float(sr) if sr else 0.0,
-            "rms_dbfs": float(level) if np.isfinite(level) else None,
-            "clipped_fraction": clipped_fraction(np.nan_to_num(x).reshape(-1), clip_level) if x.size else 0.0,
-            "finite": finite}
+    return {
+        "version": FACTS_VERSION,
+        "frames": int(mono.shape[0]),
+        "sample_rate": int(sr),
+        "duration_s": float(mono.shape[0]) / float(sr) if sr else 0.0,
+        "rms_dbfs": float(level) if np.isfinite(level) else None,
+        "clipped_fraction": clipped_fraction(np.nan_to_num(x).reshape(-1), clip_level) if x.size else 0.0,
+        "finite": finite,
+    }
 
 
 def file_facts(path: str, clip_level: float = 0.999) -> dict[str, Any]:
@@ -120,8 +124,13 @@ def is_refusal(text: str | None, patterns: Sequence[str]) -> str | None:
     return None
 
 
-def screen_reply(facts: Mapping[str, Any] | None, transcript: str | None, refusals: Sequence[str],
-                 limits: ReplyLimits, input_duration_s: float | None = None) -> tuple[str, str] | None:
+def screen_reply(
+    facts: Mapping[str, Any] | None,
+    transcript: str | None,
+    refusals: Sequence[str],
+    limits: ReplyLimits,
+    input_duration_s: float | None = None,
+) -> tuple[str, str] | None:
     """(reason, message) of a reply the analyses cannot use, or None for a usable one.
 
     Parameters
@@ -166,25 +175,32 @@ def screen_reply(facts: Mapping[str, Any] | None, transcript: str | None, refusa
         return "nan", "the reply's audio holds NaN or infinite samples"
     dur = float(facts["duration_s"])
     if dur < limits.min_duration_s:
-        return "too_short", (f"the reply is {1000 * dur:.0f} ms long, shorter than the {1000 * limits.min_duration_s:.0f} ms "
-                             "the instrument needs")
+        return "too_short", (
+            f"the reply is {1000 * dur:.0f} ms long, shorter than the {1000 * limits.min_duration_s:.0f} ms "
+            "the instrument needs"
+        )
     if dur > limits.max_duration_s:
         return "too_long", f"the reply is {dur:.0f} s long (more than {limits.max_duration_s:g} s)"
     if limits.max_reply_ratio is not None and input_duration_s and dur > limits.max_reply_ratio * input_duration_s:
-        return "too_long", (f"the reply is {dur:.0f} s long, more than {limits.max_reply_ratio:g} times the "
-                            f"{input_duration_s:.1f} s stimulus it answers")
+        return "too_long", (
+            f"the reply is {dur:.0f} s long, more than {limits.max_reply_ratio:g} times the "
+            f"{input_duration_s:.1f} s stimulus it answers"
+        )
     sr = int(facts["sample_rate"])
     if sr < limits.min_sample_rate:
-        return "low_sample_rate", (f"the reply's sample rate {sr} Hz is too low: the analysis needs at least "
-                                   f"{limits.min_sample_rate} Hz")
+        return "low_sample_rate", (
+            f"the reply's sample rate {sr} Hz is too low: the analysis needs at least {limits.min_sample_rate} Hz"
+        )
     level = facts.get("rms_dbfs")
     if level is None or float(level) < limits.silence_dbfs:
         shown = "-inf" if level is None else f"{float(level):.1f}"
         return "silent", f"the reply is silent (RMS {shown} dBFS, below {limits.silence_dbfs:g} dBFS)"
     clip = float(facts.get("clipped_fraction") or 0.0)
     if clip > limits.max_clipped_fraction:
-        return "clipped", (f"the reply is clipped: {100 * clip:.2f} % of samples at full scale "
-                           f"(more than {100 * limits.max_clipped_fraction:g} %)")
+        return "clipped", (
+            f"the reply is clipped: {100 * clip:.2f} % of samples at full scale "
+            f"(more than {100 * limits.max_clipped_fraction:g} %)"
+        )
     return None
 
 
@@ -210,12 +226,14 @@ def limits_from_params(params: Mapping[str, Any]) -> ReplyLimits:
     ceilings = [float(v) for v in per_gender.values()] if isinstance(per_gender, dict) else []
     ceilings.append(float(ac["neutral_max_formant"]))
     ratio = (params.get("run") or {}).get("max_reply_ratio", defaults["max_reply_ratio"])
-    return ReplyLimits(min_duration_s=min_analysable_s(float(ac["neutral_pitch_range"][0]), float(ac["time_step"])),
-                       max_duration_s=float(ac["max_duration_s"]),
-                       max_reply_ratio=None if ratio is None else float(ratio),
-                       min_sample_rate=int(round(2 * max(ceilings))),
-                       silence_dbfs=float(ac["silence_dbfs"]),
-                       max_clipped_fraction=float(ac["max_clipped_fraction"]))
+    return ReplyLimits(
+        min_duration_s=min_analysable_s(float(ac["neutral_pitch_range"][0]), float(ac["time_step"])),
+        max_duration_s=float(ac["max_duration_s"]),
+        max_reply_ratio=None if ratio is None else float(ratio),
+        min_sample_rate=int(round(2 * max(ceilings))),
+        silence_dbfs=float(ac["silence_dbfs"]),
+        max_clipped_fraction=float(ac["max_clipped_fraction"]),
+    )
 
 
 class ReplyScreen:
@@ -236,6 +254,7 @@ class ReplyScreen:
     def from_params(cls, params: Mapping[str, Any]) -> "ReplyScreen":
         return cls(limits_from_params(params))
 
-    def __call__(self, facts: Mapping[str, Any] | None, transcript: str | None, lang: str,
-                 input_duration_s: float | None = None) -> tuple[str, str] | None:
+    def __call__(
+        self, facts: Mapping[str, Any] | None, transcript: str | None, lang: str, input_duration_s: float | None = None
+    ) -> tuple[str, str] | None:
         return screen_reply(facts, transcript, self.refusals.get(lang, ()), self.limits, input_duration_s)

@@ -85,13 +85,17 @@ import numpy as np
 
 from voicebias.audio import read_audio, wav_bytes
 from voicebias.clients.endpoints import (
-    AllEndpointsDown, Breaker, EndpointPool, Unreachable, resolve_endpoints, safe_url,
+    AllEndpointsDown,
+    Breaker,
+    EndpointPool,
+    Unreachable,
+    resolve_endpoints,
+    safe_url,
 )
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
+from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import require_secret
-from voicebias.systems.base import (
-    CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, SetupError, TransientError, ask_endpoints, item_seed, redact,
-)
+from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, item_seed, redact
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8091/v1"
 ENGINE = "vllm-omni"
@@ -141,9 +145,11 @@ class VLLMOmniSystem(S2SSystem):
             raise ValueError(f"system '{name}': no served model name (params 'model' or the card's 'checkpoint')")
         self.revision = str(card.get("revision", ""))
         if not COMMIT.fullmatch(self.revision):
-            raise SetupError(f"system '{name}': the card's revision {self.revision!r} is not a pinned commit; start "
-                             f"the server with `vllm serve {card.get('checkpoint')} --omni --revision <commit>` and "
-                             "write that 40-hex Hugging Face commit as the card's 'revision'")
+            raise SetupError(
+                f"system '{name}': the card's revision {self.revision!r} is not a pinned commit; start "
+                f"the server with `vllm serve {card.get('checkpoint')} --omni --revision <commit>` and "
+                "write that 40-hex Hugging Face commit as the card's 'revision'"
+            )
         req = dict(card.get("request") or {})
         self.modalities = list(req.get("modalities") or ["text", "audio"])
         if "audio" not in self.modalities:
@@ -155,12 +161,17 @@ class VLLMOmniSystem(S2SSystem):
         self.assistant_prefix = req.get("assistant_prefix")
         self.stages = list(req.get("stages") or [])
         self.sampling = self._sampling(params.get("sampling_params_list") or req.get("sampling_params_list"))
-        self.deploy = {"engine": ENGINE, "batch_invariant": True, **dict(card.get("deploy") or {}),
-                       **dict(params.get("deploy") or {})}
+        self.deploy = {
+            "engine": ENGINE,
+            "batch_invariant": True,
+            **dict(card.get("deploy") or {}),
+            **dict(params.get("deploy") or {}),
+        }
         if not isinstance(self.deploy["batch_invariant"], bool):
             raise ValueError(f"system '{name}': deploy.batch_invariant must be true or false")
-        self.endpoints, self.endpoints_source = resolve_endpoints(name, params, card, root, self.max_concurrency,
-                                                                  default_url=DEFAULT_BASE_URL)
+        self.endpoints, self.endpoints_source = resolve_endpoints(
+            name, params, card, root, self.max_concurrency, default_url=DEFAULT_BASE_URL
+        )
         self.urls = [str(e.url).rstrip("/") for e in self.endpoints]
         self.base_url = self.urls[0]
         self.max_concurrency = sum(e.max_concurrency for e in self.endpoints)  # the runner's thread count
@@ -176,15 +187,21 @@ class VLLMOmniSystem(S2SSystem):
 
     def _sampling(self, spec: Any) -> list[dict[str, Any]]:
         if not isinstance(spec, list) or not spec or not all(isinstance(s, dict) for s in spec):
-            raise ValueError(f"system '{self.name}': sampling_params_list must be a list of one mapping per stage "
-                             "(the card's request.sampling_params_list or params)")
+            raise ValueError(
+                f"system '{self.name}': sampling_params_list must be a list of one mapping per stage "
+                "(the card's request.sampling_params_list or params)"
+            )
         if self.stages and len(spec) != len(self.stages):
-            raise ValueError(f"system '{self.name}': {len(spec)} sampling parameter sets for "
-                             f"{len(self.stages)} stages ({', '.join(self.stages)})")
+            raise ValueError(
+                f"system '{self.name}': {len(spec)} sampling parameter sets for "
+                f"{len(self.stages)} stages ({', '.join(self.stages)})"
+            )
         for i, s in enumerate(spec):
             if "seed" in s:
-                raise ValueError(f"system '{self.name}': sampling_params_list[{i}] sets a seed; the adapter sets "
-                                 "every stage's seed from base.seed and the stimulus id")
+                raise ValueError(
+                    f"system '{self.name}': sampling_params_list[{i}] sets a seed; the adapter sets "
+                    "every stage's seed from base.seed and the stimulus id"
+                )
         return copy.deepcopy(spec)
 
     # -- what the servers run ---------------------------------------------------
@@ -213,17 +230,30 @@ class VLLMOmniSystem(S2SSystem):
         try:
             r = requests.get(url, headers=self._headers(), timeout=min(self.timeout_s, CHECK_TIMEOUT_S))
         except requests.RequestException as exc:
-            raise Unreachable(redact(f"no vLLM-Omni server answers at {safe_url(url)} ({exc})",
-                                     self._secrets)) from None
+            raise Unreachable(
+                redact(f"no vLLM-Omni server answers at {safe_url(url)} ({exc})", self._secrets)
+            ) from None
         if r.status_code in (401, 403):
-            raise SetupError(redact(f"{at}: credentials refused (GET {safe_url(url)} answered HTTP {r.status_code}: "
-                                    f"{_error_message(_json(r), r.text[:200])}); " + (
-                                        f"check the key in {self._key_var}" if self._key_var else
-                                        "the server was started with --api-key: name its variable in api_key_env"),
-                                    self._secrets))
+            raise SetupError(
+                redact(
+                    f"{at}: credentials refused (GET {safe_url(url)} answered HTTP {r.status_code}: "
+                    f"{_error_message(_json(r), r.text[:200])}); "
+                    + (
+                        f"check the key in {self._key_var}"
+                        if self._key_var
+                        else "the server was started with --api-key: name its variable in api_key_env"
+                    ),
+                    self._secrets,
+                )
+            )
         if r.status_code != 200:
-            raise SetupError(redact(f"{at}: GET {safe_url(url)} answered HTTP {r.status_code}: "
-                                    f"{_error_message(_json(r), r.text[:200])}", self._secrets))
+            raise SetupError(
+                redact(
+                    f"{at}: GET {safe_url(url)} answered HTTP {r.status_code}: "
+                    f"{_error_message(_json(r), r.text[:200])}",
+                    self._secrets,
+                )
+            )
         body = _json(r)
         if body is None:
             raise SetupError(f"{at}: GET {safe_url(url)} did not answer JSON")
@@ -239,9 +269,11 @@ class VLLMOmniSystem(S2SSystem):
         reached is left out of the run (see the module docstring)."""
         with self._lock:
             if self._server is None:
-                hint = ("; start the servers as docs/serving.md says (voicebias serve, or "
-                        f"{self.deploy.get('command', 'vllm serve ... --omni')}), or name the servers that run "
-                        f"(base_url or endpoints; these came from {self.endpoints_source})")
+                hint = (
+                    "; start the servers as docs/serving.md says (voicebias serve, or "
+                    f"{self.deploy.get('command', 'vllm serve ... --omni')}), or name the servers that run "
+                    f"(base_url or endpoints; these came from {self.endpoints_source})"
+                )
                 asked = ask_endpoints(self.name, self.pool, self._ask_server, hint=hint)
                 order = sorted(asked)
                 ref = order[0]
@@ -249,11 +281,16 @@ class VLLMOmniSystem(S2SSystem):
                 for i in order[1:]:
                     facts = asked[i][0]
                     if facts != first:
-                        diff = "; ".join(f"{k}: {v!r} there, {_flat(first).get(k)!r} at {self.endpoint(ref)}"
-                                         for k, v in _flat(facts).items() if _flat(first).get(k) != v)
-                        raise SetupError(f"system '{self.name}': endpoint {self.endpoint(i)} does not serve what "
-                                         f"{self.endpoint(ref)} serves ({diff}); every endpoint of a system must run "
-                                         "the same model, revision and engine")
+                        diff = "; ".join(
+                            f"{k}: {v!r} there, {_flat(first).get(k)!r} at {self.endpoint(ref)}"
+                            for k, v in _flat(facts).items()
+                            if _flat(first).get(k) != v
+                        )
+                        raise SetupError(
+                            f"system '{self.name}': endpoint {self.endpoint(i)} does not serve what "
+                            f"{self.endpoint(ref)} serves ({diff}); every endpoint of a system must run "
+                            "the same model, revision and engine"
+                        )
                 self._roots = [asked[i][1] if i in asked else None for i in range(len(self.urls))]
                 self._server = first
             return self._server
@@ -265,25 +302,38 @@ class VLLMOmniSystem(S2SSystem):
         entries = [m for m in (models.get("data") or []) if isinstance(m, dict)] if isinstance(models, dict) else []
         served = {str(m.get("id")): m for m in entries}
         if self.model not in served:
-            raise SetupError(f"system '{self.name}': the server at {self.endpoint(i)} serves "
-                             f"{', '.join(sorted(served)) or 'no model'}, not {self.model}")
+            raise SetupError(
+                f"system '{self.name}': the server at {self.endpoint(i)} serves "
+                f"{', '.join(sorted(served)) or 'no model'}, not {self.model}"
+            )
         entry = served[self.model]
         root = entry.get("root")
         m = SNAPSHOT.search(str(root or ""))
         if m and m.group(1) != self.revision:
-            raise SetupError(f"system '{self.name}': the server at {self.endpoint(i)} runs snapshot {m.group(1)} of "
-                             f"{self.model}; the card pins {self.revision}")
-        facts = {"vllm_version": version.get("version") if isinstance(version, dict) else None,
-                 "model": {"id": self.model, "snapshot": m.group(1) if m else None,
-                           "max_model_len": entry.get("max_model_len"), "owned_by": entry.get("owned_by")}}
+            raise SetupError(
+                f"system '{self.name}': the server at {self.endpoint(i)} runs snapshot {m.group(1)} of "
+                f"{self.model}; the card pins {self.revision}"
+            )
+        facts = {
+            "vllm_version": version.get("version") if isinstance(version, dict) else None,
+            "model": {
+                "id": self.model,
+                "snapshot": m.group(1) if m else None,
+                "max_model_len": entry.get("max_model_len"),
+                "owned_by": entry.get("owned_by"),
+            },
+        }
         return facts, root
 
     def generation_settings(self) -> dict[str, Any]:
         """Params (runner knobs left out), the deploy settings, the sampling parameters and what the servers
         report: engine version, served model id, snapshot and context length. Asks them on first use."""
         return super().generation_settings() | {
-            "engine": ENGINE, "deploy": self.deploy, "sampling_params_list": self.sampling,
-            "modalities": self.modalities, "server": self.server_info(),
+            "engine": ENGINE,
+            "deploy": self.deploy,
+            "sampling_params_list": self.sampling,
+            "modalities": self.modalities,
+            "server": self.server_info(),
         }
 
     # -- the call ----------------------------------------------------------------
@@ -293,8 +343,10 @@ class VLLMOmniSystem(S2SSystem):
         audio_part = {"type": "audio_url", "audio_url": {"url": url}}
         prompt_part = {"type": "text", "text": request.prompt}
         if self.system_prompt:
-            msgs = [{"role": "system", "content": [{"type": "text", "text": str(self.system_prompt)}]},
-                    {"role": "user", "content": [audio_part, prompt_part]}]
+            msgs = [
+                {"role": "system", "content": [{"type": "text", "text": str(self.system_prompt)}]},
+                {"role": "user", "content": [audio_part, prompt_part]},
+            ]
         elif self.prompt_role == "system":
             msgs = [{"role": "system", "content": [prompt_part]}, {"role": "user", "content": [audio_part]}]
         else:
@@ -313,7 +365,9 @@ class VLLMOmniSystem(S2SSystem):
     def body(self, request: S2SRequest) -> dict[str, Any]:
         seed = self.seed_for(request)
         body: dict[str, Any] = {
-            "model": self.model, "messages": self.messages(request), "modalities": list(self.modalities),
+            "model": self.model,
+            "messages": self.messages(request),
+            "modalities": list(self.modalities),
             "sampling_params_list": [dict(s, seed=seed) for s in self.sampling],
         }
         if self.assistant_prefix:
@@ -334,8 +388,9 @@ class VLLMOmniSystem(S2SSystem):
         import requests
 
         try:
-            r = requests.post(f"{self.urls[i]}/chat/completions", json=body, headers=self._headers(),
-                              timeout=self.timeout_s)
+            r = requests.post(
+                f"{self.urls[i]}/chat/completions", json=body, headers=self._headers(), timeout=self.timeout_s
+            )
         except requests.Timeout as exc:
             raise Unreachable(f"timeout after {self.timeout_s:g} s") from exc
         except requests.RequestException as exc:
@@ -350,18 +405,28 @@ class VLLMOmniSystem(S2SSystem):
             raise RuntimeError(f"the reply is not a JSON object: {r.text[:200]!r}")
         return reply
 
-    def parse(self, reply: dict[str, Any], body: dict[str, Any], server: dict[str, Any],
-              endpoint: int = 0) -> S2SResponse:
+    def parse(
+        self, reply: dict[str, Any], body: dict[str, Any], server: dict[str, Any], endpoint: int = 0
+    ) -> S2SResponse:
         """Text and audio from a vLLM-Omni reply; a reply without audio is a recorded failure."""
         seed = body["sampling_params_list"][0]["seed"]
         prov: dict[str, Any] = {
-            "model": self.model, "model_revision": self.revision, "served_model": reply.get("model"),
-            "response_id": reply.get("id"), "endpoint": self.endpoint(endpoint),
+            "model": self.model,
+            "model_revision": self.revision,
+            "served_model": reply.get("model"),
+            "response_id": reply.get("id"),
+            "endpoint": self.endpoint(endpoint),
             "served_root": self._roots[endpoint] if endpoint < len(self._roots) else None,
-            "engine": {"name": ENGINE, "vllm_version": server.get("vllm_version"),
-                       "deploy_engine_version": self.deploy.get("engine_version")},
-            "served": server.get("model"), "deploy": self.deploy, "seed": seed,
-            "sampling_params_list": body["sampling_params_list"], "modalities": body["modalities"],
+            "engine": {
+                "name": ENGINE,
+                "vllm_version": server.get("vllm_version"),
+                "deploy_engine_version": self.deploy.get("engine_version"),
+            },
+            "served": server.get("model"),
+            "deploy": self.deploy,
+            "seed": seed,
+            "sampling_params_list": body["sampling_params_list"],
+            "modalities": body["modalities"],
             "output_voice": self.card.get("output_voice"),
         }
         if isinstance(reply.get("usage"), dict):
@@ -375,8 +440,11 @@ class VLLMOmniSystem(S2SSystem):
         audios = [m["audio"] for m in messages if isinstance(m.get("audio"), dict) and m["audio"].get("data")]
         said = texts[0] if texts else ""
         if not audios:
-            return S2SResponse.failed(f"reply has no audio ({len(choices)} choice(s), text only)"
-                                      + (f"; the model wrote: {said[:300]}" if said else ""), **prov)
+            return S2SResponse.failed(
+                f"reply has no audio ({len(choices)} choice(s), text only)"
+                + (f"; the model wrote: {said[:300]}" if said else ""),
+                **prov,
+            )
         if len(audios) > 1:
             return S2SResponse.failed(f"reply has {len(audios)} audio choices; one was asked for", **prov)
         try:

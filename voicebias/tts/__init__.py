@@ -16,11 +16,15 @@ from voicebias.registry import Registry
 # can name them, and import only when used.
 # PLANNED: backends named by a profile that this version does not ship an adapter for yet.
 PLANNED: dict[str, str] = {}
-REGISTRY = Registry("TTS backend", {
-    "espeak": "voicebias.tts.espeak:EspeakTTS",
-    "kokoro": "voicebias.tts.kokoro:KokoroTTS",
-    "azure": "voicebias.tts.azure:AzureTTS",
-}, planned=PLANNED)
+REGISTRY = Registry(
+    "TTS backend",
+    {
+        "espeak": "voicebias.tts.espeak:EspeakTTS",
+        "kokoro": "voicebias.tts.kokoro:KokoroTTS",
+        "azure": "voicebias.tts.azure:AzureTTS",
+    },
+    planned=PLANNED,
+)
 
 
 class TTSBackend(ABC):

@@ -24,8 +24,8 @@ import numpy as np
 import soundfile as sf
 
 from voicebias.cache import atomic_write_bytes
-from voicebias.exceptions import ConfigError, VoicebiasError
 from voicebias.clients.retry import post_with_retries
+from voicebias.errors import ConfigError, VoicebiasError
 from voicebias.secrets import read_secret
 from voicebias.tts import TTSBackend
 
@@ -52,8 +52,10 @@ def voice_locale(voice: str) -> str:
 def build_ssml(text: str, voice: str) -> str:
     """SSML for one utterance: the text, escaped, read by one named voice."""
     lang = voice_locale(voice)
-    return (f"<speak version='1.0' xmlns='http://www.w3.org/2001/10/synthesis' xml:lang={quoteattr(lang)}>"
-            f"<voice name={quoteattr(voice)}>{escape(text.strip())}</voice></speak>")
+    return (
+        f"<speak version='1.0' xmlns='http://www.w3.org/2001/10/synthesis' xml:lang={quoteattr(lang)}>"
+        f"<voice name={quoteattr(voice)}>{escape(text.strip())}</voice></speak>"
+    )
 
 
 class AzureTTS(TTSBackend):
@@ -68,9 +70,16 @@ class AzureTTS(TTSBackend):
 
     name = "azure"
 
-    def __init__(self, rate_wpm: int | None = None, output_format: str = DEFAULT_FORMAT,
-                 endpoint: str | None = None, cache_dir: str | Path | None = None, timeout_s: float = 60.0,
-                 max_retries: int = 4, retry_wait_s: float = 2.0):
+    def __init__(
+        self,
+        rate_wpm: int | None = None,
+        output_format: str = DEFAULT_FORMAT,
+        endpoint: str | None = None,
+        cache_dir: str | Path | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        retry_wait_s: float = 2.0,
+    ):
         self.key = read_secret(KEY_ENV) or ""
         if not self.key:
             raise AzureTTSError(
@@ -85,8 +94,10 @@ class AzureTTS(TTSBackend):
         self.endpoint = endpoint
         m = _PCM_FORMAT.match(output_format)
         if not m:
-            raise ConfigError(f"output_format '{output_format}' is not a 16-bit mono PCM format "
-                             "(e.g. riff-24khz-16bit-mono-pcm, raw-16khz-16bit-mono-pcm)")
+            raise ConfigError(
+                f"output_format '{output_format}' is not a 16-bit mono PCM format "
+                "(e.g. riff-24khz-16bit-mono-pcm, raw-16khz-16bit-mono-pcm)"
+            )
         self.output_format = output_format
         self._container, self._rate = m.group(1), int(m.group(2)) * 1000
         from voicebias.config import CACHE_DIR
@@ -115,8 +126,15 @@ class AzureTTS(TTSBackend):
         import requests
 
         try:
-            r = post_with_retries(self.endpoint, headers=headers, data=body, timeout_s=self.timeout_s,
-                                  max_retries=self.max_retries, base_s=self.retry_wait_s, sleep=self.sleep)
+            r = post_with_retries(
+                self.endpoint,
+                headers=headers,
+                data=body,
+                timeout_s=self.timeout_s,
+                max_retries=self.max_retries,
+                base_s=self.retry_wait_s,
+                sleep=self.sleep,
+            )
         except requests.RequestException as exc:
             raise AzureTTSError(f"Azure TTS unreachable at {self.endpoint}: {exc}") from exc
         if r.status_code == 200:
@@ -125,8 +143,10 @@ class AzureTTS(TTSBackend):
             return r.content
         detail = r.text.strip()[:300]
         if r.status_code in (401, 403):
-            raise AzureTTSError(f"Azure TTS rejected the key ({r.status_code}): check {KEY_ENV} and that the "
-                                f"resource lives in region '{self.region or '?'}'")
+            raise AzureTTSError(
+                f"Azure TTS rejected the key ({r.status_code}): check {KEY_ENV} and that the "
+                f"resource lives in region '{self.region or '?'}'"
+            )
         if r.status_code == 400:
             raise AzureTTSError(f"Azure TTS rejected the request for voice '{voice}' (400): {detail or 'bad SSML'}")
         raise AzureTTSError(f"Azure TTS failed for voice '{voice}' ({r.status_code}): {detail}")

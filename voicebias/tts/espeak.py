@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicebias.exceptions import ConfigError, StageFailed
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.tts import TTSBackend
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -60,8 +60,14 @@ def _library():
     lib.espeak_SetVoiceByName.restype = ctypes.c_int
     lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.espeak_Synth.argtypes = [
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int, ctypes.c_uint,
-        ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_uint,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.c_uint,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
     ]
     lib.espeak_Synth.restype = ctypes.c_int
     lib.espeak_ng_SetRandSeed.argtypes = [ctypes.c_long]
@@ -136,7 +142,7 @@ def _synthesize_fresh(text: str, voice: str, rate_wpm: int) -> tuple[int, int, n
     if exit_status != 0 or len(data) < 16:
         raise RuntimeError(f"eSpeak NG worker process failed for voice '{voice}' (exit status {exit_status})")
     status, rate, n = struct.unpack("<iiq", data[:16])
-    return status, rate, np.frombuffer(data[16:16 + 2 * n], dtype=np.int16)
+    return status, rate, np.frombuffer(data[16 : 16 + 2 * n], dtype=np.int16)
 
 
 #: the last utterances synthesised in this process, (text, voice, rate) -> (sample rate, int16
@@ -272,7 +278,11 @@ class EspeakTTS(TTSBackend):
         return (pcm.astype(np.float32) / 32768.0), rate
 
     def describe(self) -> dict[str, str]:
-        return {"backend": self.name, "engine": "eSpeak NG 1.52 (espeakng-loader 0.2.4)", "rate_wpm": str(self.rate_wpm)}
+        return {
+            "backend": self.name,
+            "engine": "eSpeak NG 1.52 (espeakng-loader 0.2.4)",
+            "rate_wpm": str(self.rate_wpm),
+        }
 
     def cache_identity(self) -> dict[str, str]:
         """The description, with the installed library's sha256, its package's version and
@@ -290,6 +300,8 @@ def _engine_identity() -> dict[str, str]:
     from voicebias.audio import sha256_file
     from voicebias.tts.render_cache import source_sha256
 
-    return {"package": f"espeakng-loader {version('espeakng-loader')}",
-            "library_sha256": sha256_file(espeakng_loader.get_library_path()),
-            "code": source_sha256(sys.modules[__name__])}
+    return {
+        "package": f"espeakng-loader {version('espeakng-loader')}",
+        "library_sha256": sha256_file(espeakng_loader.get_library_path()),
+        "code": source_sha256(sys.modules[__name__]),
+    }

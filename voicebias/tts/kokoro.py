@@ -25,15 +25,24 @@ from pathlib import Path
 
 import numpy as np
 
-from voicebias.exceptions import ConfigError, StageFailed, VoicebiasError
+from voicebias.errors import ConfigError, StageFailed, VoicebiasError
 from voicebias.tts import TTSBackend
 
 MODEL_FILE = "kokoro-v1_0.pth"
 CONFIG_FILE = "config.json"
 SAMPLE_RATE = 24000
 REPO_ID = "hexgrad/Kokoro-82M"
-LANG_OF_PREFIX = {"a": "American English", "b": "British English", "e": "Spanish", "f": "French",
-                  "h": "Hindi", "i": "Italian", "j": "Japanese", "p": "Brazilian Portuguese", "z": "Mandarin"}
+LANG_OF_PREFIX = {
+    "a": "American English",
+    "b": "British English",
+    "e": "Spanish",
+    "f": "French",
+    "h": "Hindi",
+    "i": "Italian",
+    "j": "Japanese",
+    "p": "Brazilian Portuguese",
+    "z": "Mandarin",
+}
 GENDER_OF_LETTER = {"f": "female", "m": "male"}
 
 
@@ -44,8 +53,10 @@ class KokoroWeightsMissing(VoicebiasError, FileNotFoundError):
 def parse_voice(voice: str) -> tuple[str, str]:
     """'ef_dora' -> ('e', 'female'): the pipeline language code and the voice's gender."""
     if len(voice) < 4 or voice[2] != "_" or voice[0] not in LANG_OF_PREFIX or voice[1] not in GENDER_OF_LETTER:
-        raise ConfigError(f"'{voice}' is not a Kokoro voice name like 'af_heart' or 'zm_yunxi' "
-                         f"(language letter {sorted(LANG_OF_PREFIX)}, gender letter f/m)")
+        raise ConfigError(
+            f"'{voice}' is not a Kokoro voice name like 'af_heart' or 'zm_yunxi' "
+            f"(language letter {sorted(LANG_OF_PREFIX)}, gender letter f/m)"
+        )
     return voice[0], GENDER_OF_LETTER[voice[1]]
 
 
@@ -70,8 +81,13 @@ class KokoroTTS(TTSBackend):
 
     name = "kokoro"
 
-    def __init__(self, weights: str | Path = "models/weights/Kokoro-82M", rate_wpm: int | None = None,
-                 speed: float = 1.0, device: str = "cpu"):
+    def __init__(
+        self,
+        weights: str | Path = "models/weights/Kokoro-82M",
+        rate_wpm: int | None = None,
+        speed: float = 1.0,
+        device: str = "cpu",
+    ):
         from voicebias.config import ROOT
 
         folder = Path(weights)
@@ -91,16 +107,23 @@ class KokoroTTS(TTSBackend):
         try:
             import kokoro
         except ImportError as exc:
-            raise StageFailed("the Kokoro backend needs the 'kokoro' package (pip install kokoro==0.9.4; "
-                               "for Mandarin also misaki[zh]==0.9.4)") from exc
+            raise StageFailed(
+                "the Kokoro backend needs the 'kokoro' package (pip install kokoro==0.9.4; "
+                "for Mandarin also misaki[zh]==0.9.4)"
+            ) from exc
         return kokoro
 
     def _pipeline(self, lang_code: str):
         if lang_code not in self._pipelines:
             kokoro = self._kokoro()
             if self._model is None:
-                self._model = kokoro.KModel(repo_id=REPO_ID, config=str(self.weights / CONFIG_FILE),
-                                            model=str(self.weights / MODEL_FILE)).to(self.device).eval()
+                self._model = (
+                    kokoro.KModel(
+                        repo_id=REPO_ID, config=str(self.weights / CONFIG_FILE), model=str(self.weights / MODEL_FILE)
+                    )
+                    .to(self.device)
+                    .eval()
+                )
             self._pipelines[lang_code] = kokoro.KPipeline(lang_code=lang_code, repo_id=REPO_ID, model=self._model)
         return self._pipelines[lang_code]
 

@@ -64,8 +64,11 @@ def writer_identity() -> dict[str, str]:
 
     from voicebias import audio
 
-    return {"code": source_sha256(audio.write_audio, audio.flac_bytes), "soundfile": sf.__version__,
-            "libsndfile": sf.__libsndfile_version__}
+    return {
+        "code": source_sha256(audio.write_audio, audio.flac_bytes),
+        "soundfile": sf.__version__,
+        "libsndfile": sf.__libsndfile_version__,
+    }
 
 
 def render_key(parts: dict[str, Any]) -> str:
@@ -120,8 +123,12 @@ class RenderCache:
     def put(self, key: str, render: Render) -> None:
         """Store `render` under `key`, atomically replacing any earlier entry."""
         buf = io.BytesIO()
-        np.savez(buf, audio=np.asarray(render.audio, dtype=np.float32), sample_rate=np.int64(render.sample_rate),
-                 flac=np.frombuffer(render.flac, dtype=np.uint8))
+        np.savez(
+            buf,
+            audio=np.asarray(render.audio, dtype=np.float32),
+            sample_rate=np.int64(render.sample_rate),
+            flac=np.frombuffer(render.flac, dtype=np.uint8),
+        )
         atomic_write_bytes(self.path(key), buf.getvalue())
 
     def __contains__(self, key: str) -> bool:

@@ -23,8 +23,13 @@ from hypothesis import strategies as st
 from voicebias.analysis.status import OK, SEPARATION, STATUSES
 from voicebias.contract import CONDITIONS, GENDERS, POLES
 
-SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 LANGS = ("en", "zh")
 
 
@@ -44,6 +49,7 @@ def assert_statuses(df: pd.DataFrame, finite_when_ok: list[str], finite_when_sep
 
 
 # ------------------------------------------------------------------ describe and summarize answers
+
 
 def answer(rule: str, pole: str, voice: str, rng: np.random.Generator) -> str:
     """The judged gender a system with `rule` gives (content-driven, voice-driven, one class, ...)."""
@@ -66,8 +72,13 @@ def s2s_tables(draw, task: str = "describe") -> pd.DataFrame:
     voices = draw(st.lists(st.sampled_from(GENDERS), min_size=1, max_size=2, unique=True))
     per_cell = draw(st.integers(0, 4))
     samples = draw(st.sampled_from([1, 1, 2]))
-    rules = draw(st.lists(st.sampled_from(["content", "content quasi", "voice", "female", "male", "none", "random"]),
-                          min_size=1, max_size=2))
+    rules = draw(
+        st.lists(
+            st.sampled_from(["content", "content quasi", "voice", "female", "male", "none", "random"]),
+            min_size=1,
+            max_size=2,
+        )
+    )
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     rows = []
     for s, rule in enumerate(rules):
@@ -77,11 +88,35 @@ def s2s_tables(draw, task: str = "describe") -> pd.DataFrame:
                     for i in range(per_cell):
                         for k in range(samples):
                             word = answer(rule, pole, voice, rng)
-                            rows.append({"system": f"sys{s}", "task": task, "status": "ok", "lang": lang, "pole": pole,
-                                         "voice_gender": voice, "stimulus_id": f"{lang}-{pole}-{voice}-{i}",
-                                         "sample": k, "judged_gender": word, "pronoun_choice": word})
-    df = pd.DataFrame(rows, columns=["system", "task", "status", "lang", "pole", "voice_gender", "stimulus_id", "sample",
-                                     "judged_gender", "pronoun_choice"])
+                            rows.append(
+                                {
+                                    "system": f"sys{s}",
+                                    "task": task,
+                                    "status": "ok",
+                                    "lang": lang,
+                                    "pole": pole,
+                                    "voice_gender": voice,
+                                    "stimulus_id": f"{lang}-{pole}-{voice}-{i}",
+                                    "sample": k,
+                                    "judged_gender": word,
+                                    "pronoun_choice": word,
+                                }
+                            )
+    df = pd.DataFrame(
+        rows,
+        columns=[
+            "system",
+            "task",
+            "status",
+            "lang",
+            "pole",
+            "voice_gender",
+            "stimulus_id",
+            "sample",
+            "judged_gender",
+            "pronoun_choice",
+        ],
+    )
     keep = draw(st.integers(2, max(2, len(df)))) if draw(st.booleans()) else len(df)
     df = df.iloc[:keep]
     return df if samples > 1 else df.drop(columns=["sample"])
@@ -89,10 +124,24 @@ def s2s_tables(draw, task: str = "describe") -> pd.DataFrame:
 
 def separated_table() -> pd.DataFrame:
     """The headline case: 'female' exactly when the content is feminine, both voices, several passages."""
-    return pd.DataFrame([{"system": "api", "task": "describe", "status": "ok", "lang": "en", "pole": pole,
-                          "voice_gender": voice, "stimulus_id": f"{pole}-{voice}-{i}", "judged_gender":
-                          "female" if pole == "feminine" else "male", "pronoun_choice": "none"}
-                         for pole in POLES for voice in GENDERS for i in range(12)])
+    return pd.DataFrame(
+        [
+            {
+                "system": "api",
+                "task": "describe",
+                "status": "ok",
+                "lang": "en",
+                "pole": pole,
+                "voice_gender": voice,
+                "stimulus_id": f"{pole}-{voice}-{i}",
+                "judged_gender": "female" if pole == "feminine" else "male",
+                "pronoun_choice": "none",
+            }
+            for pole in POLES
+            for voice in GENDERS
+            for i in range(12)
+        ]
+    )
 
 
 EMPTY = separated_table().iloc[:0]
@@ -133,6 +182,7 @@ def test_summarize_never_raises(table):
 
 # ------------------------------------------------------------------ RQ1 acoustic deltas
 
+
 @st.composite
 def acoustic_tables(draw) -> pd.DataFrame:
     """Acoustic rows of readback and paraphrase: few passages, missing cells, constant or noisy deltas."""
@@ -150,13 +200,41 @@ def acoustic_tables(draw) -> pd.DataFrame:
                 for i in range(passages):
                     pid = f"{lang}-{pole}-{i}"
                     for voice in voices:
-                        value = {"noise": rng.normal(0, 1), "constant": 0.0, "one value": 1.5,
-                                 "per passage": passage_effect[hash(pid) % 100]}[kind]
-                        rows.append({"system": "sys", "task": task, "status": "ok", "lang": lang, "pole": pole,
-                                     "voice_gender": voice, "passage_id": pid, "stimulus_id": f"{pid}-{voice}",
-                                     "delta_composite": value, "delta_f0_median_st": value * 2})
-    df = pd.DataFrame(rows, columns=["system", "task", "status", "lang", "pole", "voice_gender", "passage_id",
-                                     "stimulus_id", "delta_composite", "delta_f0_median_st"])
+                        value = {
+                            "noise": rng.normal(0, 1),
+                            "constant": 0.0,
+                            "one value": 1.5,
+                            "per passage": passage_effect[hash(pid) % 100],
+                        }[kind]
+                        rows.append(
+                            {
+                                "system": "sys",
+                                "task": task,
+                                "status": "ok",
+                                "lang": lang,
+                                "pole": pole,
+                                "voice_gender": voice,
+                                "passage_id": pid,
+                                "stimulus_id": f"{pid}-{voice}",
+                                "delta_composite": value,
+                                "delta_f0_median_st": value * 2,
+                            }
+                        )
+    df = pd.DataFrame(
+        rows,
+        columns=[
+            "system",
+            "task",
+            "status",
+            "lang",
+            "pole",
+            "voice_gender",
+            "passage_id",
+            "stimulus_id",
+            "delta_composite",
+            "delta_f0_median_st",
+        ],
+    )
     keep = draw(st.integers(0, len(df))) if draw(st.booleans()) else len(df)
     return df.iloc[:keep]
 
@@ -169,19 +247,32 @@ def test_rq1_never_raises(table):
     contrasts = rq1_contrasts(table)
     assert_statuses(contrasts, ["contrast", "t", "p_value"])
     mixed = rq1_mixed_models(table)
-    assert_statuses(mixed, [f"{e}_{f}" for e in ("stereotype_effect", "misaligned_minus_neutral")
-                            for f in ("est", "se", "p", "ci_low", "ci_high")])
+    assert_statuses(
+        mixed,
+        [
+            f"{e}_{f}"
+            for e in ("stereotype_effect", "misaligned_minus_neutral")
+            for f in ("est", "se", "p", "ci_low", "ci_high")
+        ],
+    )
     for pool in (False, True):
         assert_statuses(rq1_pooled(table, pool_systems=pool), ["pooled_contrast", "se", "ci_low", "ci_high", "p_value"])
     counts = rq1_significance_counts(contrasts, mixed)
-    assert (counts["n_cells"] == [int(((contrasts["system"] == s) & (contrasts["status"] == OK)).sum())
-                                  for s in counts["system"]]).all()
+    assert (
+        counts["n_cells"]
+        == [int(((contrasts["system"] == s) & (contrasts["status"] == OK)).sum()) for s in counts["system"]]
+    ).all()
 
 
 # ------------------------------------------------------------------ SC scored continuations
 
-DIMS = ("semantic_coherence", "sentence_polarity", "agency_competence", "emotionalisation_affect_framing",
-        "appearance_objectification")
+DIMS = (
+    "semantic_coherence",
+    "sentence_polarity",
+    "agency_competence",
+    "emotionalisation_affect_framing",
+    "appearance_objectification",
+)
 
 
 @st.composite
@@ -204,18 +295,43 @@ def sc_tables(draw) -> tuple[pd.DataFrame, pd.DataFrame]:
                 base = rng.normal([0.0, 10.0, 14.0], 1.0) if measures == "noise" else np.array([1.0, 2.0, 3.0])
                 for c in conds:
                     sid = f"p{p}-{g}{v}-{c}"
-                    common = {"stimulus_id": sid, "prompt_id": f"p{p}", "voice_gender": g, "voice_id": f"{g}{v}",
-                              "phonation": c}
-                    pm.append({**common, "measure_status": "ok", "h1_h2_db_whole": base[0], "h1_a3_db_whole": base[1],
-                               "cpps_db_whole": base[2]})
+                    common = {
+                        "stimulus_id": sid,
+                        "prompt_id": f"p{p}",
+                        "voice_gender": g,
+                        "voice_id": f"{g}{v}",
+                        "phonation": c,
+                    }
+                    pm.append(
+                        {
+                            **common,
+                            "measure_status": "ok",
+                            "h1_h2_db_whole": base[0],
+                            "h1_a3_db_whole": base[1],
+                            "cpps_db_whole": base[2],
+                        }
+                    )
                     for s in range(systems):
                         cont = base + (rng.normal(0, 0.3, 3) if measures == "noise" else 0.0)
-                        judge = {d: int({"random": rng.integers(1, 6), "constant": 3,
-                                         "two values": 2 + (p % 2)}[scores]) for d in DIMS}
-                        sc.append({**common, "system": f"sys{s}", "lang": "en", "status":
-                                   "failed" if rng.random() < failed else "ok", "measure_status": "ok",
-                                   "judge_status": "ok", "speaker_similarity": float(rng.uniform(0.5, 0.9)),
-                                   "h1_h2_db": cont[0], "h1_a3_db": cont[1], "cpps_db": cont[2], **judge})
+                        judge = {
+                            d: int({"random": rng.integers(1, 6), "constant": 3, "two values": 2 + (p % 2)}[scores])
+                            for d in DIMS
+                        }
+                        sc.append(
+                            {
+                                **common,
+                                "system": f"sys{s}",
+                                "lang": "en",
+                                "status": "failed" if rng.random() < failed else "ok",
+                                "measure_status": "ok",
+                                "judge_status": "ok",
+                                "speaker_similarity": float(rng.uniform(0.5, 0.9)),
+                                "h1_h2_db": cont[0],
+                                "h1_a3_db": cont[1],
+                                "cpps_db": cont[2],
+                                **judge,
+                            }
+                        )
     return pd.DataFrame(pm), pd.DataFrame(sc)
 
 
@@ -240,24 +356,53 @@ def test_sc_never_raises(tables):
 def test_sc_on_an_empty_table():
     from voicebias.analysis.sc import analyse
 
-    pm = pd.DataFrame(columns=["stimulus_id", "prompt_id", "voice_gender", "voice_id", "phonation", "measure_status",
-                               "h1_h2_db_whole", "h1_a3_db_whole", "cpps_db_whole"])
-    sc = pd.DataFrame(columns=["stimulus_id", "prompt_id", "voice_gender", "voice_id", "phonation", "system", "lang",
-                               "status", "measure_status", "judge_status", "speaker_similarity", "h1_h2_db", "h1_a3_db",
-                               "cpps_db", *DIMS])
+    pm = pd.DataFrame(
+        columns=[
+            "stimulus_id",
+            "prompt_id",
+            "voice_gender",
+            "voice_id",
+            "phonation",
+            "measure_status",
+            "h1_h2_db_whole",
+            "h1_a3_db_whole",
+            "cpps_db_whole",
+        ]
+    )
+    sc = pd.DataFrame(
+        columns=[
+            "stimulus_id",
+            "prompt_id",
+            "voice_gender",
+            "voice_id",
+            "phonation",
+            "system",
+            "lang",
+            "status",
+            "measure_status",
+            "judge_status",
+            "speaker_similarity",
+            "h1_h2_db",
+            "h1_a3_db",
+            "cpps_db",
+            *DIMS,
+        ]
+    )
     assert_sc_tables(analyse(sc, pm, n_boot=20))
 
 
 # ------------------------------------------------------------------ disaggregated table and the stages
 
+
 @SETTINGS
-@given(describe=s2s_tables("describe"), summarize=s2s_tables("summarize"), acoustic=acoustic_tables(),
-       sc=sc_tables())
+@given(describe=s2s_tables("describe"), summarize=s2s_tables("summarize"), acoustic=acoustic_tables(), sc=sc_tables())
 def test_disaggregated_never_raises(describe, summarize, acoustic, sc):
     from voicebias.analysis.disaggregated import disaggregate, s2s_items, sc_items
 
-    scored = pd.concat([describe.drop(columns=["sample"], errors="ignore"),
-                        summarize.drop(columns=["sample"], errors="ignore")], ignore_index=True)
+    scored = pd.concat(
+        [describe.drop(columns=["sample"], errors="ignore"), summarize.drop(columns=["sample"], errors="ignore")],
+        ignore_index=True,
+    )
     items = pd.concat([s2s_items(scored, acoustic), sc_items(sc[1])], ignore_index=True)
     table = disaggregate(items, resamples=50)
     assert_statuses(table, ["estimate", "ci_low", "ci_high"])
@@ -265,9 +410,23 @@ def test_disaggregated_never_raises(describe, summarize, acoustic, sc):
 
 @settings(SETTINGS, max_examples=6)
 @given(describe=s2s_tables("describe"), acoustic=acoustic_tables())
-@example(describe=separated_table(), acoustic=pd.DataFrame(
-    columns=["system", "task", "status", "lang", "pole", "voice_gender", "passage_id", "stimulus_id",
-             "delta_composite", "delta_f0_median_st"]))
+@example(
+    describe=separated_table(),
+    acoustic=pd.DataFrame(
+        columns=[
+            "system",
+            "task",
+            "status",
+            "lang",
+            "pole",
+            "voice_gender",
+            "passage_id",
+            "stimulus_id",
+            "delta_composite",
+            "delta_f0_median_st",
+        ]
+    ),
+)
 def test_analysis_stage_never_raises(describe, acoustic):
     """The analysis stage itself (its tables, metrics and planted-truth files) on degenerate tables."""
     from voicebias.io import read_table, write_table
@@ -278,7 +437,11 @@ def test_analysis_stage_never_raises(describe, acoustic):
         scored = describe.assign(system="sys")
         write_table(tmp / "scored.csv", scored)
         write_table(tmp / "acoustic.csv", acoustic)
-        run_stage({"analyze": {"confidence": 0.95}, "systems": {}}, [tmp / "scored.csv"], tmp / "out",
-                  [tmp / "acoustic.csv"] if len(acoustic) else None)
+        run_stage(
+            {"analyze": {"confidence": 0.95}, "systems": {}},
+            [tmp / "scored.csv"],
+            tmp / "out",
+            [tmp / "acoustic.csv"] if len(acoustic) else None,
+        )
         odds = read_table(tmp / "out" / "describe_odds_ratios.csv")
         assert set(odds["status"].dropna()) <= set(STATUSES)

@@ -14,17 +14,34 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from voicebias.analysis.disaggregated import (COLUMNS, bootstrap_row, coverage_simulation, disaggregate,
-                                              expanded_alpha, s2s_items, sc_items)
+from voicebias.analysis.disaggregated import (
+    COLUMNS,
+    bootstrap_row,
+    coverage_simulation,
+    disaggregate,
+    expanded_alpha,
+    s2s_items,
+    sc_items,
+)
 
 
 def describe_rows(system: str, judged: dict[tuple[str, str], list[str]]) -> pd.DataFrame:
     rows = []
     for (voice, pole), answers in judged.items():
         for i, a in enumerate(answers):
-            rows.append({"system": system, "task": "describe", "stimulus_id": f"{system}-{voice}-{pole}-{i}",
-                         "lang": "en", "pole": pole, "voice_gender": voice, "status": "ok", "judged_gender": a,
-                         "pronoun_choice": np.nan})
+            rows.append(
+                {
+                    "system": system,
+                    "task": "describe",
+                    "stimulus_id": f"{system}-{voice}-{pole}-{i}",
+                    "lang": "en",
+                    "pole": pole,
+                    "voice_gender": voice,
+                    "status": "ok",
+                    "judged_gender": a,
+                    "pronoun_choice": np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -37,20 +54,24 @@ def test_expanded_alpha_matches_its_closed_form_and_tends_to_alpha():
 
 
 def test_estimates_differences_and_ratios_are_the_closed_forms():
-    judged = {("male", "neutral"): ["male"] * 8 + ["female"] * 2,     # misgender 2/10
-              ("male", "feminine"): ["male"] * 4 + ["female"] * 6,    # 6/10
-              ("male", "masculine"): ["male"] * 9 + ["none"] * 1,     # 0/9, one non-compliant
-              ("female", "neutral"): ["female"] * 5 + ["male"] * 5,   # 5/10
-              ("female", "feminine"): ["female"] * 10,                # 0/10
-              ("female", "masculine"): ["female"] * 3 + ["male"] * 7}  # 7/10
+    judged = {
+        ("male", "neutral"): ["male"] * 8 + ["female"] * 2,  # misgender 2/10
+        ("male", "feminine"): ["male"] * 4 + ["female"] * 6,  # 6/10
+        ("male", "masculine"): ["male"] * 9 + ["none"] * 1,  # 0/9, one non-compliant
+        ("female", "neutral"): ["female"] * 5 + ["male"] * 5,  # 5/10
+        ("female", "feminine"): ["female"] * 10,  # 0/10
+        ("female", "masculine"): ["female"] * 3 + ["male"] * 7,
+    }  # 7/10
     t = disaggregate(s2s_items(describe_rows("a", judged), None), resamples=500, seed=1)
     assert list(t.columns) == COLUMNS
     pole = t[(t["lang"] == "en") & (t["condition_factor"] == "content_pole")].set_index(["voice_gender", "condition"])
-    assert pole.loc[("male", "feminine"), ["n", "estimate", "ref_estimate", "diff", "ratio"]].tolist() == \
-        pytest.approx([10, 0.6, 0.2, 0.4, 3.0])
+    assert pole.loc[("male", "feminine"), ["n", "estimate", "ref_estimate", "diff", "ratio"]].tolist() == pytest.approx(
+        [10, 0.6, 0.2, 0.4, 3.0]
+    )
     assert pole.loc[("male", "masculine"), "n"] == 9  # the answer naming no gender is not an item
-    assert pole.loc[("male", "masculine"), "estimate"] == 0 and pole.loc[("male", "masculine"), "ci_method"] == \
-        "no spread"
+    assert (
+        pole.loc[("male", "masculine"), "estimate"] == 0 and pole.loc[("male", "masculine"), "ci_method"] == "no spread"
+    )
     assert pole.loc[("male", "neutral"), "reference"] == "neutral" and pd.isna(pole.loc[("male", "neutral"), "diff"])
     # cell types pool both voices: aligned = (male, masculine) + (female, feminine) = 0/19
     cells = t[(t["lang"] == "en") & (t["condition_factor"] == "cell_type")].set_index("condition")
@@ -78,8 +99,9 @@ def test_intervals_cover_planted_values_at_about_the_nominal_rate(n):
 
 
 def test_rows_are_seeded_by_their_key_so_adding_a_system_leaves_them_unchanged():
-    judged = {(v, p): (["male", "female"] * 5) for v in ("male", "female") for p in ("neutral", "feminine",
-                                                                                        "masculine")}
+    judged = {
+        (v, p): (["male", "female"] * 5) for v in ("male", "female") for p in ("neutral", "feminine", "masculine")
+    }
     a = describe_rows("a", judged)
     alone = disaggregate(s2s_items(a, None), resamples=400, seed=9)
     again = disaggregate(s2s_items(a, None), resamples=400, seed=9)
@@ -91,17 +113,36 @@ def test_rows_are_seeded_by_their_key_so_adding_a_system_leaves_them_unchanged()
 
 
 def test_summarize_items_follow_the_pronoun_rule_and_describe_rows_carry_no_acoustics():
-    s = pd.DataFrame({"system": "a", "task": "summarize", "stimulus_id": [f"s{i}" for i in range(6)], "lang": "en",
-                      "pole": "feminine", "voice_gender": "male", "status": ["ok"] * 5 + ["failed"],
-                      "judged_gender": np.nan, "pronoun_choice": ["female", "female", "male", "both", "none", "female"]})
-    acoustic = pd.DataFrame({"system": "a", "task": ["describe", "readback"], "stimulus_id": ["d0", "r0"],
-                             "lang": "en", "pole": "neutral", "voice_gender": "male", "status": "ok",
-                             "delta_composite": [5.0, 0.25]})
+    s = pd.DataFrame(
+        {
+            "system": "a",
+            "task": "summarize",
+            "stimulus_id": [f"s{i}" for i in range(6)],
+            "lang": "en",
+            "pole": "feminine",
+            "voice_gender": "male",
+            "status": ["ok"] * 5 + ["failed"],
+            "judged_gender": np.nan,
+            "pronoun_choice": ["female", "female", "male", "both", "none", "female"],
+        }
+    )
+    acoustic = pd.DataFrame(
+        {
+            "system": "a",
+            "task": ["describe", "readback"],
+            "stimulus_id": ["d0", "r0"],
+            "lang": "en",
+            "pole": "neutral",
+            "voice_gender": "male",
+            "status": "ok",
+            "delta_composite": [5.0, 0.25],
+        }
+    )
     items = s2s_items(s, acoustic)
     by = items.groupby("metric")["value"].agg(["size", "mean"])
-    assert by.loc["injection_rate"].tolist() == [5, 4 / 5]       # "both" injects; the failed call is no item
+    assert by.loc["injection_rate"].tolist() == [5, 4 / 5]  # "both" injects; the failed call is no item
     assert by.loc["p_she"].tolist() == pytest.approx([3, 2 / 3])  # among one-gender summaries only
-    assert by.loc["delta_composite"].tolist() == [1, 0.25]       # describe is not acoustically scored
+    assert by.loc["delta_composite"].tolist() == [1, 0.25]  # describe is not acoustically scored
 
 
 def test_sc_items_use_the_stimuli_every_system_continued_and_match_the_similarity_table():
@@ -111,19 +152,30 @@ def test_sc_items_use_the_stimuli_every_system_continued_and_match_the_similarit
     rows = []
     for system in ("x", "y"):
         for i in range(24):
-            rows.append({"system": system, "stimulus_id": f"p{i}", "lang": "en",
-                         "phonation": ("modal", "breathy")[i % 2], "voice_gender": ("male", "female")[(i // 2) % 2],
-                         "status": "failed" if (system, i) == ("y", 3) else "ok", "measure_status": "ok",
-                         "judge_status": "ok", "speaker_similarity": rng.uniform(0.3, 0.9),
-                         "h1_h2_db": rng.normal(5, 2), "semantic_coherence": rng.integers(1, 6)})
+            rows.append(
+                {
+                    "system": system,
+                    "stimulus_id": f"p{i}",
+                    "lang": "en",
+                    "phonation": ("modal", "breathy")[i % 2],
+                    "voice_gender": ("male", "female")[(i // 2) % 2],
+                    "status": "failed" if (system, i) == ("y", 3) else "ok",
+                    "measure_status": "ok",
+                    "judge_status": "ok",
+                    "speaker_similarity": rng.uniform(0.3, 0.9),
+                    "h1_h2_db": rng.normal(5, 2),
+                    "semantic_coherence": rng.integers(1, 6),
+                }
+            )
     scored = pd.DataFrame(rows)
     items = sc_items(scored)
     assert "p3" not in set(items["stimulus_id"])  # y failed on p3: x's continuation of it is left out too
     t = disaggregate(items, resamples=300, seed=2)
     sim = similarity_table(all_systems_succeeded(scored))
     got = t[(t["metric"] == "speaker_similarity") & (t["lang"] == "en") & (t["condition"] != "all")]
-    merged = got.merge(sim, left_on=["system", "condition", "voice_gender"],
-                       right_on=["system", "phonation", "voice_gender"])
+    merged = got.merge(
+        sim, left_on=["system", "condition", "voice_gender"], right_on=["system", "phonation", "voice_gender"]
+    )
     assert len(merged) == len(sim) == 8
     np.testing.assert_allclose(merged["estimate"], merged["mean"], rtol=1e-12)
     assert (merged["n_x"] == merged["n_y"]).all()

@@ -20,13 +20,21 @@ from voicebias.analysis.sc import judge_models
 from voicebias.analysis.sc_stats import beta_regression_stepwise
 from voicebias.analysis.status import NotEstimable
 
-LEVELS = {"phonation": ["breathy", "creaky", "endcreak", "modal"], "system": ["sysA", "sysB"],
-          "voice_gender": ["female", "male"]}
+LEVELS = {
+    "phonation": ["breathy", "creaky", "endcreak", "modal"],
+    "system": ["sysA", "sysB"],
+    "voice_gender": ["female", "male"],
+}
 VOICES = {"f1": "female", "f2": "female", "m1": "male", "m2": "male"}
 #: planted sum-to-zero coefficients on the logit of the mean (the last level of each factor is minus the sum)
-PLANTED = {"Intercept": 0.2, "C(phonation, Sum)[S.breathy]": 0.3, "C(phonation, Sum)[S.creaky]": -0.4,
-           "C(phonation, Sum)[S.endcreak]": 0.1, "C(system, Sum)[S.sysA]": -0.15,
-           "C(voice_gender, Sum)[S.female]": 0.25}
+PLANTED = {
+    "Intercept": 0.2,
+    "C(phonation, Sum)[S.breathy]": 0.3,
+    "C(phonation, Sum)[S.creaky]": -0.4,
+    "C(phonation, Sum)[S.endcreak]": 0.1,
+    "C(system, Sum)[S.sysA]": -0.15,
+    "C(voice_gender, Sum)[S.female]": 0.25,
+}
 PRECISION = 25.0
 
 
@@ -53,9 +61,13 @@ def planted_table(prompts: int = 40, seed: int = 3) -> pd.DataFrame:
     """One judged continuation per prompt x voice x phonation x system, y ~ Beta(mu phi, (1 - mu) phi)
     with logit mu = the planted main effects (no interaction) and phi = PRECISION."""
     rng = np.random.default_rng(seed)
-    rows = [{"prompt_id": f"p{p:02d}", "voice_id": v, "voice_gender": g, "phonation": ph, "system": s,
-             "judge_status": "ok"}
-            for p in range(prompts) for v, g in VOICES.items() for ph in LEVELS["phonation"] for s in LEVELS["system"]]
+    rows = [
+        {"prompt_id": f"p{p:02d}", "voice_id": v, "voice_gender": g, "phonation": ph, "system": s, "judge_status": "ok"}
+        for p in range(prompts)
+        for v, g in VOICES.items()
+        for ph in LEVELS["phonation"]
+        for s in LEVELS["system"]
+    ]
     df = pd.DataFrame(rows)
     X = design(df, [("phonation",), ("system",), ("voice_gender",)])
     mu = special.expit(X[list(PLANTED)].to_numpy() @ np.array(list(PLANTED.values())))
@@ -73,8 +85,7 @@ def ml_fit(y: np.ndarray, X: np.ndarray) -> np.ndarray:
         ll = special.gammaln(phi) - special.gammaln(a) - special.gammaln(c) + (a - 1) * ly + (c - 1) * l1y
         # d ll / d mu and / d phi
         dmu = phi * (ly - l1y - special.digamma(a) + special.digamma(c))
-        dphi = (special.digamma(phi) - mu * special.digamma(a) - (1 - mu) * special.digamma(c) + mu * ly
-                + (1 - mu) * l1y)
+        dphi = special.digamma(phi) - mu * special.digamma(a) - (1 - mu) * special.digamma(c) + mu * ly + (1 - mu) * l1y
         grad_b = X.T @ (dmu * mu * (1 - mu))
         return -float(ll.sum()), -np.append(grad_b, float(dphi.sum()) * phi)
 
@@ -89,19 +100,23 @@ def ml_fit(y: np.ndarray, X: np.ndarray) -> np.ndarray:
 
 def test_planted_coefficients_are_recovered_and_equal_an_independent_ml_fit():
     df = planted_table()
-    res = beta_regression_stepwise(df, "y", ["phonation", "voice_gender", "system"], cluster="prompt_id",
-                                   between_unit_factors=("voice_gender",))
+    res = beta_regression_stepwise(
+        df, "y", ["phonation", "voice_gender", "system"], cluster="prompt_id", between_unit_factors=("voice_gender",)
+    )
     coefs = res["coefficients"].set_index("term")
     kept = [tuple(t.split(":")) for t in res["kept_interactions"]["term"]]
     # the terms with voice_gender stay in the model untested; phonation:system (planted 0) is testable
-    assert {("phonation", "voice_gender"), ("system", "voice_gender"), ("phonation", "system", "voice_gender")} <= set(kept)
+    assert {("phonation", "voice_gender"), ("system", "voice_gender"), ("phonation", "system", "voice_gender")} <= set(
+        kept
+    )
     X = design(df, [("phonation",), ("system",), ("voice_gender",), *kept])
     assert set(coefs.index) == {*X.columns, "precision"}
     # planted values inside the 99.9 % CIs (t with prompts - 1 df, the cluster-robust SEs); interactions planted 0
     half = stats.t.isf(0.0005, df["prompt_id"].nunique() - 1) * coefs["se"]
     planted = pd.Series({name: PLANTED.get(name, 0.0) for name in X.columns} | {"precision": np.log(PRECISION)})
     assert (np.abs(coefs["estimate"] - planted[coefs.index]) <= half).all(), pd.DataFrame(
-        {"estimate": coefs["estimate"], "planted": planted, "half": half})
+        {"estimate": coefs["estimate"], "planted": planted, "half": half}
+    )
     # and the main effects within 0.06 on the logit scale (their SEs are about 0.01)
     for name, value in PLANTED.items():
         assert coefs.loc[name, "estimate"] == pytest.approx(value, abs=0.06)
@@ -118,8 +133,9 @@ def test_judge_models_fits_the_judge_scores_with_the_same_model():
     n = len(df)
     scores = df.assign(agency_competence=1 + 4 * (df["y"] * n - 0.5) / (n - 1))  # rescale_scores inverted
     jm = judge_models(scores, ["agency_competence"])
-    direct = beta_regression_stepwise(df, "y", ["phonation", "voice_gender", "system"], cluster="prompt_id",
-                                      between_unit_factors=("voice_gender",))
+    direct = beta_regression_stepwise(
+        df, "y", ["phonation", "voice_gender", "system"], cluster="prompt_id", between_unit_factors=("voice_gender",)
+    )
     assert list(jm["fits"]["status"]) == ["ok"] and jm["fits"]["reason"].iloc[0] == ""
     ours = jm["coefficients"].set_index("term")["estimate"]
     theirs = direct["coefficients"].set_index("term")["estimate"]
@@ -131,11 +147,13 @@ def test_judge_models_fits_the_judge_scores_with_the_same_model():
 def raising(exc: Exception):
     def fit(*args, **kwargs):
         raise exc
+
     return fit
 
 
-@pytest.mark.parametrize("exc", [NotEstimable("the beta regression 'y ~ 1' did not converge"),
-                                 np.linalg.LinAlgError("Singular matrix")])
+@pytest.mark.parametrize(
+    "exc", [NotEstimable("the beta regression 'y ~ 1' did not converge"), np.linalg.LinAlgError("Singular matrix")]
+)
 def test_a_numerical_failure_becomes_a_row_and_the_other_dimensions_still_run(monkeypatch, exc):
     df = planted_table(prompts=4, seed=1)
     scores = df.assign(a=np.round(1 + 4 * df["y"]), b=np.round(1 + 4 * df["y"][::-1].to_numpy()))
@@ -154,8 +172,14 @@ def test_a_numerical_failure_becomes_a_row_and_the_other_dimensions_still_run(mo
     assert fits.loc["b", "status"] == "ok"
 
 
-@pytest.mark.parametrize("exc", [TypeError("fit() got an unexpected keyword argument 'cov_type'"),
-                                 KeyError("prompt_id"), AttributeError("'NoneType' object has no attribute 'params'")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        TypeError("fit() got an unexpected keyword argument 'cov_type'"),
+        KeyError("prompt_id"),
+        AttributeError("'NoneType' object has no attribute 'params'"),
+    ],
+)
 def test_a_wiring_error_in_the_regression_propagates(monkeypatch, exc):
     """A fault of the code or the inputs is not a property of the data: it fails the stage."""
     monkeypatch.setattr(sc_stats, "_fit_beta", raising(exc))
@@ -189,6 +213,7 @@ def test_degenerate_judge_tables_give_reasons():
         assert fits["status"].iloc[0] == "not estimable" and reason in fits["reason"].iloc[0]
     # an empty cell of the factorial: one system never continues a breathy prompt
     empty_cell = df[~((df["system"] == "sysB") & (df["phonation"] == "breathy"))].assign(
-        a=lambda x: np.round(1 + 4 * x["y"]))
+        a=lambda x: np.round(1 + 4 * x["y"])
+    )
     fits = judge_models(empty_cell, ["a"])["fits"]
     assert fits["status"].iloc[0] == "not estimable" and "rank deficient" in fits["reason"].iloc[0]

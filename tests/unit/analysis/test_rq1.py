@@ -23,9 +23,19 @@ def deltas(drift=0.0, interaction=0.0, seed=0, passages=10, noise=0.2):
                     for task in ("readback", "paraphrase", "translate"):
                         if task == "translate" and lang == "en":
                             continue
-                        rows.append({"system": "s", "lang": lang, "task": task, "pole": pole, "voice_gender": voice,
-                                     "passage_id": pid, "stimulus_id": f"{pid}-{voice}", "status": "ok",
-                                     "delta_composite": base + shift + extra + u + rng.normal(0, noise)})
+                        rows.append(
+                            {
+                                "system": "s",
+                                "lang": lang,
+                                "task": task,
+                                "pole": pole,
+                                "voice_gender": voice,
+                                "passage_id": pid,
+                                "stimulus_id": f"{pid}-{voice}",
+                                "status": "ok",
+                                "delta_composite": base + shift + extra + u + rng.normal(0, noise),
+                            }
+                        )
     return pd.DataFrame(rows)
 
 
@@ -75,7 +85,9 @@ def test_drift_shift_is_deterministic_and_moves_f0_by_the_planted_semitones():
     from voicebias.systems.reference import shift_pitch
     from voicebias.tts.espeak import EspeakTTS
 
-    x, sr = EspeakTTS(rate_wpm=160).synthesize("I spent the morning fixing the old fence behind the garden.", "en-us+f2")
+    x, sr = EspeakTTS(rate_wpm=160).synthesize(
+        "I spent the morning fixing the old fence behind the garden.", "en-us+f2"
+    )
     a, b = shift_pitch(x, sr, 2.0), shift_pitch(x, sr, 2.0)
     assert len(a) == len(x) and hashlib.sha256(a.tobytes()).digest() == hashlib.sha256(b.tobytes()).digest()
     ms = MeasureSettings(100, 500, 5500)
@@ -124,9 +136,19 @@ def test_identical_outputs_within_passages_use_the_passage_means():
         for i in range(10):
             y = mu + rng.normal(0, 0.3)
             for voice in ("male", "female"):
-                rows.append({"system": "s", "lang": "en", "task": "readback", "pole": pole, "voice_gender": voice,
-                             "passage_id": f"{pole}-{i}", "stimulus_id": f"{pole}-{i}-{voice}", "status": "ok",
-                             "delta_composite": y})
+                rows.append(
+                    {
+                        "system": "s",
+                        "lang": "en",
+                        "task": "readback",
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "passage_id": f"{pole}-{i}",
+                        "stimulus_id": f"{pole}-{i}-{voice}",
+                        "status": "ok",
+                        "delta_composite": y,
+                    }
+                )
     d = pd.DataFrame(rows)
     r = rq1_mixed_models(d).iloc[0]
     per = d.drop_duplicates("passage_id")
@@ -152,9 +174,19 @@ def pole_function_table(rounding: float = 0.0, seed: int = 3) -> pd.DataFrame:
     for pole, mu in (("masculine", 0.00893), ("neutral", 0.0), ("feminine", 0.384337)):
         for i in range(3):
             for voice in ("male", "female"):
-                rows.append({"system": "s", "lang": "zh", "task": "summarize", "pole": pole, "voice_gender": voice,
-                             "passage_id": f"{pole}-{i}", "stimulus_id": f"{pole}-{i}-{voice}", "status": "ok",
-                             "delta_composite": mu * (1 + rounding * rng.standard_normal())})
+                rows.append(
+                    {
+                        "system": "s",
+                        "lang": "zh",
+                        "task": "summarize",
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "passage_id": f"{pole}-{i}",
+                        "stimulus_id": f"{pole}-{i}-{voice}",
+                        "status": "ok",
+                        "delta_composite": mu * (1 + rounding * rng.standard_normal()),
+                    }
+                )
     return pd.DataFrame(rows)
 
 

@@ -25,8 +25,8 @@ import pytest
 from scipy import stats
 
 from tests.s2s_design import acoustic_table, describe_table, misgender_table
-from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.rq1 import rq1_mixed_models, rq1_pooled
+from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
 
 ALPHA = 0.05
@@ -51,25 +51,46 @@ def coverage_bounds(n: int) -> tuple[float, float]:
     return min(0.92, 0.95 - 3 * se), max(0.98, 0.95 + 3 * se)
 
 
-def _row(statistic: str, scenario: str, kind: str, hits: list[bool] | np.ndarray, datasets: int,
-         exact: bool = True) -> dict:
+def _row(
+    statistic: str, scenario: str, kind: str, hits: list[bool] | np.ndarray, datasets: int, exact: bool = True
+) -> dict:
     """One table row: the share of hits (rejections or covering intervals) over the tests of n datasets."""
     hits = np.asarray(hits, bool)
     n = len(hits)
     rate = float(hits.mean())
     lo, hi = fp_bounds(n, exact) if kind == "false positive" else coverage_bounds(n)
-    return {"statistic": statistic, "scenario": scenario, "kind": kind, "datasets": datasets, "tests": n,
-            "rate": rate, "mc_se": float(np.sqrt(max(rate * (1 - rate), 1e-12) / n)),
-            "low": lo, "high": hi, "ok": bool(lo <= rate <= hi)}
+    return {
+        "statistic": statistic,
+        "scenario": scenario,
+        "kind": kind,
+        "datasets": datasets,
+        "tests": n,
+        "rate": rate,
+        "mc_se": float(np.sqrt(max(rate * (1 - rate), 1e-12) / n)),
+        "low": lo,
+        "high": hi,
+        "ok": bool(lo <= rate <= hi),
+    }
 
 
 def _enumerated_row(statistic: str, scenario: str, kind: str, rate: float, exact: bool) -> dict:
     lo, hi = ((0.02 if exact else 0.0), 0.08) if kind == "false positive" else (0.92, 0.98 if exact else 1.0)
-    return {"statistic": statistic, "scenario": scenario, "kind": kind, "datasets": "exact", "tests": "exact",
-            "rate": rate, "mc_se": 0.0, "low": lo, "high": hi, "ok": bool(lo <= rate <= hi)}
+    return {
+        "statistic": statistic,
+        "scenario": scenario,
+        "kind": kind,
+        "datasets": "exact",
+        "tests": "exact",
+        "rate": rate,
+        "mc_se": 0.0,
+        "low": lo,
+        "high": hi,
+        "ok": bool(lo <= rate <= hi),
+    }
 
 
 # ---------------------------------------------------------------- describe odds ratio
+
 
 def describe_rows(n_datasets: int, seed: int) -> list[dict]:
     rows = []
@@ -91,16 +112,26 @@ def describe_rows(n_datasets: int, seed: int) -> list[dict]:
                         wald.append(r["ci_low"] <= orv <= r["ci_high"])
             kind = "false positive" if null else "coverage"
             ok_share = np.mean([s == "ok" for s in statuses])
-            rows.append(_row("describe OR per step, ML Wald (fits without separation)",
-                             f"{name}; {ok_share:.1%} of fits ok", kind, wald, n_datasets))
+            rows.append(
+                _row(
+                    "describe OR per step, ML Wald (fits without separation)",
+                    f"{name}; {ok_share:.1%} of fits ok",
+                    kind,
+                    wald,
+                    n_datasets,
+                )
+            )
             rows.append(_row("describe OR per step, Firth (penalised LRT / profile CI)", name, kind, firth, n_datasets))
     return rows
 
 
 # ---------------------------------------------------------------- misgender rates, Wilson and Fisher
 
-FISHER_SIZES = {"per voice and language (10 vs 10)": 10, "pooled voices, per language (20 vs 20)": 20,
-                "pooled voices, all languages (60 vs 60)": 60}
+FISHER_SIZES = {
+    "per voice and language (10 vs 10)": 10,
+    "pooled voices, per language (20 vs 20)": 20,
+    "pooled voices, all languages (60 vs 60)": 60,
+}
 
 
 def fisher_exact_rows(sizes: tuple[int, ...] = (10, 20, 60)) -> list[dict]:
@@ -117,29 +148,49 @@ def fisher_exact_rows(sizes: tuple[int, ...] = (10, 20, 60)) -> list[dict]:
         ci = np.full((n + 1, n + 1, 2), np.nan)
         for a in k:
             for c in k:
-                rates = pd.DataFrame({"lang": "x", "cell_type": ["misaligned", "neutral"], "n": n,
-                                      "misgendered": [int(a), int(c)]})
+                rates = pd.DataFrame(
+                    {"lang": "x", "cell_type": ["misaligned", "neutral"], "n": n, "misgendered": [int(a), int(c)]}
+                )
                 f = fisher_misaligned_vs_neutral(rates).iloc[0]
                 pv[a, c] = f["p_value"]
                 ci[a, c] = f["ci_low"], f["ci_high"]
         for p0 in (0.05, 0.25, 0.5):
             w = np.outer(stats.binom.pmf(k, n, p0), stats.binom.pmf(k, n, p0))
-            rows.append(_enumerated_row("Fisher misaligned vs neutral (conservative by design)",
-                                        f"{label}, misgender rate {p0}", "false positive",
-                                        float(w[pv < ALPHA].sum()), exact=False))
+            rows.append(
+                _enumerated_row(
+                    "Fisher misaligned vs neutral (conservative by design)",
+                    f"{label}, misgender rate {p0}",
+                    "false positive",
+                    float(w[pv < ALPHA].sum()),
+                    exact=False,
+                )
+            )
         for p1, p0 in ((0.5, 0.2), (0.95, 0.5), (0.3, 0.05)):
             w = np.outer(stats.binom.pmf(k, n, p1), stats.binom.pmf(k, n, p0))
             true_or = p1 / (1 - p1) / (p0 / (1 - p0))
             inside = (ci[..., 0] <= true_or) & (true_or <= ci[..., 1])
-            rows.append(_enumerated_row("Fisher conditional OR exact CI (conservative by design)",
-                                        f"{label}, rates {p1} vs {p0}", "coverage", float(w[inside].sum()),
-                                        exact=False))
+            rows.append(
+                _enumerated_row(
+                    "Fisher conditional OR exact CI (conservative by design)",
+                    f"{label}, rates {p1} vs {p0}",
+                    "coverage",
+                    float(w[inside].sum()),
+                    exact=False,
+                )
+            )
     for n in (18, 20, 60):  # the reduced profile's and the embedded default's cell sizes
         k = np.arange(n + 1)
         for p in (0.05, 0.275, 0.5, 0.95):
             inside = [(_wilson(int(i), n)[0] <= p <= _wilson(int(i), n)[1]) for i in k]
-            rows.append(_enumerated_row("misgender rate, Wilson 95 % interval", f"n = {n}, rate {p}", "coverage",
-                                        float(stats.binom.pmf(k, n, p)[inside].sum()), exact=True))
+            rows.append(
+                _enumerated_row(
+                    "misgender rate, Wilson 95 % interval",
+                    f"n = {n}, rate {p}",
+                    "coverage",
+                    float(stats.binom.pmf(k, n, p)[inside].sum()),
+                    exact=True,
+                )
+            )
     return rows
 
 
@@ -157,17 +208,31 @@ def misgender_rows(n_datasets: int, seed: int) -> list[dict]:
         for row in r[r["lang"] == "ALL"].itertuples():
             lo, hi = _wilson(row.misgendered, row.n)
             cover.append(lo <= planted[row.cell_type] <= hi)
-    return [_row("Fisher via misgender_rates, pooled voices (conservative by design)",
-                 "misgender rate .25 in neutral and misaligned cells", "false positive", rej_pooled, n_datasets,
-                 exact=False),
-            _row("Fisher via misgender_rates, per input voice (conservative by design)",
-                 "misgender rate .25 in neutral and misaligned cells", "false positive", rej_voice, n_datasets,
-                 exact=False),
-            _row("misgender rate (ALL) Wilson via misgender_rates", "planted .05 / .5 / .95", "coverage", cover,
-                 n_datasets)]
+    return [
+        _row(
+            "Fisher via misgender_rates, pooled voices (conservative by design)",
+            "misgender rate .25 in neutral and misaligned cells",
+            "false positive",
+            rej_pooled,
+            n_datasets,
+            exact=False,
+        ),
+        _row(
+            "Fisher via misgender_rates, per input voice (conservative by design)",
+            "misgender rate .25 in neutral and misaligned cells",
+            "false positive",
+            rej_voice,
+            n_datasets,
+            exact=False,
+        ),
+        _row(
+            "misgender rate (ALL) Wilson via misgender_rates", "planted .05 / .5 / .95", "coverage", cover, n_datasets
+        ),
+    ]
 
 
 # ---------------------------------------------------------------- RQ1 mixed model
+
 
 def mixed_rows(n_datasets: int, seed: int) -> list[dict]:
     rows = []
@@ -181,19 +246,48 @@ def mixed_rows(n_datasets: int, seed: int) -> list[dict]:
         m, q = pd.concat(null), pd.concat(planted)
         singular = m["warning"].str.contains("singular fit").mean()
         scen = f"{name}; {singular:.0%} singular fits"
-        rows.append(_row("RQ1 mixed model: interaction F (Satterthwaite df)", scen, "false positive",
-                         m["p_interaction"] < ALPHA, n_datasets))
-        rows.append(_row("RQ1 mixed model: interaction Wald chi-square, asymptotic (not reported as p)", scen,
-                         "false positive", stats.chi2.sf(m["chi2_interaction"], 2) < ALPHA, n_datasets))
+        rows.append(
+            _row(
+                "RQ1 mixed model: interaction F (Satterthwaite df)",
+                scen,
+                "false positive",
+                m["p_interaction"] < ALPHA,
+                n_datasets,
+            )
+        )
+        rows.append(
+            _row(
+                "RQ1 mixed model: interaction Wald chi-square, asymptotic (not reported as p)",
+                scen,
+                "false positive",
+                stats.chi2.sf(m["chi2_interaction"], 2) < ALPHA,
+                n_datasets,
+            )
+        )
         for eff in ("stereotype_effect", "misaligned_minus_neutral"):
-            rows.append(_row(f"RQ1 mixed model: {eff} t (Satterthwaite df)", scen, "false positive",
-                             m[f"{eff}_p"] < ALPHA, n_datasets))
-            rows.append(_row(f"RQ1 mixed model: {eff} 95 % CI", f"{name}; drift {DRIFTS[0]} st", "coverage",
-                             (q[f"{eff}_ci_low"] <= DRIFTS[0]) & (DRIFTS[0] <= q[f"{eff}_ci_high"]), n_datasets))
+            rows.append(
+                _row(
+                    f"RQ1 mixed model: {eff} t (Satterthwaite df)",
+                    scen,
+                    "false positive",
+                    m[f"{eff}_p"] < ALPHA,
+                    n_datasets,
+                )
+            )
+            rows.append(
+                _row(
+                    f"RQ1 mixed model: {eff} 95 % CI",
+                    f"{name}; drift {DRIFTS[0]} st",
+                    "coverage",
+                    (q[f"{eff}_ci_low"] <= DRIFTS[0]) & (DRIFTS[0] <= q[f"{eff}_ci_high"]),
+                    n_datasets,
+                )
+            )
     return rows
 
 
 # ---------------------------------------------------------------- RQ1 pooled contrast
+
 
 def pooled_rows(n_datasets: int, seed: int, systems: tuple[int, ...] = (1, 2, 3, 4)) -> list[dict]:
     rows = []
@@ -213,15 +307,39 @@ def pooled_rows(n_datasets: int, seed: int, systems: tuple[int, ...] = (1, 2, 3,
                 e = rq1_pooled(t, "delta_f0_median_st")
                 cov_each += list((e["ci_low"] <= drift[0]) & (drift[0] <= e["ci_high"]))
         if n_sys == 1:
-            rows.append(_row("RQ1 pooled contrast, per system", "1 system, both task groups", "false positive",
-                             rej_each, n_datasets))
-            rows.append(_row("RQ1 pooled contrast, per system, 95 % CI", f"drift {drift[0]} st", "coverage",
-                             cov_each, n_datasets))
+            rows.append(
+                _row(
+                    "RQ1 pooled contrast, per system",
+                    "1 system, both task groups",
+                    "false positive",
+                    rej_each,
+                    n_datasets,
+                )
+            )
+            rows.append(
+                _row(
+                    "RQ1 pooled contrast, per system, 95 % CI", f"drift {drift[0]} st", "coverage", cov_each, n_datasets
+                )
+            )
         else:
-            rows.append(_row("RQ1 pooled contrast, systems pooled (ALL)", f"{n_sys} systems, shared inputs",
-                             "false positive", rej_all, n_datasets))
-            rows.append(_row("RQ1 pooled contrast, systems pooled (ALL), 95 % CI",
-                             f"{n_sys} systems, drifts {drift}", "coverage", cov_all, n_datasets))
+            rows.append(
+                _row(
+                    "RQ1 pooled contrast, systems pooled (ALL)",
+                    f"{n_sys} systems, shared inputs",
+                    "false positive",
+                    rej_all,
+                    n_datasets,
+                )
+            )
+            rows.append(
+                _row(
+                    "RQ1 pooled contrast, systems pooled (ALL), 95 % CI",
+                    f"{n_sys} systems, drifts {drift}",
+                    "coverage",
+                    cov_all,
+                    n_datasets,
+                )
+            )
     return rows
 
 
@@ -238,6 +356,7 @@ def check(table: pd.DataFrame) -> None:
 
 
 # ---------------------------------------------------------------- default run (reduced)
+
 
 def test_fisher_and_wilson_exact_size_and_coverage_reduced():
     check(show(fisher_exact_rows((10, 20)), "Fisher and Wilson, exact enumeration (reduced)"))
@@ -272,10 +391,16 @@ def test_rq1_pooled_treats_systems_answering_the_same_inputs_as_one_replicate():
 
 # ---------------------------------------------------------------- full study
 
+
 @pytest.mark.slow
 def test_s2s_calibration_full():
-    rows = [*fisher_exact_rows(), *describe_rows(300, seed=1), *misgender_rows(500, seed=1),
-            *mixed_rows(250, seed=1), *pooled_rows(300, seed=1)]
+    rows = [
+        *fisher_exact_rows(),
+        *describe_rows(300, seed=1),
+        *misgender_rows(500, seed=1),
+        *mixed_rows(250, seed=1),
+        *pooled_rows(300, seed=1),
+    ]
     check(show(rows, "S2S calibration (full)"))
 
 
@@ -296,8 +421,8 @@ emit("F", ct[["F value"]]); emit("den_df", ct[["DenDF"]]); emit("p", ct[["Pr(>F)
 def test_rq1_interaction_f_test_matches_lmertest(case):
     """The interaction p is lmerTest's joint F test (Satterthwaite denominator df), not the
     asymptotic chi-square that rejects a true null too often with 30 passages."""
-    from tests.unit.analysis.test_stats_rref import mixed_table, singular_table
     from tests.rref import run_r
+    from tests.unit.analysis.test_stats_rref import mixed_table, singular_table
 
     g = mixed_table() if case == "interior passage variance" else singular_table()
     ours = rq1_mixed_models(g).iloc[0]

@@ -46,8 +46,13 @@ def coverage(n_systems: int, n_datasets: int, seed0: int = 0) -> tuple[float, in
     """Share of 95 % contrast intervals covering the planted difference, and their number."""
     hits = []
     for i in range(n_datasets):
-        vq = simulate_vq(n_systems, seed=seed0 + 104729 * n_systems + i, retention=RETENTION,
-                         system_offsets=OFFSETS[:n_systems], voice_shift_sd=0.0)
+        vq = simulate_vq(
+            n_systems,
+            seed=seed0 + 104729 * n_systems + i,
+            retention=RETENTION,
+            system_offsets=OFFSETS[:n_systems],
+            voice_shift_sd=0.0,
+        )
         c = voice_quality_models(vq, measures=["h1_h2_db"])["contrasts"]
         off = {f"sys{k + 1}": OFFSETS[k] for k in range(n_systems)}
         for r in c.itertuples():

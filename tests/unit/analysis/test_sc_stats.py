@@ -7,8 +7,14 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from tests.sc_design import planted_contrast, simulate_vq
-from voicebias.analysis.sc_stats import (all_systems_succeeded, beta_regression_stepwise, emm_pairwise, rescale_scores,
-                                type3_wald, voice_quality_models)
+from voicebias.analysis.sc_stats import (
+    all_systems_succeeded,
+    beta_regression_stepwise,
+    emm_pairwise,
+    rescale_scores,
+    type3_wald,
+    voice_quality_models,
+)
 
 
 def balanced_two_way(seed=0, n=6, effect_a=(0.0, 0.8, -0.8), effect_b=0.5, inter=0.0):
@@ -82,12 +88,20 @@ def test_voice_stratum_f_equals_the_split_plot_anova_even_with_negative_componen
     from voicebias.analysis.sc_stats import fit_reml, type3_f_tests
 
     voices = {"f1": "female", "f2": "female", "m1": "male", "m2": "male"}
-    rows = [{"voice_id": v, "voice_gender": g, "phonation": p, "system": s}
-            for (v, g), p, s in itertools.product(voices.items(), ["a", "b", "c", "d"], ["s1", "s2", "s3"])]
+    rows = [
+        {"voice_id": v, "voice_gender": g, "phonation": p, "system": s}
+        for (v, g), p, s in itertools.product(voices.items(), ["a", "b", "c", "d"], ["s1", "s2", "s3"])
+    ]
     d = pd.DataFrame(rows).assign(d=np.random.default_rng(11).normal(size=48))
-    fit = fit_reml("d ~ C(system, Sum) * C(voice_gender, Sum) * C(phonation, Sum)", d,
-                   {"voice": d["voice_id"], "voice:phonation": d["voice_id"] + ":" + d["phonation"],
-                    "voice:system": d["voice_id"] + ":" + d["system"]})
+    fit = fit_reml(
+        "d ~ C(system, Sum) * C(voice_gender, Sum) * C(phonation, Sum)",
+        d,
+        {
+            "voice": d["voice_id"],
+            "voice:phonation": d["voice_id"] + ":" + d["phonation"],
+            "voice:system": d["voice_id"] + ":" + d["system"],
+        },
+    )
     assert (fit.vcomp < 0).any()
     y = d.groupby(["voice_id", "system"])["d"].mean().unstack()
     gender = np.array([voices[v] for v in y.index])
@@ -131,6 +145,11 @@ def test_rescaled_scores_stay_inside_the_unit_interval():
 
 
 def test_all_systems_succeeded_filter():
-    df = pd.DataFrame({"stimulus_id": ["a", "a", "b", "b"], "system": ["s1", "s2", "s1", "s2"],
-                       "status": ["ok", "ok", "ok", "failed"]})
+    df = pd.DataFrame(
+        {
+            "stimulus_id": ["a", "a", "b", "b"],
+            "system": ["s1", "s2", "s1", "s2"],
+            "status": ["ok", "ok", "ok", "failed"],
+        }
+    )
     assert set(all_systems_succeeded(df)["stimulus_id"]) == {"a"}

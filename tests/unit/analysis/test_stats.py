@@ -4,7 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.analysis.stats import detect_separation, fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
+from voicebias.analysis.stats import (
+    detect_separation,
+    fisher_misaligned_vs_neutral,
+    misgender_rates,
+    odds_ratio_per_step,
+)
 from voicebias.systems.reference import planted_p_female, planted_truth
 
 
@@ -35,16 +40,30 @@ def test_or_matches_closed_form_when_logits_are_linear():
 
 
 def test_noncompliant_answers_are_excluded_and_counted():
-    df = table({("masculine", "male"): (1, 4), ("feminine", "female"): (4, 1), ("neutral", "male"): (2, 3),
-                ("neutral", "female"): (3, 2), ("masculine", "female"): (2, 3), ("feminine", "male"): (3, 2)})
-    df = pd.concat([df, pd.DataFrame([{"lang": "en", "pole": "neutral", "voice_gender": "male", "judged_gender": "none"}] * 3)])
+    df = table(
+        {
+            ("masculine", "male"): (1, 4),
+            ("feminine", "female"): (4, 1),
+            ("neutral", "male"): (2, 3),
+            ("neutral", "female"): (3, 2),
+            ("masculine", "female"): (2, 3),
+            ("feminine", "male"): (3, 2),
+        }
+    )
+    df = pd.concat(
+        [df, pd.DataFrame([{"lang": "en", "pole": "neutral", "voice_gender": "male", "judged_gender": "none"}] * 3)]
+    )
     res = odds_ratio_per_step(df).iloc[0]
     assert res["n"] == 30 and res["n_excluded"] == 3
 
 
 def test_complete_separation_is_reported_not_estimated():
     # a voice-faithful system with no errors: voice predicts the answer perfectly
-    counts = {(p, v): ((10, 0) if v == "female" else (0, 10)) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")}
+    counts = {
+        (p, v): ((10, 0) if v == "female" else (0, 10))
+        for p in ("masculine", "neutral", "feminine")
+        for v in ("male", "female")
+    }
     res = odds_ratio_per_step(table(counts)).iloc[0]
     assert res["fit_status"] == "perfect separation (complete)"
     assert np.isnan(res["odds_ratio"]) and np.isnan(res["p_value"])
@@ -69,8 +88,15 @@ def test_detect_separation_none_for_overlapping_data():
 
 
 def test_misgender_rates_hand_counts():
-    df = table({("feminine", "male"): (3, 1), ("masculine", "female"): (0, 2), ("neutral", "male"): (1, 3),
-                ("feminine", "female"): (5, 0), ("masculine", "male"): (1, 4)})
+    df = table(
+        {
+            ("feminine", "male"): (3, 1),
+            ("masculine", "female"): (0, 2),
+            ("neutral", "male"): (1, 3),
+            ("feminine", "female"): (5, 0),
+            ("masculine", "male"): (1, 4),
+        }
+    )
     r = misgender_rates(df).set_index(["lang", "cell_type"])
     # misaligned: male voice+feminine content 3 of 4 called female, female voice+masculine 2 of 2 called male
     assert r.loc[("en", "misaligned"), "misgendered"] == 5 and r.loc[("en", "misaligned"), "n"] == 6
@@ -82,10 +108,12 @@ def test_misgender_rates_hand_counts():
 
 def test_fisher_matches_known_value():
     # fisher.test(matrix(c(3,1,1,3),2)) in R: p-value = 0.4857, odds ratio (sample) = 9
-    rates = pd.DataFrame([
-        {"lang": "en", "cell_type": "misaligned", "n": 4, "misgendered": 3},
-        {"lang": "en", "cell_type": "neutral", "n": 4, "misgendered": 1},
-    ])
+    rates = pd.DataFrame(
+        [
+            {"lang": "en", "cell_type": "misaligned", "n": 4, "misgendered": 3},
+            {"lang": "en", "cell_type": "neutral", "n": 4, "misgendered": 1},
+        ]
+    )
     res = fisher_misaligned_vs_neutral(rates).iloc[0]
     assert res["p_value"] == pytest.approx(0.4857, abs=1e-4)
     assert res["odds_ratio"] == pytest.approx(9.0)
@@ -98,8 +126,14 @@ def simulate(params, n_per_cell, seed):
         for v in ("male", "female"):
             p = planted_p_female(params, pole, v)
             for _ in range(n_per_cell):
-                rows.append({"lang": "en", "pole": pole, "voice_gender": v,
-                             "judged_gender": "female" if rng.random() < p else "male"})
+                rows.append(
+                    {
+                        "lang": "en",
+                        "pole": pole,
+                        "voice_gender": v,
+                        "judged_gender": "female" if rng.random() < p else "male",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -108,11 +142,14 @@ def reference_params(**kw):
     return {"error_rate": 0.0, "neutral_p_female": 0.5, "noncompliance_rate": 0.0, "drift_st": 0.0, **kw}
 
 
-@pytest.mark.parametrize("params", [
-    reference_params(rule="content", error_rate=0.05),
-    reference_params(rule="voice", error_rate=0.05),
-    reference_params(rule="mixed", error_rate=0.05, content_weight=0.5),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        reference_params(rule="content", error_rate=0.05),
+        reference_params(rule="voice", error_rate=0.05),
+        reference_params(rule="mixed", error_rate=0.05, content_weight=0.5),
+    ],
+)
 def test_planted_odds_ratio_recovered(params):
     truth = planted_truth(params)
     res = odds_ratio_per_step(simulate(params, 400, seed=7)).iloc[0]
@@ -122,8 +159,12 @@ def test_planted_odds_ratio_recovered(params):
 
 
 def test_planted_truth_closed_forms():
-    assert planted_truth(reference_params(rule="content", error_rate=0.05))["odds_ratio_per_step"] == pytest.approx(19.0, rel=1e-6)
-    assert planted_truth(reference_params(rule="voice", error_rate=0.1))["odds_ratio_per_step"] == pytest.approx(1.0, abs=1e-6)
+    assert planted_truth(reference_params(rule="content", error_rate=0.05))["odds_ratio_per_step"] == pytest.approx(
+        19.0, rel=1e-6
+    )
+    assert planted_truth(reference_params(rule="voice", error_rate=0.1))["odds_ratio_per_step"] == pytest.approx(
+        1.0, abs=1e-6
+    )
     mixed = planted_truth(reference_params(rule="mixed", content_weight=0.3))
     assert mixed["misgender_rate"]["misaligned"] == pytest.approx(0.3)
     assert planted_truth(reference_params(rule="voice"))["separable"] is True
@@ -150,7 +191,11 @@ def test_firth_equals_haldane_corrected_log_odds_ratio(cells):
 
 
 def test_firth_is_offered_under_separation():
-    counts = {(p, v): ((10, 0) if v == "female" else (0, 10)) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")}
+    counts = {
+        (p, v): ((10, 0) if v == "female" else (0, 10))
+        for p in ("masculine", "neutral", "feminine")
+        for v in ("male", "female")
+    }
     res = odds_ratio_per_step(table(counts)).iloc[0]
     assert res["fit_status"].startswith("perfect separation")
     # content carries no information: the penalised estimate sits at OR 1 with a CI covering it
@@ -159,8 +204,11 @@ def test_firth_is_offered_under_separation():
 
 
 def content_separated(per_cell=12):
-    return {(p, v): ((per_cell, 0) if p == "feminine" else (0, per_cell)) for p in ("masculine", "neutral", "feminine")
-            for v in ("male", "female")}
+    return {
+        (p, v): ((per_cell, 0) if p == "feminine" else (0, per_cell))
+        for p in ("masculine", "neutral", "feminine")
+        for v in ("male", "female")
+    }
 
 
 def test_the_content_separated_table_gives_a_separation_row_not_an_exception():
@@ -203,19 +251,32 @@ def test_a_failed_firth_fit_leaves_a_row_that_says_so(monkeypatch):
     sep = odds_ratio_per_step(table(content_separated(12))).iloc[0]
     assert sep["status"] == "not estimable" and "did not converge in 500 steps" in sep["reason"]
     assert np.isnan(sep["firth_odds_ratio"]) and np.isnan(sep["odds_ratio"])
-    counts = {(p, v): (3 + i, 7 - i) for i, p in enumerate(("masculine", "neutral", "feminine")) for v in ("male", "female")}
+    counts = {
+        (p, v): (3 + i, 7 - i) for i, p in enumerate(("masculine", "neutral", "feminine")) for v in ("male", "female")
+    }
     fine = odds_ratio_per_step(table(counts)).iloc[0]
-    assert fine["status"] == "ok" and np.isfinite(fine["odds_ratio"]) and "Firth estimate not estimable" in fine["reason"]
+    assert (
+        fine["status"] == "ok" and np.isfinite(fine["odds_ratio"]) and "Firth estimate not estimable" in fine["reason"]
+    )
 
 
-@pytest.mark.parametrize("case,rows,reason", [
-    ("no answers", [], "no answers"),
-    ("every answer 'none'", [("masculine", "male", "none"), ("feminine", "female", "none")], "no compliant answer"),
-    ("one input voice", [(p, "male", j) for p in ("masculine", "feminine") for j in ("male", "female")],
-     "only one input voice"),
-    ("one content pole", [("neutral", v, j) for v in ("male", "female") for j in ("male", "female")],
-     "only one content pole"),
-])
+@pytest.mark.parametrize(
+    "case,rows,reason",
+    [
+        ("no answers", [], "no answers"),
+        ("every answer 'none'", [("masculine", "male", "none"), ("feminine", "female", "none")], "no compliant answer"),
+        (
+            "one input voice",
+            [(p, "male", j) for p in ("masculine", "feminine") for j in ("male", "female")],
+            "only one input voice",
+        ),
+        (
+            "one content pole",
+            [("neutral", v, j) for v in ("male", "female") for j in ("male", "female")],
+            "only one content pole",
+        ),
+    ],
+)
 def test_describe_without_an_estimable_model_says_why(case, rows, reason):
     df = pd.DataFrame(rows, columns=["pole", "voice_gender", "judged_gender"]).assign(lang="en")
     res = odds_ratio_per_step(df).iloc[0]
@@ -232,14 +293,16 @@ def test_every_answer_one_gender_is_a_separation_with_a_firth_estimate():
 
 
 def test_fisher_rows_with_a_zero_cell_or_an_empty_cell_type_carry_a_status():
-    rates = pd.DataFrame([
-        {"lang": "en", "cell_type": "misaligned", "n": 10, "misgendered": 10},
-        {"lang": "en", "cell_type": "neutral", "n": 10, "misgendered": 0},
-        {"lang": "zh", "cell_type": "misaligned", "n": 0, "misgendered": 0},
-        {"lang": "zh", "cell_type": "neutral", "n": 5, "misgendered": 1},
-        {"lang": "es", "cell_type": "misaligned", "n": 6, "misgendered": 0},
-        {"lang": "es", "cell_type": "neutral", "n": 6, "misgendered": 0},
-    ])
+    rates = pd.DataFrame(
+        [
+            {"lang": "en", "cell_type": "misaligned", "n": 10, "misgendered": 10},
+            {"lang": "en", "cell_type": "neutral", "n": 10, "misgendered": 0},
+            {"lang": "zh", "cell_type": "misaligned", "n": 0, "misgendered": 0},
+            {"lang": "zh", "cell_type": "neutral", "n": 5, "misgendered": 1},
+            {"lang": "es", "cell_type": "misaligned", "n": 6, "misgendered": 0},
+            {"lang": "es", "cell_type": "neutral", "n": 6, "misgendered": 0},
+        ]
+    )
     res = fisher_misaligned_vs_neutral(rates).set_index("lang")
     assert res.loc["en", "status"] == "separation" and "infinite" in res.loc["en", "reason"]
     assert res.loc["en", "p_value"] == pytest.approx(2 / 184756)  # two-sided: the two extreme tables of C(20, 10)

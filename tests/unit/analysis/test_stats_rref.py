@@ -1,4 +1,5 @@
-"""The S2S statistics (voicebias.analysis.stats, voicebias.analysis.rq1, voicebias.analysis.s2s) against R on the same tables.
+"""The S2S statistics (voicebias.analysis.stats, voicebias.analysis.rq1, voicebias.analysis.s2s) against R
+on the same tables.
 
 Every number is computed by R at test time (tests/rref.py); a missing R fails, it never skips.
 References: glm (logistic OR per step, Wald CI), brglm2 (Firth, method "brglmFit", type "AS_mean"),
@@ -16,10 +17,15 @@ import statsmodels.api as sm
 from tests.rref import run_r
 from tests.unit.analysis.test_rq1 import deltas
 from tests.unit.analysis.test_stats import table
-from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
-from voicebias.analysis.stats import (describe_design, firth_coefficient, fisher_misaligned_vs_neutral, misgender_rates,
-                             odds_ratio_per_step)
+from voicebias.analysis.s2s import _wilson
+from voicebias.analysis.stats import (
+    describe_design,
+    firth_coefficient,
+    fisher_misaligned_vs_neutral,
+    misgender_rates,
+    odds_ratio_per_step,
+)
 
 POLES = ("masculine", "neutral", "feminine")
 
@@ -51,45 +57,84 @@ def describe_rows(seed: int, p_female: dict) -> pd.DataFrame:
     for lang in ("en", "zh"):
         for (pole, voice), p in p_female.items():
             for _ in range(30):
-                rows.append({"lang": lang, "pole": pole, "voice_gender": voice,
-                             "judged_gender": "female" if rng.random() < p else "male"})
+                rows.append(
+                    {
+                        "lang": lang,
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "judged_gender": "female" if rng.random() < p else "male",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def test_odds_ratio_per_step_matches_glm():
-    p = {(pole, v): 1 / (1 + np.exp(-(-1.2 + 0.9 * i + (1.5 if v == "female" else 0.0))))
-         for i, pole in enumerate(POLES) for v in ("male", "female")}
+    p = {
+        (pole, v): 1 / (1 + np.exp(-(-1.2 + 0.9 * i + (1.5 if v == "female" else 0.0))))
+        for i, pole in enumerate(POLES)
+        for v in ("male", "female")
+    }
     df = describe_rows(3, p)
     ours = odds_ratio_per_step(df).iloc[0]
-    ref = run_r("""
+    ref = run_r(
+        """
 fit <- glm(y ~ content_step + voice_female, family = binomial, data = d, control = list(epsilon = 1e-14, maxit = 100))
 s <- summary(fit)$coefficients; ci <- confint.default(fit)
 emit("coef", s[2, 1]); emit("se", s[2, 2]); emit("p", s[2, 4]); emit("lo", exp(ci[2, 1])); emit("hi", exp(ci[2, 2]))
 suppressMessages(library(brglm2))
 firth <- update(fit, method = "brglmFit", type = "AS_mean", control = list(epsilon = 1e-12, maxit = 500))
 emit("firth_or", exp(coef(firth)[2]))
-""", d=describe_design(df)[["content_step", "voice_female", "y"]])
+""",
+        d=describe_design(df)[["content_step", "voice_female", "y"]],
+    )
     assert ours["fit_status"] == "ok"
     assert ours["coef"] == pytest.approx(ref["coef"], abs=1e-7)
     assert ours["se"] == pytest.approx(ref["se"], abs=1e-7)
     assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-5)
-    assert ours["ci_low"] == pytest.approx(ref["lo"], rel=1e-6) and ours["ci_high"] == pytest.approx(ref["hi"], rel=1e-6)
+    assert ours["ci_low"] == pytest.approx(ref["lo"], rel=1e-6) and ours["ci_high"] == pytest.approx(
+        ref["hi"], rel=1e-6
+    )
     assert ours["firth_odds_ratio"] == pytest.approx(ref["firth_or"], rel=1e-6)
 
 
-@pytest.mark.parametrize("name,counts", [
-    # overlapping data: the Firth estimate is near the MLE
-    ("overlap", {("masculine", "male"): (3, 17), ("masculine", "female"): (9, 11), ("neutral", "male"): (6, 14),
-                 ("neutral", "female"): (12, 8), ("feminine", "male"): (11, 9), ("feminine", "female"): (16, 4)}),
-    # complete separation by content (masculine and neutral all 'male', feminine all 'female')
-    ("content separates", {**{("masculine", v): (0, 10) for v in ("male", "female")},
-                           **{("neutral", v): (0, 10) for v in ("male", "female")},
-                           **{("feminine", v): (10, 0) for v in ("male", "female")}}),
-    # complete separation by content and voice together: the constrained fit has a saddle point and two maxima
-    ("content and voice separate", {("masculine", "male"): (0, 10), ("masculine", "female"): (0, 10),
-                                    ("neutral", "male"): (0, 10), ("neutral", "female"): (10, 0),
-                                    ("feminine", "male"): (10, 0), ("feminine", "female"): (10, 0)}),
-])
+@pytest.mark.parametrize(
+    "name,counts",
+    [
+        # overlapping data: the Firth estimate is near the MLE
+        (
+            "overlap",
+            {
+                ("masculine", "male"): (3, 17),
+                ("masculine", "female"): (9, 11),
+                ("neutral", "male"): (6, 14),
+                ("neutral", "female"): (12, 8),
+                ("feminine", "male"): (11, 9),
+                ("feminine", "female"): (16, 4),
+            },
+        ),
+        # complete separation by content (masculine and neutral all 'male', feminine all 'female')
+        (
+            "content separates",
+            {
+                **{("masculine", v): (0, 10) for v in ("male", "female")},
+                **{("neutral", v): (0, 10) for v in ("male", "female")},
+                **{("feminine", v): (10, 0) for v in ("male", "female")},
+            },
+        ),
+        # complete separation by content and voice together: the constrained fit has a saddle point and two maxima
+        (
+            "content and voice separate",
+            {
+                ("masculine", "male"): (0, 10),
+                ("masculine", "female"): (0, 10),
+                ("neutral", "male"): (0, 10),
+                ("neutral", "female"): (10, 0),
+                ("feminine", "male"): (10, 0),
+                ("feminine", "female"): (10, 0),
+            },
+        ),
+    ],
+)
 def test_firth_estimate_profile_ci_and_p_match_r(name, counts):
     d = describe_design(table(counts))
     X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
@@ -137,21 +182,35 @@ def content_separated(per_cell: int) -> dict:
     return {(p, v): ((per_cell, 0) if p == "feminine" else (0, per_cell)) for p in POLES for v in ("male", "female")}
 
 
-@pytest.mark.parametrize("name,counts", [
-    # the table that stopped the describe analysis ("Firth fit did not converge in 500 steps")
-    ("content separates, 12 per cell", content_separated(12)),
-    # the profile's constrained maximum leaves the symmetric saddle (voice 0) for one of two higher maxima
-    ("content separates, 30 per cell", content_separated(30)),
-    # the estimate runs away with n (about log n): log OR 11.2, its upper bound 15.9 (|eta| near 30 on the profile)
-    ("content separates, 100 per cell", content_separated(100)),
-    ("quasi-complete: neutral split", {**{("masculine", v): (0, 12) for v in ("male", "female")},
-                                       **{("neutral", v): (6, 6) for v in ("male", "female")},
-                                       **{("feminine", v): (12, 0) for v in ("male", "female")}}),
-    ("quasi-complete: neutral differs by voice", {**{("masculine", v): (0, 10) for v in ("male", "female")},
-                                                  ("neutral", "male"): (2, 8), ("neutral", "female"): (7, 3),
-                                                  **{("feminine", v): (10, 0) for v in ("male", "female")}}),
-    ("every answer female", {(p, v): (8, 0) for p in POLES for v in ("male", "female")}),
-])
+@pytest.mark.parametrize(
+    "name,counts",
+    [
+        # the table that stopped the describe analysis ("Firth fit did not converge in 500 steps")
+        ("content separates, 12 per cell", content_separated(12)),
+        # the profile's constrained maximum leaves the symmetric saddle (voice 0) for one of two higher maxima
+        ("content separates, 30 per cell", content_separated(30)),
+        # the estimate runs away with n (about log n): log OR 11.2, its upper bound 15.9 (|eta| near 30 on the profile)
+        ("content separates, 100 per cell", content_separated(100)),
+        (
+            "quasi-complete: neutral split",
+            {
+                **{("masculine", v): (0, 12) for v in ("male", "female")},
+                **{("neutral", v): (6, 6) for v in ("male", "female")},
+                **{("feminine", v): (12, 0) for v in ("male", "female")},
+            },
+        ),
+        (
+            "quasi-complete: neutral differs by voice",
+            {
+                **{("masculine", v): (0, 10) for v in ("male", "female")},
+                ("neutral", "male"): (2, 8),
+                ("neutral", "female"): (7, 3),
+                **{("feminine", v): (10, 0) for v in ("male", "female")},
+            },
+        ),
+        ("every answer female", {(p, v): (8, 0) for p in POLES for v in ("male", "female")}),
+    ],
+)
 def test_firth_under_separation_matches_brglm2_and_the_penalised_profile_in_r(name, counts):
     """The describe row under separation: status 'separation', the Firth estimate of brglm2 and the
     profile-likelihood bounds of R's profile of the penalised likelihood (each side infinite where R's
@@ -180,13 +239,24 @@ def test_firth_under_separation_matches_brglm2_and_the_penalised_profile_in_r(na
 def test_fisher_within_voice_reproduces_the_papers_test_and_matches_fisher_test():
     # S2S paper, GLM-4-Voice, Mandarin, male voice: judged female 5/10 on feminine content vs 0/10 on neutral;
     # female voice: 2/10 judged male on masculine content vs 1/10 on neutral.
-    df = table({("feminine", "male"): (5, 5), ("neutral", "male"): (0, 10),
-                ("masculine", "female"): (8, 2), ("neutral", "female"): (9, 1)}).assign(lang="zh")
+    df = table(
+        {
+            ("feminine", "male"): (5, 5),
+            ("neutral", "male"): (0, 10),
+            ("masculine", "female"): (8, 2),
+            ("neutral", "female"): (9, 1),
+        }
+    ).assign(lang="zh")
     per_voice = fisher_misaligned_vs_neutral(misgender_rates(df, by_voice=True))
     pooled = fisher_misaligned_vs_neutral(misgender_rates(df))
     male = per_voice[(per_voice["lang"] == "zh") & (per_voice["voice_gender"] == "male")].iloc[0]
     both = pooled[pooled["lang"] == "zh"].iloc[0]
-    assert (male["misaligned_misgendered"], male["misaligned_n"], male["neutral_misgendered"], male["neutral_n"]) == (5, 10, 0, 10)
+    assert (male["misaligned_misgendered"], male["misaligned_n"], male["neutral_misgendered"], male["neutral_n"]) == (
+        5,
+        10,
+        0,
+        10,
+    )
     assert both["voice_gender"] == "pooled" and (both["misaligned_misgendered"], both["neutral_misgendered"]) == (7, 1)
     ref = run_r("""
 m <- fisher.test(matrix(c(5, 0, 5, 10), 2)); p <- fisher.test(matrix(c(7, 1, 13, 19), 2))
@@ -252,8 +322,9 @@ def singular_table() -> pd.DataFrame:
     d = deltas(drift=0.2, seed=40, noise=0.3)
     g = d[(d["lang"] == "en") & (d["task"] == "readback")].copy()
     y = g["delta_composite"]
-    g["delta_composite"] = (y - y.groupby(g["passage_id"]).transform("mean")
-                            + y.groupby([g["pole"], g["voice_gender"]]).transform("mean"))
+    g["delta_composite"] = (
+        y - y.groupby(g["passage_id"]).transform("mean") + y.groupby([g["pole"], g["voice_gender"]]).transform("mean")
+    )
     return g
 
 
@@ -261,7 +332,9 @@ def singular_table() -> pd.DataFrame:
 def test_rq1_mixed_model_effects_match_lmertest_and_emmeans(case):
     g = mixed_table() if case == "interior passage variance" else singular_table()
     ours = rq1_mixed_models(g).iloc[0]
-    ref = run_r(R_MIXED + 'emit("singular", isSingular(m))', d=g[["delta_composite", "pole", "voice_gender", "passage_id"]])
+    ref = run_r(
+        R_MIXED + 'emit("singular", isSingular(m))', d=g[["delta_composite", "pole", "voice_gender", "passage_id"]]
+    )
     assert ours["units"] == "SD" and ours["converged"]
     assert ("singular fit" in ours["warning"]) == (case == "singular fit") == bool(ref["singular"])
     assert ours["n"] == len(g)
@@ -295,12 +368,15 @@ def test_rq1_contrasts_match_welch_t_test_and_cohens_d():
     d = deltas(drift=0.1, seed=5, noise=0.3)
     ours = rq1_contrasts(d).set_index(["lang", "task", "voice_gender"]).loc[("es", "paraphrase", "female")]
     g = d[(d["lang"] == "es") & (d["task"] == "paraphrase") & (d["voice_gender"] == "female")]
-    ref = run_r("""
+    ref = run_r(
+        """
 mis <- d$delta_composite[d$pole == "masculine"]; neu <- d$delta_composite[d$pole == "neutral"]
 t <- t.test(mis, neu, var.equal = FALSE)
 sp <- sqrt(((length(mis) - 1) * var(mis) + (length(neu) - 1) * var(neu)) / (length(mis) + length(neu) - 2))
 emit("t", t$statistic); emit("p", t$p.value); emit("d", (mean(mis) - mean(neu)) / sp)
-""", d=g[["pole", "delta_composite"]])
+""",
+        d=g[["pole", "delta_composite"]],
+    )
     assert ours["t"] == pytest.approx(ref["t"], rel=1e-9)
     assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-8)
     assert ours["cohens_d"] == pytest.approx(ref["d"], rel=1e-9)
@@ -312,7 +388,8 @@ def test_rq1_pooled_matches_r_welch_satterthwaite():
     difference on neutral passages (the passage, voiced by both, is the independent unit)."""
     d = deltas(drift=0.2, seed=8, noise=0.3)
     ours = rq1_pooled(d).set_index("task_group").loc["same-language"]
-    ref = run_r("""
+    ref = run_r(
+        """
 d <- d[d$task != "translate", ]
 pp <- aggregate(delta_composite ~ lang + voice_gender + pole + passage_id, data = d, FUN = mean)
 est <- c(); v <- c(); parts <- list()
@@ -333,11 +410,15 @@ df <- var^2 / sum(sapply(parts, function(x) (x[1] / k^2)^2 / x[2]))
 emit("est", e); emit("se", sqrt(var)); emit("df", df)
 emit("lo", e - qt(0.975, df) * sqrt(var)); emit("hi", e + qt(0.975, df) * sqrt(var))
 emit("p", 2 * pt(-abs(e / sqrt(var)), df))
-""", d=d[["lang", "task", "voice_gender", "pole", "passage_id", "delta_composite"]])
+""",
+        d=d[["lang", "task", "voice_gender", "pole", "passage_id", "delta_composite"]],
+    )
     assert ours["pooled_contrast"] == pytest.approx(ref["est"], rel=1e-10)
     assert ours["se"] == pytest.approx(ref["se"], rel=1e-10)
     assert ours["df"] == pytest.approx(ref["df"], rel=1e-10)
-    assert ours["ci_low"] == pytest.approx(ref["lo"], rel=1e-9) and ours["ci_high"] == pytest.approx(ref["hi"], rel=1e-9)
+    assert ours["ci_low"] == pytest.approx(ref["lo"], rel=1e-9) and ours["ci_high"] == pytest.approx(
+        ref["hi"], rel=1e-9
+    )
     assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-8)
 
 
@@ -348,13 +429,21 @@ def test_wilson_interval_matches_prop_test(k, n):
     assert lo == pytest.approx(ref["lo"], abs=1e-7) and hi == pytest.approx(ref["hi"], abs=1e-7)
 
 
-@pytest.mark.parametrize("name,counts", [
-    ("none", {(p, v): (3, 7) if v == "male" else (6, 4) for p in POLES for v in ("male", "female")}),
-    ("complete", {(p, v): ((10, 0) if v == "female" else (0, 10)) for p in POLES for v in ("male", "female")}),
-    ("quasi-complete", {**{("masculine", v): (0, 10) for v in ("male", "female")},
-                        **{("neutral", v): (5, 5) for v in ("male", "female")},
-                        **{("feminine", v): (10, 0) for v in ("male", "female")}}),
-])
+@pytest.mark.parametrize(
+    "name,counts",
+    [
+        ("none", {(p, v): (3, 7) if v == "male" else (6, 4) for p in POLES for v in ("male", "female")}),
+        ("complete", {(p, v): ((10, 0) if v == "female" else (0, 10)) for p in POLES for v in ("male", "female")}),
+        (
+            "quasi-complete",
+            {
+                **{("masculine", v): (0, 10) for v in ("male", "female")},
+                **{("neutral", v): (5, 5) for v in ("male", "female")},
+                **{("feminine", v): (10, 0) for v in ("male", "female")},
+            },
+        ),
+    ],
+)
 def test_separation_class_matches_the_divergence_of_rs_glm(name, counts):
     # Albert & Anderson (1984): under separation the ML iterations diverge; with complete separation every
     # fitted probability goes to 0 or 1, with quasi-complete separation only some do.
@@ -362,24 +451,30 @@ def test_separation_class_matches_the_divergence_of_rs_glm(name, counts):
 
     d = describe_design(table(counts))
     X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
-    ref = run_r("""
+    ref = run_r(
+        """
 fit <- suppressWarnings(glm(y ~ content_step + voice_female, family = binomial, data = d,
                             control = list(epsilon = 1e-14, maxit = 200)))
 p <- fitted(fit); at_bound <- p < 1e-8 | p > 1 - 1e-8
 emit("max_abs_coef", max(abs(coef(fit)))); emit("share_at_bound", mean(at_bound))
-""", d=d[["content_step", "voice_female", "y"]])
-    r_class = ("none" if ref["max_abs_coef"] < 10 else
-               "complete" if ref["share_at_bound"] == 1 else "quasi-complete")
+""",
+        d=d[["content_step", "voice_female", "y"]],
+    )
+    r_class = "none" if ref["max_abs_coef"] < 10 else "complete" if ref["share_at_bound"] == 1 else "quasi-complete"
     assert detect_separation(X, d["y"].to_numpy()) == r_class == name
 
 
 def test_misgender_rates_match_r_counts():
-    p = {(pole, v): 0.2 + 0.3 * i if v == "male" else 0.9 - 0.25 * i for i, pole in enumerate(POLES)
-         for v in ("male", "female")}
+    p = {
+        (pole, v): 0.2 + 0.3 * i if v == "male" else 0.9 - 0.25 * i
+        for i, pole in enumerate(POLES)
+        for v in ("male", "female")
+    }
     df = describe_rows(9, p)
     df.loc[df.index[::7], "judged_gender"] = "none"
     ours = misgender_rates(df, by_voice=True).set_index(["lang", "voice_gender", "cell_type"])
-    ref = run_r("""
+    ref = run_r(
+        """
 d$cell <- ifelse(d$pole == "neutral", "neutral", ifelse((d$pole == "feminine") == (d$voice_gender == "female"),
                  "aligned", "misaligned"))
 d <- d[d$judged_gender %in% c("male", "female"), ]
@@ -387,8 +482,12 @@ d$wrong <- d$judged_gender != d$voice_gender
 a <- aggregate(wrong ~ lang + voice_gender + cell, data = d, FUN = function(w) c(sum(w), length(w)))
 a <- a[order(a$lang, a$voice_gender, a$cell), ]
 emit("k", a$wrong[, 1]); emit("n", a$wrong[, 2])
-""", d=df)
-    keys = sorted((lang, v, c) for lang in ("en", "zh") for v in ("male", "female") for c in ("aligned", "misaligned", "neutral"))
+""",
+        d=df,
+    )
+    keys = sorted(
+        (lang, v, c) for lang in ("en", "zh") for v in ("male", "female") for c in ("aligned", "misaligned", "neutral")
+    )
     assert [int(ours.loc[k, "misgendered"]) for k in keys] == [int(x) for x in ref["k"]]
     assert [int(ours.loc[k, "n"]) for k in keys] == [int(x) for x in ref["n"]]
 
@@ -405,11 +504,22 @@ def test_summarize_pronouns_match_r():
                 for i in range(12):
                     u = rng.random()
                     choice = "none" if u < 0.1 else "both" if u < 0.15 else ("female" if rng.random() < p else "male")
-                    rows.append({"system": "s", "task": "summarize", "status": "ok", "lang": lang, "pole": pole,
-                                 "voice_gender": voice, "pronoun_choice": choice, "stimulus_id": f"{lang}{pole}{voice}{i}"})
+                    rows.append(
+                        {
+                            "system": "s",
+                            "task": "summarize",
+                            "status": "ok",
+                            "lang": lang,
+                            "pole": pole,
+                            "voice_gender": voice,
+                            "pronoun_choice": choice,
+                            "stimulus_id": f"{lang}{pole}{voice}{i}",
+                        }
+                    )
     df = pd.DataFrame(rows)
     ours = summarize_pronouns(df).iloc[0]
-    ref = run_r("""
+    ref = run_r(
+        """
 inj <- d$pronoun_choice %in% c("male", "female", "both")
 one <- d[d$pronoun_choice %in% c("male", "female"), ]
 cell <- aggregate(she ~ pole + voice_gender + lang, data = transform(one, she = pronoun_choice == "female"), FUN = mean)
@@ -419,7 +529,9 @@ emit("rate", mean(inj)); emit("p_f", byp["feminine"]); emit("p_m", byp["masculin
 emit("dpp", 100 * (byp["feminine"] - byp["masculine"]))
 emit("dpp_male", 100 * (byv["male", "feminine"] - byv["male", "masculine"]))
 emit("dpp_female", 100 * (byv["female", "feminine"] - byv["female", "masculine"]))
-""", d=df[["lang", "pole", "voice_gender", "pronoun_choice"]])
+""",
+        d=df[["lang", "pole", "voice_gender", "pronoun_choice"]],
+    )
     assert ours["injection_rate"] == pytest.approx(ref["rate"], rel=1e-12)
     assert ours["p_she_feminine"] == pytest.approx(ref["p_f"], rel=1e-12)
     assert ours["p_she_masculine"] == pytest.approx(ref["p_m"], rel=1e-12)

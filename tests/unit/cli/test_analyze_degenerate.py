@@ -17,10 +17,25 @@ POLES = ("masculine", "neutral", "feminine")
 def content_driven_answers() -> pd.DataFrame:
     """A perfectly content-driven system: 'female' exactly when the content is feminine, both voices,
     eight passages per pole voiced by both voices, in two languages."""
-    return pd.DataFrame([{"system": "api", "task": "describe", "lang": lang, "pole": pole, "voice_gender": voice,
-                          "passage_id": f"{lang}-{pole}-{i}", "stimulus_id": f"{lang}-{pole}-{i}-{voice}",
-                          "judged_gender": "female" if pole == "feminine" else "male", "pronoun_choice": "none"}
-                         for lang in ("en", "zh") for pole in POLES for voice in ("male", "female") for i in range(8)])
+    return pd.DataFrame(
+        [
+            {
+                "system": "api",
+                "task": "describe",
+                "lang": lang,
+                "pole": pole,
+                "voice_gender": voice,
+                "passage_id": f"{lang}-{pole}-{i}",
+                "stimulus_id": f"{lang}-{pole}-{i}-{voice}",
+                "judged_gender": "female" if pole == "feminine" else "male",
+                "pronoun_choice": "none",
+            }
+            for lang in ("en", "zh")
+            for pole in POLES
+            for voice in ("male", "female")
+            for i in range(8)
+        ]
+    )
 
 
 def test_a_completely_separated_describe_table_exits_0_with_status_separation_and_rs_firth(tmp_path, capsys):

@@ -47,34 +47,75 @@ def _tone(path: Path, seconds: float) -> Path:
 
 # (id, command line, what to damage in the scratch project, words the one line must hold)
 CASES = [
-    ("params-yaml-syntax", ["preflight"], lambda r: _append(r / "params.yaml", "run: [unclosed\n"),
-     ["params.yaml", "not valid YAML", "line"]),
-    ("params-bad-utf8", ["systems"], lambda r: (r / "params.yaml").write_bytes(
-        (r / "params.yaml").read_bytes() + b"# " + LATIN1), ["params.yaml", "not UTF-8"]),
-    ("tasks-yaml-syntax", ["tasks"], lambda r: _append(r / "data/tasks/prompts.yaml", "\n  - : :\n\t bad\n"),
-     ["prompts.yaml", "not valid YAML"]),
-    ("bank-bad-utf8", ["bank", "lint"], lambda r: (r / "data/bank/en.yaml").write_bytes(
-        (r / "data/bank/en.yaml").read_bytes() + b"# " + LATIN1), ["en.yaml", "not UTF-8"]),
-    ("bank-yaml-syntax", ["bank", "render", "--lang", "es", "--out", "out"],
-     lambda r: _append(r / "data/bank/es.yaml", "- id: [\n"), ["es.yaml", "not valid YAML"]),
+    (
+        "params-yaml-syntax",
+        ["preflight"],
+        lambda r: _append(r / "params.yaml", "run: [unclosed\n"),
+        ["params.yaml", "not valid YAML", "line"],
+    ),
+    (
+        "params-bad-utf8",
+        ["systems"],
+        lambda r: (r / "params.yaml").write_bytes((r / "params.yaml").read_bytes() + b"# " + LATIN1),
+        ["params.yaml", "not UTF-8"],
+    ),
+    (
+        "tasks-yaml-syntax",
+        ["tasks"],
+        lambda r: _append(r / "data/tasks/prompts.yaml", "\n  - : :\n\t bad\n"),
+        ["prompts.yaml", "not valid YAML"],
+    ),
+    (
+        "bank-bad-utf8",
+        ["bank", "lint"],
+        lambda r: (r / "data/bank/en.yaml").write_bytes((r / "data/bank/en.yaml").read_bytes() + b"# " + LATIN1),
+        ["en.yaml", "not UTF-8"],
+    ),
+    (
+        "bank-yaml-syntax",
+        ["bank", "render", "--lang", "es", "--out", "out"],
+        lambda r: _append(r / "data/bank/es.yaml", "- id: [\n"),
+        ["es.yaml", "not valid YAML"],
+    ),
     ("unknown-profile", ["profile", "nosuch"], None, ["no profile 'nosuch'"]),
     ("analyze-missing-table", ["analyze", "describe", "missing.csv"], None, ["missing.csv"]),
-    ("analyze-binary-table", ["analyze", "describe", "table.csv"],
-     lambda r: (r / "table.csv").write_bytes(b"\xff\xfe\x00\x01garbage\x00" * 50), ["table.csv"]),
+    (
+        "analyze-binary-table",
+        ["analyze", "describe", "table.csv"],
+        lambda r: (r / "table.csv").write_bytes(b"\xff\xfe\x00\x01garbage\x00" * 50),
+        ["table.csv"],
+    ),
     ("analyze-folder-as-table", ["analyze", "summarize", "data"], None, ["data", "folder"]),
-    ("analyze-wrong-columns", ["analyze", "describe", "table.csv"],
-     lambda r: (r / "table.csv").write_text("a,b\n1,2\n", encoding="utf-8"), ["column"]),
-    ("measure-out-is-folder", ["measure", "tone.wav", "--out", "data"],
-     lambda r: _tone(r / "tone.wav", 1.0), ["--out", "data"]),
-    ("compare-not-utf8", ["compare", "a.json", "b.json"],
-     lambda r: ((r / "a.json").write_bytes(b'{"s2s": [], "x": "\xe9"}'), (r / "b.json").write_text('{"s2s": []}')),
-     ["a.json", "not UTF-8"]),
-    ("compare-not-json", ["compare", "a.json", "b.json"],
-     lambda r: ((r / "a.json").write_text("{s2s: oops"), (r / "b.json").write_text('{"s2s": []}')),
-     ["a.json", "not JSON"]),
-    ("ui-damaged-marker", ["ui"],
-     lambda r: ((r / "mlruns").mkdir(), (r / "mlruns" / "last_run.json").write_text("{oops")),
-     ["last_run.json", "not JSON"]),
+    (
+        "analyze-wrong-columns",
+        ["analyze", "describe", "table.csv"],
+        lambda r: (r / "table.csv").write_text("a,b\n1,2\n", encoding="utf-8"),
+        ["column"],
+    ),
+    (
+        "measure-out-is-folder",
+        ["measure", "tone.wav", "--out", "data"],
+        lambda r: _tone(r / "tone.wav", 1.0),
+        ["--out", "data"],
+    ),
+    (
+        "compare-not-utf8",
+        ["compare", "a.json", "b.json"],
+        lambda r: ((r / "a.json").write_bytes(b'{"s2s": [], "x": "\xe9"}'), (r / "b.json").write_text('{"s2s": []}')),
+        ["a.json", "not UTF-8"],
+    ),
+    (
+        "compare-not-json",
+        ["compare", "a.json", "b.json"],
+        lambda r: ((r / "a.json").write_text("{s2s: oops"), (r / "b.json").write_text('{"s2s": []}')),
+        ["a.json", "not JSON"],
+    ),
+    (
+        "ui-damaged-marker",
+        ["ui"],
+        lambda r: ((r / "mlruns").mkdir(), (r / "mlruns" / "last_run.json").write_text("{oops")),
+        ["last_run.json", "not JSON"],
+    ),
     ("fetch-unknown-system", ["fetch", "nosuch_system", "--dry-run"], None, ["nosuch_system"]),
     ("serve-unknown-system", ["serve", "nosuch_system"], None, ["nosuch_system"]),
 ]
@@ -82,8 +123,12 @@ CASES = [
 
 def run_cli(root: Path, argv: list[str], stage: str | None = None, debug: bool = False) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("VOICEBIAS_DEBUG",)}
-    env.update(VOICEBIAS_ROOT=str(root), VOICEBIAS_CACHE=str(root / ".cache"), PYTHONWARNINGS="ignore",
-               PYTHONPATH=str(config.ROOT))
+    env.update(
+        VOICEBIAS_ROOT=str(root),
+        VOICEBIAS_CACHE=str(root / ".cache"),
+        PYTHONWARNINGS="ignore",
+        PYTHONPATH=str(config.ROOT),
+    )
     if debug:
         env["VOICEBIAS_DEBUG"] = "1"
     cmd = [sys.executable, "-m", stage] if stage else [sys.executable, "-m", "voicebias.cli", *argv]
@@ -122,9 +167,10 @@ def test_voicebias_debug_shows_the_traceback(tmp_path):
     assert res.returncode != 0 and "Traceback" in res.stderr and "not valid YAML" in res.stderr
 
 
-
-@pytest.mark.parametrize("given, reason, words", [("data", "not_audio", "a folder, not an audio file"),
-                                                  ("nosuch.wav", "missing", "file not found")])
+@pytest.mark.parametrize(
+    "given, reason, words",
+    [("data", "not_audio", "a folder, not an audio file"), ("nosuch.wav", "missing", "file not found")],
+)
 def test_measure_reports_a_bad_file_as_its_row_and_its_line(tmp_path, given, reason, words):
     # `measure` reports per file: a file it cannot read is that file's row (with its reason) and one
     # line naming it, and with nothing measured the command exits non-zero; no traceback
@@ -140,7 +186,17 @@ def test_the_respond_stage_behind_a_failed_carrier_gate_is_one_line(tmp_path):
     gate = root / "reports" / "carrier_gate" / "metrics.json"
     gate.parent.mkdir(parents=True)
     gate.write_text('{"passed": false}\n', encoding="utf-8")
-    res = subprocess.run([sys.executable, "-m", "stages.respond", "--system", "voice_faithful"], cwd=config.ROOT,
-                         env={**os.environ, "VOICEBIAS_ROOT": str(root), "VOICEBIAS_CACHE": str(root / ".cache"),
-                              "PYTHONWARNINGS": "ignore"}, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "stages.respond", "--system", "voice_faithful"],
+        cwd=config.ROOT,
+        env={
+            **os.environ,
+            "VOICEBIAS_ROOT": str(root),
+            "VOICEBIAS_CACHE": str(root / ".cache"),
+            "PYTHONWARNINGS": "ignore",
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert_one_line(res, ["voicebias respond voice_faithful:", "has not passed"])

@@ -8,9 +8,8 @@ import pytest
 import yaml
 
 from voicebias import cli, config
-from voicebias.params import load_params
-from voicebias.params import validate_params
 from voicebias.cli.profiles import resolve_profile, write_profile
+from voicebias.params import load_params, validate_params
 from voicebias.systems.reference import planted_p_female
 
 
@@ -69,14 +68,58 @@ def test_analyze_describe_from_a_shared_table(tmp_path, capsys):
         for voice in ("male", "female"):
             for i in range(40):
                 word = "female" if rng.random() < planted_p_female(params, pole, voice) else "male"
-                rows.append({"system": "shared", "task": "describe", "lang": "en", "pole": pole, "voice_gender": voice,
-                             "stimulus_id": f"{pole}-{voice}-{i}", "transcript": word})
+                rows.append(
+                    {
+                        "system": "shared",
+                        "task": "describe",
+                        "lang": "en",
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "stimulus_id": f"{pole}-{voice}-{i}",
+                        "transcript": word,
+                    }
+                )
     table = tmp_path / "shared.csv"
     pd.DataFrame(rows).to_csv(table, index=False)
     assert cli.main(["analyze", "describe", str(table), "--out", str(tmp_path / "out")]) == 0
     odds = pd.read_csv(tmp_path / "out" / "describe_odds_ratios.csv")
     row = odds[odds["lang"] == "ALL"].iloc[0]
     assert row["fit_status"] == "ok" and row["odds_ratio"] > 5 and row["p_value"] < 1e-6
+    # --confidence applies to every table, the exact (Fisher) intervals included
+    assert cli.main(["analyze", "describe", str(table), "--confidence", "0.8", "--out", str(tmp_path / "out80")]) == 0
+    f95 = pd.read_csv(tmp_path / "out" / "describe_fisher.csv")
+    f80 = pd.read_csv(tmp_path / "out80" / "describe_fisher.csv")
+    assert (f80["ci_low"] > f95["ci_low"]).all() and (f80["ci_high"] < f95["ci_high"]).all()
+    o80 = pd.read_csv(tmp_path / "out80" / "describe_odds_ratios.csv")
+    assert (o80["ci_low"] > odds["ci_low"]).all() and (o80["odds_ratio"] == odds["odds_ratio"]).all()
+
+
+def test_analyze_rq1_prints_the_tables_the_analysis_stage_writes(tmp_path):
+    """The text-controlled net_ measures included: the command and the stage build the RQ1 tables
+    with one function (voicebias.analysis.rq1.rq1_tables), so they are the same tables."""
+    from tests.unit.analysis.test_rq1 import deltas
+    from voicebias.analysis.rq1 import rq1_tables
+    from voicebias.io import read_table, write_table
+
+    d = deltas(drift=0.3, seed=4)
+    d["delta_f0_median_st"] = d["delta_composite"] * 2
+    d["net_composite"] = d["delta_composite"] - 0.1
+    d["net_f0_median_st"] = d["delta_f0_median_st"] + 0.2
+    write_table(tmp_path / "s_acoustics.csv", d)
+    assert cli.main(["analyze", "rq1", str(tmp_path / "s_acoustics.csv"), "--out", str(tmp_path / "out")]) == 0
+    stage = rq1_tables(read_table(tmp_path / "s_acoustics.csv"), 0.95)
+    assert set(stage) == {"rq1_contrasts", "rq1_mixed_models", "rq1_pooled", "rq1_significance_counts"}
+    for name, table in stage.items():
+        pd.testing.assert_frame_equal(read_table(tmp_path / "out" / f"{name}.csv"), read_table_like(table, tmp_path))
+    assert {"net_composite", "net_f0_median_st"} <= set(stage["rq1_mixed_models"]["measure"])
+
+
+def read_table_like(table: pd.DataFrame, tmp_path) -> pd.DataFrame:
+    """`table` as written and read back (the CSV round trip the command's output went through)."""
+    from voicebias.io import read_table, write_table
+
+    write_table(tmp_path / "expected.csv", table)
+    return read_table(tmp_path / "expected.csv")
 
 
 def test_analyze_rejects_a_table_without_contract_columns(tmp_path, capsys):

@@ -12,8 +12,15 @@ from pathlib import Path
 import pytest
 
 from voicebias import cli
-from voicebias.cli.compare import (ABSENT, CARD_ARTIFACT, CardNotFound, Difference, compare_cards,
-                                   format_differences, resolve_card)
+from voicebias.cli.compare import (
+    ABSENT,
+    CARD_ARTIFACT,
+    CardNotFound,
+    Difference,
+    compare_cards,
+    format_differences,
+    resolve_card,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 CARD = REPO / "reports" / "report" / "audit_card.json"
@@ -60,10 +67,17 @@ def planted(base):
     return b
 
 
-PLANTED_PATHS = ["provenance/model_revisions/qwen_omni", "provenance/stimulus_set_sha256",
-                 "s2s/content_driven/invariance/odds_ratio", "s2s/mixed/invariance/ci_high",
-                 "s2s/mixed/invariance/ci_low", "s2s/mixed/invariance/odds_ratio", "s2s/mixed/invariance/verdict",
-                 "exclusions/s2s/qwen_omni", "s2s/qwen_omni"]
+PLANTED_PATHS = [
+    "provenance/model_revisions/qwen_omni",
+    "provenance/stimulus_set_sha256",
+    "s2s/content_driven/invariance/odds_ratio",
+    "s2s/mixed/invariance/ci_high",
+    "s2s/mixed/invariance/ci_low",
+    "s2s/mixed/invariance/odds_ratio",
+    "s2s/mixed/invariance/verdict",
+    "exclusions/s2s/qwen_omni",
+    "s2s/qwen_omni",
+]
 
 PLANTED_TEXT = """\
 == speech-to-speech systems
@@ -96,8 +110,10 @@ def test_removed_is_the_mirror_of_added(base, planted):
     diffs = compare_cards(planted, base)
     assert sorted(d.path for d in diffs) == sorted(PLANTED_PATHS)
     text = format_differences(diffs, planted, base)
-    assert "  qwen_omni: removed (was invariance voice-faithful, OR per content step 1.857 [0.7174, 4.806], " \
-           "RQ1 drift no drift detected)" in text
+    assert (
+        "  qwen_omni: removed (was invariance voice-faithful, OR per content step 1.857 [0.7174, 4.806], "
+        "RQ1 drift no drift detected)" in text
+    )
     assert "  mixed: invariance content-driven -> mixed" in text
 
 
@@ -122,14 +138,17 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
     b["checks"]["carrier_gate"].update(verdict="failed", flips=3)
     b["exclusions"]["s2s"]["mixed"]["non_compliant"] = 7
     b["exclusions"]["carrier_gate_excluded_stimuli"] = 3
-    b["planted_vs_recovered"]["s2s"].update(recovered=31, not_recovered=["drifting: misgender_rate_aligned",
-                                                                          "mixed: odds_ratio"])
+    b["planted_vs_recovered"]["s2s"].update(
+        recovered=31, not_recovered=["drifting: misgender_rate_aligned", "mixed: odds_ratio"]
+    )
     b["sc"][0]["retention"][3]["retention"] = 0.5  # male h1_h2_db
     _system(b, "drifting")["drift"]["verdict"] = "inconclusive"
     _system(b, "drifting")["misgender"]["aligned"]["rate"] = 0.2
     b["provenance"]["model_revisions"]["drifting"]["revision"] = "reference-3"
     b["provenance"]["seeds"]["base.seed"] = 7
-    assert format_differences(compare_cards(base, b), base, b) == """\
+    assert (
+        format_differences(compare_cards(base, b), base, b)
+        == """\
 == speech-to-speech systems
   drifting: RQ1 drift drifting toward the stereotype -> inconclusive
   drifting: misgender rate aligned 0.1167 [0.05768, 0.2218] -> 0.2 [0.05768, 0.2218]
@@ -152,13 +171,15 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
 == provenance
   model_revisions drifting revision: reference-2 -> reference-3
   seeds base.seed: 20260910 -> 7"""
+    )
 
 
 def test_a_change_below_the_shown_digits_gets_the_digits_to_show_it(base):
     b = copy.deepcopy(base)
     _system(b, "mixed")["invariance"]["odds_ratio"] = 3.590302164 * (1 + 1e-6)
     assert format_differences(compare_cards(base, b), base, b).splitlines()[1:] == [
-        "  mixed: OR per content step 3.5903 [2.13992, 6.02372] -> 3.59031 [2.13992, 6.02372]"]
+        "  mixed: OR per content step 3.5903 [2.13992, 6.02372] -> 3.59031 [2.13992, 6.02372]"
+    ]
 
 
 def test_cli_prints_the_report_or_json_and_exits_0(base, planted, tmp_path, capsys):
@@ -169,8 +190,11 @@ def test_cli_prints_the_report_or_json_and_exits_0(base, planted, tmp_path, caps
     rc, out, _ = _run([a, b, "--json"], capsys)
     got = {d["path"]: d for d in json.loads(out)}
     assert rc == 0 and sorted(got) == sorted(PLANTED_PATHS)
-    assert got["s2s/mixed/invariance/odds_ratio"] == {"path": "s2s/mixed/invariance/odds_ratio",
-                                                       "old": 3.590302164, "new": 9.8}
+    assert got["s2s/mixed/invariance/odds_ratio"] == {
+        "path": "s2s/mixed/invariance/odds_ratio",
+        "old": 3.590302164,
+        "new": 9.8,
+    }
     assert got["s2s/qwen_omni"]["old"] is None and got["s2s/qwen_omni"]["new"]["invariance"]["odds_ratio"]
     rc, out, _ = _run([a, b, "--rtol", "0.1"], capsys)
     assert rc == 0 and "content_driven" not in out and "mixed: OR per content step" in out
@@ -191,8 +215,9 @@ def test_a_folder_resolves_to_its_card_or_its_reports_card(base, planted, tmp_pa
 
 
 def _git(cwd, *args):
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd, check=True, capture_output=True
+    )
 
 
 def test_git_revisions_resolve_to_the_card_committed_there(base, planted, tmp_path, monkeypatch, capsys):
@@ -270,7 +295,8 @@ def test_an_unresolvable_run_names_what_was_tried_and_exits_2(base, tmp_path, mo
         "voicebias compare: cannot resolve 'no-such-run' to an audit card; tried:",
         f"  path: no file or folder {REPO / 'no-such-run'}",
         f"  git revision: 'no-such-run' is not a revision of {REPO}",
-        "  MLflow run id: 'no-such-run' is not an MLflow run id (32 hex digits)"]
+        "  MLflow run id: 'no-such-run' is not an MLflow run id (32 hex digits)",
+    ]
     rc, _, err = _run(["0" * 32, a], capsys)
     assert rc == 2 and f"MLflow run id: no MLflow store at {store}" in err
     assert not store.parent.exists()  # looking for a run never creates a store
@@ -290,7 +316,13 @@ def test_a_file_that_is_not_a_card_is_an_error(tmp_path, capsys):
 def test_the_command_runs_as_a_module(base, planted, tmp_path):
     a, b = _write(tmp_path / "a.json", base), _write(tmp_path / "b.json", planted)
     env = {k: v for k, v in os.environ.items() if k != "VOICEBIAS_ROOT"}
-    done = subprocess.run([sys.executable, "-m", "voicebias.cli", "compare", str(a), str(b)], cwd=REPO,
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "voicebias.cli", "compare", str(a), str(b)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == PLANTED_TEXT + "\n"

@@ -13,14 +13,21 @@ import yaml
 
 from tests.fakes.hf_hub_server import FakeHub, FakeRepo
 from voicebias import cli, config
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 from voicebias.systems import load_card, validate_weights
 
 OLD, NEW = "a" * 40, "b" * 40
-OLD_FILES = {"config.json": b'{"hidden_size": 8}\n', "model.safetensors": b"OLD-WEIGHTS" * 50,
-             "sub/tokenizer.json": b'{"v": 1}\n'}
-NEW_FILES = {"config.json": b'{"hidden_size": 16}\n', "model.safetensors": b"NEW-WEIGHTS" * 70,
-             "sub/tokenizer.json": b'{"v": 2}\n', "extra.txt": b"only in main\n"}
+OLD_FILES = {
+    "config.json": b'{"hidden_size": 8}\n',
+    "model.safetensors": b"OLD-WEIGHTS" * 50,
+    "sub/tokenizer.json": b'{"v": 1}\n',
+}
+NEW_FILES = {
+    "config.json": b'{"hidden_size": 16}\n',
+    "model.safetensors": b"NEW-WEIGHTS" * 70,
+    "sub/tokenizer.json": b'{"v": 2}\n',
+    "extra.txt": b"only in main\n",
+}
 SECRET = "hf_fakeTokenThatMustNeverBePrinted123"
 
 
@@ -32,10 +39,15 @@ def sha(data: bytes) -> str:
 def hub():
     repos = [
         FakeRepo("acme/tiny-speech", {OLD: OLD_FILES, NEW: NEW_FILES}, refs={"main": NEW, "v1": OLD}),
-        FakeRepo("acme/vocoder", {"c" * 40: {"vocoder.pt": b"VOCODER" * 30, "config.json": b"{}\n"}},
-                 refs={"main": "c" * 40}),
-        FakeRepo("acme/gated-speech", {"d" * 40: {"config.json": b"{}\n", "model.safetensors": b"G" * 100}},
-                 refs={"main": "d" * 40}, gated=True),
+        FakeRepo(
+            "acme/vocoder", {"c" * 40: {"vocoder.pt": b"VOCODER" * 30, "config.json": b"{}\n"}}, refs={"main": "c" * 40}
+        ),
+        FakeRepo(
+            "acme/gated-speech",
+            {"d" * 40: {"config.json": b"{}\n", "model.safetensors": b"G" * 100}},
+            refs={"main": "d" * 40},
+            gated=True,
+        ),
     ]
     with FakeHub(repos) as h:
         yield h
@@ -57,9 +69,17 @@ def env(hub, tmp_path, monkeypatch):
 
 
 def write_card(cards, name, weights, folder=None):
-    card = {"name": name, "adapter": "reference", "checkpoint": "test", "revision": "see weights",
-            "output_voice": {"en": "x"}, "licence": "test", "memory": "none",
-            "requires": {"weights": f"models/weights/{folder or name}"}, "weights": weights}
+    card = {
+        "name": name,
+        "adapter": "reference",
+        "checkpoint": "test",
+        "revision": "see weights",
+        "output_voice": {"en": "x"},
+        "licence": "test",
+        "memory": "none",
+        "requires": {"weights": f"models/weights/{folder or name}"},
+        "weights": weights,
+    }
     (cards / f"{name}.yaml").write_text(yaml.safe_dump(card, sort_keys=False), encoding="utf-8")
 
 
@@ -74,11 +94,20 @@ def manifest(dest):
 
 
 def test_pinned_revision_arrives_and_the_resolved_commit_is_recorded(env, hub, tmp_path, capsys):
-    write_card(env, "tiny", [
-        {"repo_id": "acme/tiny-speech", "revision": OLD, "files": ["config.json", "model.safetensors"],
-         "sha256": {"model.safetensors": sha(OLD_FILES["model.safetensors"])}},
-        {"repo_id": "acme/vocoder", "revision": "main", "pinned": False, "subdir": "vocoder"},
-    ], folder="Tiny-Model")
+    write_card(
+        env,
+        "tiny",
+        [
+            {
+                "repo_id": "acme/tiny-speech",
+                "revision": OLD,
+                "files": ["config.json", "model.safetensors"],
+                "sha256": {"model.safetensors": sha(OLD_FILES["model.safetensors"])},
+            },
+            {"repo_id": "acme/vocoder", "revision": "main", "pinned": False, "subdir": "vocoder"},
+        ],
+        folder="Tiny-Model",
+    )
     dest = tmp_path / "weights"
     rc, out, err = run(capsys, "tiny", "--dest", dest)
     assert rc == 0, err
@@ -97,16 +126,19 @@ def test_pinned_revision_arrives_and_the_resolved_commit_is_recorded(env, hub, t
     m = manifest(dest)["tiny"]["weights"]
     assert m[0]["repo_id"] == "acme/tiny-speech" and m[0]["revision"] == OLD and m[0]["pinned"] is True
     assert m[0]["commit"] == OLD
-    assert m[0]["files"]["model.safetensors"] == {"sha256": sha(OLD_FILES["model.safetensors"]),
-                                                   "size": len(OLD_FILES["model.safetensors"])}
+    assert m[0]["files"]["model.safetensors"] == {
+        "sha256": sha(OLD_FILES["model.safetensors"]),
+        "size": len(OLD_FILES["model.safetensors"]),
+    }
     assert m[0]["files"]["config.json"]["sha256"] == sha(OLD_FILES["config.json"])
     assert m[1]["revision"] == "main" and m[1]["pinned"] is False and m[1]["commit"] == "c" * 40
     assert set(m[1]["files"]) == {"config.json", "vocoder.pt"}
 
 
 def test_branch_resolves_to_its_commit_and_every_file_comes_from_it(env, hub, tmp_path, capsys):
-    write_card(env, "tiny", [{"repo_id": "acme/tiny-speech", "revision": "v1", "pinned": False,
-                              "allow_patterns": ["*.json"]}])
+    write_card(
+        env, "tiny", [{"repo_id": "acme/tiny-speech", "revision": "v1", "pinned": False, "allow_patterns": ["*.json"]}]
+    )
     dest = tmp_path / "w"
     rc, out, err = run(capsys, "tiny", "--dest", dest)
     assert rc == 0, err
@@ -120,8 +152,18 @@ def test_branch_resolves_to_its_commit_and_every_file_comes_from_it(env, hub, tm
 
 def test_checksum_mismatch_is_refused_and_the_file_deleted(env, hub, tmp_path, capsys):
     wrong = "0" * 64
-    write_card(env, "tiny", [{"repo_id": "acme/tiny-speech", "revision": OLD, "files": ["model.safetensors"],
-                              "sha256": {"model.safetensors": wrong}}])
+    write_card(
+        env,
+        "tiny",
+        [
+            {
+                "repo_id": "acme/tiny-speech",
+                "revision": OLD,
+                "files": ["model.safetensors"],
+                "sha256": {"model.safetensors": wrong},
+            }
+        ],
+    )
     dest = tmp_path / "w"
     rc, out, err = run(capsys, "tiny", "--dest", dest)
     assert rc == 1
@@ -132,8 +174,7 @@ def test_checksum_mismatch_is_refused_and_the_file_deleted(env, hub, tmp_path, c
 
 
 @pytest.mark.parametrize("token", [None, SECRET])
-def test_gated_repo_gives_the_hubs_message_and_others_still_succeed(env, hub, tmp_path, capsys, monkeypatch,
-                                                                    token):
+def test_gated_repo_gives_the_hubs_message_and_others_still_succeed(env, hub, tmp_path, capsys, monkeypatch, token):
     if token:
         monkeypatch.setenv("HF_TOKEN", token)
     write_card(env, "locked", [{"repo_id": "acme/gated-speech", "revision": "main", "pinned": False}])
@@ -152,15 +193,22 @@ def test_gated_repo_gives_the_hubs_message_and_others_still_succeed(env, hub, tm
     assert (dest / "tiny" / "config.json").read_bytes() == OLD_FILES["config.json"]
     m = manifest(dest)
     assert set(m) == {"tiny"} and m["tiny"]["weights"][0]["commit"] == OLD
-    assert not (dest / "locked").exists() or not any(p.is_file() and ".cache" not in p.parts
-                                                      for p in (dest / "locked").rglob("*"))
+    assert not (dest / "locked").exists() or not any(
+        p.is_file() and ".cache" not in p.parts for p in (dest / "locked").rglob("*")
+    )
     # ... but never printed or written
     assert SECRET not in out + err and SECRET not in (dest / "fetched.json").read_text()
 
 
 def test_dry_run_downloads_nothing(env, hub, tmp_path, capsys):
-    write_card(env, "tiny", [{"repo_id": "acme/tiny-speech", "revision": OLD},
-                             {"repo_id": "acme/vocoder", "revision": "main", "pinned": False}])
+    write_card(
+        env,
+        "tiny",
+        [
+            {"repo_id": "acme/tiny-speech", "revision": OLD},
+            {"repo_id": "acme/vocoder", "revision": "main", "pinned": False},
+        ],
+    )
     dest = tmp_path / "w"
     rc, out, err = run(capsys, "tiny", "--dry-run", "--dest", dest)
     assert rc == 0, err
@@ -179,8 +227,9 @@ def test_systems_without_hub_weights_are_skipped_not_failed(env, hub, tmp_path, 
 
 
 def test_missing_repository_and_file_fail_with_plain_words(env, hub, tmp_path, capsys):
-    write_card(env, "nope", [{"repo_id": "acme/does-not-exist", "revision": "main", "pinned": False,
-                              "files": ["config.json"]}])
+    write_card(
+        env, "nope", [{"repo_id": "acme/does-not-exist", "revision": "main", "pinned": False, "files": ["config.json"]}]
+    )
     write_card(env, "nofile", [{"repo_id": "acme/tiny-speech", "revision": OLD, "files": ["missing.bin"]}])
     rc, out, err = run(capsys, "nope", "nofile", "--dest", tmp_path / "w")
     assert rc == 1 and "Traceback" not in err
@@ -190,8 +239,7 @@ def test_missing_repository_and_file_fail_with_plain_words(env, hub, tmp_path, c
 
 def test_manifest_keeps_other_systems(env, hub, tmp_path, capsys):
     write_card(env, "one", [{"repo_id": "acme/tiny-speech", "revision": OLD, "files": ["config.json"]}])
-    write_card(env, "two", [{"repo_id": "acme/vocoder", "revision": "main", "pinned": False,
-                             "files": ["config.json"]}])
+    write_card(env, "two", [{"repo_id": "acme/vocoder", "revision": "main", "pinned": False, "files": ["config.json"]}])
     dest = tmp_path / "w"
     assert run(capsys, "one", "--dest", dest)[0] == 0
     assert run(capsys, "two", "--dest", dest)[0] == 0
@@ -209,25 +257,33 @@ def test_shipped_cards_load_and_unpinned_entries_say_so():
     assert not load_card("spiritlm_base").get("weights")
 
 
-@pytest.mark.parametrize("entries, message", [
-    ("acme/x", "must be a list"),
-    (["acme/x"], "must be a mapping"),
-    ([{"revision": "main"}], "repo_id must be a hub id"),
-    ([{"repo_id": "not a repo", "revision": "main"}], "repo_id must be a hub id"),
-    ([{"repo_id": "acme/x"}], "revision must be"),
-    ([{"repo_id": "acme/x", "revision": "main"}], "is not a commit (40 lowercase hex digits); pin one, or write pinned: false"),
-    ([{"repo_id": "acme/x", "revision": "A" * 40}], "is not a commit"),
-    ([{"repo_id": "acme/x", "revision": "main", "pinned": True}], "pinned: true needs"),
-    ([{"repo_id": "acme/x", "revision": "main", "pinned": "no"}], "pinned must be true or false"),
-    ([{"repo_id": "acme/x", "revision": OLD, "colour": "red"}], "unknown key(s) ['colour']"),
-    ([{"repo_id": "acme/x", "revision": OLD, "files": ["a"], "allow_patterns": ["*"]}], "not both"),
-    ([{"repo_id": "acme/x", "revision": OLD, "files": "a.bin"}], "files must be a non-empty list"),
-    ([{"repo_id": "acme/x", "revision": OLD, "files": ["../a.bin"]}], "relative path inside"),
-    ([{"repo_id": "acme/x", "revision": OLD, "subdir": "/abs"}], "relative path inside"),
-    ([{"repo_id": "acme/x", "revision": OLD, "sha256": {"a.bin": "xyz"}}], "64 hex digits"),
-    ([{"repo_id": "acme/x", "revision": OLD, "files": ["a.bin"], "sha256": {"b.bin": "0" * 64}}],
-     "not in its files"),
-])
+@pytest.mark.parametrize(
+    "entries, message",
+    [
+        ("acme/x", "must be a list"),
+        (["acme/x"], "must be a mapping"),
+        ([{"revision": "main"}], "repo_id must be a hub id"),
+        ([{"repo_id": "not a repo", "revision": "main"}], "repo_id must be a hub id"),
+        ([{"repo_id": "acme/x"}], "revision must be"),
+        (
+            [{"repo_id": "acme/x", "revision": "main"}],
+            "is not a commit (40 lowercase hex digits); pin one, or write pinned: false",
+        ),
+        ([{"repo_id": "acme/x", "revision": "A" * 40}], "is not a commit"),
+        ([{"repo_id": "acme/x", "revision": "main", "pinned": True}], "pinned: true needs"),
+        ([{"repo_id": "acme/x", "revision": "main", "pinned": "no"}], "pinned must be true or false"),
+        ([{"repo_id": "acme/x", "revision": OLD, "colour": "red"}], "unknown key(s) ['colour']"),
+        ([{"repo_id": "acme/x", "revision": OLD, "files": ["a"], "allow_patterns": ["*"]}], "not both"),
+        ([{"repo_id": "acme/x", "revision": OLD, "files": "a.bin"}], "files must be a non-empty list"),
+        ([{"repo_id": "acme/x", "revision": OLD, "files": ["../a.bin"]}], "relative path inside"),
+        ([{"repo_id": "acme/x", "revision": OLD, "subdir": "/abs"}], "relative path inside"),
+        ([{"repo_id": "acme/x", "revision": OLD, "sha256": {"a.bin": "xyz"}}], "64 hex digits"),
+        (
+            [{"repo_id": "acme/x", "revision": OLD, "files": ["a.bin"], "sha256": {"b.bin": "0" * 64}}],
+            "not in its files",
+        ),
+    ],
+)
 def test_malformed_weights_entries_are_refused_by_name(entries, message):
     with pytest.raises(ConfigError) as exc:
         validate_weights(entries, "system card x.yaml")

@@ -49,8 +49,9 @@ def vowels(tmp_path_factory):
     d = tmp_path_factory.mktemp("vowels")
     male, female = d / "male_120.wav", d / "female_220.flac"
     sf.write(male, synthetic_vowel(MALE_F0, MALE_E, seconds=1.0, sr=44100), 44100, subtype="PCM_16")
-    sf.write(female, synthetic_vowel(FEMALE_F0, FEMALE_E, seconds=1.0, sr=16000), 16000, subtype="PCM_16",
-             format="FLAC")
+    sf.write(
+        female, synthetic_vowel(FEMALE_F0, FEMALE_E, seconds=1.0, sr=16000), 16000, subtype="PCM_16", format="FLAC"
+    )
     return male, female
 
 
@@ -65,8 +66,13 @@ def bad(tmp_path_factory, vowels):
     whole = vowels[0].read_bytes()
     (d / "truncated.wav").write_bytes(whole[: len(whole) // 2])
     (d / "bytes.wav").write_bytes(b"this is not audio, only text that claims to be a WAV file\n" * 20)
-    return {"silent": d / "silence.wav", "clipped": d / "clipped.flac", "truncated": d / "truncated.wav",
-            "missing": d / "no_such_file.wav", "not_audio": d / "bytes.wav"}
+    return {
+        "silent": d / "silence.wav",
+        "clipped": d / "clipped.flac",
+        "truncated": d / "truncated.wav",
+        "missing": d / "no_such_file.wav",
+        "not_audio": d / "bytes.wav",
+    }
 
 
 def test_table_columns_are_the_pipeline_status_and_measure_columns():
@@ -108,8 +114,10 @@ def test_the_row_is_the_pipeline_measurement_of_the_file(vowels, capsys):
     """The command measures through the pipeline's own path: same settings, same numbers."""
     params, _ = active_params(config.ROOT)
     male = vowels[0]
-    for gender, settings in (("male", MeasureSettings.for_gender(params["acoustics"], "male")),
-                             ("auto", MeasureSettings.neutral(params["acoustics"]))):
+    for gender, settings in (
+        ("male", MeasureSettings.for_gender(params["acoustics"], "male")),
+        ("auto", MeasureSettings.neutral(params["acoustics"])),
+    ):
         assert settings_for(params["acoustics"], gender) == settings
         expected = measure_file(male, settings, int(params["tts"]["sample_rate"]))
         row = _table(_run([male, "--gender", gender], capsys)[1]).loc[0]
@@ -192,8 +200,14 @@ def _cli(*argv, cwd):
 
     env = {**os.environ, "PYTHONPATH": str(config.ROOT)}
     env.pop("VOICEBIAS_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "voicebias.cli", "measure", *map(str, argv)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "voicebias.cli", "measure", *map(str, argv)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_very_short_file_is_a_too_short_row_beside_a_measured_one(vowels, tmp_path):
@@ -217,7 +231,8 @@ def test_out_naming_a_folder_is_one_line_before_anything_is_measured(vowels, tmp
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"voicebias measure: --out {tmp_path} is a folder; give the CSV file to write, e.g. "
-        f"--out {tmp_path / 'measures.csv'}"]
+        f"--out {tmp_path / 'measures.csv'}"
+    ]
 
 
 def test_a_folder_given_as_audio_is_refused_as_a_folder_not_as_missing(vowels, tmp_path):

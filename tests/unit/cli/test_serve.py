@@ -34,6 +34,7 @@ from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
 from voicebias.systems.runner import RetryPolicy, call_with_retries
 
+
 def _pids(root: Path) -> dict:
     return json.loads((root / ".cache" / "serve" / "pids.json").read_text())
 
@@ -73,8 +74,27 @@ def test_serve_starts_replicas_of_a_repository_system_in_its_own_environment(tmp
     endpoints_path.write_text(json.dumps(other))
 
     port = free_port()
-    assert main(["serve", "kimi_audio", "--replicas", "2", "--port-base", str(port), "--python", python,
-                 "--driver", str(driver), "--startup-timeout", "30", "--grace", "5"]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "kimi_audio",
+                "--replicas",
+                "2",
+                "--port-base",
+                str(port),
+                "--python",
+                python,
+                "--driver",
+                str(driver),
+                "--startup-timeout",
+                "30",
+                "--grace",
+                "5",
+            ]
+        )
+        == 0
+    )
     try:
         entries = _pids(root)["kimi_audio"]
         urls = [f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port + 1}/v1"]
@@ -129,8 +149,11 @@ def test_serve_starts_replicas_of_a_repository_system_in_its_own_environment(tmp
         sf.write(tmp_path / "s24k.wav", np.zeros(2400), 24000, subtype="PCM_16")
         system = build_system("kimi_audio", {"timeout_s": 20}, cards_dir=cards, root=root)
         try:
-            resp, _ = call_with_retries(system, S2SRequest("x", "en", "en", "describe", "p", str(tmp_path / "s24k.wav"),
-                                                           "unused", 1), RetryPolicy(max_attempts=1))
+            resp, _ = call_with_retries(
+                system,
+                S2SRequest("x", "en", "en", "describe", "p", str(tmp_path / "s24k.wav"), "unused", 1),
+                RetryPolicy(max_attempts=1),
+            )
         finally:
             system.close()
         assert resp.status == "failed" and "HTTP 400" in resp.error and "16 kHz" in resp.error
@@ -157,12 +180,24 @@ def test_a_driver_that_cannot_load_stops_serve_with_its_log(tmp_path, monkeypatc
     monkeypatch.setenv("VOICEBIAS_ROOT", str(root))
     monkeypatch.setenv("VOICEBIAS_CACHE", str(root / ".cache"))
     monkeypatch.delenv("VOICEBIAS_ENDPOINTS", raising=False)
-    from voicebias.cli.serve import cmd_serve  # noqa: F401  (the error, not the exit, is checked)
     import argparse
 
-    args = argparse.Namespace(stop=False, systems=["kimi_audio"], replicas=1, gpus=None, gpus_per_replica=1,
-                              port_base=free_port(), host="127.0.0.1", python=sys.executable, driver=str(driver),
-                              max_concurrency=None, startup_timeout=20.0, grace=2.0)
+    from voicebias.cli.serve import cmd_serve  # noqa: F401  (the error, not the exit, is checked)
+
+    args = argparse.Namespace(
+        stop=False,
+        systems=["kimi_audio"],
+        replicas=1,
+        gpus=None,
+        gpus_per_replica=1,
+        port_base=free_port(),
+        host="127.0.0.1",
+        python=sys.executable,
+        driver=str(driver),
+        max_concurrency=None,
+        startup_timeout=20.0,
+        grace=2.0,
+    )
     with pytest.raises(ServeError, match="(?s)exited with code 1.*flash_attn is missing"):
         cmd_serve(args)
     assert not (root / ".cache" / "endpoints.json").exists()
@@ -181,11 +216,22 @@ def _vllm_cards(tmp_path: Path, **changes) -> Path:
 
 def test_vllm_command_lines_from_the_cards(tmp_path):
     cards = _vllm_cards(tmp_path)
-    reps = plan(["qwen2_5_omni_vllm", "step_audio2_vllm"], {}, tmp_path, tmp_path / "serve", replicas=2,
-                gpus="0,1,2", port_base=9100, cards_dir=cards)
+    reps = plan(
+        ["qwen2_5_omni_vllm", "step_audio2_vllm"],
+        {},
+        tmp_path,
+        tmp_path / "serve",
+        replicas=2,
+        gpus="0,1,2",
+        port_base=9100,
+        cards_dir=cards,
+    )
     assert [(r.system, r.index, r.port, r.gpus) for r in reps] == [
-        ("qwen2_5_omni_vllm", 0, 9100, "0"), ("qwen2_5_omni_vllm", 1, 9101, "1"),
-        ("step_audio2_vllm", 0, 9102, "2"), ("step_audio2_vllm", 1, 9103, "0")]
+        ("qwen2_5_omni_vllm", 0, 9100, "0"),
+        ("qwen2_5_omni_vllm", 1, 9101, "1"),
+        ("step_audio2_vllm", 0, 9102, "2"),
+        ("step_audio2_vllm", 1, 9103, "0"),
+    ]
     rev = "0123456789abcdef0123456789abcdef01234567"
     q = reps[1].argv
     assert q[:3] == ["vllm", "serve", "Qwen/Qwen2.5-Omni-7B"] and "--omni" in q
@@ -196,9 +242,18 @@ def test_vllm_command_lines_from_the_cards(tmp_path):
     s = reps[2].argv
     assert s[2] == "stepfun-ai/Step-Audio-2-mini" and "--omni" in s and "--trust-remote-code" in s
     assert s[s.index("--deploy-config") + 1] == "vllm_omni/deploy/step_audio2.yaml"
-    two = plan(["step_audio2_vllm"], {"step_audio2_vllm": {"deploy": {"batch_invariant": False}}}, tmp_path,
-               tmp_path / "serve", gpus="0,1,2,3", gpus_per_replica=2, replicas=2, port_base=9200, cards_dir=cards,
-               python="/envs/omni/bin/python")
+    two = plan(
+        ["step_audio2_vllm"],
+        {"step_audio2_vllm": {"deploy": {"batch_invariant": False}}},
+        tmp_path,
+        tmp_path / "serve",
+        gpus="0,1,2,3",
+        gpus_per_replica=2,
+        replicas=2,
+        port_base=9200,
+        cards_dir=cards,
+        python="/envs/omni/bin/python",
+    )
     assert [r.gpus for r in two] == ["0,1", "2,3"] and "VLLM_BATCH_INVARIANT" not in two[0].env
     assert two[0].argv[0] == "/envs/omni/bin/vllm"
 

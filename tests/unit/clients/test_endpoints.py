@@ -18,10 +18,18 @@ from collections import Counter
 import pytest
 
 from voicebias.clients.endpoints import (
-    PROBE_POLL_S, AllEndpointsDown, Breaker, CircuitOpen, Endpoint, EndpointPool, Unreachable, endpoints_file,
-    parse_endpoints, resolve_endpoints,
+    PROBE_POLL_S,
+    AllEndpointsDown,
+    Breaker,
+    CircuitOpen,
+    Endpoint,
+    EndpointPool,
+    Unreachable,
+    endpoints_file,
+    parse_endpoints,
+    resolve_endpoints,
 )
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 
 class Clock:
@@ -44,7 +52,7 @@ def test_picks_follow_the_weights_when_there_is_spare_capacity():
     # and interleaved, not in runs: each cycle of six picks holds every endpoint its share
     seq = [pool.call(lambda i: i)[0] for _ in range(12)]
     for k in range(0, 12, 6):
-        assert Counter(seq[k:k + 6]) == {0: 3, 1: 2, 2: 1}
+        assert Counter(seq[k : k + 6]) == {0: 3, 1: 2, 2: 1}
 
 
 def test_no_endpoint_exceeds_its_max_concurrency_and_the_pool_fills_them_all():
@@ -139,7 +147,7 @@ def test_every_endpoint_down_fails_the_call_with_a_clear_error_and_a_retry_hint(
 
     with pytest.raises(AllEndpointsDown, match=r"every endpoint is down \(3 endpoints, 3 tried") as info:
         pool.call(once)
-    assert sorted(calls) == [0, 1, 2]        # each tried once, one after the other
+    assert sorted(calls) == [0, 1, 2]  # each tried once, one after the other
     assert info.value.retry_after_s == pytest.approx(5.0)
     # the next call (the runner's retry) probes only the endpoint that comes back first
     calls.clear()
@@ -162,7 +170,7 @@ def test_a_single_endpoint_is_always_tried_and_keeps_its_own_error():
 
     with pytest.raises(AllEndpointsDown, match=r"^timeout after 1 s$"):
         pool.call(once)
-    assert pool.call(once) == (0, "ok")      # still cooling down, but it is the only one: sent
+    assert pool.call(once) == (0, "ok")  # still cooling down, but it is the only one: sent
 
 
 def test_other_errors_end_the_call_at_that_endpoint():
@@ -180,6 +188,7 @@ def test_other_errors_end_the_call_at_that_endpoint():
 
 
 # ---------------------------------------------------------------------------- the circuit breaker
+
 
 class Dead:
     """`once` of an endpoint that cannot be reached (or answers, once `alive`), counting what was sent."""
@@ -204,8 +213,9 @@ def fail(pool, once, n):
 
 def test_the_breaker_opens_after_consecutive_failures_and_then_sends_nothing():
     clock = Clock()
-    pool = pool_of((1, 4), clock=clock, breaker=Breaker(failures=3, cooldown_s=10.0, max_cooldown_s=40.0,
-                                                        max_reopens=2))
+    pool = pool_of(
+        (1, 4), clock=clock, breaker=Breaker(failures=3, cooldown_s=10.0, max_cooldown_s=40.0, max_reopens=2)
+    )
     once = Dead()
     fail(pool, once, 3)
     assert once.sent == [0, 0, 0]
@@ -271,8 +281,7 @@ def test_half_open_lets_exactly_one_probe_through_and_its_answer_closes_the_brea
 
 def test_a_failed_probe_reopens_for_twice_as_long_and_the_breaker_gives_up_after_max_reopens():
     clock = Clock()
-    pool = pool_of((1, 4), clock=clock, breaker=Breaker(failures=2, cooldown_s=5.0, max_cooldown_s=15.0,
-                                                        max_reopens=3))
+    pool = pool_of((1, 4), clock=clock, breaker=Breaker(failures=2, cooldown_s=5.0, max_cooldown_s=15.0, max_reopens=3))
     once = Dead()
     fail(pool, once, 2)
     waits = []
@@ -288,8 +297,9 @@ def test_a_failed_probe_reopens_for_twice_as_long_and_the_breaker_gives_up_after
     with pytest.raises(CircuitOpen) as info:
         pool.call(once)
     assert info.value.final and info.value.retry_after_s is None and len(once.sent) == 5
-    assert str(info.value) == ("circuit open after 5 consecutive failures (re-opened 3 times, given up for this run): "
-                               "timeout after 1 s")
+    assert str(info.value) == (
+        "circuit open after 5 consecutive failures (re-opened 3 times, given up for this run): timeout after 1 s"
+    )
     assert pool.given_up and pool.stats()[0]["breaker"] == "given up"
 
 
@@ -318,8 +328,14 @@ def test_an_http_error_is_an_answer_and_closes_a_half_open_breaker():
 
 def test_with_several_endpoints_an_open_one_gets_nothing_and_all_open_fails_fast_naming_each():
     clock = Clock()
-    pool = pool_of((1, 4), (1, 4), clock=clock, cooldown_s=1.0, max_cooldown_s=1.0,
-                   breaker=Breaker(failures=3, cooldown_s=30.0, max_cooldown_s=60.0))
+    pool = pool_of(
+        (1, 4),
+        (1, 4),
+        clock=clock,
+        cooldown_s=1.0,
+        max_cooldown_s=1.0,
+        breaker=Breaker(failures=3, cooldown_s=30.0, max_cooldown_s=60.0),
+    )
     once = Dead()
     once.alive.add(1)
     while pool.stats()[0]["unreachable"] < 3:  # endpoint 0 fails whenever it is picked; 1 answers
@@ -335,9 +351,11 @@ def test_with_several_endpoints_an_open_one_gets_nothing_and_all_open_fails_fast
     fail(pool, once, 3)  # now 1 fails too, three times in a row
     with pytest.raises(CircuitOpen) as info:
         pool.call(once)
-    assert str(info.value) == ("every endpoint's circuit is open (2 endpoints: http://h0:8000/v1 circuit open after "
-                               "3 consecutive failures: timeout after 1 s; http://h1:8000/v1 circuit open after 3 "
-                               "consecutive failures: timeout after 1 s)")
+    assert str(info.value) == (
+        "every endpoint's circuit is open (2 endpoints: http://h0:8000/v1 circuit open after "
+        "3 consecutive failures: timeout after 1 s; http://h1:8000/v1 circuit open after 3 "
+        "consecutive failures: timeout after 1 s)"
+    )
     assert info.value.retry_after_s == pytest.approx(30.0 - 1.01 - 9 * 2.9) and not info.value.final  # 0's ends first
     assert once.sent == [1] * 12
 
@@ -361,8 +379,13 @@ def test_breaker_settings_are_checked_and_match_the_params_schema():
     assert Breaker.from_params({}) == Breaker() == Breaker(**BreakerParams().model_dump())
     assert Breaker.from_params({"breaker": {"failures": 2, "cooldown_s": 1}}) == Breaker(failures=2, cooldown_s=1.0)
     assert Breaker().cooldown(0) == 10.0 and Breaker().cooldown(1) == 20.0 and Breaker().cooldown(9) == 120.0
-    for bad, msg in [({"failures": 0}, "failures"), ({"cooldown_s": 0}, "cooldown_s"), ({"max_reopens": -1},
-                     "max_reopens"), ({"cooldown_s": 30, "max_cooldown_s": 10}, "shorter"), ({"tries": 3}, "unknown")]:
+    for bad, msg in [
+        ({"failures": 0}, "failures"),
+        ({"cooldown_s": 0}, "cooldown_s"),
+        ({"max_reopens": -1}, "max_reopens"),
+        ({"cooldown_s": 30, "max_cooldown_s": 10}, "shorter"),
+        ({"tries": 3}, "unknown"),
+    ]:
         with pytest.raises(ConfigError, match=msg):
             Breaker.from_params({"breaker": bad})
     from voicebias.params import ParamsError
@@ -377,12 +400,18 @@ def test_breaker_settings_are_checked_and_match_the_params_schema():
 
 # ---------------------------------------------------------------------------- configuration
 
+
 def test_parse_fills_defaults_and_rejects_what_it_cannot_use():
     eps = parse_endpoints([{"url": "http://a:1/v1", "weight": 2, "max_concurrency": 4}, "http://b:1/v1"], "x", 3)
     assert eps == [Endpoint("http://a:1/v1", 2.0, 4), Endpoint("http://b:1/v1", 1.0, 3)]
-    for bad, msg in [([], "non-empty"), ([{"url": "gpu-box:8000"}], "http"), ([{"url": "http://a", "weight": 0}],
-                     "weight"), ([{"url": "http://a", "max_concurrency": 0}], "max_concurrency"),
-                     ([{"url": "http://a", "port": 1}], "unknown"), (["http://a", "http://a"], "twice")]:
+    for bad, msg in [
+        ([], "non-empty"),
+        ([{"url": "gpu-box:8000"}], "http"),
+        ([{"url": "http://a", "weight": 0}], "weight"),
+        ([{"url": "http://a", "max_concurrency": 0}], "max_concurrency"),
+        ([{"url": "http://a", "port": 1}], "unknown"),
+        (["http://a", "http://a"], "twice"),
+    ]:
         with pytest.raises(ConfigError, match=msg):
             parse_endpoints(bad, "x", 1)
 
@@ -400,11 +429,19 @@ def test_the_endpoints_file_overrides_params_and_card(tmp_path, monkeypatch):
     default = tmp_path / ".cache" / "endpoints.json"
     assert endpoints_file(tmp_path) == default
     default.parent.mkdir()
-    default.write_text(json.dumps({"s": [{"url": "http://served:1/v1", "weight": 2, "max_concurrency": 6},
-                                         {"url": "http://served:2/v1"}], "other": []}))
+    default.write_text(
+        json.dumps(
+            {
+                "s": [{"url": "http://served:1/v1", "weight": 2, "max_concurrency": 6}, {"url": "http://served:2/v1"}],
+                "other": [],
+            }
+        )
+    )
     eps, source = resolve_endpoints("s", params, card, tmp_path, 4)
-    assert [(e.url, e.weight, e.max_concurrency) for e in eps] == [("http://served:1/v1", 2.0, 6),
-                                                                   ("http://served:2/v1", 1.0, 4)]
+    assert [(e.url, e.weight, e.max_concurrency) for e in eps] == [
+        ("http://served:1/v1", 2.0, 6),
+        ("http://served:2/v1", 1.0, 4),
+    ]
     assert source == str(default)
     assert resolve_endpoints("absent", params, card, tmp_path, 4)[1] == "systems.absent"  # no entry: params
 

@@ -18,11 +18,19 @@ from tests.fakes.checkouts import command_checkout
 from tests.fakes.http import send_json, start_loopback, stop_loopback
 from tests.fakes.stimuli import make_stimuli
 from voicebias.clients.retry import backoff_s, post_with_retries, retry_after_s
+from voicebias.errors import SetupError
 from voicebias.secrets import child_env, read_secret, require_secret
-from voicebias.systems.base import ContinuationRequest, SetupError
+from voicebias.systems.base import ContinuationRequest
 
-VALID = json.dumps({"semantic_coherence": 4, "sentence_polarity": 5, "agency_competence": 3,
-                    "emotionalisation_affect_framing": 5, "appearance_objectification": 5})
+VALID = json.dumps(
+    {
+        "semantic_coherence": 4,
+        "sentence_polarity": 5,
+        "agency_competence": 3,
+        "emotionalisation_affect_framing": 5,
+        "appearance_objectification": 5,
+    }
+)
 KEY = "sk-test-http-layer-0123456789abcdefPLANTED"
 
 
@@ -39,8 +47,9 @@ class ScriptedServer:
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                outer.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                       "body": body})
+                outer.requests.append(
+                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                )
                 status, headers, obj = outer.script.pop(0) if outer.script else outer.done(self.path, body)
                 send_json(self, status, obj, headers)
 
@@ -65,6 +74,7 @@ def serve():
 
 # ---------------------------------------------------------------- Retry-After and backoff
 
+
 def test_retry_after_reads_seconds_milliseconds_and_http_dates():
     assert retry_after_s({"retry-after": "7"}) == 7.0
     assert retry_after_s({"retry-after": "1.5"}) == 1.5
@@ -82,11 +92,18 @@ def test_backoff_doubles_per_attempt_and_is_capped():
 
 # ---------------------------------------------------------------- the REST helper (Azure TTS uses it)
 
+
 def test_rest_helper_does_not_retry_a_refused_key(serve):
     server = serve([(401, {}, {"error": "Unauthorized"})])
     waits = []
-    r = post_with_retries(server.url + "/cognitiveservices/v1", data=b"<speak/>", timeout_s=5, max_retries=4,
-                          base_s=1.0, sleep=waits.append)
+    r = post_with_retries(
+        server.url + "/cognitiveservices/v1",
+        data=b"<speak/>",
+        timeout_s=5,
+        max_retries=4,
+        base_s=1.0,
+        sleep=waits.append,
+    )
     assert r.status_code == 401 and len(server.requests) == 1 and waits == []
 
 
@@ -132,11 +149,20 @@ def test_azure_tts_honours_retry_after_then_refuses_a_wrong_key(serve, monkeypat
 
 # ---------------------------------------------------------------- the openai-compatible judge (openai SDK)
 
+
 def chat_reply(path, body):
     payload = json.loads(body)
-    return 200, {}, {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": payload["model"] + "-0001",
-                     "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": VALID}}]}
+    return (
+        200,
+        {},
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": payload["model"] + "-0001",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": VALID}}],
+        },
+    )
 
 
 class _RecordedClock:
@@ -168,15 +194,36 @@ def judge_for(monkeypatch):
     monkeypatch.setenv("VOICEBIAS_TEST_JUDGE_KEY", KEY)
 
     def make(server, max_retries=3):
-        return get_judge({"backend": "openai_compatible", "base_url": server.url + "/v1", "model": "judge-m",
-                          "api_key_env": "VOICEBIAS_TEST_JUDGE_KEY", "max_retries": max_retries})
+        return get_judge(
+            {
+                "backend": "openai_compatible",
+                "base_url": server.url + "/v1",
+                "model": "judge-m",
+                "api_key_env": "VOICEBIAS_TEST_JUDGE_KEY",
+                "max_retries": max_retries,
+            }
+        )
 
     return make
 
 
 def test_judge_401_is_one_request_and_a_clear_redacted_error(serve, judge_for, sdk_clock):
-    server = serve([(401, {}, {"error": {"message": f"Incorrect API key provided: {KEY}",
-                                         "type": "invalid_request_error", "code": "invalid_api_key"}})], chat_reply)
+    server = serve(
+        [
+            (
+                401,
+                {},
+                {
+                    "error": {
+                        "message": f"Incorrect API key provided: {KEY}",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
+        ],
+        chat_reply,
+    )
     res = judge_for(server).judge("a", "b")
     assert res.status == "failed" and res.attempts == 1 and len(server.requests) == 1 and sdk_clock.waits == []
     assert "HTTP 401" in res.error and "Incorrect API key" in res.error and "[redacted]" in res.error
@@ -208,11 +255,13 @@ def test_judge_without_a_key_configured_never_borrows_openai_api_key(serve, monk
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     monkeypatch.delenv("VOICEBIAS_TEST_JUDGE_KEY", raising=False)
     with pytest.raises(SetupError, match="VOICEBIAS_TEST_JUDGE_KEY"):
-        OpenAICompatibleJudge("http://127.0.0.1:9/v1", "m", api_key_env="VOICEBIAS_TEST_JUDGE_KEY",
-                              root=tmp_path).judge("a", "b")
+        OpenAICompatibleJudge(
+            "http://127.0.0.1:9/v1", "m", api_key_env="VOICEBIAS_TEST_JUDGE_KEY", root=tmp_path
+        ).judge("a", "b")
 
 
 # ---------------------------------------------------------------- secrets
+
 
 def test_secrets_come_from_the_environment_or_dotenv_without_entering_os_environ(tmp_path, monkeypatch):
     monkeypatch.delenv("VOICEBIAS_TEST_DOTENV_KEY", raising=False)
@@ -228,8 +277,7 @@ def test_secrets_come_from_the_environment_or_dotenv_without_entering_os_environ
 
 # ---------------------------------------------------------------- child processes
 
-PLANTED = {"AZURE_SPEECH_KEY": "azure-planted", "AWS_SECRET_ACCESS_KEY": "aws-planted",
-           "OPENAI_API_KEY": "sk-planted"}
+PLANTED = {"AZURE_SPEECH_KEY": "azure-planted", "AWS_SECRET_ACCESS_KEY": "aws-planted", "OPENAI_API_KEY": "sk-planted"}
 DUMP_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 
 
@@ -249,13 +297,16 @@ def test_repository_systems_children_see_no_key(tmp_path, monkeypatch):
     (checkout / "dump_env.py").write_text(
         "import json, os, shutil, sys\n"
         "shutil.copy(sys.argv[1], sys.argv[2])\n"
-        "open('env.json', 'w').write(json.dumps(dict(os.environ)))\n")
+        "open('env.json', 'w').write(json.dumps(dict(os.environ)))\n"
+    )
     (tmp_path / "models" / "weights" / "vae-gslm").mkdir(parents=True)
-    system = build_system("vae_gslm", {"python": sys.executable,
-                                       "command": ["python", "dump_env.py", "{audio}", "{out}"]}, root=tmp_path)
+    system = build_system(
+        "vae_gslm", {"python": sys.executable, "command": ["python", "dump_env.py", "{audio}", "{out}"]}, root=tmp_path
+    )
     s = make_stimuli(tmp_path, 1).iloc[0]
-    system.continue_speech(ContinuationRequest(s.stimulus_id, "en", "continue", str(tmp_path / s.path), s.sha256, 1,
-                                               continuation_s=6.0))
+    system.continue_speech(
+        ContinuationRequest(s.stimulus_id, "en", "continue", str(tmp_path / s.path), s.sha256, 1, continuation_s=6.0)
+    )
     system.close()
     seen = json.loads((checkout / "env.json").read_text())
     assert not set(PLANTED) & set(seen)

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from tests.unit.test_validation import gate_inputs
-from voicebias.params import load_params
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
+from voicebias.params import load_params
 from voicebias.validation import ValidationFailed
 
 
@@ -59,8 +59,18 @@ def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
     for metrics in ({"passed": False, "flips": 2}, {}):
         write_json(tmp_path / "gate.json", metrics)
         with pytest.raises(RuntimeError, match="carrier gate has not passed; no system may hear"):
-            run_stage(params, "voice_faithful", "readback", tmp_path / "no-manifest.csv", tmp_path / "no-passages.csv",
-                      tmp_path / "gate.json", out, tmp_path / "stats.json", tmp_path / "cache", tmp_path)
+            run_stage(
+                params,
+                "voice_faithful",
+                "readback",
+                tmp_path / "no-manifest.csv",
+                tmp_path / "no-passages.csv",
+                tmp_path / "gate.json",
+                out,
+                tmp_path / "stats.json",
+                tmp_path / "cache",
+                tmp_path,
+            )
         # refused before reading the manifest or writing anything
         assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
 
@@ -84,12 +94,22 @@ def _zh_inputs(seed: int, effect: float) -> pd.DataFrame:
     for step, pole in enumerate(("masculine", "neutral", "feminine")):
         for i in range(10):
             for voice, base in (("male", -1.0), ("female", 1.0)):
-                rows.append({"lang": "zh", "pole": pole, "voice_gender": voice, "stimulus_id": f"{pole}-{i}-{voice}",
-                             "status": "ok", "composite": base + rng.normal(0, 0.05),
-                             "formant_index": base * 0.1 + effect * (step - 1) + (0.01 if pole == "neutral" else 0)
-                             + rng.normal(0, 0.012),
-                             "f0_median_st": base * 6 + rng.normal(0, 0.2),
-                             "margin_acoustic_norms": base * 20 + rng.normal(0, 1.0)})
+                rows.append(
+                    {
+                        "lang": "zh",
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "stimulus_id": f"{pole}-{i}-{voice}",
+                        "status": "ok",
+                        "composite": base + rng.normal(0, 0.05),
+                        "formant_index": base * 0.1
+                        + effect * (step - 1)
+                        + (0.01 if pole == "neutral" else 0)
+                        + rng.normal(0, 0.012),
+                        "f0_median_st": base * 6 + rng.normal(0, 0.2),
+                        "margin_acoustic_norms": base * 20 + rng.normal(0, 1.0),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -108,3 +128,17 @@ def test_secondary_channels_are_one_family_but_a_real_leak_still_fails():
     leak.loc[leak["pole"] == "feminine", "formant_index"] += 0.02
     table, _ = carrier_gate(leak, ["acoustic_norms"], 0.05, "composite", secondary)
     assert table.loc[table["measure"] == "formant_index", "verdict"].iloc[0] == "fail"
+
+
+@pytest.mark.parametrize("leak_st, verdict", [(-1.0, "benign"), (1.0, "fail")])
+def test_a_directional_effect_fails_only_toward_the_stereotype(leak_st, verdict):
+    """Feminine content 1 st lower in Spanish (a significant directional effect, away from the
+    stereotype) is benign; 1 st higher (toward it) fails. The gate reads the direction, not
+    only the directional test's significance."""
+    table, flips = carrier_gate(gate_inputs(leak_st=leak_st), ["clf"], 0.05, "composite", ["f0_median_st"])
+    es = table.set_index(["lang", "measure"]).loc[("es", "composite")]
+    assert flips.empty
+    assert es["p_content"] < 1e-6 and es["p_directional"] < 1e-6
+    assert np.sign(es["fem_minus_masc"]) == np.sign(leak_st)
+    assert es["verdict"] == verdict
+    assert table.set_index(["lang", "measure"]).loc[("en", "composite"), "verdict"] == "pass"

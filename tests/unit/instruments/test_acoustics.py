@@ -6,16 +6,21 @@ import pytest
 import soundfile as sf
 from scipy.signal import lfilter
 
-from voicebias.instruments.acoustics import MEASURE_COLUMNS, MeasureSettings, measure_files, measure_signal
 from voicebias.audio import AudioError
+from voicebias.instruments.acoustics import MEASURE_COLUMNS, MeasureSettings, measure_files, measure_signal
 from voicebias.instruments.classifiers import AcousticNormsClassifier
 from voicebias.tts import get_backend
 
 SR = 16000
 
 
-def vowel(f0=120.0, formants=(700.0, 1220.0, 2600.0, 3300.0, 3750.0), bandwidths=(80.0, 90.0, 120.0, 150.0, 200.0),
-          dur=1.0, jitter=0.0):
+def vowel(
+    f0=120.0,
+    formants=(700.0, 1220.0, 2600.0, 3300.0, 3750.0),
+    bandwidths=(80.0, 90.0, 120.0, 150.0, 200.0),
+    dur=1.0,
+    jitter=0.0,
+):
     """A glottal pulse train through a cascade of second-order resonators (five formants,
     as the Burg analysis expects five below its ceiling)."""
     n = int(dur * SR)
@@ -143,7 +148,8 @@ for name, f0, floor, ceiling in (("male", 105.0, 60.0, 300.0), ("female", 215.0,
     phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.04 * np.sin(2 * np.pi * 4 * t))) / sr
     x = sum(np.sin(k * phase + 0.3 * k) / k ** 1.5 for k in range(1, int(7000 / f0)))
     x = x * (0.6 + 0.4 * np.sin(2 * np.pi * 1.3 * t) ** 2) + 0.02 * rng.standard_normal(t.size)
-    m = measure_signal((0.3 * x / np.max(np.abs(x))).astype(np.float32), sr, MeasureSettings(floor, ceiling, 5500.0, 0.01))
+    y = (0.3 * x / np.max(np.abs(x))).astype(np.float32)
+    m = measure_signal(y, sr, MeasureSettings(floor, ceiling, 5500.0, 0.01))
     out[name] = {k: float(v).hex() for k, v in m.items()}
 json.dump(out, open(sys.argv[1], "w"))
 """
@@ -162,7 +168,8 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
     import sys
     from pathlib import Path
 
-    from tests.isa import AVX2_CODE_PATHS as avx2, require_avx512
+    from tests.isa import AVX2_CODE_PATHS as avx2
+    from tests.isa import require_avx512
 
     require_avx512()
     base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "NUMBA_CACHE_DIR"}
@@ -171,16 +178,22 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
     out = {}
     for name, env in (("native", base), ("avx2", {**base, **avx2})):
         out[name] = tmp_path / f"{name}.json"
-        subprocess.run([sys.executable, str(script), str(out[name])], check=True, capture_output=True, text=True,
-                       env={**env, "NUMBA_CACHE_DIR": str(tmp_path / f"numba-{name}")},
-                       cwd=Path(__file__).resolve().parents[3])
+        subprocess.run(
+            [sys.executable, str(script), str(out[name])],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**env, "NUMBA_CACHE_DIR": str(tmp_path / f"numba-{name}")},
+            cwd=Path(__file__).resolve().parents[3],
+        )
     native, emulated = json.loads(out["native"].read_text()), json.loads(out["avx2"].read_text())
-    assert all(float.fromhex(v) == float.fromhex(v) for v in native["male"].values())   # every measure defined
+    assert all(float.fromhex(v) == float.fromhex(v) for v in native["male"].values())  # every measure defined
     assert native == emulated
 
 
 # ---------------------------------------------------------------------------
 # very short audio, and one file's error as that file's row
+
 
 def tone(n, f0=150.0):
     """n samples of a 150 Hz tone at 16 kHz, starting at its peak (so even one sample is not silent)."""
@@ -198,9 +211,16 @@ def praat_frames(n, settings):
         return 0
 
 
-@pytest.mark.parametrize("settings", [MeasureSettings(), MeasureSettings(75, 500, 5500, 0.01),
-                                      MeasureSettings(100, 500, 5500, 0.01), MeasureSettings(60, 300, 5500, 0.005)],
-                         ids=["floor60", "floor75", "floor100", "floor60-step5ms"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        MeasureSettings(),
+        MeasureSettings(75, 500, 5500, 0.01),
+        MeasureSettings(100, 500, 5500, 0.01),
+        MeasureSettings(60, 300, 5500, 0.005),
+    ],
+    ids=["floor60", "floor75", "floor100", "floor60-step5ms"],
+)
 def test_too_short_is_where_praats_pitch_analysis_gives_fewer_than_three_frames(settings):
     """The minimum follows Praat: below it Praat refuses the sound or finds fewer than three
     frames; from it on the whole measure set runs (a tone: every component ok)."""
@@ -246,8 +266,15 @@ def mixed_batch(tmp_path):
     return files
 
 
-EXPECTED_REASONS = {"tone1": "too_short", "tone100": "too_short", "tone700": "too_short", "tone800": "too_short",
-                    "folder": "not_audio", "empty": "not_audio", "text": "not_audio"}
+EXPECTED_REASONS = {
+    "tone1": "too_short",
+    "tone100": "too_short",
+    "tone700": "too_short",
+    "tone800": "too_short",
+    "folder": "not_audio",
+    "empty": "not_audio",
+    "text": "not_audio",
+}
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["serial", "process-pool"])

@@ -15,8 +15,8 @@ import pytest
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.tiny_models import build_tiny_whisper
 from voicebias.instruments.asr import ASRSetupError, WhisperASR
-from voicebias.systems.runner import ResponseCache, run_task, validate_responses
 from voicebias.systems.base import ContinuationSystem, S2SResponse
+from voicebias.systems.runner import ResponseCache, run_task, validate_responses
 from voicebias.tasks import Task
 
 
@@ -101,8 +101,9 @@ def test_float16_checkpoint_transcribes_on_cpu(tmp_path):
 
     proc = WhisperProcessor.from_pretrained(folder)
     model = WhisperForConditionalGeneration.from_pretrained(folder).eval()
-    feats = proc((0.2 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), sampling_rate=16000,
-                 return_tensors="pt").input_features.to(torch.float16)
+    feats = proc(
+        (0.2 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), sampling_rate=16000, return_tensors="pt"
+    ).input_features.to(torch.float16)
     with torch.no_grad():
         ids = model.generate(feats, max_new_tokens=4, num_beams=1, do_sample=False, language="en", task="transcribe")
     assert proc.batch_decode(ids, skip_special_tokens=True)[0].strip() == text

@@ -42,19 +42,33 @@ DURATIONS = (1.1, 0.6, 1.7, 0.9)
 
 # ------------------------------------------------------------------ wav2vec2 classifiers
 
+
 def tiny_w2v2(folder, layer_norm=True, extractor_mask=True, seed=0):
     from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
 
     torch.manual_seed(seed)
-    cfg = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
-                         conv_dim=(8, 8), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=16,
-                         num_conv_pos_embedding_groups=2, classifier_proj_size=8, num_labels=2,
-                         initializer_range=0.2,  # logits of order 1 (the default 0.02 gives ~1e-3)
-                         feat_extract_norm="layer" if layer_norm else "group", do_stable_layer_norm=layer_norm,
-                         id2label={0: "female", 1: "male"}, label2id={"female": 0, "male": 1})
+    cfg = Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        conv_dim=(8, 8),
+        conv_kernel=(10, 3),
+        conv_stride=(5, 2),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        classifier_proj_size=8,
+        num_labels=2,
+        initializer_range=0.2,  # logits of order 1 (the default 0.02 gives ~1e-3)
+        feat_extract_norm="layer" if layer_norm else "group",
+        do_stable_layer_norm=layer_norm,
+        id2label={0: "female", 1: "male"},
+        label2id={"female": 0, "male": 1},
+    )
     Wav2Vec2ForSequenceClassification(cfg).eval().save_pretrained(folder)
-    Wav2Vec2FeatureExtractor(sampling_rate=SR, return_attention_mask=extractor_mask,
-                             do_normalize=True).save_pretrained(folder)
+    Wav2Vec2FeatureExtractor(sampling_rate=SR, return_attention_mask=extractor_mask, do_normalize=True).save_pretrained(
+        folder
+    )
     return folder
 
 
@@ -120,6 +134,7 @@ def test_group_norm_wav2vec2_is_batched_only_at_equal_lengths(tmp_path):
 
 # ------------------------------------------------------------------ ECAPA speaker embeddings
 
+
 @pytest.fixture(scope="module")
 def ecapa_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ecapa") / "spkrec-ecapa-voxceleb"
@@ -158,7 +173,7 @@ def test_ecapa_needs_both_the_lengths_and_the_mirrored_frames(ecapa_folder, tmp_
     emb = ecapa(ecapa_folder, 3, tmp_path)
     wavs = torch.zeros(3, len(audio[2]))
     for i, x in enumerate(audio):
-        wavs[i, :len(x)] = torch.from_numpy(x)
+        wavs[i, : len(x)] = torch.from_numpy(x)
     with torch.no_grad():
         own = emb.model.encode_batch(wavs, torch.tensor([len(x) / wavs.shape[1] for x in audio])).reshape(3, -1)
     assert np.abs(own.numpy()[:2] - alone[:2]).max() > 1e-3
@@ -197,6 +212,7 @@ def test_embed_files_excludes_bad_files_and_keeps_the_rest(ecapa_folder, tmp_pat
 
 # ------------------------------------------------------------------ Whisper ASR
 
+
 @pytest.fixture(scope="module")
 def whisper_dir(tmp_path_factory):
     # wide random weights: each clip gets its own tokens and first-step logits
@@ -227,7 +243,7 @@ def test_whisper_batched_rows_end_at_their_own_end_of_text(whisper_dir, monkeypa
     start = asr.model.generation_config.decoder_start_token_id
     a, b = (asr.processor.tokenizer.convert_tokens_to_ids(c) for c in "ab")
     rows = torch.tensor([[start, a, eos, eos, eos], [start, a, b, b, eos]])
-    monkeypatch.setattr(asr.model, "generate", lambda feats, **kw: rows[:len(feats)])
+    monkeypatch.setattr(asr.model, "generate", lambda feats, **kw: rows[: len(feats)])
     assert asr.token_ids(signals((0.6, 1.1)), SR) == [[start, a, eos], [start, a, b, b, eos]]
     assert asr.transcribe_many(signals((0.6, 1.1)), SR) == ["a", "abb"]
 
@@ -241,14 +257,16 @@ def test_runner_transcribes_in_batches(tmp_path, whisper_dir, monkeypatch):
     stim = make_stimuli(tmp_path, 5)
     task = Task("continue", "speech continuation", "same", {})
     one = WhisperASR(whisper_dir, max_new_tokens=6, batch_size=1)
-    ref, _ = run_task(Continuer(), task, stim, tmp_path / "o1", ResponseCache(tmp_path / "c1"), 1, tmp_path,
-                      asr=one, progress=False)
+    ref, _ = run_task(
+        Continuer(), task, stim, tmp_path / "o1", ResponseCache(tmp_path / "c1"), 1, tmp_path, asr=one, progress=False
+    )
     asr = WhisperASR(whisper_dir, max_new_tokens=6, batch_size=2)
     sizes: list[int] = []
     many = asr.transcribe_many
     monkeypatch.setattr(asr, "transcribe_many", lambda a, sr, langs: sizes.append(len(a)) or many(a, sr, langs))
-    table, counts = run_task(Continuer(), task, stim, tmp_path / "o2", ResponseCache(tmp_path / "c2"), 1, tmp_path,
-                             asr=asr, progress=False)
+    table, counts = run_task(
+        Continuer(), task, stim, tmp_path / "o2", ResponseCache(tmp_path / "c2"), 1, tmp_path, asr=asr, progress=False
+    )
     assert sizes == [2, 2, 1] and counts["asr_calls"] == 5
     assert list(table.transcript) == list(ref.transcript)
 
@@ -262,12 +280,17 @@ def test_phonation_gate_similarities_are_the_same_batched(ecapa_folder, tmp_path
     for i, x in enumerate(audio):
         sf.write(tmp_path / f"{i}.flac", x, SR)
     (tmp_path / "bad.flac").write_bytes(b"not audio")
-    manifest = pd.DataFrame({
-        "stimulus_id": ["m1", "m2", "c1", "c2", "c3", "cbad"],
-        "path": ["0.flac", "1.flac", "2.flac", "3.flac", "4.flac", "bad.flac"],
-        "phonation": ["modal", "modal", "breathy", "creaky", "breathy", "creaky"],
-        "source_stimulus_id": ["m1", "m2", "m1", "m1", "m2", "m2"],
-        "prompt_id": "p1", "voice_gender": "female", "voice_id": ["v1", "v2", "v1", "v1", "v2", "v2"]})
+    manifest = pd.DataFrame(
+        {
+            "stimulus_id": ["m1", "m2", "c1", "c2", "c3", "cbad"],
+            "path": ["0.flac", "1.flac", "2.flac", "3.flac", "4.flac", "bad.flac"],
+            "phonation": ["modal", "modal", "breathy", "creaky", "breathy", "creaky"],
+            "source_stimulus_id": ["m1", "m2", "m1", "m1", "m2", "m2"],
+            "prompt_id": "p1",
+            "voice_gender": "female",
+            "voice_id": ["v1", "v2", "v1", "v1", "v2", "v2"],
+        }
+    )
     own1, between1 = speaker_similarities(manifest, ecapa(ecapa_folder, 1, tmp_path), tmp_path)
     own3, between3 = speaker_similarities(manifest, ecapa(ecapa_folder, 3, tmp_path), tmp_path)
     np.testing.assert_allclose(own3["speaker_similarity"], own1["speaker_similarity"], rtol=0, atol=TOL)

@@ -10,7 +10,7 @@ from parselmouth.praat import call
 from voicebias.instruments.cepstrum import power_cepstrogram
 from voicebias.instruments.voice_quality import CPPSSettings, cepstrogram_cpps, praat_cpps_db
 
-ARGS = (60.0, 5000.0, 50.0)   # pitch floor (Hz), maximum frequency (Hz), pre-emphasis from (Hz)
+ARGS = (60.0, 5000.0, 50.0)  # pitch floor (Hz), maximum frequency (Hz), pre-emphasis from (Hz)
 TOL = 1e-9
 
 
@@ -18,7 +18,7 @@ def voice(sr, dur, f0=120.0, noise=1e-3, seed=0):
     """Harmonics with 5-Hz vibrato falling 2 dB each, up to 0.45 sr, plus white noise."""
     t = np.arange(int(round(dur * sr))) / sr
     phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.05 * np.sin(2 * np.pi * 5 * t))) / sr
-    y = sum(0.8 ** k * np.sin(k * phase + 0.3 * k) for k in range(1, int(0.45 * sr / (1.05 * f0))))
+    y = sum(0.8**k * np.sin(k * phase + 0.3 * k) for k in range(1, int(0.45 * sr / (1.05 * f0))))
     return 0.3 * y / np.max(np.abs(y)) + noise * np.random.default_rng(seed).standard_normal(t.size)
 
 
@@ -29,9 +29,9 @@ def white(sr, dur, seed=1):
 def with_silences(sr, dur=1.0):
     """The voice with digital silence at the start, in the middle and at the end."""
     x = voice(sr, dur)
-    x[:int(0.1 * sr)] = 0.0
-    x[int(0.3 * sr):int(0.55 * sr)] = 0.0
-    x[int(0.8 * sr):] = 0.0
+    x[: int(0.1 * sr)] = 0.0
+    x[int(0.3 * sr) : int(0.55 * sr)] = 0.0
+    x[int(0.8 * sr) :] = 0.0
     return x
 
 
@@ -49,8 +49,9 @@ def compare(x, sr, time_step):
     got = power_cepstrogram(x, sr, ARGS[0], time_step, ARGS[1], ARGS[2])
     assert got[0].shape == ref[0].shape
     n_frames = ref[0].shape[1]
-    np.testing.assert_allclose(got[1] + got[2] * np.arange(n_frames), ref[1] + ref[2] * np.arange(n_frames),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        got[1] + got[2] * np.arange(n_frames), ref[1] + ref[2] * np.arange(n_frames), rtol=0, atol=1e-12
+    )
     assert got[2] == ref[2]
     assert got[3] == pytest.approx(ref[3], abs=1e-15)
     assert got[4] == pytest.approx(ref[4], rel=1e-15)
@@ -99,7 +100,7 @@ def test_matches_praat(case, time_step):
 def test_digital_silence_without_resampling(time_step):
     """At 10 kHz the sound is used as it is, so silent frames are exact zeros in both."""
     ref, got, _ = compare(with_silences(10000), 10000, time_step)
-    assert (np.abs(ref[1:]).max(axis=0) == 0).sum() > 40   # frames wholly in a silence
+    assert (np.abs(ref[1:]).max(axis=0) == 0).sum() > 40  # frames wholly in a silence
     rel, per_frame = errors(ref, got)
     assert rel < TOL
     assert per_frame < TOL
@@ -123,7 +124,7 @@ def test_digital_silence_after_resampling(time_step):
     assert diff[sees_sound].max() < TOL
     assert errors(ref[:, sees_sound], got[:, sees_sound])[1] < TOL
     assert diff[~sees_sound].max() < 1e-4
-    self_diff = np.abs(praat(x * (1 + 2.0 ** -40), sr, time_step)[0] - ref).max(axis=0) / big
+    self_diff = np.abs(praat(x * (1 + 2.0**-40), sr, time_step)[0] - ref).max(axis=0) / big
     assert self_diff[~sees_sound].max() > 1e-8
     assert self_diff[sees_sound].max() < TOL
 
@@ -140,17 +141,21 @@ def test_upsampled_rates(sr):
     assert per_frame < 1e-5
 
 
-@pytest.mark.parametrize("make,sr", [
-    (lambda: voice(16000, 1.3), 16000),
-    (lambda: voice(16000, 1.0, f0=220.0, noise=0.05, seed=4), 16000),
-    (lambda: voice(22050, 0.8, f0=95.0, noise=0.01), 22050),
-    (lambda: with_silences(10000), 10000),
-])
+@pytest.mark.parametrize(
+    "make,sr",
+    [
+        (lambda: voice(16000, 1.3), 16000),
+        (lambda: voice(16000, 1.0, f0=220.0, noise=0.05, seed=4), 16000),
+        (lambda: voice(22050, 0.8, f0=95.0, noise=0.01), 22050),
+        (lambda: with_silences(10000), 10000),
+    ],
+)
 def test_cpps_on_our_cepstrogram_equals_praats_get_cpps(make, sr):
     x = make()
     st = CPPSSettings()
-    ours = cepstrogram_cpps(*power_cepstrogram(x, sr, st.pitch_floor, st.time_step, st.max_frequency,
-                                               st.pre_emphasis_from), st)
+    ours = cepstrogram_cpps(
+        *power_cepstrogram(x, sr, st.pitch_floor, st.time_step, st.max_frequency, st.pre_emphasis_from), st
+    )
     assert ours == pytest.approx(praat_cpps_db(parselmouth.Sound(x, sampling_frequency=sr), st), abs=1e-9)
 
 
@@ -164,7 +169,7 @@ def test_polyphase_filter_adds_as_scipys_upfirdn(up, down):
 
     y = np.random.default_rng(up * down).standard_normal(5000)
     kern = _fine_kernel(up)
-    slope = (_fine_kernel(up, 1e-5) - _fine_kernel(up, -1e-5)) / 2e-5   # as the resampling uses them
+    slope = (_fine_kernel(up, 1e-5) - _fine_kernel(up, -1e-5)) / 2e-5  # as the resampling uses them
     assert np.isfinite(kern).all() and np.isfinite(slope).all()
     lead, count = 60 * up, 1200
     value, deriv = _polyphase(y, kern, slope, up, down, lead, count)
@@ -172,5 +177,5 @@ def test_polyphase_filter_adds_as_scipys_upfirdn(up, down):
         c = k.size // 2
         delay = (-(lead + c)) % down
         m0 = (lead + c + delay) // down
-        want = upfirdn(np.concatenate([np.zeros(delay), k]), y, up, down)[m0:m0 + count]
+        want = upfirdn(np.concatenate([np.zeros(delay), k]), y, up, down)[m0 : m0 + count]
         assert got.tobytes() == want.tobytes()

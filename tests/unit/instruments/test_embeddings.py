@@ -134,8 +134,9 @@ def test_ecapa_loads_the_saved_weights_from_a_local_folder(tmp_path):
     x = (0.3 * np.sin(2 * np.pi * 150 * np.arange(SR) / SR)).astype(np.float32)
     v = emb.embed(x, SR)
     with torch.no_grad():
-        feats = InputNormalization(norm_type="sentence", std_norm=False)(Fbank(n_mels=80)(torch.from_numpy(x)[None]),
-                                                                          torch.ones(1))
+        feats = InputNormalization(norm_type="sentence", std_norm=False)(
+            Fbank(n_mels=80)(torch.from_numpy(x)[None]), torch.ones(1)
+        )
         direct = model(feats).reshape(-1).numpy()
     assert v.shape == (192,)
     np.testing.assert_allclose(v, direct, atol=1e-5)
@@ -221,6 +222,7 @@ def test_embed_files_on_worker_processes_equals_one_process(tmp_path, espeak_voi
     from voicebias import parallel
     from voicebias.audio import write_audio
     from voicebias.instruments import embeddings as E
+
     sigs, sr = espeak_voices
     paths = []
     for i, ((voice, key), x) in enumerate(sigs.items()):
@@ -272,7 +274,8 @@ def test_resemblyzer_embedding_is_the_same_on_avx2_and_avx512_code_paths(tmp_pat
     import subprocess
     import sys
 
-    from tests.isa import AVX2_CODE_PATHS as avx2, NATIVE, require_avx512
+    from tests.isa import AVX2_CODE_PATHS as avx2
+    from tests.isa import NATIVE, require_avx512
 
     require_avx512()
     base = {**{k: v for k, v in os.environ.items() if k not in avx2 and k != "MKL_CBWR"}, **NATIVE}
@@ -281,8 +284,14 @@ def test_resemblyzer_embedding_is_the_same_on_avx2_and_avx512_code_paths(tmp_pat
     out = {}
     for name, env in (("native", base), ("avx2", {**base, **avx2})):
         out[name] = tmp_path / f"{name}.npy"
-        done = subprocess.run([sys.executable, str(script), TEXT_A, str(out[name])], env=env, check=True,
-                              cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, str(script), TEXT_A, str(out[name])],
+            env=env,
+            check=True,
+            cwd=Path(__file__).resolve().parents[3],
+            capture_output=True,
+            text=True,
+        )
         assert done.stdout.split()[-1] == "COMPATIBLE"
     native, emulated = np.load(out["native"]), np.load(out["avx2"])
     assert native.shape == (256,) and np.isfinite(native).all()

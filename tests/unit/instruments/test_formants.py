@@ -9,11 +9,16 @@ import pytest
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants
 from voicebias import config
+from voicebias.instruments.acoustics import (
+    MeasureSettings,
+    correct_octave_jumps,
+    discrete_all_pole,
+    harmonic_power,
+    measure_signal,
+    poles_to_formants,
+)
 from voicebias.params import load_params
 from voicebias.scoring.acoustic import output_settings
-from voicebias.instruments.acoustics import (
-    MeasureSettings, correct_octave_jumps, discrete_all_pole, harmonic_power, measure_signal, poles_to_formants,
-)
 
 SR = 16000
 CEILING = 5500.0
@@ -21,8 +26,14 @@ F0S = (90.0, 120.0, 150.0, 180.0, 210.0, 260.0)
 # The cells of the grid where F2 misses 5 % (docs/formants.md): back vowels of the male
 # tract, F1 and F2 close together with few harmonics between them. There F2 reads at
 # most 10 % low.
-F2_OUTSIDE_5_PCT = {("a", "male", 150.0), ("a", "male", 210.0), ("a", "male", 260.0),
-                    ("o", "male", 150.0), ("o", "male", 180.0), ("u", "male", 120.0)}
+F2_OUTSIDE_5_PCT = {
+    ("a", "male", 150.0),
+    ("a", "male", 210.0),
+    ("a", "male", 260.0),
+    ("o", "male", 150.0),
+    ("o", "male", 180.0),
+    ("u", "male", 120.0),
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +45,12 @@ def params() -> dict:
 def grid(params) -> dict[tuple[str, str, float], dict[str, float]]:
     """Every vowel x tract x F0 of the benchmark grid, measured with the gender-neutral settings."""
     settings = replace(MeasureSettings.neutral(params), voice_quality=False)
-    return {(v, t, f0): measure_signal(synthetic_vowel(f0, vowel_formants(v, t)), SR, settings)
-            for v in MALE_VOWEL_FORMANTS for t in ("male", "female") for f0 in F0S}
+    return {
+        (v, t, f0): measure_signal(synthetic_vowel(f0, vowel_formants(v, t)), SR, settings)
+        for v in MALE_VOWEL_FORMANTS
+        for t in ("male", "female")
+        for f0 in F0S
+    }
 
 
 def _all_pole_line_spectrum(f0: float, formants, bandwidths) -> tuple[np.ndarray, np.ndarray]:
@@ -144,8 +159,11 @@ def test_octave_check_folds_halved_and_doubled_frames_back():
 
 def test_unknown_formant_method_is_a_clear_error():
     with pytest.raises(ValueError, match="formant_method must be 'dap' or 'burg', not 'lpc'"):
-        measure_signal(synthetic_vowel(120.0, vowel_formants("a", "male")), SR,
-                       MeasureSettings(60, 300, 5500, 0.01, formant_method="lpc"))
+        measure_signal(
+            synthetic_vowel(120.0, vowel_formants("a", "male")),
+            SR,
+            MeasureSettings(60, 300, 5500, 0.01, formant_method="lpc"),
+        )
 
 
 def _polynomial(roots: np.ndarray) -> np.ndarray:
@@ -166,7 +184,7 @@ def test_polynomial_roots_find_planted_roots():
         radii = rng.uniform(0.5, 0.98, 6)
         pairs = radii * np.exp(1j * angles)
         roots = np.concatenate([pairs, pairs.conj()])
-        if i % 10 == 9:   # two real roots in place of a pair
+        if i % 10 == 9:  # two real roots in place of a pair
             roots[5], roots[11] = rng.uniform(-0.9, -0.1), rng.uniform(0.1, 0.9)
         planted.append(roots)
     found = polynomial_roots(np.array([_polynomial(r) for r in planted]))

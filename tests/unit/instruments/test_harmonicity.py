@@ -16,7 +16,7 @@ def voice(f0, dur, noise, seed, sr=SR):
     rng = np.random.default_rng(seed)
     contour = f0 * (1 + 0.04 * np.sin(2 * np.pi * 4 * t) + 0.01 * np.cumsum(rng.standard_normal(len(t))) / np.sqrt(sr))
     phase = 2 * np.pi * np.cumsum(contour) / sr
-    y = sum(np.sin(k * phase) / k ** 1.2 for k in range(1, int(0.45 * sr / f0)))
+    y = sum(np.sin(k * phase) / k**1.2 for k in range(1, int(0.45 * sr / f0)))
     envelope = np.clip(np.sin(np.pi * t / dur) * 3, 0, 1)
     return envelope * y + noise * rng.standard_normal(len(t))
 
@@ -51,22 +51,26 @@ def test_bursts_after_digital_silence_equal_praat(seed):
     rng = np.random.default_rng(seed)
     parts = []
     for k in range(8):
-        parts += [np.zeros(int(rng.integers(300, 2000))),
-                  voice(float(rng.uniform(90, 250)), 0.2, 0.05, seed=k) * (1 - 2 * (k % 2))]
+        parts += [
+            np.zeros(int(rng.integers(300, 2000))),
+            voice(float(rng.uniform(90, 250)), 0.2, 0.05, seed=k) * (1 - 2 * (k % 2)),
+        ]
     x = np.concatenate(parts)
     for y in (x, x + 0.25):
         snd = parselmouth.Sound(y, sampling_frequency=SR)
         times = every_frame(snd, 0.01)
-        np.testing.assert_allclose(harmonicity_at(snd, times, 0.01, 60.0), praat_frames(snd, times, 0.01, 60.0),
-                                   rtol=0, atol=1e-7)
+        np.testing.assert_allclose(
+            harmonicity_at(snd, times, 0.01, 60.0), praat_frames(snd, times, 0.01, 60.0), rtol=0, atol=1e-7
+        )
 
 
 @pytest.mark.parametrize("sr", [11025, 22050, 24000])
 def test_other_sample_rates_equal_praat(sr):
     snd = parselmouth.Sound(voice(180.0, 0.8, 0.05, seed=sr, sr=sr), sampling_frequency=sr)
     times = every_frame(snd, 0.005)
-    np.testing.assert_allclose(harmonicity_at(snd, times, 0.005, 75.0), praat_frames(snd, times, 0.005, 75.0),
-                               rtol=0, atol=1e-7)
+    np.testing.assert_allclose(
+        harmonicity_at(snd, times, 0.005, 75.0), praat_frames(snd, times, 0.005, 75.0), rtol=0, atol=1e-7
+    )
 
 
 def test_sounds_too_short_for_a_frame_behave_as_praat():
@@ -77,8 +81,9 @@ def test_sounds_too_short_for_a_frame_behave_as_praat():
         harmonicity_at(short, np.array([0.015]), 0.01, 60.0)
     one = parselmouth.Sound(voice(200.0, 0.04, 0.0, seed=1), sampling_frequency=SR)
     times = np.array([0.0, 0.02, 0.04])
-    np.testing.assert_allclose(harmonicity_at(one, times, 0.01, 60.0), praat_frames(one, times, 0.01, 60.0),
-                               rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        harmonicity_at(one, times, 0.01, 60.0), praat_frames(one, times, 0.01, 60.0), rtol=0, atol=1e-9
+    )
 
 
 def test_interpolation_weights_reproduce_polynomials_and_samples():
@@ -87,9 +92,9 @@ def test_interpolation_weights_reproduce_polynomials_and_samples():
     about one in the interior."""
     n = 41
     y = 3.0 + 0.5 * np.arange(1, n + 1)
-    for x in (1.3, 40.6, 2.25, 39.5):    # depth 1 at both ends, depth 2 one point in
+    for x in (1.3, 40.6, 2.25, 39.5):  # depth 1 at both ends, depth 2 one point in
         left, w = interpolation_weights(n, np.array([x]))
-        assert float(y[left - 1:left - 1 + w.shape[1]] @ w[0]) == pytest.approx(3.0 + 0.5 * x, abs=1e-12)
+        assert float(y[left - 1 : left - 1 + w.shape[1]] @ w[0]) == pytest.approx(3.0 + 0.5 * x, abs=1e-12)
     left, w = interpolation_weights(n, np.array([20.5]))
     assert w.shape[1] == 2 * 20 and float(w.sum()) == pytest.approx(1.0, abs=0.05)
     with pytest.raises(ValueError, match="outside"):

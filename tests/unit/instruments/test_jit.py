@@ -12,5 +12,5 @@ def test_pairwise_sum_adds_as_numpy_does(n):
     numpy.mean's), from any start."""
     x = np.random.default_rng(n).standard_normal(n + 17) * 1e3 + 1e-3
     for start in (0, 3, 17):
-        assert pairwise_sum(x, start, n) == np.sum(x[start:start + n])
-        assert pairwise_sum(x, start, n) / n == np.mean(x[start:start + n])
+        assert pairwise_sum(x, start, n) == np.sum(x[start : start + n])
+        assert pairwise_sum(x, start, n) / n == np.mean(x[start : start + n])

@@ -10,14 +10,30 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from voicebias.instruments.judge import (GeminiJudge, InvalidJudgement, LexicalHeuristicJudge, LocalTransformersJudge,
-                             OpenAICompatibleJudge, build_prompt, get_judge, load_rubric, parse_judgement)
-from voicebias.systems.base import SetupError
 from tests.fakes.http import send_json, start_loopback, stop_loopback
+from voicebias.errors import SetupError
+from voicebias.instruments.judge import (
+    GeminiJudge,
+    InvalidJudgement,
+    LexicalHeuristicJudge,
+    LocalTransformersJudge,
+    OpenAICompatibleJudge,
+    build_prompt,
+    get_judge,
+    load_rubric,
+    parse_judgement,
+)
 
-VALID = json.dumps({"semantic_coherence": 4, "sentence_polarity": 5, "agency_competence": 3,
-                    "emotionalisation_affect_framing": 5, "appearance_objectification": 5,
-                    "notes": {"semantic_coherence": "on topic"}})
+VALID = json.dumps(
+    {
+        "semantic_coherence": 4,
+        "sentence_polarity": 5,
+        "agency_competence": 3,
+        "emotionalisation_affect_framing": 5,
+        "appearance_objectification": 5,
+        "notes": {"semantic_coherence": "on topic"},
+    }
+)
 
 
 class ChatServer:
@@ -36,10 +52,16 @@ class ChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
                 content = outer.replies.pop(0) if outer.replies else VALID
-                payload = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": content}}],
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+                payload = {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
                 data = json.dumps(payload).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -76,13 +98,16 @@ def test_prompt_holds_the_transcripts_and_nothing_about_the_speaker():
     assert "gender" not in text.lower().replace("gendered", "")  # the rubric's anchors mention gendered framing only
 
 
-@pytest.mark.parametrize("reply,needle", [
-    ("Sure, here are my scores.", "no JSON object"),
-    ('{"semantic_coherence": 4}', "lacks 'sentence_polarity'"),
-    (VALID.replace('"agency_competence": 3', '"agency_competence": 7'), "integer from 1 to 5"),
-    (VALID.replace('"agency_competence": 3', '"agency_competence": 3.5'), "integer from 1 to 5"),
-    ('{"semantic_coherence": 4,', "no JSON object"),
-])
+@pytest.mark.parametrize(
+    "reply,needle",
+    [
+        ("Sure, here are my scores.", "no JSON object"),
+        ('{"semantic_coherence": 4}', "lacks 'sentence_polarity'"),
+        (VALID.replace('"agency_competence": 3', '"agency_competence": 7'), "integer from 1 to 5"),
+        (VALID.replace('"agency_competence": 3', '"agency_competence": 3.5'), "integer from 1 to 5"),
+        ('{"semantic_coherence": 4,', "no JSON object"),
+    ],
+)
 def test_invalid_replies_are_rejected_with_a_reason(reply, needle):
     with pytest.raises(InvalidJudgement, match=needle):
         parse_judgement(reply)
@@ -153,23 +178,36 @@ class GeminiServer:
                 outer.requests.append({"path": self.path, "headers": headers, "body": body})
                 m = re.fullmatch(r"/v1beta/models/([\w.-]+):generateContent", self.path)
                 if not m:
-                    return self._send(404, {"error": {"code": 404, "message": f"path {self.path} not found",
-                                                      "status": "NOT_FOUND"}})
+                    return self._send(
+                        404, {"error": {"code": 404, "message": f"path {self.path} not found", "status": "NOT_FOUND"}}
+                    )
                 key = self.headers.get("x-goog-api-key")
                 if key != GEMINI_KEY:
-                    return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
-                                                      "message": f"API key not valid: {key}"}})
+                    return self._send(
+                        400,
+                        {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": f"API key not valid: {key}"}},
+                    )
                 item = outer.script.pop(0) if outer.script else VALID
                 if isinstance(item, tuple):
                     status, headers, error = item
                     return self._send(status, {"error": error}, headers)
                 if isinstance(item, dict):
                     return self._send(200, item)
-                self._send(200, {
-                    "candidates": [{"content": {"role": "model", "parts": [{"text": item}]},
-                                    "finishReason": "STOP", "index": 0}],
-                    "usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 60, "totalTokenCount": 960},
-                    "modelVersion": model_version, "responseId": "resp-1"})
+                self._send(
+                    200,
+                    {
+                        "candidates": [
+                            {
+                                "content": {"role": "model", "parts": [{"text": item}]},
+                                "finishReason": "STOP",
+                                "index": 0,
+                            }
+                        ],
+                        "usageMetadata": {"promptTokenCount": 900, "candidatesTokenCount": 60, "totalTokenCount": 960},
+                        "modelVersion": model_version,
+                        "responseId": "resp-1",
+                    },
+                )
 
         self.httpd, self.url = start_loopback(Handler)
 
@@ -206,7 +244,8 @@ def test_gemini_request_has_the_documented_shape_and_invalid_reply_is_retried(ge
     assert first["headers"]["content-type"] == "application/json"
     assert first["body"] == {
         "contents": [{"role": "user", "parts": [{"text": build_prompt("I opened the door", "and stepped in.")}]}],
-        "generationConfig": {"temperature": 0, "responseMimeType": "application/json", "maxOutputTokens": 777}}
+        "generationConfig": {"temperature": 0, "responseMimeType": "application/json", "maxOutputTokens": 777},
+    }
 
 
 def test_gemini_judge_that_never_answers_validly_is_recorded_failed(gemini):
@@ -218,11 +257,17 @@ def test_gemini_judge_that_never_answers_validly_is_recorded_failed(gemini):
 
 
 def test_gemini_rate_limit_and_server_errors_are_retried_with_back_off(gemini):
-    retry_info = {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Resource has been exhausted",
-                  "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}
+    retry_info = {
+        "code": 429,
+        "status": "RESOURCE_EXHAUSTED",
+        "message": "Resource has been exhausted",
+        "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}],
+    }
     unavailable = {"code": 503, "status": "UNAVAILABLE", "message": "The model is overloaded."}
-    server, judge, waits = gemini([(429, {}, retry_info), (429, {"Retry-After": "0"}, retry_info),
-                                   (503, {}, unavailable), VALID], retry_wait_s=0.25)
+    server, judge, waits = gemini(
+        [(429, {}, retry_info), (429, {"Retry-After": "0"}, retry_info), (503, {}, unavailable), VALID],
+        retry_wait_s=0.25,
+    )
     res = judge.judge("a", "b")
     assert res.status == "ok" and res.attempts == 1 and len(server.requests) == 4
     assert waits == [7.0, 0.0, 1.0]  # server's retryDelay, Retry-After header, then back-off 0.25 * 2**2
@@ -238,15 +283,31 @@ def test_gemini_spent_retries_fail_the_item_with_the_reason(gemini):
 
 
 def test_gemini_reply_parts_thoughts_and_blocked_prompts(gemini):
-    thinking = {"candidates": [{"content": {"role": "model", "parts": [
-        {"text": '{"semantic_coherence": 1} is my draft', "thought": True},
-        {"text": VALID[:40]}, {"text": VALID[40:]}]}, "finishReason": "STOP"}], "modelVersion": "gemini-test-002"}
+    thinking = {
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {"text": '{"semantic_coherence": 1} is my draft', "thought": True},
+                        {"text": VALID[:40]},
+                        {"text": VALID[40:]},
+                    ],
+                },
+                "finishReason": "STOP",
+            }
+        ],
+        "modelVersion": "gemini-test-002",
+    }
     _, judge, _ = gemini([thinking])
     res = judge.judge("a", "b")
     assert res.status == "ok" and res.version == "gemini-test-002"
     blocked = {"promptFeedback": {"blockReason": "SAFETY"}, "modelVersion": "gemini-test-001"}
-    cut = {"candidates": [{"content": {"parts": [{"text": '{"semantic_coherence": 4, "sent'}]},
-                           "finishReason": "MAX_TOKENS"}]}
+    cut = {
+        "candidates": [
+            {"content": {"parts": [{"text": '{"semantic_coherence": 4, "sent'}]}, "finishReason": "MAX_TOKENS"}
+        ]
+    }
     _, judge, _ = gemini([blocked, cut], max_attempts=2)
     res = judge.judge("a", "b")
     assert res.status == "failed" and res.attempts == 2 and "MAX_TOKENS" in res.error
@@ -273,21 +334,49 @@ def test_gemini_missing_key_is_a_clear_setup_error(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- local transformers
 
+
 def build_tiny_judge_model(folder, chat_template=True):
     """A randomly initialised 1-layer Llama with a word-level tokenizer (built offline)."""
     from tests.fakes.tiny_models import build_tiny_llama
 
-    build_tiny_llama(folder, ["<pad>", "<eos>", "<unk>", "user", "assistant", ":", "{", "}", '"', ",",
-                              "semantic_coherence", "notes", "prompt", "continuation", "score", "the", "json"],
-                     chat_template=chat_template)
+    build_tiny_llama(
+        folder,
+        [
+            "<pad>",
+            "<eos>",
+            "<unk>",
+            "user",
+            "assistant",
+            ":",
+            "{",
+            "}",
+            '"',
+            ",",
+            "semantic_coherence",
+            "notes",
+            "prompt",
+            "continuation",
+            "score",
+            "the",
+            "json",
+        ],
+        chat_template=chat_template,
+    )
 
 
 def test_local_transformers_judge_retries_and_records_the_random_model_as_failed(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     folder = tmp_path / "tiny-judge"
     build_tiny_judge_model(folder)
-    judge = get_judge({"backend": "local_transformers", "weights": str(folder), "device": "cpu",
-                       "max_new_tokens": 6, "max_attempts": 3})
+    judge = get_judge(
+        {
+            "backend": "local_transformers",
+            "weights": str(folder),
+            "device": "cpu",
+            "max_new_tokens": 6,
+            "max_attempts": 3,
+        }
+    )
     assert isinstance(judge, LocalTransformersJudge)
     tok, _ = judge._chat._load()
     templated, replies = [], []
@@ -323,10 +412,18 @@ def test_local_transformers_judge_needs_a_chat_template(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- dispatch and the gender blind
 
+
 def test_get_judge_dispatches_every_backend(tmp_path, monkeypatch):
     monkeypatch.setenv(GEMINI_KEY_ENV, GEMINI_KEY)
-    g = get_judge({"backend": "gemini", "model": "gemini-2.5-flash", "api_key_env": GEMINI_KEY_ENV,
-                   "max_attempts": 2, "max_output_tokens": 512})
+    g = get_judge(
+        {
+            "backend": "gemini",
+            "model": "gemini-2.5-flash",
+            "api_key_env": GEMINI_KEY_ENV,
+            "max_attempts": 2,
+            "max_output_tokens": 512,
+        }
+    )
     assert isinstance(g, GeminiJudge) and g.max_attempts == 2 and g.max_output_tokens == 512
     assert g.url == "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
     assert isinstance(get_judge({}), LexicalHeuristicJudge)

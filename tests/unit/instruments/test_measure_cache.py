@@ -16,7 +16,7 @@ SETTINGS = MeasureSettings(75, 400, 5000, 0.01)
 
 def vowel(f0: float, dur: float = 0.6, seed: int = 0) -> np.ndarray:
     t = np.arange(int(dur * SR)) / SR
-    y = sum(0.8 ** k * np.sin(2 * np.pi * (k + 1) * f0 * t + 0.3 * k) for k in range(25) if (k + 1) * f0 < SR / 2)
+    y = sum(0.8**k * np.sin(2 * np.pi * (k + 1) * f0 * t + 0.3 * k) for k in range(25) if (k + 1) * f0 < SR / 2)
     y = y + np.random.default_rng(seed).normal(0, 0.002, y.size)
     return (0.3 * y / np.max(np.abs(y))).astype(np.float32)
 
@@ -31,8 +31,9 @@ def files(tmp_path):
     paths["a_copy"] = tmp_path / "a_copy.wav"
     paths["a_copy"].write_bytes(paths["a"].read_bytes())
     paths["noise"] = tmp_path / "noise.wav"
-    sf.write(paths["noise"], (0.1 * np.random.default_rng(3).normal(size=SR // 2)).astype(np.float32), SR,
-             subtype="FLOAT")
+    sf.write(
+        paths["noise"], (0.1 * np.random.default_rng(3).normal(size=SR // 2)).astype(np.float32), SR, subtype="FLOAT"
+    )
     return paths
 
 
@@ -59,12 +60,15 @@ def test_identical_audio_is_measured_once_and_the_cache_reads_back_the_same_byte
     assert a.drop(["note"]).equals(copy.drop(["note"]))
 
 
-@pytest.mark.parametrize("change,touched", [
-    ({"cpps_time_step": 0.01}, {"cpps"}),
-    ({"bandwidths": "measured"}, {"harmonics"}),
-    ({"max_formant": 5500.0}, {"formants", "harmonics"}),
-    ({"pitch_ceiling": 350.0}, set(COMPONENTS)),
-])
+@pytest.mark.parametrize(
+    "change,touched",
+    [
+        ({"cpps_time_step": 0.01}, {"cpps"}),
+        ({"bandwidths": "measured"}, {"harmonics"}),
+        ({"max_formant": 5500.0}, {"formants", "harmonics"}),
+        ({"pitch_ceiling": 350.0}, set(COMPONENTS)),
+    ],
+)
 def test_a_changed_setting_re_measures_only_what_it_touches(files, tmp_path, change, touched):
     run(files, SETTINGS, tmp_path / "cache")
     new = replace(SETTINGS, **change)
@@ -97,8 +101,11 @@ def test_voice_quality_off_measures_pitch_and_formants_only_and_shares_them(file
 
 
 def test_halves_are_their_own_entries(files, tmp_path):
-    jobs = [("a", files["a"], SETTINGS, "whole"), ("a1", files["a"], SETTINGS, "first_half"),
-            ("a2", files["a"], SETTINGS, "second_half")]
+    jobs = [
+        ("a", files["a"], SETTINGS, "whole"),
+        ("a1", files["a"], SETTINGS, "first_half"),
+        ("a2", files["a"], SETTINGS, "second_half"),
+    ]
     df = measure_files(jobs, workers=1, cache_dir=tmp_path / "cache").set_index("id")
     assert measured(measure_files.last_counts) == {c: 3 for c in COMPONENTS}
     assert df.loc["a1", "duration_s"] == pytest.approx(0.3) and df.loc["a", "duration_s"] == pytest.approx(0.6)
@@ -136,8 +143,12 @@ def test_an_unreadable_entry_is_a_miss_and_is_replaced(files, tmp_path):
 
 
 def test_a_stage_measures_only_the_components_it_uses(files, tmp_path):
-    df = measure_files([(n, files[n], SETTINGS) for n in ("a", "b")], workers=1, cache_dir=tmp_path / "c",
-                       components=("pitch", "formants", "harmonics", "cpps")).set_index("id")
+    df = measure_files(
+        [(n, files[n], SETTINGS) for n in ("a", "b")],
+        workers=1,
+        cache_dir=tmp_path / "c",
+        components=("pitch", "formants", "harmonics", "cpps"),
+    ).set_index("id")
     assert measured(measure_files.last_counts) == {"pitch": 2, "formants": 2, "harmonics": 2, "cpps": 2}
     assert df["hnr_db"].isna().all() and df["cpps_db"].notna().all()
     full = measure_files([(n, files[n], SETTINGS) for n in ("a", "b")], workers=1).set_index("id")
@@ -161,26 +172,29 @@ def _keys(path, component):
     return read, measure_cache.component_key(component, sha, "whole", SR, SETTINGS, acoustics)
 
 
-@pytest.mark.parametrize("entry,damage", [
-    ("read", '{"duration_s": 0.6}'),                                        # a key missing
-    ("read", '{"duration_s": "0.6", "note": ""}'),                          # a wrong type
-    ("read", '{"duration_s": NaN, "note": ""}'),                            # NaN where a value was stored
-    ("read", '[0.6, ""]'),                                                  # not an object
-    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": 120.0}}'),             # a measure missing
-    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": 120.0, "f0_median_st": 3.2, "x": 1.0}}'),
-    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": NaN, "f0_median_st": 3.2}}'),
-    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": null, "f0_median_st": 3.2}}'),
-    ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": "120", "f0_median_st": 3.2}}'),
-    ("formants", '{"values": {"f1_hz": 500.0, "f2_hz": 1500.0, "f3_hz": Infinity, "formant_index": 0.1}}'),
-    ("harmonics", '{"values": [1.0, 2.0, 3.0, 4.0]}'),                      # an array for an object
-    ("cpps", '{"excluded": ["no_voicing"]}'),                               # a wrong array length
-    ("cpps", '{"excluded": ["no_voicing", "msg", "extra"]}'),
-    ("hnr", '{"excluded": [1, "msg"]}'),
-    ("hnr", '{"values": {"hnr_db": 12.0}, "excluded": ["no_voicing", "msg"]}'),  # both kinds at once
-    ("hnr", '{"hnr_db": 12.0}'),                                             # wrong keys
-    ("cpps", '"0.5"'),                                                       # not an object
-    ("cpps", 'not json at all'),
-])
+@pytest.mark.parametrize(
+    "entry,damage",
+    [
+        ("read", '{"duration_s": 0.6}'),  # a key missing
+        ("read", '{"duration_s": "0.6", "note": ""}'),  # a wrong type
+        ("read", '{"duration_s": NaN, "note": ""}'),  # NaN where a value was stored
+        ("read", '[0.6, ""]'),  # not an object
+        ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": 120.0}}'),  # a measure missing
+        ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": 120.0, "f0_median_st": 3.2, "x": 1.0}}'),
+        ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": NaN, "f0_median_st": 3.2}}'),
+        ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": null, "f0_median_st": 3.2}}'),
+        ("pitch", '{"values": {"voiced_fraction": 0.9, "f0_median_hz": "120", "f0_median_st": 3.2}}'),
+        ("formants", '{"values": {"f1_hz": 500.0, "f2_hz": 1500.0, "f3_hz": Infinity, "formant_index": 0.1}}'),
+        ("harmonics", '{"values": [1.0, 2.0, 3.0, 4.0]}'),  # an array for an object
+        ("cpps", '{"excluded": ["no_voicing"]}'),  # a wrong array length
+        ("cpps", '{"excluded": ["no_voicing", "msg", "extra"]}'),
+        ("hnr", '{"excluded": [1, "msg"]}'),
+        ("hnr", '{"values": {"hnr_db": 12.0}, "excluded": ["no_voicing", "msg"]}'),  # both kinds at once
+        ("hnr", '{"hnr_db": 12.0}'),  # wrong keys
+        ("cpps", '"0.5"'),  # not an object
+        ("cpps", "not json at all"),
+    ],
+)
 def test_a_wrong_shaped_entry_is_measured_again_and_counted(files, tmp_path, entry, damage):
     cache = tmp_path / "cache"
     first, _ = run(files, SETTINGS, cache, names=("a",))
@@ -188,7 +202,7 @@ def test_a_wrong_shaped_entry_is_measured_again_and_counted(files, tmp_path, ent
     _entry_path(cache, read if entry == "read" else comp).write_text(damage)
     again, counts = run(files, SETTINGS, cache, names=("a",))
     assert counts["corrupt"] == 1
-    assert (measured(counts) == {} if entry == "read" else counts["measured"][entry] == 1)
+    assert measured(counts) == {} if entry == "read" else counts["measured"][entry] == 1
     assert again.to_csv(index=False) == first.to_csv(index=False)  # the very values of a fresh measurement
     third, counts = run(files, SETTINGS, cache, names=("a",))
     assert counts["corrupt"] == 0 and measured(counts) == {}  # the entry was replaced by a whole one

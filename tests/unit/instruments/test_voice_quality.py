@@ -14,8 +14,11 @@ SR = 16000
 def harmonic_complex(f0, levels_db, dur=1.0):
     """Sum of harmonics k*f0 with the given levels (dB re harmonic 1) and fixed phases."""
     t = np.arange(int(dur * SR)) / SR
-    y = sum(10 ** (a / 20) * np.sin(2 * np.pi * (k + 1) * f0 * t + 0.3 * k)
-            for k, a in enumerate(levels_db) if (k + 1) * f0 < SR / 2)
+    y = sum(
+        10 ** (a / 20) * np.sin(2 * np.pi * (k + 1) * f0 * t + 0.3 * k)
+        for k, a in enumerate(levels_db)
+        if (k + 1) * f0 < SR / 2
+    )
     return (0.3 * y / np.max(np.abs(y))).astype(np.float32)
 
 
@@ -24,7 +27,7 @@ def resonator_vowel(f0, formants, bandwidths, dur=1.0):
     1/(1 - 0.97 z^-1) -> unit-DC-gain resonators. Source level of harmonic k is
     G(k f0) = -20 log10 |1 - 0.97 exp(-j 2 pi k f0 / fs)| dB plus a constant."""
     src = np.zeros(int(dur * SR))
-    src[::int(round(SR / f0))] = 1.0
+    src[:: int(round(SR / f0))] = 1.0
     y = lfilter([1.0], [1.0, -0.97], src)
     for f, bw in zip(formants, bandwidths):
         r = np.exp(-np.pi * bw / SR)
@@ -68,10 +71,13 @@ def test_hawks_miller_bandwidths():
     assert np.all(np.diff(hawks_miller_bandwidth(np.array([1000.0, 2000.0, 3000.0]), 132.0)) > 0)
 
 
-@pytest.mark.parametrize("f0,formants", [
-    (100.0, (500.0, 1500.0, 2500.0, 3500.0, 4500.0)),
-    (125.0, (700.0, 1220.0, 2600.0, 3300.0, 3750.0)),
-])
+@pytest.mark.parametrize(
+    "f0,formants",
+    [
+        (100.0, (500.0, 1500.0, 2500.0, 3500.0, 4500.0)),
+        (125.0, (700.0, 1220.0, 2600.0, 3300.0, 3750.0)),
+    ],
+)
 def test_corrected_measures_recover_the_source_spectrum(f0, formants):
     bandwidths = [float(hawks_miller_bandwidth(f, f0)) for f in formants]
     m = measure_signal(resonator_vowel(f0, formants, bandwidths), SR, MeasureSettings(60, 300, 5000, 0.01))
@@ -82,7 +88,9 @@ def test_corrected_measures_recover_the_source_spectrum(f0, formants):
     k3 = int(round(formants[2] / f0)) * f0  # the harmonic nearest F3
     every = range(5)
     # uncorrected: source plus every resonance, read off the filtered spectrum
-    assert m["h1_h2_db"] == pytest.approx(source_db(f0) - source_db(2 * f0) + boost(f0, every) - boost(2 * f0, every), abs=0.1)
+    assert m["h1_h2_db"] == pytest.approx(
+        source_db(f0) - source_db(2 * f0) + boost(f0, every) - boost(2 * f0, every), abs=0.1
+    )
     assert m["h1_a3_db"] == pytest.approx(source_db(f0) - source_db(k3) + boost(f0, every) - boost(k3, every), abs=0.3)
     # corrected: H1*, H2* lose F1 and F2; A3* loses F1-F3 (F4, F5 stay, as in VoiceSauce)
     h1h2_star = source_db(f0) - source_db(2 * f0) + boost(f0, (2, 3, 4)) - boost(2 * f0, (2, 3, 4))
@@ -111,7 +119,7 @@ def test_cpps_and_hnr_drop_for_the_noisy_twin():
     assert mn["cpps_db"] < mc["cpps_db"] - 3.0
     assert mn["hnr_db"] < mc["hnr_db"] - 10.0
     # white noise of known power: HNR reads the signal-to-noise ratio (dB)
-    snr = 10 * np.log10(np.mean(clean.astype(float) ** 2) / 0.05 ** 2)
+    snr = 10 * np.log10(np.mean(clean.astype(float) ** 2) / 0.05**2)
     assert mn["hnr_db"] == pytest.approx(snr, abs=1.5)
     assert mn["h1_h2_db"] == pytest.approx(mc["h1_h2_db"], abs=0.5)  # harmonics stand well above this noise
 
@@ -148,6 +156,7 @@ def test_cepstrogram_cpps_equals_praats_get_cpps(f0, noise, time_step, quefrency
     """The NumPy evaluation of Get CPPS gives Praat's number on voices from clean to
     noisy, at the time steps the params allow and another quefrency window."""
     import parselmouth
+
     from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
 
     snd = parselmouth.Sound(_voice(f0, 1.3, noise, seed=int(f0)), sampling_frequency=SR)
@@ -160,6 +169,7 @@ def test_cepstrogram_cpps_equals_praat_on_short_sounds(dur):
     """Sounds at or below Praat's 0.1-s cepstrogram window (one frame, window cut to the
     sound) and a few frames long, where every averaging window meets an edge."""
     import parselmouth
+
     from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
 
     snd = parselmouth.Sound(_voice(140.0, dur, 0.1, seed=3), sampling_frequency=SR)
@@ -176,7 +186,7 @@ def _reference_levels(x, t, f0, f3):
     n = int(round(6 * SR / f0))
     start = int(round(t * SR)) - n // 2
     nfft = 1 << int(np.ceil(np.log2(8 * n)))
-    spec = np.abs(np.fft.rfft(x[start:start + n] * np.hanning(n), nfft))
+    spec = np.abs(np.fft.rfft(x[start : start + n] * np.hanning(n), nfft))
     freqs = np.fft.rfftfreq(nfft, 1.0 / SR)
     level = 20 * np.log10(np.maximum(spec, 1e-12))
     out = []
@@ -196,7 +206,7 @@ def test_harmonic_levels_follow_their_definition_frame_by_frame():
 
     x = _voice(120.0, 1.0, 0.01, seed=5) + 0.5 * _voice(91.0, 1.0, 0.0, seed=6)
     times = np.arange(0.1, 0.9, 0.01)
-    f0 = 120.0 * (1 + 0.6 * np.sin(2 * np.pi * times))   # 48-192 Hz: 4096- to 16384-point frames
+    f0 = 120.0 * (1 + 0.6 * np.sin(2 * np.pi * times))  # 48-192 Hz: 4096- to 16384-point frames
     formants = np.tile([600.0, 1500.0, 2500.0], (len(times), 1))
     got = harmonic_levels(x, SR, times, f0, formants)
     want = np.array([_reference_levels(x, t, f, 2500.0) for t, f in zip(times, f0)])
@@ -214,8 +224,8 @@ def test_the_median_near_a_guess_is_the_exact_median():
     level = 0.0
     for i in range(2000):
         n = (256, 513, 1, 2, 7, 64)[i % 6]
-        level += rng.normal(0, 0.1) if i % 97 else 50.0   # now and then a jump the window misses
+        level += rng.normal(0, 0.1) if i % 97 else 50.0  # now and then a jump the window misses
         a = level + rng.standard_normal(n) * (0.01, 1.0, 30.0)[i % 3]
         if i % 11 == 0:
-            a[: n // 2] = a[-1]   # ties
+            a[: n // 2] = a[-1]  # ties
         assert _median_near(a.copy(), n, near, scratch) == np.median(a)

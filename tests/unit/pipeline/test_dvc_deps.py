@@ -1,4 +1,5 @@
-"""Every module a DVC stage can import is one of its deps, so `dvc repro` never misses a change.
+"""Every module a DVC stage can import is one of its deps, so `dvc repro` never misses a change,
+and the code deps in dvc.yaml are the ones `voicebias dev deps` writes (voicebias.codedeps).
 
 The closure is static: every `import` and `from ... import` anywhere in a module (top
 level and inside functions), plus lazy registry entries written as "voicebias.x:Class"
@@ -8,7 +9,6 @@ strings, followed transitively through voicebias and stages, with the package
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
@@ -16,86 +16,20 @@ import pytest
 import yaml
 
 from voicebias import config
+from voicebias.codedeps import closure, module_file, stage_commands, uncovered, write_deps
 
 ROOT = config.ROOT
-LAZY = re.compile(r"^(voicebias(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?::[A-Za-z_][A-Za-z0-9_]*)?$")
 
 
-def module_file(name: str, root: Path = ROOT) -> Path | None:
-    base = root.joinpath(*name.split("."))
-    if base.with_suffix(".py").is_file():
-        return base.with_suffix(".py")
-    if (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    return None
-
-
-def imported_names(path: Path) -> set[str]:
-    """Module names `path` can import (for `from a import b`, both a and a.b)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            m = LAZY.match(node.value)
-            if m:
-                names.add(m.group(1))
-    return names
-
-
-def closure(start: str, root: Path = ROOT) -> set[Path]:
-    """Files of every project module reachable from module `start` (package __init__ files included)."""
-    seen: set[Path] = set()
-    todo = [start]
-    while todo:
-        name = todo.pop()
-        if not name.split(".")[0] in ("voicebias", "stages"):
-            continue
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first
-            f = module_file(".".join(parts[:i]), root)
-            if f is None or f in seen:
-                continue
-            seen.add(f)
-            todo.extend(imported_names(f))
-    return seen
-
-
-def stage_commands(dvc_yaml: Path = ROOT / "dvc.yaml") -> dict[str, tuple[str, list[str]]]:
-    """stage name -> (module its cmd runs, deps as written)."""
-    spec = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"]
-    out = {}
-    for name, st in spec.items():
-        body = st.get("do", st)
-        m = re.search(r"python -m ([\w.]+)", body["cmd"])
-        assert m, f"stage {name}: cmd does not run a module: {body['cmd']}"
-        out[name] = (m.group(1), [str(d) if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])])
-    return out
-
-
-def uncovered(files: set[Path], deps: list[str], root: Path = ROOT) -> list[str]:
-    dep_paths = [(root / d).resolve() for d in deps if "${" not in d]
-    missing = []
-    for f in sorted(files):
-        f = f.resolve()
-        if not any(f == d or d in f.parents for d in dep_paths):
-            missing.append(str(f.relative_to(root)))
-    return missing
-
-
-STAGES = stage_commands()
+STAGES = stage_commands(ROOT / "dvc.yaml")
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_stage_deps_cover_its_import_closure(stage):
     module, deps = STAGES[stage]
-    files = closure(module)
-    assert module_file(module) in files, f"stage {stage}: {module} not found"
-    missing = uncovered(files, deps)
+    files = closure(module, ROOT)
+    assert module_file(module, ROOT) in files, f"stage {stage}: {module} not found"
+    missing = uncovered(files, deps, ROOT)
     assert not missing, f"stage {stage} can import modules its dvc.yaml deps do not list: {missing}"
 
 
@@ -109,26 +43,41 @@ def test_closure_follows_function_level_and_lazy_registry_imports(tmp_path):
     (pkg / "deep.py").write_text("import os\n")
     (pkg / "top.py").write_text("import voicebias.inner\nfrom voicebias.sub import REG\n")
     got = {str(p.relative_to(tmp_path)) for p in closure("voicebias.top", tmp_path)}
-    assert got == {"voicebias/__init__.py", "voicebias/top.py", "voicebias/inner.py", "voicebias/deep.py",
-                   "voicebias/sub/__init__.py", "voicebias/sub/lazy.py"}
-    assert uncovered(closure("voicebias.top", tmp_path), ["voicebias/top.py", "voicebias/inner.py",
-                                                          "voicebias/__init__.py", "voicebias/sub"], tmp_path) \
-        == ["voicebias/deep.py"]
+    assert got == {
+        "voicebias/__init__.py",
+        "voicebias/top.py",
+        "voicebias/inner.py",
+        "voicebias/deep.py",
+        "voicebias/sub/__init__.py",
+        "voicebias/sub/lazy.py",
+    }
+    assert uncovered(
+        closure("voicebias.top", tmp_path),
+        ["voicebias/top.py", "voicebias/inner.py", "voicebias/__init__.py", "voicebias/sub"],
+        tmp_path,
+    ) == ["voicebias/deep.py"]
 
 
 def test_dropping_one_module_from_a_stage_is_caught():
     module, deps = STAGES["analysis"]
-    files = closure(module)
+    files = closure(module, ROOT)
     dropped = [d for d in deps if d == "voicebias/contract.py"]
     assert dropped, "analysis must list voicebias/contract.py (its pole coding sets the odds ratio's direction)"
-    assert uncovered(files, [d for d in deps if d != "voicebias/contract.py"]) == ["voicebias/contract.py"]
+    assert uncovered(files, [d for d in deps if d != "voicebias/contract.py"], ROOT) == ["voicebias/contract.py"]
 
 
 # Path functions of config, with the dvc.yaml placeholders they are called with.
 PATH_FUNCTIONS = {
-    "card_path": ("${item}",), "system_responses": ("${item}",), "responses_dir": ("${item.system}", "${item.task}"),
-    "respond_report": ("${item.system}", "${item.task}"), "respond_reports": ("${item}",), "scored_table": ("${item}",), "acoustic_table": ("${item}",),
-    "continuations_dir": ("${item}",), "continuation_responses": ("${item}",), "continuation_report": ("${item}",),
+    "card_path": ("${item}",),
+    "system_responses": ("${item}",),
+    "responses_dir": ("${item.system}", "${item.task}"),
+    "respond_report": ("${item.system}", "${item.task}"),
+    "respond_reports": ("${item}",),
+    "scored_table": ("${item}",),
+    "acoustic_table": ("${item}",),
+    "continuations_dir": ("${item}",),
+    "continuation_responses": ("${item}",),
+    "continuation_report": ("${item}",),
     "sc_scored_table": ("${item}",),
 }
 
@@ -164,8 +113,14 @@ def test_every_path_of_dvc_yaml_is_defined_in_config():
 
 
 def test_config_path_functions_are_listed_here():
-    funcs = {n for n, v in vars(config).items() if callable(v) and getattr(v, "__module__", "") == config.__name__
-             and not n.startswith("_") and n != "find_root"}
+    funcs = {
+        n
+        for n, v in vars(config).items()
+        if callable(v)
+        and getattr(v, "__module__", "") == config.__name__
+        and not n.startswith("_")
+        and n != "find_root"
+    }
     assert funcs == set(PATH_FUNCTIONS)
 
 
@@ -174,3 +129,53 @@ def test_stage_scripts_take_every_path_from_config():
     joins = re.compile(r"""config\.[A-Za-z_]+(\([^)]*\))?\s*/\s*f?["']""")
     bad = [p.name for p in (ROOT / "stages").glob("*.py") if joins.search(p.read_text(encoding="utf-8"))]
     assert not bad, bad
+
+
+def test_dvc_yaml_code_deps_are_the_generated_ones():
+    """A hand edit of a stage's code deps (a file added, dropped or reordered) fails here: the
+    block is what `voicebias dev deps` writes from the imports."""
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    assert write_deps(text, ROOT) == text, "dvc.yaml's code deps are not the generated ones: run `voicebias dev deps`"
+
+
+def mini_project(root: Path) -> None:
+    (root / "stages").mkdir(parents=True)
+    (root / "voicebias" / "tts").mkdir(parents=True)
+    (root / "stages" / "__init__.py").write_text("")
+    (root / "stages" / "make.py").write_text("from voicebias import core\n")
+    (root / "voicebias" / "__init__.py").write_text("")
+    (root / "voicebias" / "core.py").write_text("from voicebias.tts import engine\n")
+    (root / "voicebias" / "tts" / "__init__.py").write_text("")
+    (root / "voicebias" / "tts" / "engine.py").write_text("")
+    (root / "voicebias" / "old.py").write_text("")
+
+
+def test_the_generator_adds_new_imports_drops_stale_files_and_keeps_hand_entries(tmp_path):
+    mini_project(tmp_path)
+    text = (
+        "stages:\n  make:\n    cmd: python -m stages.make\n    deps:\n"
+        "      - voicebias/old.py\n      - stages/make.py\n      # the engine's data and code\n"
+        "      - voicebias/tts\n      - data/in.csv:\n          hash: md5\n    outs:\n      - out.csv\n"
+    )
+    got = write_deps(text, tmp_path)
+    assert got == (
+        "stages:\n  make:\n    cmd: python -m stages.make\n    deps:\n"
+        "      - stages/make.py\n      - stages/__init__.py\n      - voicebias/__init__.py\n      - voicebias/core.py\n"
+        "      # the engine's data and code\n      - voicebias/tts\n      - data/in.csv:\n          hash: md5\n"
+        "    outs:\n      - out.csv\n"
+    )
+    assert write_deps(got, tmp_path) == got  # generated once, stable
+
+
+def test_dev_deps_check_fails_on_a_hand_edit_and_writes_the_fix(tmp_path, capsys):
+    from voicebias.cli import main
+
+    mini_project(tmp_path)
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n  make:\n    cmd: python -m stages.make\n    deps:\n      - stages/make.py\n"
+    )
+    assert main(["dev", "deps", "--check", "--repo", str(tmp_path)]) == 1
+    assert "+      - voicebias/core.py" in capsys.readouterr().out
+    assert main(["dev", "deps", "--repo", str(tmp_path)]) == 0
+    assert main(["dev", "deps", "--check", "--repo", str(tmp_path)]) == 0
+    assert "- voicebias/tts/engine.py" in (tmp_path / "dvc.yaml").read_text()

@@ -25,7 +25,7 @@ import yaml
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from voicebias import config
-from voicebias.exceptions import StageFailed
+from voicebias.errors import StageFailed
 from voicebias.params import ParamsError, Run, max_failed_fraction, validate_section
 from voicebias.pipeline import pending_calls
 from voicebias.pipeline.respond import over_limit, run_system_stage
@@ -47,8 +47,13 @@ def project(root: Path, n: int, system_params: dict) -> tuple[pd.DataFrame, dict
     (root / "models" / "cards").mkdir(parents=True)
     shutil.copy(config.CARDS_DIR / "gpt_audio.yaml", root / "models" / "cards")
     params = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
-    params["run"] = {"systems": ["gpt_audio"], "sc_systems": [], "samples_per_item": 1, "max_failed_fraction": 0.05,
-                     "max_reply_ratio": 4}
+    params["run"] = {
+        "systems": ["gpt_audio"],
+        "sc_systems": [],
+        "samples_per_item": 1,
+        "max_failed_fraction": 0.05,
+        "max_reply_ratio": 4,
+    }
     params["systems"] = {"gpt_audio": {"model": "gpt-4o-audio-preview", "timeout_s": 10, **system_params}}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return stim, params
@@ -56,11 +61,18 @@ def project(root: Path, n: int, system_params: dict) -> tuple[pd.DataFrame, dict
 
 def respond(params: dict, root: Path) -> pd.DataFrame:
     """The respond stage in this process, on the describe task."""
-    return run_system_stage(params, "gpt_audio", root / "data" / "stimuli" / "manifest.csv",
-                            root / "data" / "passages" / "passages.csv", root / "reports" / "carrier_gate" /
-                            "metrics.json", lambda t: root / "data" / "responses" / "gpt_audio" / t,
-                            lambda t: root / "reports" / "respond" / "gpt_audio" / f"{t}.json",
-                            root / ".cache" / "responses", root, ["describe"])["describe"]
+    return run_system_stage(
+        params,
+        "gpt_audio",
+        root / "data" / "stimuli" / "manifest.csv",
+        root / "data" / "passages" / "passages.csv",
+        root / "reports" / "carrier_gate" / "metrics.json",
+        lambda t: root / "data" / "responses" / "gpt_audio" / t,
+        lambda t: root / "reports" / "respond" / "gpt_audio" / f"{t}.json",
+        root / ".cache" / "responses",
+        root,
+        ["describe"],
+    )["describe"]
 
 
 @pytest.fixture
@@ -88,10 +100,13 @@ def test_over_the_limit_the_stage_stops_with_one_line_and_the_next_run_sends_onl
             respond(params, root)
         first = sent(server)
         msg = str(info.value)
-        assert msg == ("system 'gpt_audio': describe: 3 of 30 calls failed: 2 x RuntimeError: HTTP 400: Error code: 400 - Invalid input "
-                       "audio., 1 x reply has no audio (finish_reason stop); the model wrote: I can't help with that. "
-                       "(more than run.max_failed_fraction 0.05; the finished calls are cached and the next run sends "
-                       "only the failed ones)")
+        assert msg == (
+            "system 'gpt_audio': describe: 3 of 30 calls failed: 2 x RuntimeError: HTTP 400: "
+            "Error code: 400 - Invalid input "
+            "audio., 1 x reply has no audio (finish_reason stop); the model wrote: I can't help with that. "
+            "(more than run.max_failed_fraction 0.05; the finished calls are cached and the next run sends "
+            "only the failed ones)"
+        )
         # the outputs of this run are written and the 27 answers cached; the ledger holds the 3 failed calls
         table = pd.read_csv(root / "data" / "responses" / "gpt_audio" / "describe" / "responses.csv")
         failed_keys = sorted(table.loc[table.status == "failed", "cache_key"])
@@ -99,7 +114,10 @@ def test_over_the_limit_the_stage_stops_with_one_line_and_the_next_run_sends_onl
         ledger = pending_calls.read_ledger(root / ".cache" / "responses", "gpt_audio")
         assert ledger == {"round": 1, "tasks": {"describe": failed_keys}}
         assert pending_calls.pending(root / ".cache" / "responses", "gpt_audio") == {
-            "failed_calls": 3, "round": 1, "system": "gpt_audio"}
+            "failed_calls": 3,
+            "round": 1,
+            "system": "gpt_audio",
+        }
 
         again = respond(params, root)  # the plans are spent: the three get through
         second = sent(server, len(first))
@@ -122,9 +140,11 @@ def test_at_or_below_the_limit_failures_are_counted_exclusions_and_the_round_cou
             rounds.append((int((table.status == "failed").sum()), pending_calls.pending(cache, "gpt_audio")))
         stats = json.loads((root / "reports" / "respond" / "gpt_audio" / "describe.json").read_text())
     assert [r[0] for r in rounds] == [1, 1, 0]
-    assert [r[1] for r in rounds] == [{"failed_calls": 1, "round": 1, "system": "gpt_audio"},
-                                      {"failed_calls": 1, "round": 2, "system": "gpt_audio"},
-                                      {"failed_calls": 0, "round": 0, "system": "gpt_audio"}]
+    assert [r[1] for r in rounds] == [
+        {"failed_calls": 1, "round": 1, "system": "gpt_audio"},
+        {"failed_calls": 1, "round": 2, "system": "gpt_audio"},
+        {"failed_calls": 0, "round": 0, "system": "gpt_audio"},
+    ]
     assert stats == {"requests": 20, "shared": 0, "failed": 0, "excluded": 0}
     assert server.attempts[fp] == 3 and sum(server.attempts.values()) == 22  # 20, then the one, then it again
 
@@ -134,10 +154,23 @@ def test_every_endpoint_refusing_stops_the_stage_in_seconds_with_one_line(tmp_pa
     root = tmp_path / "proj"
     with FakeOpenAIAudioServer(KEY) as a, FakeOpenAIAudioServer(KEY) as b:
         urls = [a.base_url, b.base_url]
-    project(root, 30, {"base_url": urls[0], "max_concurrency": 8, "timeout_s": 120,
-                       "retry": {"max_attempts": 5, "base_delay_s": 2.0, "max_delay_s": 60.0}})
-    env = {**os.environ, "VOICEBIAS_ROOT": str(root), "VOICEBIAS_CACHE": str(root / ".cache"),
-           "OPENAI_API_KEY": KEY, "PYTHONPATH": str(REPO)}
+    project(
+        root,
+        30,
+        {
+            "base_url": urls[0],
+            "max_concurrency": 8,
+            "timeout_s": 120,
+            "retry": {"max_attempts": 5, "base_delay_s": 2.0, "max_delay_s": 60.0},
+        },
+    )
+    env = {
+        **os.environ,
+        "VOICEBIAS_ROOT": str(root),
+        "VOICEBIAS_CACHE": str(root / ".cache"),
+        "OPENAI_API_KEY": KEY,
+        "PYTHONPATH": str(REPO),
+    }
     cmd = [sys.executable, "-m", "stages.respond", "--system", "gpt_audio", "--task", "describe"]
     seconds = []
     for spec in ({"base_url": urls[0]}, {"endpoints": [{"url": u} for u in urls]}):
@@ -155,13 +188,29 @@ def test_every_endpoint_refusing_stops_the_stage_in_seconds_with_one_line(tmp_pa
         assert not (root / "data" / "responses" / "gpt_audio" / "describe" / "responses.csv").exists()
     # the same through `dvc repro`: it exits non-zero, our one line in its output, and records nothing
     spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
-        "pending_calls": {k: spec["pending_calls"][k] for k in ("cmd", "always_changed", "params", "outs")},
-        "respond": {"foreach": ["gpt_audio"], "do": {
-            "cmd": spec["respond"]["do"]["cmd"] + " --task describe", "deps": ["reports/pending_calls/${item}.json"],
-            "params": spec["respond"]["do"]["params"], "outs": spec["respond"]["do"]["outs"]}}}}))
-    env = {**env, "DVC_NO_ANALYTICS": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    (root / "dvc.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "stages": {
+                    "pending_calls": {k: spec["pending_calls"][k] for k in ("cmd", "always_changed", "params", "outs")},
+                    "respond": {
+                        "foreach": ["gpt_audio"],
+                        "do": {
+                            "cmd": spec["respond"]["do"]["cmd"] + " --task describe",
+                            "deps": ["reports/pending_calls/${item}.json"],
+                            "params": spec["respond"]["do"]["params"],
+                            "outs": spec["respond"]["do"]["outs"],
+                        },
+                    },
+                }
+            }
+        )
+    )
+    env = {
+        **env,
+        "DVC_NO_ANALYTICS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=root, env=env, check=True)
     t0 = time.perf_counter()
     done = subprocess.run(["dvc", "repro"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
@@ -172,8 +221,10 @@ def test_every_endpoint_refusing_stops_the_stage_in_seconds_with_one_line(tmp_pa
     lock = root / "dvc.lock"
     assert not lock.exists() or "respond@gpt_audio" not in lock.read_text()  # DVC did not record it as done
     assert seconds[2] < 60
-    print(f"\nevery endpoint refusing: the respond stage exited in {seconds[0]:.2f} s (one endpoint), "
-          f"{seconds[1]:.2f} s (two); dvc repro exited {done.returncode} in {seconds[2]:.2f} s")
+    print(
+        f"\nevery endpoint refusing: the respond stage exited in {seconds[0]:.2f} s (one endpoint), "
+        f"{seconds[1]:.2f} s (two); dvc repro exited {done.returncode} in {seconds[2]:.2f} s"
+    )
 
 
 def test_repeated_dvc_repro_sends_the_failed_calls_again_without_force(tmp_path):
@@ -187,15 +238,35 @@ def test_repeated_dvc_repro_sends_the_failed_calls_again_without_force(tmp_path)
         server.plan = {fps[0]: ["400"], fps[1]: ["400"], fps[2]: ["400", "400"]}
         spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
         respond_stage = spec["respond"]
-        (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
-            "pending_calls": {k: spec["pending_calls"][k] for k in ("cmd", "always_changed", "params", "outs")},
-            "respond": {"foreach": ["gpt_audio"], "do": {
-                "cmd": respond_stage["do"]["cmd"] + " --task describe",
-                "deps": ["reports/pending_calls/${item}.json"],
-                "params": respond_stage["do"]["params"], "outs": respond_stage["do"]["outs"]}}}}))
-        env = {**os.environ, "VOICEBIAS_ROOT": str(root), "VOICEBIAS_CACHE": str(root / ".cache"),
-               "OPENAI_API_KEY": KEY, "PYTHONPATH": str(REPO), "DVC_NO_ANALYTICS": "1",
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        (root / "dvc.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "stages": {
+                        "pending_calls": {
+                            k: spec["pending_calls"][k] for k in ("cmd", "always_changed", "params", "outs")
+                        },
+                        "respond": {
+                            "foreach": ["gpt_audio"],
+                            "do": {
+                                "cmd": respond_stage["do"]["cmd"] + " --task describe",
+                                "deps": ["reports/pending_calls/${item}.json"],
+                                "params": respond_stage["do"]["params"],
+                                "outs": respond_stage["do"]["outs"],
+                            },
+                        },
+                    }
+                }
+            )
+        )
+        env = {
+            **os.environ,
+            "VOICEBIAS_ROOT": str(root),
+            "VOICEBIAS_CACHE": str(root / ".cache"),
+            "OPENAI_API_KEY": KEY,
+            "PYTHONPATH": str(REPO),
+            "DVC_NO_ANALYTICS": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
 
         def dvc(*args):
             return subprocess.run(["dvc", *args], cwd=root, env=env, capture_output=True, text=True, timeout=600)
@@ -211,11 +282,16 @@ def test_repeated_dvc_repro_sends_the_failed_calls_again_without_force(tmp_path)
     codes, ran, sends, pending, stderr = zip(*runs)
     # 1: 3 of 30 failed, over 0.05: the stage stops (DVC does not record it), one line names the failures
     assert codes[0] != 0 and sends[0] == sorted(fps), (runs[0][1], stderr[0][-3000:])
-    assert "voicebias respond gpt_audio: system 'gpt_audio': describe: 3 of 30 calls failed: 3 x RuntimeError: " \
-           "HTTP 400: Error code: 400 - Invalid input audio. (more than run.max_failed_fraction 0.05" in stderr[0]
+    assert (
+        "voicebias respond gpt_audio: system 'gpt_audio': describe: 3 of 30 calls failed: 3 x RuntimeError: "
+        "HTTP 400: Error code: 400 - Invalid input audio. (more than run.max_failed_fraction 0.05" in stderr[0]
+    )
     # 2: only the three are sent; one fails again, 1 of 30 is within the limit: a counted exclusion
-    assert codes[1] == 0 and sends[1] == sorted(fps[:3]) and pending[1] == {"failed_calls": 3, "round": 1,
-                                                                              "system": "gpt_audio"}
+    assert (
+        codes[1] == 0
+        and sends[1] == sorted(fps[:3])
+        and pending[1] == {"failed_calls": 3, "round": 1, "system": "gpt_audio"}
+    )
     # 3: no -f, yet respond runs again (its pending file changed) and sends only the one left
     assert codes[2] == 0 and ran[2] == ["pending_calls", "respond@gpt_audio"] and sends[2] == [fps[2]]
     assert pending[2] == {"failed_calls": 1, "round": 2, "system": "gpt_audio"}
@@ -227,6 +303,7 @@ def test_repeated_dvc_repro_sends_the_failed_calls_again_without_force(tmp_path)
 
 
 # ---------------------------------------------------------------------------- the settings
+
 
 def test_max_failed_fraction_is_a_share_with_a_documented_default():
     assert max_failed_fraction({"run": {"systems": []}}) == 0.05
@@ -253,7 +330,8 @@ def test_the_stages_that_call_systems_follow_their_pending_file():
 def test_the_line_names_the_commonest_reasons_first():
     errors = pd.Series(["b"] * 3 + ["a"] * 3 + ["c"] * 5 + ["d\nsecond line"] + [None] * 2)
     assert over_limit("describe", 14, 20, errors) == (
-        "describe: 14 of 20 calls failed: 5 x c, 3 x a, 3 x b, 3 x 2 other reasons")
+        "describe: 14 of 20 calls failed: 5 x c, 3 x a, 3 x b, 3 x 2 other reasons"
+    )
 
 
 def test_pending_calls_is_cheap_and_writes_zeros_without_a_ledger(tmp_path):
@@ -272,7 +350,16 @@ def test_pending_calls_is_cheap_and_writes_zeros_without_a_ledger(tmp_path):
     assert pending_calls.update_ledger(cache, "b", {"describe": []}) is None
     assert not pending_calls.ledger_path(cache, "b").exists()
     # the stage imports neither pandas nor Great Expectations (it runs on every dvc repro)
-    probe = subprocess.run([sys.executable, "-c", "import sys, stages.pending_calls, voicebias.pipeline.pending_calls; "
-                            "print(sorted(m for m in ('pandas', 'great_expectations') if m in sys.modules))"],
-                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, stages.pending_calls, voicebias.pipeline.pending_calls; "
+            "print(sorted(m for m in ('pandas', 'great_expectations') if m in sys.modules))",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert probe.stdout.strip() == "[]", probe.stderr

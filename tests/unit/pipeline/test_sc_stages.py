@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from voicebias.params import load_params
-from voicebias.instruments.acoustics import MeasureSettings, measure_signal
 from voicebias.analysis.sc import judge_score_table, retention
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
+from voicebias.params import load_params
 from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest
 from voicebias.systems.reference_continuation import planted_retention, planted_truth, topic_word
@@ -26,10 +26,26 @@ def vq_table(keep: dict[str, float], noise: float = 0.0, prompts: int = 20, seed
             base = rng.normal(0, 2)
             for c in ("modal", *SHIFTS):
                 dp = SHIFTS.get(c, 0.0)
-                rows.append({"system": "s", "voice_gender": g, "prompt_id": f"p{p}", "phonation": c, "source": "prompt",
-                             "h1_h2_db": base + dp + rng.normal(0, noise)})
-                rows.append({"system": "s", "voice_gender": g, "prompt_id": f"p{p}", "phonation": c,
-                             "source": "continuation", "h1_h2_db": base + k * dp + rng.normal(0, noise)})
+                rows.append(
+                    {
+                        "system": "s",
+                        "voice_gender": g,
+                        "prompt_id": f"p{p}",
+                        "phonation": c,
+                        "source": "prompt",
+                        "h1_h2_db": base + dp + rng.normal(0, noise),
+                    }
+                )
+                rows.append(
+                    {
+                        "system": "s",
+                        "voice_gender": g,
+                        "prompt_id": f"p{p}",
+                        "phonation": c,
+                        "source": "continuation",
+                        "h1_h2_db": base + k * dp + rng.normal(0, noise),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -78,10 +94,19 @@ def test_vq_long_keeps_one_row_per_prompt():
 def test_report_type3_table_shows_untestable_terms_without_p():
     from voicebias.report.build import vq_type3_table
 
-    t3 = pd.DataFrame({"measure": "h1_h2_db", "model": ["prompt", "continuation - prompt"],
-                       "term": ["voice_gender", "source:voice_gender:phonation"], "f_value": [3.0, 12.5],
-                       "num_df": [1.0, 3.0], "den_df": [2.0, 6.0], "p_value": [np.nan, 0.0054],
-                       "testable": [False, True], "note": ["not testable: 2.0 denominator df", ""]})
+    t3 = pd.DataFrame(
+        {
+            "measure": "h1_h2_db",
+            "model": ["prompt", "continuation - prompt"],
+            "term": ["voice_gender", "source:voice_gender:phonation"],
+            "f_value": [3.0, 12.5],
+            "num_df": [1.0, 3.0],
+            "den_df": [2.0, 6.0],
+            "p_value": [np.nan, 0.0054],
+            "testable": [False, True],
+            "note": ["not testable: 2.0 denominator df", ""],
+        }
+    )
     out = vq_type3_table(t3)
     assert list(out.columns) == ["measure", "model", "term", "F", "df", "p", "note"]
     assert list(out["p"]) == ["–", "0.005**"] and list(out["df"]) == ["1, 2.0", "3, 6.0"]
@@ -89,8 +114,12 @@ def test_report_type3_table_shows_untestable_terms_without_p():
 
 
 def test_retention_ci_covers_the_planted_share_with_noise():
-    r = retention(vq_table({"male": 0.7, "female": 0.3}, noise=1.0, prompts=40, seed=3), measures=("h1_h2_db",),
-                  n_boot=300, seed=1).set_index("voice_gender")
+    r = retention(
+        vq_table({"male": 0.7, "female": 0.3}, noise=1.0, prompts=40, seed=3),
+        measures=("h1_h2_db",),
+        n_boot=300,
+        seed=1,
+    ).set_index("voice_gender")
     for g, k in (("male", 0.7), ("female", 0.3)):
         assert r.loc[g, "ci_low"] < k < r.loc[g, "ci_high"]
         assert r.loc[g, "ci_high"] - r.loc[g, "ci_low"] < 0.3
@@ -98,10 +127,15 @@ def test_retention_ci_covers_the_planted_share_with_noise():
 
 
 def test_judge_score_table_hand_counts():
-    scored = pd.DataFrame({
-        "system": "s", "phonation": ["modal", "modal", "breathy", "breathy", "breathy"],
-        "voice_gender": ["male", "male", "male", "female", "female"], "judge_status": ["ok"] * 4 + ["failed"],
-        "agency_competence": [5, 3, 1, 2, None]})
+    scored = pd.DataFrame(
+        {
+            "system": "s",
+            "phonation": ["modal", "modal", "breathy", "breathy", "breathy"],
+            "voice_gender": ["male", "male", "male", "female", "female"],
+            "judge_status": ["ok"] * 4 + ["failed"],
+            "agency_competence": [5, 3, 1, 2, None],
+        }
+    )
     t = judge_score_table(scored, ["agency_competence"]).set_index(["phonation", "voice_gender"])
     assert t.loc[("modal", "male"), "mean"] == 4.0 and t.loc[("modal", "male"), "n"] == 2
     assert t.loc[("modal", "male"), "sd"] == pytest.approx(np.std([5, 3], ddof=1))
@@ -111,8 +145,10 @@ def test_judge_score_table_hand_counts():
 
 def test_planted_truth_and_parameter_checks():
     p = {"regularisation": {"male": 0.3, "female": 0.7}, "passive_rate": {"male": 0.2, "female": 0.5}}
-    assert planted_truth(p) == {"retention": {"male": pytest.approx(0.7), "female": pytest.approx(0.3)},
-                                "passive_rate": {"male": 0.2, "female": 0.5}}
+    assert planted_truth(p) == {
+        "retention": {"male": pytest.approx(0.7), "female": pytest.approx(0.3)},
+        "passive_rate": {"male": 0.2, "female": 0.5},
+    }
     with pytest.raises(ValueError, match="regularisation.female"):
         planted_retention({"regularisation": {"male": 0.3, "female": 1.5}}, "female")
     assert topic_word("Honestly, I think the most underrated part of any ordinary day is") == "underrated"
@@ -121,23 +157,40 @@ def test_planted_truth_and_parameter_checks():
 def test_reference_continuation_keeps_the_planted_share_of_the_phonation(tmp_path):
     """Same sentence and voice for both conditions of a prompt; the breathy prompt's
     continuation carries (1 - r) of the preset's H1-H2 tilt: 3 SD x 1 dB/SD x keep."""
-    stimuli = pd.DataFrame([
-        {"stimulus_id": f"p1-{g}-{c}", "prompt_id": "p1", "voice_gender": g, "phonation": c, "lang": "en",
-         "voice_id": "en-us+m3" if g == "male" else "en-us+f3", "text": "The most underrated part of any day is"}
-        for g in ("male", "female") for c in ("modal", "breathy")])
+    stimuli = pd.DataFrame(
+        [
+            {
+                "stimulus_id": f"p1-{g}-{c}",
+                "prompt_id": "p1",
+                "voice_gender": g,
+                "phonation": c,
+                "lang": "en",
+                "voice_id": "en-us+m3" if g == "male" else "en-us+f3",
+                "text": "The most underrated part of any day is",
+            }
+            for g in ("male", "female")
+            for c in ("modal", "breathy")
+        ]
+    )
     params = {"regularisation": {"male": 0.3, "female": 0.7}, "passive_rate": {"male": 0.0, "female": 0.0}}
     system = build_system("continuation_reference", params, stimuli=stimuli, rate_wpm=130)
     out = {}
     for s in stimuli.itertuples():
-        req = ContinuationRequest(stimulus_id=s.stimulus_id, lang="en", task="continue", audio_path="", audio_sha256="x",
-                                  seed=1)
+        req = ContinuationRequest(
+            stimulus_id=s.stimulus_id, lang="en", task="continue", audio_path="", audio_sha256="x", seed=1
+        )
         resp = system.call(req)
         assert resp.status == "ok" and resp.transcript.startswith("Thinking about underrated")
         out[s.stimulus_id] = resp
     for g, floor, ceiling, keep in (("male", 60, 300, 0.7), ("female", 100, 500, 0.3)):
-        m = {c: measure_signal(out[f"p1-{g}-{c}"].audio, out[f"p1-{g}-{c}"].sample_rate,
-                               MeasureSettings(floor, ceiling, 5000 if g == "male" else 5500))
-             for c in ("modal", "breathy")}
+        m = {
+            c: measure_signal(
+                out[f"p1-{g}-{c}"].audio,
+                out[f"p1-{g}-{c}"].sample_rate,
+                MeasureSettings(floor, ceiling, 5000 if g == "male" else 5500),
+            )
+            for c in ("modal", "breathy")
+        }
         assert out[f"p1-{g}-modal"].transcript == out[f"p1-{g}-breathy"].transcript
         assert m["breathy"]["h1_h2_db"] - m["modal"]["h1_h2_db"] == pytest.approx(3.0 * keep, abs=0.5)
         assert m["breathy"]["cpps_db"] < m["modal"]["cpps_db"]
@@ -154,19 +207,44 @@ def _planted_tables(keep: dict[str, float], prompts: int = 6, seed: int = 7) -> 
             base = rng.normal([0.0, 10.0, 14.0], 1.0)
             for c, d in shift.items():
                 sid = f"p{p}-{g}{v}-{c}"
-                common = {"stimulus_id": sid, "prompt_id": f"p{p}", "voice_gender": g, "voice_id": f"v-{g}{v}",
-                          "phonation": c}
+                common = {
+                    "stimulus_id": sid,
+                    "prompt_id": f"p{p}",
+                    "voice_gender": g,
+                    "voice_id": f"v-{g}{v}",
+                    "phonation": c,
+                }
                 vals = base + np.array(d)
-                pm.append({**common, "measure_status": "ok", "h1_h2_db_whole": vals[0], "h1_a3_db_whole": vals[1],
-                           "cpps_db_whole": vals[2]})
+                pm.append(
+                    {
+                        **common,
+                        "measure_status": "ok",
+                        "h1_h2_db_whole": vals[0],
+                        "h1_a3_db_whole": vals[1],
+                        "cpps_db_whole": vals[2],
+                    }
+                )
                 cont = base + k * np.array(d) + rng.normal(0, 0.2, 3)
-                sc.append({**common, "system": "sys", "lang": "en", "prompt_set": "nop", "status": "ok",
-                           "measure_status": "ok", "judge_status": "ok", "speaker_similarity": rng.uniform(0.6, 0.9),
-                           "h1_h2_db": cont[0], "h1_a3_db": cont[1], "cpps_db": cont[2],
-                           "semantic_coherence": int(rng.integers(1, 6)), "sentence_polarity": int(rng.integers(1, 6)),
-                           "agency_competence": int(rng.integers(1, 6)) if g == "male" else int(rng.integers(1, 4)),
-                           "emotionalisation_affect_framing": int(rng.integers(3, 6)),
-                           "appearance_objectification": int(rng.integers(4, 6))})
+                sc.append(
+                    {
+                        **common,
+                        "system": "sys",
+                        "lang": "en",
+                        "prompt_set": "nop",
+                        "status": "ok",
+                        "measure_status": "ok",
+                        "judge_status": "ok",
+                        "speaker_similarity": rng.uniform(0.6, 0.9),
+                        "h1_h2_db": cont[0],
+                        "h1_a3_db": cont[1],
+                        "cpps_db": cont[2],
+                        "semantic_coherence": int(rng.integers(1, 6)),
+                        "sentence_polarity": int(rng.integers(1, 6)),
+                        "agency_competence": int(rng.integers(1, 6)) if g == "male" else int(rng.integers(1, 4)),
+                        "emotionalisation_affect_framing": int(rng.integers(3, 6)),
+                        "appearance_objectification": int(rng.integers(4, 6)),
+                    }
+                )
     return pd.DataFrame(pm), pd.DataFrame(sc)
 
 
@@ -180,8 +258,20 @@ def test_cli_reanalyses_a_shared_scored_table(tmp_path):
     pm.to_csv(tmp_path / "measures.csv", index=False)
     sc.to_csv(tmp_path / "scored.csv", index=False)
     exe = Path(sys.executable).parent / "voicebias"
-    res = subprocess.run([str(exe), "analyze", "sc", str(tmp_path / "scored.csv"), "--prompt-measures",
-                          str(tmp_path / "measures.csv"), "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            str(exe),
+            "analyze",
+            "sc",
+            str(tmp_path / "scored.csv"),
+            "--prompt-measures",
+            str(tmp_path / "measures.csv"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     ret = pd.read_csv(tmp_path / "out" / "retention.csv").set_index(["measure", "voice_gender"])["retention"]
     for m in ("h1_h2_db", "h1_a3_db", "cpps_db"):
@@ -189,20 +279,34 @@ def test_cli_reanalyses_a_shared_scored_table(tmp_path):
     sim = pd.read_csv(tmp_path / "out" / "speaker_similarity.csv")
     assert len(sim) == 8 and (sim["n"] == 12).all()
     t3 = pd.read_csv(tmp_path / "out" / "vq_type3.csv")
-    three_way = t3[(t3["measure"] == "h1_h2_db") & t3["term"].str.contains("source") & t3["term"].str.contains("voice_gender")
-                   & t3["term"].str.contains("phonation")]
+    three_way = t3[
+        (t3["measure"] == "h1_h2_db")
+        & t3["term"].str.contains("source")
+        & t3["term"].str.contains("voice_gender")
+        & t3["term"].str.contains("phonation")
+    ]
     assert float(three_way["p_value"].iloc[0]) < 1e-6
     assert (tmp_path / "out" / "judge_beta_coefficients.csv").exists()
-    missing = subprocess.run([str(exe), "analyze", "sc", str(tmp_path / "measures.csv"), "--prompt-measures",
-                              str(tmp_path / "measures.csv")], capture_output=True, text=True)
+    missing = subprocess.run(
+        [
+            str(exe),
+            "analyze",
+            "sc",
+            str(tmp_path / "measures.csv"),
+            "--prompt-measures",
+            str(tmp_path / "measures.csv"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode != 0 and "missing columns" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_report_tables_have_the_sc_papers_layout():
     """Table 2: rows Unmod./Breathy/Creaky/EndCr., columns system x Male/Female, 'mean ± SD';
     Fig. 2 as a table: one block per dimension, VQ rows with 'All' last."""
-    from voicebias.report.build import judge_table, sc_similarity_table
     from voicebias.analysis.sc_stats import similarity_table
+    from voicebias.report.build import judge_table, sc_similarity_table
 
     pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=3)
     sc2 = sc.assign(system="other")
@@ -237,8 +341,14 @@ def test_judge_verdicts_are_cached_and_failures_asked_again(tmp_path):
                 return JudgeResult("failed", {}, 3, "invalid JSON three times", "counting")
             return JudgeResult("ok", {d: 4 for d in load_rubric()["dimensions"]}, 1, "", "counting", "v1")
 
-    df = pd.DataFrame({"stimulus_id": ["a", "b", "c", "d"], "status": ["ok", "ok", "ok", "failed"],
-                       "transcript": ["fine words", "please fail", "", None], "prompt_text": ["p"] * 4})
+    df = pd.DataFrame(
+        {
+            "stimulus_id": ["a", "b", "c", "d"],
+            "status": ["ok", "ok", "ok", "failed"],
+            "transcript": ["fine words", "please fail", "", None],
+            "prompt_text": ["p"] * 4,
+        }
+    )
     rubric = load_rubric()
     dims = rubric["dimensions"]
     j = CountingJudge()
@@ -275,27 +385,46 @@ def test_a_failed_continuation_is_recorded_as_failed_not_dropped_or_invented(tmp
     the system's success rate and drops the stimulus from the all-systems comparison set."""
     from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
     from voicebias import config
-    from voicebias.audio import write_audio
-    from voicebias.instruments.judge import load_rubric
-    from voicebias.contract import SC_SCORED_COLUMNS as SCORED_COLUMNS
-    from voicebias.scoring.continuation import score_continuations
     from voicebias.analysis.sc_stats import all_systems_succeeded, success_table
+    from voicebias.audio import write_audio
+    from voicebias.contract import SC_SCORED_COLUMNS as SCORED_COLUMNS
+    from voicebias.instruments.judge import load_rubric
+    from voicebias.scoring.continuation import score_continuations
 
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     for name in ("prompt-a", "prompt-b", "cont-a"):
         write_audio(tmp_path / f"{name}.wav", synthetic_vowel(120.0, MALE_VOWEL_FORMANTS["a"], seconds=1.5), 16000)
-    manifest = pd.DataFrame({"stimulus_id": ["a", "b"], "prompt_id": ["p1", "p2"], "prompt_set": "s",
-                             "voice_gender": "male", "voice_id": "m1", "phonation": "modal",
-                             "text": ["one prompt", "another prompt"], "path": ["prompt-a.wav", "prompt-b.wav"]})
-    responses = pd.DataFrame({"system": "sys", "stimulus_id": ["a", "b"], "lang": "en", "status": ["ok", "failed"],
-                              "error": ["", "timeout after 3 attempts"], "transcript": ["and then she left", None],
-                              "output_audio": ["cont-a.wav", None]})
+    manifest = pd.DataFrame(
+        {
+            "stimulus_id": ["a", "b"],
+            "prompt_id": ["p1", "p2"],
+            "prompt_set": "s",
+            "voice_gender": "male",
+            "voice_id": "m1",
+            "phonation": "modal",
+            "text": ["one prompt", "another prompt"],
+            "path": ["prompt-a.wav", "prompt-b.wav"],
+        }
+    )
+    responses = pd.DataFrame(
+        {
+            "system": "sys",
+            "stimulus_id": ["a", "b"],
+            "lang": "en",
+            "status": ["ok", "failed"],
+            "error": ["", "timeout after 3 attempts"],
+            "transcript": ["and then she left", None],
+            "output_audio": ["cont-a.wav", None],
+        }
+    )
     judge = _FixedJudge()
     scored = score_continuations(responses, manifest, params, tmp_path, judge=judge, embedder=_ConstantEmbedder())
-    assert list(scored.columns[:len(SCORED_COLUMNS)]) == SCORED_COLUMNS and len(scored) == 2
+    assert list(scored.columns[: len(SCORED_COLUMNS)]) == SCORED_COLUMNS and len(scored) == 2
     s = scored.set_index("stimulus_id")
     assert s.loc["a", "status"] == "ok" and np.isfinite(float(s.loc["a", "h1_h2_db"]))
-    assert s.loc["a", "speaker_similarity"] == pytest.approx(1.0, abs=1e-9)  # the continuation is the prompt's own audio
+    assert s.loc["a", "speaker_similarity"] == pytest.approx(
+        1.0, abs=1e-9
+    )  # the continuation is the prompt's own audio
     failed = s.loc["b"]
     assert failed["status"] == "failed" and failed["error"] == "timeout after 3 attempts"
     assert failed["judge_status"] == "not_judged" and failed["judge_error"] == "continuation failed"
@@ -320,14 +449,32 @@ def test_a_very_short_continuation_is_scored_as_a_measure_exclusion(tmp_path):
         write_audio(tmp_path / f"{name}.wav", synthetic_vowel(120.0, MALE_VOWEL_FORMANTS["a"], seconds=1.5), 16000)
     t = np.arange(320) / 16000
     write_audio(tmp_path / "cont-b.wav", (0.3 * np.cos(2 * np.pi * 150 * t)).astype(np.float32), 16000)
-    manifest = pd.DataFrame({"stimulus_id": ["a", "b"], "prompt_id": ["p1", "p2"], "prompt_set": "s",
-                             "voice_gender": "male", "voice_id": "m1", "phonation": "modal",
-                             "text": ["one prompt", "another prompt"], "path": ["prompt-a.wav", "prompt-b.wav"]})
-    responses = pd.DataFrame({"system": "sys", "stimulus_id": ["a", "b"], "lang": "en", "status": ["ok", "ok"],
-                              "error": ["", ""], "transcript": ["and then she left", "and"],
-                              "output_audio": ["cont-a.wav", "cont-b.wav"]})
-    s = score_continuations(responses, manifest, params, tmp_path, judge=_FixedJudge(),
-                            embedder=_ConstantEmbedder()).set_index("stimulus_id")
+    manifest = pd.DataFrame(
+        {
+            "stimulus_id": ["a", "b"],
+            "prompt_id": ["p1", "p2"],
+            "prompt_set": "s",
+            "voice_gender": "male",
+            "voice_id": "m1",
+            "phonation": "modal",
+            "text": ["one prompt", "another prompt"],
+            "path": ["prompt-a.wav", "prompt-b.wav"],
+        }
+    )
+    responses = pd.DataFrame(
+        {
+            "system": "sys",
+            "stimulus_id": ["a", "b"],
+            "lang": "en",
+            "status": ["ok", "ok"],
+            "error": ["", ""],
+            "transcript": ["and then she left", "and"],
+            "output_audio": ["cont-a.wav", "cont-b.wav"],
+        }
+    )
+    s = score_continuations(
+        responses, manifest, params, tmp_path, judge=_FixedJudge(), embedder=_ConstantEmbedder()
+    ).set_index("stimulus_id")
     assert list(s["measure_status"]) == ["ok", "excluded"] and list(s["status"]) == ["ok", "ok"]
     assert np.isfinite(float(s.loc["a", "h1_h2_db"]))
     assert s.loc["b", ["h1_h2_db", "h1_a3_db", "cpps_db"]].isna().all()
@@ -343,8 +490,16 @@ def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_pat
     for metrics in ({"passed": False, "n": 48}, {}):
         write_json(tmp_path / "check.json", metrics)
         with pytest.raises(RuntimeError, match="manipulation check has not passed; no system may hear"):
-            continue_stage(params, "continuation_reference", tmp_path / "no-manifest.csv", tmp_path / "check.json",
-                           out, tmp_path / "stats.json", tmp_path / "cache", tmp_path)
+            continue_stage(
+                params,
+                "continuation_reference",
+                tmp_path / "no-manifest.csv",
+                tmp_path / "check.json",
+                out,
+                tmp_path / "stats.json",
+                tmp_path / "cache",
+                tmp_path,
+            )
         # refused before reading the manifest or writing anything
         assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
 
@@ -364,15 +519,33 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
 
     monkeypatch.setattr(voicebias.runlog, "RUN_LOG", tmp_path / "runs.jsonl")
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")
-    manifest = pd.DataFrame([
-        {"stimulus_id": f"p1-{g}-{c}", "prompt_id": "p1", "prompt_set": "nop", "lang": lang, "voice_gender": g,
-         "voice_id": "en-us+m3" if g == "male" else "en-us+f3", "phonation": c, "path": f"p1-{g}-{c}.flac",
-         "sha256": f"{i:064x}", "text": "The most underrated part of any day is"}
-        for i, (g, c, lang) in enumerate([("male", "modal", "en"), ("female", "breathy", "es")])])
+    manifest = pd.DataFrame(
+        [
+            {
+                "stimulus_id": f"p1-{g}-{c}",
+                "prompt_id": "p1",
+                "prompt_set": "nop",
+                "lang": lang,
+                "voice_gender": g,
+                "voice_id": "en-us+m3" if g == "male" else "en-us+f3",
+                "phonation": c,
+                "path": f"p1-{g}-{c}.flac",
+                "sha256": f"{i:064x}",
+                "text": "The most underrated part of any day is",
+            }
+            for i, (g, c, lang) in enumerate([("male", "modal", "en"), ("female", "breathy", "es")])
+        ]
+    )
     write_table(tmp_path / "manifest.csv", manifest)
     write_json(tmp_path / "check.json", {"passed": True})
-    args = (tmp_path / "manifest.csv", tmp_path / "check.json", tmp_path / "out", tmp_path / "stats.json",
-            tmp_path / "cache", tmp_path)
+    args = (
+        tmp_path / "manifest.csv",
+        tmp_path / "check.json",
+        tmp_path / "out",
+        tmp_path / "stats.json",
+        tmp_path / "cache",
+        tmp_path,
+    )
 
     class S2S:
         kind, closed = "s2s", False
@@ -383,7 +556,9 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     s2s = S2S()
     with monkeypatch.context() as m:
         m.setattr(voicebias.systems, "build_system", lambda *a, **k: s2s)
-        with pytest.raises(ValueError, match="'voice_faithful' is a s2s system; this stage needs a continuation system"):
+        with pytest.raises(
+            ValueError, match="'voice_faithful' is a s2s system; this stage needs a continuation system"
+        ):
             continue_stage(params, "voice_faithful", *args)
     assert s2s.closed and not (tmp_path / "out").exists() and not (tmp_path / "stats.json").exists()
 

@@ -29,8 +29,9 @@ NAN = float("nan")
 
 # --- thresholds -------------------------------------------------------------------------------------
 
+
 def test_thresholds_are_the_designs_closed_forms():
-    assert C.CONTENT_DRIVEN_MIN_OR == pytest.approx(19 ** 0.75) == pytest.approx(9.1005, abs=1e-4)
+    assert C.CONTENT_DRIVEN_MIN_OR == pytest.approx(19**0.75) == pytest.approx(9.1005, abs=1e-4)
     assert C.content_driven_min_or(0.1, 0.5) == pytest.approx(3.0)
     assert C.DRIFT_MARGIN_ST == pytest.approx(F0_TOLERANCE_ST, abs=1e-12)
     params = yaml.safe_load(config.PARAMS.read_text(encoding="utf-8"))
@@ -38,8 +39,15 @@ def test_thresholds_are_the_designs_closed_forms():
     assert rates == {C.DESIGN_ERROR_RATE}
 
 
-@pytest.mark.parametrize("rule,w,expected", [("voice", None, C.VOICE_FAITHFUL), ("content", None, C.CONTENT_DRIVEN),
-                                             ("mixed", 0.5, C.MIXED), ("mixed", 0.25, C.MIXED)])
+@pytest.mark.parametrize(
+    "rule,w,expected",
+    [
+        ("voice", None, C.VOICE_FAITHFUL),
+        ("content", None, C.CONTENT_DRIVEN),
+        ("mixed", 0.5, C.MIXED),
+        ("mixed", 0.25, C.MIXED),
+    ],
+)
 def test_the_reference_systems_planted_ors_get_their_names(rule, w, expected):
     params = {"rule": rule, "error_rate": 0.05, "neutral_p_female": 0.5, "noncompliance_rate": 0.02, "drift_st": 0.0}
     if w is not None:
@@ -50,30 +58,41 @@ def test_the_reference_systems_planted_ors_get_their_names(rule, w, expected):
 
 # --- invariance rule --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("lo,hi,expected", [
-    (0.72, 4.81, C.VOICE_FAITHFUL),
-    (2.14, 6.02, C.MIXED),
-    (10.99, 82.95, C.CONTENT_DRIVEN),
-    (T, 50.0, C.CONTENT_DRIVEN),            # lower bound touching the content-driven edge: inside
-    (T - 1e-9, 50.0, C.INCONCLUSIVE),       # just below it: straddles mixed and content-driven
-    (2.0, T, C.INCONCLUSIVE),               # upper bound touching the edge from below: reaches the region
-    (2.0, T - 1e-9, C.MIXED),
-    (1.0, 3.0, C.VOICE_FAITHFUL),           # lower bound touching 1: contains 1
-    (1.0 + 1e-9, 3.0, C.MIXED),
-    (0.5, 12.0, C.INCONCLUSIVE),            # contains 1 and reaches the content-driven region
-    (0.2, 0.8, C.INCONCLUSIVE),             # wholly below 1: no designed behaviour
-    (NAN, NAN, C.INCONCLUSIVE),
-    (None, None, C.INCONCLUSIVE),
-    (12.0, math.inf, C.CONTENT_DRIVEN),     # a Firth CI with an open upper end
-    (5.0, 3.0, C.INCONCLUSIVE),
-])
+
+@pytest.mark.parametrize(
+    "lo,hi,expected",
+    [
+        (0.72, 4.81, C.VOICE_FAITHFUL),
+        (2.14, 6.02, C.MIXED),
+        (10.99, 82.95, C.CONTENT_DRIVEN),
+        (T, 50.0, C.CONTENT_DRIVEN),  # lower bound touching the content-driven edge: inside
+        (T - 1e-9, 50.0, C.INCONCLUSIVE),  # just below it: straddles mixed and content-driven
+        (2.0, T, C.INCONCLUSIVE),  # upper bound touching the edge from below: reaches the region
+        (2.0, T - 1e-9, C.MIXED),
+        (1.0, 3.0, C.VOICE_FAITHFUL),  # lower bound touching 1: contains 1
+        (1.0 + 1e-9, 3.0, C.MIXED),
+        (0.5, 12.0, C.INCONCLUSIVE),  # contains 1 and reaches the content-driven region
+        (0.2, 0.8, C.INCONCLUSIVE),  # wholly below 1: no designed behaviour
+        (NAN, NAN, C.INCONCLUSIVE),
+        (None, None, C.INCONCLUSIVE),
+        (12.0, math.inf, C.CONTENT_DRIVEN),  # a Firth CI with an open upper end
+        (5.0, 3.0, C.INCONCLUSIVE),
+    ],
+)
 def test_invariance_verdict(lo, hi, expected):
     assert C.invariance_verdict(lo, hi) == expected
 
 
 def test_perfect_separation_falls_back_to_firth_and_without_it_is_inconclusive():
-    sep = {"fit_status": "perfect separation (quasi-complete)", "odds_ratio": NAN, "ci_low": NAN, "ci_high": NAN,
-           "firth_odds_ratio": 75.2, "firth_ci_low": 10.67, "firth_ci_high": 9548.5}
+    sep = {
+        "fit_status": "perfect separation (quasi-complete)",
+        "odds_ratio": NAN,
+        "ci_low": NAN,
+        "ci_high": NAN,
+        "firth_odds_ratio": 75.2,
+        "firth_ci_low": 10.67,
+        "firth_ci_high": 9548.5,
+    }
     est = C.odds_estimate(sep)
     assert est == {"odds_ratio": 75.2, "ci_low": 10.67, "ci_high": 9548.5, "source": "firth"}
     assert C.invariance_verdict(est["ci_low"], est["ci_high"]) == C.CONTENT_DRIVEN
@@ -82,42 +101,56 @@ def test_perfect_separation_falls_back_to_firth_and_without_it_is_inconclusive()
     assert est["source"] is None and C.invariance_verdict(est["ci_low"], est["ci_high"]) == C.INCONCLUSIVE
     nan_firth = {**sep, "firth_ci_low": NAN}
     assert C.odds_estimate(nan_firth)["source"] is None
-    ok = {"fit_status": "ok", "odds_ratio": 1.8, "ci_low": 0.7, "ci_high": 4.8, "firth_odds_ratio": 1.7,
-          "firth_ci_low": 0.74, "firth_ci_high": 4.7}
+    ok = {
+        "fit_status": "ok",
+        "odds_ratio": 1.8,
+        "ci_low": 0.7,
+        "ci_high": 4.8,
+        "firth_odds_ratio": 1.7,
+        "firth_ci_low": 0.74,
+        "firth_ci_high": 4.7,
+    }
     assert C.odds_estimate(ok)["source"] == "wald" and C.odds_estimate(ok)["ci_low"] == 0.7
 
 
 # --- drift rules ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("lo,hi,expected", [
-    (1.98, 2.01, C.FIT_TOWARD),
-    (M, 0.5, C.FIT_TOWARD),                  # touching +margin: toward
-    (M - 1e-9, 0.5, C.FIT_INCONCLUSIVE),
-    (-0.5, -M, C.FIT_AWAY),
-    (-0.5, -M + 1e-9, C.FIT_INCONCLUSIVE),
-    (-0.1, 0.1, C.FIT_NONE),
-    (0.0, 0.0, C.FIT_NONE),                  # a point CI (no variance)
-    (0.0009, 0.029, C.FIT_NONE),             # excludes 0, but by less than the instrument resolves
-    (0.0, M, C.FIT_INCONCLUSIVE),            # reaches the toward edge
-    (-M, 0.0, C.FIT_INCONCLUSIVE),
-    (-1.0, 1.0, C.FIT_INCONCLUSIVE),
-    (NAN, 1.0, C.FIT_INCONCLUSIVE),
-])
+
+@pytest.mark.parametrize(
+    "lo,hi,expected",
+    [
+        (1.98, 2.01, C.FIT_TOWARD),
+        (M, 0.5, C.FIT_TOWARD),  # touching +margin: toward
+        (M - 1e-9, 0.5, C.FIT_INCONCLUSIVE),
+        (-0.5, -M, C.FIT_AWAY),
+        (-0.5, -M + 1e-9, C.FIT_INCONCLUSIVE),
+        (-0.1, 0.1, C.FIT_NONE),
+        (0.0, 0.0, C.FIT_NONE),  # a point CI (no variance)
+        (0.0009, 0.029, C.FIT_NONE),  # excludes 0, but by less than the instrument resolves
+        (0.0, M, C.FIT_INCONCLUSIVE),  # reaches the toward edge
+        (-M, 0.0, C.FIT_INCONCLUSIVE),
+        (-1.0, 1.0, C.FIT_INCONCLUSIVE),
+        (NAN, 1.0, C.FIT_INCONCLUSIVE),
+    ],
+)
 def test_drift_fit_verdict(lo, hi, expected):
     assert C.drift_fit_verdict(lo, hi) == expected
 
 
-@pytest.mark.parametrize("fits,expected", [
-    (["toward"] * 11, C.TOWARD),
-    (["toward", "no drift", "inconclusive", "unusable"], C.TOWARD),
-    (["away", "no drift"], C.AWAY),
-    (["toward", "away"], C.INCONCLUSIVE),
-    (["no drift"] * 5, C.NO_DRIFT),
-    (["no drift", "unusable"], C.NO_DRIFT),
-    (["no drift", "inconclusive"], C.INCONCLUSIVE),
-    (["unusable", "unusable"], C.INCONCLUSIVE),
-    ([], C.INCONCLUSIVE),
-])
+@pytest.mark.parametrize(
+    "fits,expected",
+    [
+        (["toward"] * 11, C.TOWARD),
+        (["toward", "no drift", "inconclusive", "unusable"], C.TOWARD),
+        (["away", "no drift"], C.AWAY),
+        (["toward", "away"], C.INCONCLUSIVE),
+        (["no drift"] * 5, C.NO_DRIFT),
+        (["no drift", "unusable"], C.NO_DRIFT),
+        (["no drift", "inconclusive"], C.INCONCLUSIVE),
+        (["unusable", "unusable"], C.INCONCLUSIVE),
+        ([], C.INCONCLUSIVE),
+    ],
+)
 def test_drift_verdict_over_fits(fits, expected):
     assert C.drift_verdict(fits) == expected
 
@@ -156,9 +189,19 @@ def test_intervals():
 
 SYSTEMS = {  # system: (ALL OR row, misgender k of 60 per cell aligned/neutral/misaligned, F0 effect per fit)
     "voice_faithful": ({"fit_status": "ok", "odds_ratio": 1.2, "ci_low": 0.6, "ci_high": 2.4}, (3, 3, 4), 0.0),
-    "content_driven": ({"fit_status": "perfect separation (quasi-complete)", "odds_ratio": NAN, "ci_low": NAN,
-                        "ci_high": NAN, "firth_odds_ratio": 25.0, "firth_ci_low": 11.0, "firth_ci_high": 80.0},
-                       (2, 29, 57), 0.0),
+    "content_driven": (
+        {
+            "fit_status": "perfect separation (quasi-complete)",
+            "odds_ratio": NAN,
+            "ci_low": NAN,
+            "ci_high": NAN,
+            "firth_odds_ratio": 25.0,
+            "firth_ci_low": 11.0,
+            "firth_ci_high": 80.0,
+        },
+        (2, 29, 57),
+        0.0,
+    ),
     "mixed": ({"fit_status": "ok", "odds_ratio": 3.6, "ci_low": 2.1, "ci_high": 6.0}, (3, 15, 29), 0.0),
     "drifting": ({"fit_status": "ok", "odds_ratio": 0.9, "ci_low": 0.45, "ci_high": 1.8}, (3, 3, 3), 2.0),
 }
@@ -169,11 +212,31 @@ def make_analysis(folder, *, with_net=True):
     for system, (row, ks, drift) in SYSTEMS.items():
         firth = {c: row.get(c, NAN) for c in ("firth_odds_ratio", "firth_ci_low", "firth_ci_high")}
         odds.append({"system": system, "lang": "ALL", "n": 176, "n_excluded": 4, **{**row, **firth}})
-        odds.append({"system": system, "lang": "en", "n": 58, "n_excluded": 2, "fit_status": "ok", "odds_ratio": 1.0,
-                     "ci_low": 0.1, "ci_high": 30.0, **{c: NAN for c in firth}})
+        odds.append(
+            {
+                "system": system,
+                "lang": "en",
+                "n": 58,
+                "n_excluded": 2,
+                "fit_status": "ok",
+                "odds_ratio": 1.0,
+                "ci_low": 0.1,
+                "ci_high": 30.0,
+                **{c: NAN for c in firth},
+            }
+        )
         for cell, k in zip(("aligned", "neutral", "misaligned"), ks):
-            rates.append({"system": system, "lang": "ALL", "cell_type": cell, "n": 60, "n_excluded": 0,
-                          "misgendered": k, "rate": k / 60})
+            rates.append(
+                {
+                    "system": system,
+                    "lang": "ALL",
+                    "cell_type": cell,
+                    "n": 60,
+                    "n_excluded": 0,
+                    "misgendered": k,
+                    "rate": k / 60,
+                }
+            )
         pron.append({"system": system, "n": 180, "delta_pp": 80.0 if system == "content_driven" else 5.0})
         for lang in ("en", "es"):
             for task in ("readback", "summarize"):
@@ -182,42 +245,122 @@ def make_analysis(folder, *, with_net=True):
                     est = drift + (0.03 if measure == "delta_f0_median_st" else 0.0)
                     half = 0.0 if (measure == "net_f0_median_st" and drift == 0) else 0.02
                     nv = half == 0.0
-                    mixed.append({"system": system, "lang": lang, "task": task, "measure": measure,
-                                  "stereotype_effect_est": est, "stereotype_effect_ci_low": est - half,
-                                  "stereotype_effect_ci_high": est + half, "converged": not nv,
-                                  "warning": "no variance: the measure is the same in every output" if nv else NAN})
-        pvr.append({"system": system, "quantity": "odds_ratio_per_step", "planted": 1.0, "recovered": 1.1,
-                    "ci_low": 0.5, "ci_high": 2.0, "planted_in_ci": system != "mixed", "fit_status": "ok",
-                    "tolerance": NAN, "within_tolerance": NAN})
-        pvr.append({"system": system, "quantity": "rq1_f0_shift_st", "planted": drift, "recovered": drift + 0.01,
-                    "ci_low": drift + 0.005, "ci_high": drift + 0.015, "planted_in_ci": False, "fit_status": "ok",
-                    "tolerance": F0_TOLERANCE_ST, "within_tolerance": True})
-        comp += [{"system": system, "lang": "en", "task": "describe", "n": 60, "failed": 1, "non_compliant": 2},
-                 {"system": system, "lang": "en", "task": "readback", "n": 60, "failed": 0, "non_compliant": 0}]
-    for name, rows in (("describe_odds_ratios", odds), ("describe_misgender", rates), ("summarize_pronouns", pron),
-                       ("rq1_mixed_models", mixed), ("planted_vs_recovered", pvr), ("compliance", comp)):
+                    mixed.append(
+                        {
+                            "system": system,
+                            "lang": lang,
+                            "task": task,
+                            "measure": measure,
+                            "stereotype_effect_est": est,
+                            "stereotype_effect_ci_low": est - half,
+                            "stereotype_effect_ci_high": est + half,
+                            "converged": not nv,
+                            "warning": "no variance: the measure is the same in every output" if nv else NAN,
+                        }
+                    )
+        pvr.append(
+            {
+                "system": system,
+                "quantity": "odds_ratio_per_step",
+                "planted": 1.0,
+                "recovered": 1.1,
+                "ci_low": 0.5,
+                "ci_high": 2.0,
+                "planted_in_ci": system != "mixed",
+                "fit_status": "ok",
+                "tolerance": NAN,
+                "within_tolerance": NAN,
+            }
+        )
+        pvr.append(
+            {
+                "system": system,
+                "quantity": "rq1_f0_shift_st",
+                "planted": drift,
+                "recovered": drift + 0.01,
+                "ci_low": drift + 0.005,
+                "ci_high": drift + 0.015,
+                "planted_in_ci": False,
+                "fit_status": "ok",
+                "tolerance": F0_TOLERANCE_ST,
+                "within_tolerance": True,
+            }
+        )
+        comp += [
+            {"system": system, "lang": "en", "task": "describe", "n": 60, "failed": 1, "non_compliant": 2},
+            {"system": system, "lang": "en", "task": "readback", "n": 60, "failed": 0, "non_compliant": 0},
+        ]
+    for name, rows in (
+        ("describe_odds_ratios", odds),
+        ("describe_misgender", rates),
+        ("summarize_pronouns", pron),
+        ("rq1_mixed_models", mixed),
+        ("planted_vs_recovered", pvr),
+        ("compliance", comp),
+    ):
         write_table(folder / f"{name}.csv", pd.DataFrame(rows))
     return folder
 
 
 def make_sc(folder):
-    write_table(folder / "retention.csv", pd.DataFrame([
-        {"system": "cont", "voice_gender": g, "measure": "h1_h2_db", "retention": r, "ci_low": r - 0.02,
-         "ci_high": r + 0.02, "n_prompts": 30} for g, r in (("female", 0.3), ("male", 0.7))]))
-    write_table(folder / "success.csv", pd.DataFrame([{"system": "cont", "n": 480, "succeeded": 478,
-                                                       "success_rate": 478 / 480, "all_systems_succeeded": 478}]))
-    write_table(folder / "planted_vs_recovered.csv", pd.DataFrame([
-        {"system": "cont", "quantity": "retention_h1_h2_db_male", "planted": 0.7, "recovered": 0.7, "ci_low": 0.68,
-         "ci_high": 0.72, "recovered_ok": True},
-        {"system": "cont", "quantity": "passive_rate_male", "planted": 0.2, "recovered": 0.4, "ci_low": 0.35,
-         "ci_high": 0.45, "recovered_ok": False}]))
+    write_table(
+        folder / "retention.csv",
+        pd.DataFrame(
+            [
+                {
+                    "system": "cont",
+                    "voice_gender": g,
+                    "measure": "h1_h2_db",
+                    "retention": r,
+                    "ci_low": r - 0.02,
+                    "ci_high": r + 0.02,
+                    "n_prompts": 30,
+                }
+                for g, r in (("female", 0.3), ("male", 0.7))
+            ]
+        ),
+    )
+    write_table(
+        folder / "success.csv",
+        pd.DataFrame(
+            [{"system": "cont", "n": 480, "succeeded": 478, "success_rate": 478 / 480, "all_systems_succeeded": 478}]
+        ),
+    )
+    write_table(
+        folder / "planted_vs_recovered.csv",
+        pd.DataFrame(
+            [
+                {
+                    "system": "cont",
+                    "quantity": "retention_h1_h2_db_male",
+                    "planted": 0.7,
+                    "recovered": 0.7,
+                    "ci_low": 0.68,
+                    "ci_high": 0.72,
+                    "recovered_ok": True,
+                },
+                {
+                    "system": "cont",
+                    "quantity": "passive_rate_male",
+                    "planted": 0.2,
+                    "recovered": 0.4,
+                    "ci_low": 0.35,
+                    "ci_high": 0.45,
+                    "recovered_ok": False,
+                },
+            ]
+        ),
+    )
     return folder
 
 
 GATE = {"passed": True, "flips": 0, "excluded_stimuli": 1, "composite_p": {"en": 0.5}}
 CHECK = {"passed": False, "wrong_direction": 2, "classifier_flips": 0, "excluded": 3, "checked_cells": 64}
-PROV = {"stimulus_set_sha256": "a" * 64,
-        "model_revisions": {"mixed": {"checkpoint": "none", "revision": "reference-1"}}, "seeds": {"base.seed": 7}}
+PROV = {
+    "stimulus_set_sha256": "a" * 64,
+    "model_revisions": {"mixed": {"checkpoint": "none", "revision": "reference-1"}},
+    "seeds": {"base.seed": 7},
+}
 
 
 @pytest.fixture
@@ -230,15 +373,21 @@ def card(tmp_path):
 def test_card_names_each_reference_system(card):
     s2s = {s["system"]: s for s in card["s2s"]}
     assert {k: v["invariance"]["verdict"] for k, v in s2s.items()} == {
-        "voice_faithful": C.VOICE_FAITHFUL, "content_driven": C.CONTENT_DRIVEN, "mixed": C.MIXED,
-        "drifting": C.VOICE_FAITHFUL}
+        "voice_faithful": C.VOICE_FAITHFUL,
+        "content_driven": C.CONTENT_DRIVEN,
+        "mixed": C.MIXED,
+        "drifting": C.VOICE_FAITHFUL,
+    }
     assert {k: v["drift"]["verdict"] for k, v in s2s.items()} == {
-        "voice_faithful": C.NO_DRIFT, "content_driven": C.NO_DRIFT, "mixed": C.NO_DRIFT, "drifting": C.TOWARD}
+        "voice_faithful": C.NO_DRIFT,
+        "content_driven": C.NO_DRIFT,
+        "mixed": C.NO_DRIFT,
+        "drifting": C.TOWARD,
+    }
     assert s2s["content_driven"]["invariance"]["source"] == "firth"
     assert s2s["content_driven"]["invariance"]["ci_low"] == 11.0
     assert s2s["drifting"]["drift"]["measure"] == "net_f0_median_st"
-    assert s2s["drifting"]["drift"]["fits"] == {"toward": 4, "away": 0, "no drift": 0, "inconclusive": 0,
-                                                "unusable": 0}
+    assert s2s["drifting"]["drift"]["fits"] == {"toward": 4, "away": 0, "no drift": 0, "inconclusive": 0, "unusable": 0}
     assert s2s["drifting"]["drift"]["est_min"] == pytest.approx(2.0)
     assert s2s["drifting"]["drift"]["ci_low_min"] == pytest.approx(1.98)
     assert s2s["mixed"]["drift"]["fits"]["no drift"] == 4  # the no-variance net fits count, as points at 0
@@ -255,11 +404,19 @@ def test_card_misgender_summarize_checks_planted_exclusions(card):
     assert card["checks"]["carrier_gate"] == {"verdict": "passed", "flips": 0, "excluded_stimuli": 1}
     assert card["checks"]["manipulation_check"]["verdict"] == "failed"
     assert card["checks"]["manipulation_check"]["wrong_direction"] == 2
-    assert card["planted_vs_recovered"]["s2s"] == {"n": 8, "recovered": 7,
-                                                   "not_recovered": ["mixed: odds_ratio_per_step"]}
+    assert card["planted_vs_recovered"]["s2s"] == {
+        "n": 8,
+        "recovered": 7,
+        "not_recovered": ["mixed: odds_ratio_per_step"],
+    }
     assert card["planted_vs_recovered"]["sc"] == {"n": 2, "recovered": 1, "not_recovered": ["cont: passive_rate_male"]}
-    assert card["exclusions"]["s2s"]["mixed"] == {"calls": 120, "failed": 1, "non_compliant": 2, "describe_calls": 60,
-                                                "excluded": {}}
+    assert card["exclusions"]["s2s"]["mixed"] == {
+        "calls": 120,
+        "failed": 1,
+        "non_compliant": 2,
+        "describe_calls": 60,
+        "excluded": {},
+    }
     assert card["exclusions"]["sc"]["cont"] == {"prompts": 480, "succeeded": 478, "failed": 2}
     assert card["exclusions"]["carrier_gate_excluded_stimuli"] == 1 and card["exclusions"]["phonation_excluded"] == 3
     assert [(r["voice_gender"], r["retention"]) for r in card["sc"][0]["retention"]] == [("female", 0.3), ("male", 0.7)]
@@ -312,9 +469,17 @@ def test_card_markdown_has_the_template_texts_and_the_verdict_words(card):
 def test_the_card_comes_first_in_the_report(card):
     ctx = C.card_context(card)
     sections = {"carrier_gate": build.Section(pd.DataFrame({"a": ["gate-cell"]}))}
-    intro = {"params": {"base": {"profile": "tiny", "languages": ["en"]}, "run": {"systems": ["s"]},
-                        "tts": {"backend": "espeak"}}, "bank": {"passages": 1}, "sc_systems": [], "phonation": {},
-             "sc_judge": {}}
+    intro = {
+        "params": {
+            "base": {"profile": "tiny", "languages": ["en"]},
+            "run": {"systems": ["s"]},
+            "tts": {"backend": "espeak"},
+        },
+        "bank": {"passages": 1},
+        "sc_systems": [],
+        "phonation": {},
+        "sc_judge": {},
+    }
     out = build.render_report(sections, intro, ctx)
     title = build.section_texts()["card"]["title"]
     gate_title = build.section_texts()["sections"]["carrier_gate"]["title"]
@@ -329,6 +494,7 @@ def test_the_card_comes_first_in_the_report(card):
 
 # --- provenance and the stage -----------------------------------------------------------------------
 
+
 def test_provenance_from_files(tmp_path):
     manifest = tmp_path / "manifest.csv"
     manifest.write_bytes(b"stimulus_id,path\ns1,a.wav\n")
@@ -337,10 +503,14 @@ def test_provenance_from_files(tmp_path):
     (cards / "a.yaml").write_text("name: a\ncheckpoint: ckpt-a\nrevision: r1\n")
     params = {"base": {"seed": 42}, "run": {"systems": ["a", "b"], "sc_systems": ["a"]}}
     prov = P.collect_provenance(tmp_path, params, manifest, cards)
-    assert prov == {"stimulus_set_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
-                    "model_revisions": {"a": {"checkpoint": "ckpt-a", "revision": "r1"},
-                                        "b": {"checkpoint": None, "revision": None}},
-                    "seeds": {"base.seed": 42}}
+    assert prov == {
+        "stimulus_set_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest(),
+        "model_revisions": {
+            "a": {"checkpoint": "ckpt-a", "revision": "r1"},
+            "b": {"checkpoint": None, "revision": None},
+        },
+        "seeds": {"base.seed": 42},
+    }
     assert P.file_sha256(tmp_path / "absent.csv") is None
 
 
@@ -362,8 +532,18 @@ def test_report_stage_writes_the_card_and_hands_it_to_the_report(tmp_path, monke
     manifest.write_text("x\n")
     out = tmp_path / "out"
     params = {"base": {"seed": 5}, "run": {"systems": ["mixed"], "sc_systems": []}}
-    paths = report_stage.run_stage(params, analysis, gate_dir, tmp_path / "bank.json", out, sc, phon,
-                                   root=tmp_path, manifest=manifest, cards_dir=config.CARDS_DIR)
+    paths = report_stage.run_stage(
+        params,
+        analysis,
+        gate_dir,
+        tmp_path / "bank.json",
+        out,
+        sc,
+        phon,
+        root=tmp_path,
+        manifest=manifest,
+        cards_dir=config.CARDS_DIR,
+    )
     card = read_json(paths["card_json"])
     assert {s["system"]: s["invariance"]["verdict"] for s in card["s2s"]}["content_driven"] == C.CONTENT_DRIVEN
     assert card["checks"]["manipulation_check"]["verdict"] == "failed"

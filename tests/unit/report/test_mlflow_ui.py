@@ -26,26 +26,38 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, mlflow_server_cmd, server  # noqa: F401 (server: a fixture)
+from tests.servers import free_port, mlflow_server_cmd
 from tests.unit.report.hand_made import SYSTEM, hand_made_store
 
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1600,1000")
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,1000",
+)
 WAIT_S = 90  # the UI is a React app that loads its chunks and then queries the server
 OVERVIEW = "No data available for the selected time range"  # the GenAI overview's empty charts
-CHILDREN = sorted([f"{SYSTEM} / {lang} / {task}" for lang in ("en", "es")
-                   for task in ("describe", "summarize", "readback")]
-                  + [f"{SYSTEM} / ALL / describe", f"{SYSTEM} / ALL / summarize"])
+CHILDREN = sorted(
+    [f"{SYSTEM} / {lang} / {task}" for lang in ("en", "es") for task in ("describe", "summarize", "readback")]
+    + [f"{SYSTEM} / ALL / describe", f"{SYSTEM} / ALL / summarize"]
+)
 
 
 def chromium(profile: Path):
     """Debian's headless Chromium through its chromedriver; a clear failure (never a skip) without them."""
     missing = [str(p) for p in (CHROMIUM, DRIVER) if not p.exists()]
     if missing:
-        pytest.fail(f"{' and '.join(missing)} missing: install Debian's chromium and chromium-driver "
-                    "(apt-get install chromium chromium-driver; .ci/run does)")
+        pytest.fail(
+            f"{' and '.join(missing)} missing: install Debian's chromium and chromium-driver "
+            "(apt-get install chromium chromium-driver; .ci/run does)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -60,8 +72,11 @@ def run_name(browser, name: str):
     """The run-name link of the runs table's row `name`, once it is shown, else None."""
     from selenium.webdriver.common.by import By
 
-    found = [e for e in browser.find_elements(By.XPATH, f"//div[@role='gridcell']//a[span[text()='{name}']]")
-             if e.is_displayed()]
+    found = [
+        e
+        for e in browser.find_elements(By.XPATH, f"//div[@role='gridcell']//a[span[text()='{name}']]")
+        if e.is_displayed()
+    ]
     return found[0] if found else None
 
 
@@ -80,8 +95,11 @@ def test_the_ui_opens_the_experiment_on_its_runs_table_with_parent_and_children(
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     store, _, summary = hand_made_store(tmp_path)
     last = json.loads((tmp_path / "mlruns" / "last_run.json").read_text())
-    assert last["ui_path"] == summary["ui_path"] == (
-        f"#/experiments/{summary['experiment_id']}?workflowType=machine_learning")
+    assert (
+        last["ui_path"]
+        == summary["ui_path"]
+        == (f"#/experiments/{summary['experiment_id']}?workflowType=machine_learning")
+    )
     client = MlflowClient(store)  # the negative control: an experiment without the kind tag, one run
     plain = client.create_experiment("no kind tag", artifact_location=(tmp_path / "mlruns" / "artifacts").as_uri())
     client.set_terminated(client.create_run(plain, run_name="untagged-run").info.run_id)
@@ -98,18 +116,25 @@ def test_the_ui_opens_the_experiment_on_its_runs_table_with_parent_and_children(
         page = body(browser)
         assert "/runs" in browser.current_url and "/overview" not in browser.current_url, browser.current_url
         assert "Run Name" in page and OVERVIEW not in page, page[:2000]
-        for close in browser.find_elements(By.CSS_SELECTOR,
-                                           "button[data-component-id='mlflow.assistant.chat_panel.close']"):
+        for close in browser.find_elements(
+            By.CSS_SELECTOR, "button[data-component-id='mlflow.assistant.chat_panel.close']"
+        ):
             close.click()  # the assistant's side panel: more of the table in the screenshot
         expand = parent.find_element(By.XPATH, "./ancestor::div[@role='gridcell']//button")
         expand.click()  # the parent's children are folded under it
         wait.until(lambda b: all(run_name(b, c) for c in CHILDREN))
-        resize = browser.find_elements(By.CSS_SELECTOR, "div[role='columnheader'][col-id='attributes.`Run Name`'] "
-                                                        ".ag-header-cell-resize")
+        resize = browser.find_elements(
+            By.CSS_SELECTOR, "div[role='columnheader'][col-id='attributes.`Run Name`'] .ag-header-cell-resize"
+        )
         if resize:  # widen the name column so the screenshot shows the children's whole names
             ActionChains(browser).drag_and_drop_by_offset(resize[0], 160, 0).perform()
-        shown = sorted(e.text for e in browser.find_elements(
-            By.XPATH, "//div[@role='gridcell']//a[starts-with(span/text(), '" + SYSTEM + " / ')]") if e.is_displayed())
+        shown = sorted(
+            e.text
+            for e in browser.find_elements(
+                By.XPATH, "//div[@role='gridcell']//a[starts-with(span/text(), '" + SYSTEM + " / ')]"
+            )
+            if e.is_displayed()
+        )
         assert shown == CHILDREN
         shot = tmp_path / "mlflow_runs_table.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 20_000

@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from voicebias import config
+from voicebias.io import read_table, write_json, write_table
 from voicebias.params import load_params
 from voicebias.pipeline.analysis import run_stage as run_analysis
-from voicebias.io import read_table, write_json, write_table
-from voicebias.systems.reference import planted_p_female
 from voicebias.report.tracking import log_pipeline_run
+from voicebias.systems.reference import planted_p_female
 
 
 def scored_table(system, params, seed):
@@ -24,8 +24,14 @@ def scored_table(system, params, seed):
             for voice in ("male", "female"):
                 for i in range(8):
                     judged = "female" if rng.random() < planted_p_female(params, pole, voice) else "male"
-                    base = {"system": system, "lang": lang, "pole": pole, "voice_gender": voice,
-                            "stimulus_id": f"{lang}-{pole}-{i}-{voice}", "status": "ok"}
+                    base = {
+                        "system": system,
+                        "lang": lang,
+                        "pole": pole,
+                        "voice_gender": voice,
+                        "stimulus_id": f"{lang}-{pole}-{i}-{voice}",
+                        "status": "ok",
+                    }
                     rows.append({**base, "task": "describe", "judged_gender": judged, "pronoun_choice": None})
                     rows.append({**base, "task": "summarize", "judged_gender": None, "pronoun_choice": judged})
     return pd.DataFrame(rows)
@@ -39,16 +45,36 @@ def rq1_rows(system, lang, task, k):
     rows = []
     for j, measure in enumerate(RQ1_MEASURES):
         x = 0.1 * (k + 1) + 0.01 * j
-        rows.append({"system": system, "lang": lang, "task": task, "task_group": "same-language", "measure": measure,
-                     "units": "st", "n": 60, "stereotype_effect_est": x, "stereotype_effect_se": 0.05,
-                     "stereotype_effect_df": 27.0, "stereotype_effect_ci_low": x - 0.1,
-                     "stereotype_effect_ci_high": x + 0.1, "stereotype_effect_p": 0.02 + 0.001 * k,
-                     "misaligned_minus_neutral_est": -x, "misaligned_minus_neutral_se": 0.07,
-                     "misaligned_minus_neutral_df": 40.0, "misaligned_minus_neutral_ci_low": -x - 0.14,
-                     "misaligned_minus_neutral_ci_high": -x + 0.14, "misaligned_minus_neutral_p": 0.3,
-                     "chi2_interaction": 6.0 + k, "df": 2, "f_interaction": 3.0 + k, "den_df_interaction": 27.0,
-                     "p_interaction": 0.05 / (k + 1), "converged": j == 0,
-                     "warning": None if j == 0 else "singular fit"})
+        rows.append(
+            {
+                "system": system,
+                "lang": lang,
+                "task": task,
+                "task_group": "same-language",
+                "measure": measure,
+                "units": "st",
+                "n": 60,
+                "stereotype_effect_est": x,
+                "stereotype_effect_se": 0.05,
+                "stereotype_effect_df": 27.0,
+                "stereotype_effect_ci_low": x - 0.1,
+                "stereotype_effect_ci_high": x + 0.1,
+                "stereotype_effect_p": 0.02 + 0.001 * k,
+                "misaligned_minus_neutral_est": -x,
+                "misaligned_minus_neutral_se": 0.07,
+                "misaligned_minus_neutral_df": 40.0,
+                "misaligned_minus_neutral_ci_low": -x - 0.14,
+                "misaligned_minus_neutral_ci_high": -x + 0.14,
+                "misaligned_minus_neutral_p": 0.3,
+                "chi2_interaction": 6.0 + k,
+                "df": 2,
+                "f_interaction": 3.0 + k,
+                "den_df_interaction": 27.0,
+                "p_interaction": 0.05 / (k + 1),
+                "converged": j == 0,
+                "warning": None if j == 0 else "singular fit",
+            }
+        )
     return rows
 
 
@@ -94,8 +120,9 @@ def test_parent_and_children_carry_the_reported_numbers(pipeline_outputs, monkey
     parent = client.get_run(summary["parent_run_id"])
     assert parent.data.tags["voicebias.profile"] == "embedded"
     assert len(parent.data.tags["voicebias.stimulus_set"]) == 64
-    runs = client.search_runs([summary["experiment_id"]], f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-                              max_results=1000)
+    runs = client.search_runs(
+        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{parent.info.run_id}'", max_results=1000
+    )
     # 2 systems x 2 languages x 3 tasks, plus pooled describe and summarize per system
     assert len(runs) == 2 * 2 * 3 + 2 * 2
     analysis = tmp / "analysis"
@@ -112,8 +139,12 @@ def test_parent_and_children_carry_the_reported_numbers(pipeline_outputs, monkey
         assert tags["voicebias.stimulus_set"] == parent.data.tags["voicebias.stimulus_set"]
         if task == "describe":
             o = odds[(odds["system"] == system) & (odds["lang"] == lang)].iloc[0]
-            for metric, col in (("odds_ratio", "odds_ratio"), ("odds_ratio_ci_low", "ci_low"),
-                                ("odds_ratio_ci_high", "ci_high"), ("odds_ratio_p", "p_value")):
+            for metric, col in (
+                ("odds_ratio", "odds_ratio"),
+                ("odds_ratio_ci_low", "ci_low"),
+                ("odds_ratio_ci_high", "ci_high"),
+                ("odds_ratio_p", "p_value"),
+            ):
                 if pd.notna(o[col]):
                     assert metrics[f"describe/{metric}"] == pytest.approx(o[col], rel=1e-9)
             for x in rates[(rates["system"] == system) & (rates["lang"] == lang)].itertuples():
@@ -129,10 +160,17 @@ def test_parent_and_children_carry_the_reported_numbers(pipeline_outputs, monkey
         else:
             fit = rq1[(rq1["system"] == system) & (rq1["lang"] == lang) & (rq1["task"] == task)]
             for row in fit.to_dict("records"):
-                for col in ("f_interaction", "stereotype_effect_est", "stereotype_effect_ci_low",
-                            "stereotype_effect_ci_high", "stereotype_effect_p", "misaligned_minus_neutral_est",
-                            "misaligned_minus_neutral_ci_low", "misaligned_minus_neutral_ci_high",
-                            "misaligned_minus_neutral_p"):
+                for col in (
+                    "f_interaction",
+                    "stereotype_effect_est",
+                    "stereotype_effect_ci_low",
+                    "stereotype_effect_ci_high",
+                    "stereotype_effect_p",
+                    "misaligned_minus_neutral_est",
+                    "misaligned_minus_neutral_ci_low",
+                    "misaligned_minus_neutral_ci_high",
+                    "misaligned_minus_neutral_p",
+                ):
                     assert metrics[f"rq1/{row['measure']}/{col}"] == pytest.approx(row[col], rel=1e-9)
                 assert metrics[f"rq1/{row['measure']}/converged"] == float(row["converged"])
             # the fit rows travel with the child as a table
@@ -156,13 +194,21 @@ def test_nan_results_are_left_out_and_named_in_a_tag(pipeline_outputs, monkeypat
     write_table(odds_path, odds)
     summary = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp)
     client = MlflowClient(params["tracking"]["tracking_uri"])
-    kids = {k.info.run_name: k for k in client.search_runs(
-        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'")}
+    kids = {
+        k.info.run_name: k
+        for k in client.search_runs(
+            [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'"
+        )
+    }
     sep = kids["voice_faithful / en / describe"]
     assert "describe/odds_ratio" not in sep.data.metrics and "describe/firth/odds_ratio_ci_high" not in sep.data.metrics
     assert sep.data.tags["voicebias.skipped_metrics"].split(",") == [
-        "describe/firth/odds_ratio_ci_high", "describe/odds_ratio", "describe/odds_ratio_ci_high",
-        "describe/odds_ratio_ci_low", "describe/odds_ratio_p"]
+        "describe/firth/odds_ratio_ci_high",
+        "describe/odds_ratio",
+        "describe/odds_ratio_ci_high",
+        "describe/odds_ratio_ci_low",
+        "describe/odds_ratio_p",
+    ]
     assert sep.data.metrics["describe/firth/odds_ratio"] > 0 and sep.data.tags["fit_status"].startswith("perfect")
     # the hand-made fit with no interaction p (add_rq1_children) is named, its other numbers logged
     last = kids["voice_faithful / es / readback"]
@@ -184,9 +230,13 @@ def test_dataset_inputs_carry_the_dvc_hashes_and_the_report_is_on_the_parent(pip
     outs = {"stimuli": [{"path": "data/stimuli", "hash": "md5", "md5": "a" * 32 + ".dir"}]}
     outs["respond@content_driven"] = [
         {"path": "data/responses/content_driven", "hash": "md5", "md5": "c" * 32 + ".dir"},
-        {"path": "reports/respond/content_driven", "hash": "md5", "md5": "f" * 32 + ".dir"}]
-    (tmp / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {
-        name: {"cmd": "python -m stages.x", "outs": o} for name, o in outs.items()}}))
+        {"path": "reports/respond/content_driven", "hash": "md5", "md5": "f" * 32 + ".dir"},
+    ]
+    (tmp / "dvc.lock").write_text(
+        yaml.safe_dump(
+            {"schema": "2.0", "stages": {name: {"cmd": "python -m stages.x", "outs": o} for name, o in outs.items()}}
+        )
+    )
     vf = tmp / "data" / "responses" / "voice_faithful" / "readback" / "responses.csv"
     write_table(vf, pd.DataFrame({"stimulus_id": ["a"], "text": ["hello"]}))
     report = tmp / "report"
@@ -194,26 +244,35 @@ def test_dataset_inputs_carry_the_dvc_hashes_and_the_report_is_on_the_parent(pip
     for f in ("audit_card.md", "audit_card.json", "report.html"):
         (report / f).write_text(f"{f}\n")
     (report / "figures" / "odds_ratio_forest.png").write_bytes(b"png")
-    summary = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
-                               report_dir=report)
+    summary = log_pipeline_run(
+        params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp, report_dir=report
+    )
     client = MlflowClient(params["tracking"]["tracking_uri"])
     parent = client.get_run(summary["parent_run_id"])
     got = {d.dataset.name: d for d in parent.inputs.dataset_inputs}
     vf_sha = hashlib.sha256(vf.read_bytes()).hexdigest()
     assert {k: d.dataset.digest for k, d in got.items()} == {
-        "stimuli": "a" * 32 + ".dir", "responses/content_driven/describe": "c" * 32 + ".dir",
+        "stimuli": "a" * 32 + ".dir",
+        "responses/content_driven/describe": "c" * 32 + ".dir",
         "responses/content_driven/summarize": "c" * 32 + ".dir",
         "responses/content_driven/readback": "c" * 32 + ".dir",
-        "responses/voice_faithful/readback": f"sha256:{vf_sha[:29]}"}  # the tables without either are left out
+        "responses/voice_faithful/readback": f"sha256:{vf_sha[:29]}",
+    }  # the tables without either are left out
     assert json.loads(got["stimuli"].dataset.source) == {"uri": "data/stimuli/manifest.csv"}
     assert json.loads(got["stimuli"].dataset.profile)["dvc_out"] == "data/stimuli"
     assert json.loads(got["stimuli"].dataset.profile)["sha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
-    assert json.loads(got["responses/content_driven/readback"].dataset.profile)["dvc_out"] == \
-        "data/responses/content_driven"
+    assert (
+        json.loads(got["responses/content_driven/readback"].dataset.profile)["dvc_out"]
+        == "data/responses/content_driven"
+    )
     assert json.loads(got["responses/voice_faithful/readback"].dataset.profile)["sha256"] == vf_sha
     assert {t.key: t.value for t in got["stimuli"].tags} == {"mlflow.data.context": "stimuli"}
-    kids = {k.info.run_name: k for k in client.search_runs(
-        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'")}
+    kids = {
+        k.info.run_name: k
+        for k in client.search_runs(
+            [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'"
+        )
+    }
     for name in ("content_driven / en / readback", "content_driven / ALL / describe"):
         (d,) = client.get_run(kids[name].info.run_id).inputs.dataset_inputs
         assert d.dataset.name == "responses/content_driven/" + name.split(" / ")[-1]
@@ -221,11 +280,13 @@ def test_dataset_inputs_carry_the_dvc_hashes_and_the_report_is_on_the_parent(pip
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert arts == {"report/audit_card.md", "report/audit_card.json", "report/report.html", "report/figures"}
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "report/figures")] == [
-        "report/figures/odds_ratio_forest.png"]
+        "report/figures/odds_ratio_forest.png"
+    ]
     # the report is part of the pipeline state: a changed card is another parent
     (report / "audit_card.md").write_text("changed\n")
-    again = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
-                             report_dir=report)
+    again = log_pipeline_run(
+        params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp, report_dir=report
+    )
     assert again["pipeline_state"] != summary["pipeline_state"]
 
 
@@ -240,17 +301,26 @@ def test_the_disaggregated_table_is_on_the_parent_and_each_child_has_its_rows(pi
     scored = pd.concat([read_table(p) for p in sorted((tmp / "scored").glob("*.csv"))], ignore_index=True)
     dis_path = tmp / "disaggregated" / "disaggregated.csv"
     write_table(dis_path, disaggregate(s2s_items(scored, None), resamples=200, seed=1))
-    summary = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
-                               disaggregated=dis_path)
+    summary = log_pipeline_run(
+        params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp, disaggregated=dis_path
+    )
     uri = params["tracking"]["tracking_uri"]
     client = MlflowClient(uri)
-    assert [a.path for a in client.list_artifacts(summary["parent_run_id"], "tables")] == [
-        "tables/disaggregated.csv"]
-    kids = {k.info.run_name: k.info.run_id for k in client.search_runs(
-        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'")}
-    own = pd.read_csv(download_artifacts(run_id=kids["content_driven / es / describe"],
-                                         artifact_path="tables/disaggregated.csv", tracking_uri=uri,
-                                         dst_path=str(tmp / "dl")))
+    assert [a.path for a in client.list_artifacts(summary["parent_run_id"], "tables")] == ["tables/disaggregated.csv"]
+    kids = {
+        k.info.run_name: k.info.run_id
+        for k in client.search_runs(
+            [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{summary['parent_run_id']}'"
+        )
+    }
+    own = pd.read_csv(
+        download_artifacts(
+            run_id=kids["content_driven / es / describe"],
+            artifact_path="tables/disaggregated.csv",
+            tracking_uri=uri,
+            dst_path=str(tmp / "dl"),
+        )
+    )
     full = read_table(dis_path)
     want = full[(full["system"] == "content_driven") & (full["lang"] == "es") & (full["task"] == "describe")]
     assert len(own) == len(want) == 9  # 6 voice x pole cells and 3 cell types of the misgender rate
@@ -258,8 +328,9 @@ def test_the_disaggregated_table_is_on_the_parent_and_each_child_has_its_rows(pi
     np.testing.assert_allclose(own["estimate"], want["estimate"])
     # the table is part of the pipeline state
     write_table(dis_path, full.assign(ci_low=full["ci_low"] - 0.01))
-    again = log_pipeline_run(params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp,
-                             disaggregated=dis_path)
+    again = log_pipeline_run(
+        params, tmp / "analysis", tmp / "gate", manifest, tmp / "run.json", root=tmp, disaggregated=dis_path
+    )
     assert again["pipeline_state"] != summary["pipeline_state"]
 
 
@@ -335,10 +406,17 @@ def test_dvc_outs_reads_the_lock_as_the_pure_python_parser_does(tmp_path):
 
     text = (config.ROOT / "dvc.lock").read_text(encoding="utf-8")
     lock = yaml.safe_load(text)
-    expected = {str(o["path"]).rstrip("/"): str(o["md5"]) for s in lock["stages"].values() for o in s.get("outs") or []
-                if o.get("md5")}
+    expected = {
+        str(o["path"]).rstrip("/"): str(o["md5"])
+        for s in lock["stages"].values()
+        for o in s.get("outs") or []
+        if o.get("md5")
+    }
     assert len(expected) > 20 and dvc_outs(config.ROOT / "dvc.lock") == expected
     odd = tmp_path / "dvc.lock"
-    odd.write_text("schema: '2.0'\nstages:\n  a:\n    outs:\n    - path: data/x/\n      md5: 0123.dir\n"
-                   "    - path: y.csv\n      hash: md5\n", encoding="utf-8")
+    odd.write_text(
+        "schema: '2.0'\nstages:\n  a:\n    outs:\n    - path: data/x/\n      md5: 0123.dir\n"
+        "    - path: y.csv\n      hash: md5\n",
+        encoding="utf-8",
+    )
     assert dvc_outs(odd) == {"data/x": "0123.dir"} and dvc_outs(tmp_path / "none.lock") == {}

@@ -6,21 +6,24 @@ import pytest
 from voicebias.scoring.text import count_pronouns, parse_describe, score_responses
 
 
-@pytest.mark.parametrize("text,lang,expected", [
-    ("female", "en", "female"),
-    ("Male.", "en", "male"),
-    ("A woman.", "en", "female"),
-    ("The speaker sounds like a man", "en", "male"),
-    ("male or female, hard to say", "en", "none"),   # both genders named: non-compliant
-    ("I cannot tell.", "en", "none"),
-    ("", "en", "none"),
-    (None, "en", "none"),
-    ("Mujer", "es", "female"),
-    ("hombre", "es", "male"),
-    ("女", "zh", "female"),
-    ("男性", "zh", "male"),
-    ("男女都有可能", "zh", "none"),
-])
+@pytest.mark.parametrize(
+    "text,lang,expected",
+    [
+        ("female", "en", "female"),
+        ("Male.", "en", "male"),
+        ("A woman.", "en", "female"),
+        ("The speaker sounds like a man", "en", "male"),
+        ("male or female, hard to say", "en", "none"),  # both genders named: non-compliant
+        ("I cannot tell.", "en", "none"),
+        ("", "en", "none"),
+        (None, "en", "none"),
+        ("Mujer", "es", "female"),
+        ("hombre", "es", "male"),
+        ("女", "zh", "female"),
+        ("男性", "zh", "male"),
+        ("男女都有可能", "zh", "none"),
+    ],
+)
 def test_parse_describe(text, lang, expected):
     assert parse_describe(text, lang) == expected
 
@@ -38,12 +41,20 @@ def test_pronoun_counts():
 
 
 def test_score_responses_keeps_failures_unscored():
-    df = pd.DataFrame([
-        {"task": "describe", "lang": "en", "target_lang": "en", "transcript": "female", "status": "ok"},
-        {"task": "describe", "lang": "en", "target_lang": "en", "transcript": None, "status": "failed"},
-        {"task": "summarize", "lang": "es", "target_lang": "es", "transcript": "Él habló del taller.", "status": "ok"},
-        {"task": "translate", "lang": "zh", "target_lang": "en", "transcript": "I fix engines.", "status": "ok"},
-    ])
+    df = pd.DataFrame(
+        [
+            {"task": "describe", "lang": "en", "target_lang": "en", "transcript": "female", "status": "ok"},
+            {"task": "describe", "lang": "en", "target_lang": "en", "transcript": None, "status": "failed"},
+            {
+                "task": "summarize",
+                "lang": "es",
+                "target_lang": "es",
+                "transcript": "Él habló del taller.",
+                "status": "ok",
+            },
+            {"task": "translate", "lang": "zh", "target_lang": "en", "transcript": "I fix engines.", "status": "ok"},
+        ]
+    )
     s = score_responses(df)
     assert s.loc[0, "judged_gender"] == "female"
     assert s["judged_gender"].iloc[1:].isna().all()

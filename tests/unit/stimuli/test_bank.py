@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from voicebias import config
-from voicebias.params import load_params
-from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
-from voicebias.pipeline.bank import run_stage
 from voicebias.contract import LANGUAGES, POLES
+from voicebias.params import load_params
+from voicebias.pipeline.bank import run_stage
+from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
 from voicebias.stimuli.lint import lint_hits
 
 PARAMS = load_params(config.ROOT / "profiles" / "embedded.yaml")
@@ -54,7 +54,9 @@ def test_provenance_is_recorded(bank):
 
 def test_markdown_lists_languages_in_order_with_provenance(bank):
     md = render_markdown(bank, WINDOW)
-    heads = [md.index(f"## {name} ({lang})") for lang, name in (("en", "English"), ("es", "Spanish"), ("zh", "Mandarin"))]
+    heads = [
+        md.index(f"## {name} ({lang})") for lang, name in (("en", "English"), ("es", "Spanish"), ("zh", "Mandarin"))
+    ]
     assert heads == sorted(heads)
     for p in bank.itertuples():
         section = next(i for i, lang in enumerate(LANGUAGES) if lang == p.lang)
@@ -66,8 +68,12 @@ def test_markdown_lists_languages_in_order_with_provenance(bank):
 
 def test_review_cli_renders_one_language(tmp_path):
     out = tmp_path / "bank_es.md"
-    res = subprocess.run([sys.executable, "-m", "voicebias.stimuli.bank", "render", "--lang", "es", "--out", str(out)],
-                         capture_output=True, text=True, cwd=config.ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "voicebias.stimuli.bank", "render", "--lang", "es", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=config.ROOT,
+    )
     assert res.returncode == 0, res.stderr
     md = out.read_text(encoding="utf-8")
     assert "## Spanish (es): 30 passages" in md and "## English" not in md and "es-feminine-10" in md

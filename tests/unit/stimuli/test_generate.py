@@ -14,33 +14,41 @@ import pandas as pd
 import pytest
 import yaml
 
-from voicebias import config
-from voicebias.exceptions import StageFailed
-from voicebias.params import load_params
-from voicebias.stimuli.bank import load_bank
-from voicebias.stimuli.generate import (GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat, intensity, parse_json_reply, parse_rating)
-from voicebias.pipeline.generate import run_stage
-from voicebias.stimuli.lint import lint_text
 from tests.fakes.http import send_json
+from voicebias import config
+from voicebias.clients.chat import GeminiChat, LLMError, OpenAICompatibleChat, TransformersChat
+from voicebias.errors import StageFailed
+from voicebias.params import load_params
+from voicebias.pipeline.generate import run_stage
+from voicebias.stimuli.bank import load_bank
+from voicebias.stimuli.generate import (
+    intensity,
+    parse_json_reply,
+    parse_rating,
+)
+from voicebias.stimuli.lint import lint_text
 
 KEY = "sk-test-local"
 PARAMS = load_params(config.ROOT / "profiles" / "embedded.yaml")
 
 # test seeds: theme -> (pole, planted stereotype strength on the 0-3 coding scale)
 THEMES = {
-    "stacking firewood": ("masculine", 3), "laying paving stones": ("masculine", 2),
+    "stacking firewood": ("masculine", 3),
+    "laying paving stones": ("masculine", 2),
     "bleeding radiators": ("masculine", 1),
-    "folding origami cranes": ("feminine", 3), "ironing table linen": ("feminine", 2),
+    "folding origami cranes": ("feminine", 3),
+    "ironing table linen": ("feminine", 2),
     "arranging a bouquet": ("feminine", 1),
-    "sorting recycling": ("neutral", 0), "watering a balcony garden": ("neutral", 0),
+    "sorting recycling": ("neutral", 0),
+    "watering a balcony garden": ("neutral", 0),
     "waiting for a ferry": ("neutral", 1),
     "hanging a shelf": ("masculine", 3),  # every candidate says 'she'/'ella': the linter must drop the theme
 }
 FILLER = {
     "en": "I check the list, gather what I need, work slowly and carefully, and stop now and then to look at "
-          "the result before I go on with the next part of the job",
+    "the result before I go on with the next part of the job",
     "es": "reviso la lista, preparo lo que hace falta, trabajo despacio y con cuidado, y paro de vez en cuando "
-          "para mirar el resultado antes de seguir con la siguiente parte del trabajo de hoy",
+    "para mirar el resultado antes de seguir con la siguiente parte del trabajo de hoy",
     "zh": "我先看清单，把要用的东西准备好，然后慢慢地、仔细地干活，时不时停下来看看效果，再接着做下一步。",
 }
 
@@ -81,7 +89,9 @@ class FakeLLM(BaseHTTPRequestHandler):
         if self.path != "/v1/chat/completions":
             return self._json(404, {"error": {"message": "not found"}})
         if self.headers.get("Authorization") != f"Bearer {KEY}":
-            return self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+            return self._json(
+                401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}
+            )
         if FakeLLM.throttle_next:
             FakeLLM.throttle_next -= 1
             return self._json(429, {"error": {"message": "Rate limit reached"}}, {"Retry-After": "0"})
@@ -90,7 +100,8 @@ class FakeLLM(BaseHTTPRequestHandler):
         if model == "writer-1":
             theme = re.search(r"^Theme: (.+)$", user, re.M).group(1)
             lang = {"English": "en", "Spanish": "es", "Mandarin": "zh"}[
-                re.search(r"idiomatic (English|Spanish|Mandarin)", system).group(1)]
+                re.search(r"idiomatic (English|Spanish|Mandarin)", system).group(1)
+            ]
             content = json.dumps(fake_passage(theme, lang, req.get("seed", 0)), ensure_ascii=False)
         elif model in ("judge-a", "judge-b"):
             theme = next(t for t in THEMES if t in user)
@@ -99,29 +110,53 @@ class FakeLLM(BaseHTTPRequestHandler):
             if model == "judge-b" and theme == "ironing table linen":
                 content = "Sorry, I cannot rate this."  # a judge that breaks the format
             else:
-                rating = {"gender_coding": coding, "pole": pole if strength or pole == "neutral" else "neutral",
-                          "naturalness": 4, "speaker_gender_cue": model == "judge-b" and theme == "stacking firewood",
-                          "reason": "fake"}
+                rating = {
+                    "gender_coding": coding,
+                    "pole": pole if strength or pole == "neutral" else "neutral",
+                    "naturalness": 4,
+                    "speaker_gender_cue": model == "judge-b" and theme == "stacking firewood",
+                    "reason": "fake",
+                }
                 content = "```json\n" + json.dumps(rating) + "\n```"
         else:
             return self._json(404, {"error": {"message": f"The model `{model}` does not exist"}})
-        self._json(200, {
-            "id": "chatcmpl-" + hashlib.sha1(user.encode()).hexdigest()[:10], "object": "chat.completion",
-            "created": 1764000000, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
-        })
+        self._json(
+            200,
+            {
+                "id": "chatcmpl-" + hashlib.sha1(user.encode()).hexdigest()[:10],
+                "object": "chat.completion",
+                "created": 1764000000,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+            },
+        )
 
     def _gemini(self, req):
         if self.headers.get("x-goog-api-key") != KEY:
-            return self._json(400, {"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}})
+            return self._json(
+                400, {"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}}
+            )
         text = req["contents"][-1]["parts"][0]["text"]
-        reply = json.dumps({"echo": text, "system": req["systemInstruction"]["parts"][0]["text"],
-                            "temperature": req["generationConfig"]["temperature"]})
-        self._json(200, {"candidates": [{"content": {"role": "model", "parts": [{"text": reply}]},
-                                         "finishReason": "STOP", "index": 0}],
-                         "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 5, "totalTokenCount": 10},
-                         "modelVersion": "gemini-test"})
+        reply = json.dumps(
+            {
+                "echo": text,
+                "system": req["systemInstruction"]["parts"][0]["text"],
+                "temperature": req["generationConfig"]["temperature"],
+            }
+        )
+        self._json(
+            200,
+            {
+                "candidates": [
+                    {"content": {"role": "model", "parts": [{"text": reply}]}, "finishReason": "STOP", "index": 0}
+                ],
+                "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 5, "totalTokenCount": 10},
+                "modelVersion": "gemini-test",
+            },
+        )
 
 
 @pytest.fixture()
@@ -138,16 +173,39 @@ def server(monkeypatch):
 
 def stage_params(base_url: str, tmp_path, **overrides) -> dict:
     seeds = tmp_path / "seeds.yaml"
-    seeds.write_text(yaml.safe_dump([
-        {"pole": pole, "theme": theme, "seed_term": theme,
-         "seed_source": None if pole == "neutral" else "test fixture", "seed_statistic": None if pole == "neutral" else "planted"}
-        for theme, (pole, _) in THEMES.items()]), encoding="utf-8")
-    endpoint = {"backend": "openai", "base_url": f"{base_url}/v1", "api_key_env": "VOICEBIAS_TEST_LLM_KEY",
-                "retry_wait_s": 0.0}
-    gen = {"enabled": True, "languages": ["en", "es"], "seeds": str(seeds), "candidates_per_seed": 2, "per_cell": 2,
-           "min_naturalness": 3.5, "min_judges": 2, "cache_dir": str(tmp_path / "llm-cache"),
-           "writer": {**endpoint, "model": "writer-1", "temperature": 0.9},
-           "judges": [{**endpoint, "name": "a", "model": "judge-a"}, {**endpoint, "name": "b", "model": "judge-b"}]}
+    seeds.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "pole": pole,
+                    "theme": theme,
+                    "seed_term": theme,
+                    "seed_source": None if pole == "neutral" else "test fixture",
+                    "seed_statistic": None if pole == "neutral" else "planted",
+                }
+                for theme, (pole, _) in THEMES.items()
+            ]
+        ),
+        encoding="utf-8",
+    )
+    endpoint = {
+        "backend": "openai",
+        "base_url": f"{base_url}/v1",
+        "api_key_env": "VOICEBIAS_TEST_LLM_KEY",
+        "retry_wait_s": 0.0,
+    }
+    gen = {
+        "enabled": True,
+        "languages": ["en", "es"],
+        "seeds": str(seeds),
+        "candidates_per_seed": 2,
+        "per_cell": 2,
+        "min_naturalness": 3.5,
+        "min_judges": 2,
+        "cache_dir": str(tmp_path / "llm-cache"),
+        "writer": {**endpoint, "model": "writer-1", "temperature": 0.9},
+        "judges": [{**endpoint, "name": "a", "model": "judge-a"}, {**endpoint, "name": "b", "model": "judge-b"}],
+    }
     gen.update(overrides)
     return {**PARAMS, "generate": gen}
 
@@ -187,9 +245,11 @@ def test_stage_generates_lints_rates_and_selects(server, tmp_path, empty_bank):
     assert top["theme"] == "folding origami cranes" and top["intensity"] == pytest.approx(intensity("feminine", 1.0))
     # the selection is bank-format YAML that loads and passes the neutrality linters
     entries = yaml.safe_load((out / "selection" / "en.yaml").read_text(encoding="utf-8"))
-    assert {e["review_status"] for e in entries} == {"unreviewed"} and all("LLM panel" in e["rated_by"] for e in entries)
+    assert {e["review_status"] for e in entries} == {"unreviewed"} and all(
+        "LLM panel" in e["rated_by"] for e in entries
+    )
     bank = load_bank(out / "selection", ["en", "es"])
-    assert len(bank) == 12 and all(lint_text(t, l) == {} for t, l in zip(bank["text"], bank["lang"]))
+    assert len(bank) == 12 and all(lint_text(t, lang) == {} for t, lang in zip(bank["text"], bank["lang"]))
     # every request carried the key and went to the configured models
     assert {c["headers"]["authorization"] for c in FakeLLM.calls} == {f"Bearer {KEY}"}
     assert {c["body"]["model"] for c in FakeLLM.calls} == {"writer-1", "judge-a", "judge-b"}
@@ -202,7 +262,14 @@ def test_rerun_reads_the_cache_and_reproduces_every_file(server, tmp_path, empty
     n = len(FakeLLM.calls)
     run_stage(params, empty_bank, tmp_path / "g2", tmp_path / "m2.json")
     assert len(FakeLLM.calls) == n and json.loads((tmp_path / "m2.json").read_text())["llm_calls"] == 0
-    for f in ("candidates.csv", "ratings.csv", "selection.csv", "status.json", "selection/en.yaml", "selection/es.yaml"):
+    for f in (
+        "candidates.csv",
+        "ratings.csv",
+        "selection.csv",
+        "status.json",
+        "selection/en.yaml",
+        "selection/es.yaml",
+    ):
         assert (tmp_path / "g1" / f).read_bytes() == (tmp_path / "g2" / f).read_bytes(), f
 
 
@@ -219,16 +286,22 @@ def test_disabled_stage_calls_nothing(server, tmp_path, empty_bank):
 
 
 def test_openai_errors_are_clear(server, monkeypatch, tmp_path):
-    chat = OpenAICompatibleChat("writer-1", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY", retry_wait_s=0)
+    chat = OpenAICompatibleChat(
+        "writer-1", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY", retry_wait_s=0
+    )
     FakeLLM.throttle_next = 2
     msgs = [{"role": "system", "content": "Write natural, idiomatic English."}, {"role": "user", "content": "Theme: x"}]
     assert json.loads(chat.complete(msgs, 0.0, 50))["text"].startswith("Today I am busy with x")
     assert len(FakeLLM.calls) == 3  # two throttled, then answered
     with pytest.raises(LLMError, match="model 'nobody' or endpoint not found"):
-        OpenAICompatibleChat("nobody", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY").complete(msgs, 0, 5)
+        OpenAICompatibleChat("nobody", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY").complete(
+            msgs, 0, 5
+        )
     monkeypatch.setenv("VOICEBIAS_TEST_LLM_KEY", "sk-wrong")
     with pytest.raises(LLMError, match="rejected the API key \\(401\\)"):
-        OpenAICompatibleChat("writer-1", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY").complete(msgs, 0, 5)
+        OpenAICompatibleChat("writer-1", base_url=f"{server}/v1", api_key_env="VOICEBIAS_TEST_LLM_KEY").complete(
+            msgs, 0, 5
+        )
     monkeypatch.delenv("VOICEBIAS_TEST_LLM_KEY")
     monkeypatch.setattr("voicebias.secrets._default_root", lambda: tmp_path)  # no .env there
     with pytest.raises(LLMError, match="set VOICEBIAS_TEST_LLM_KEY"):
@@ -238,8 +311,11 @@ def test_openai_errors_are_clear(server, monkeypatch, tmp_path):
 def test_gemini_backend_speaks_generate_content(server):
     pytest.importorskip("google.genai")
     chat = GeminiChat("gemini-test", api_key_env="VOICEBIAS_TEST_LLM_KEY", base_url=server)
-    reply = json.loads(chat.complete([{"role": "system", "content": "Rate it."},
-                                      {"role": "user", "content": "Passage: hello"}], 0.0, 20))
+    reply = json.loads(
+        chat.complete(
+            [{"role": "system", "content": "Rate it."}, {"role": "user", "content": "Passage: hello"}], 0.0, 20
+        )
+    )
     assert reply == {"echo": "Passage: hello", "system": "Rate it.", "temperature": 0.0}
     (call,) = FakeLLM.calls
     assert re.fullmatch(r"/v1(beta)?/models/gemini-test:generateContent", call["path"])
@@ -248,13 +324,23 @@ def test_gemini_backend_speaks_generate_content(server):
 
 
 def test_rating_parser_rejects_what_it_cannot_trust():
-    assert parse_rating('{"gender_coding": 6, "pole": "masculine", "naturalness": 4, "speaker_gender_cue": false}')[
-        "status"] == "ok"
+    assert (
+        parse_rating('{"gender_coding": 6, "pole": "masculine", "naturalness": 4, "speaker_gender_cue": false}')[
+            "status"
+        ]
+        == "ok"
+    )
     assert parse_rating("I think it is masculine.")["status"].startswith("invalid")
-    assert parse_rating('{"gender_coding": 9, "pole": "masculine", "naturalness": 4, "speaker_gender_cue": false}')[
-        "status"] == "invalid: value out of range"
-    assert parse_rating('{"gender_coding": 5, "pole": "male", "naturalness": 4, "speaker_gender_cue": false}')[
-        "status"] == "invalid: value out of range"
+    assert (
+        parse_rating('{"gender_coding": 9, "pole": "masculine", "naturalness": 4, "speaker_gender_cue": false}')[
+            "status"
+        ]
+        == "invalid: value out of range"
+    )
+    assert (
+        parse_rating('{"gender_coding": 5, "pole": "male", "naturalness": 4, "speaker_gender_cue": false}')["status"]
+        == "invalid: value out of range"
+    )
     assert parse_json_reply('Sure! {"a": {"b": 1}} trailing') == {"a": {"b": 1}}
     assert intensity("masculine", 7) == 1 and intensity("feminine", 1) == 1 and intensity("neutral", 4) == 1
 
@@ -268,9 +354,32 @@ def build_tiny_instruct_model(folder):
     """A 1-layer Llama with a word-level tokenizer and a chat template, saved locally."""
     from tests.fakes.tiny_models import build_tiny_llama
 
-    build_tiny_llama(folder, ["<pad>", "<eos>", "<unk>", "system", "user", "assistant", ":", "{", "}", "gender_coding",
-                              "pole", "masculine", "neutral", "feminine", "1", "4", "7", "passage", "rate", "it"],
-                     max_positions=256)
+    build_tiny_llama(
+        folder,
+        [
+            "<pad>",
+            "<eos>",
+            "<unk>",
+            "system",
+            "user",
+            "assistant",
+            ":",
+            "{",
+            "}",
+            "gender_coding",
+            "pole",
+            "masculine",
+            "neutral",
+            "feminine",
+            "1",
+            "4",
+            "7",
+            "passage",
+            "rate",
+            "it",
+        ],
+        max_positions=256,
+    )
 
 
 def test_local_transformers_judge_joins_the_panel(server, tmp_path, empty_bank, monkeypatch):
@@ -284,8 +393,10 @@ def test_local_transformers_judge_joins_the_panel(server, tmp_path, empty_bank, 
     assert chat.complete(msgs, 0.0, 6) == chat.complete(msgs, 0.0, 6)
     assert chat.complete(msgs, 1.0, 6, seed=5) == chat.complete(msgs, 1.0, 6, seed=5)
     params = stage_params(server, tmp_path, min_judges=1, judge_max_tokens=12, languages=["en"])
-    params["generate"]["judges"] = [params["generate"]["judges"][0],
-                                    {"backend": "transformers", "name": "local", "path": str(folder)}]
+    params["generate"]["judges"] = [
+        params["generate"]["judges"][0],
+        {"backend": "transformers", "name": "local", "path": str(folder)},
+    ]
     run_stage(params, empty_bank, tmp_path / "g", tmp_path / "m.json")
     ratings = pd.read_csv(tmp_path / "g" / "ratings.csv")
     local = ratings[ratings["judge"] == "local"]

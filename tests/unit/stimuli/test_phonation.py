@@ -9,9 +9,9 @@ import pytest
 from parselmouth.praat import call
 from scipy import signal
 
+from voicebias.gates.phonation_check import expected_signs, summarise, validate_check
 from voicebias.instruments.acoustics import MeasureSettings, measure_signal
 from voicebias.stimuli.phonation import ParametricSettings, convert_parametric, select_prompts
-from voicebias.gates.phonation_check import expected_signs, summarise, validate_check
 from voicebias.stimuli.phonation.presets import FEATURES, PAPER_PRESETS, conditioning, n_frames
 from voicebias.validation import ValidationFailed
 
@@ -35,7 +35,7 @@ def vowel(f0: float = F0, seconds: float = 1.6, seed: int = 0) -> np.ndarray:
         r = np.exp(-np.pi * bw / SR)
         x = signal.lfilter([1 - r], [1, -2 * r * np.cos(2 * np.pi * fc / SR), r * r], x)
     x += 1e-5 * rng.standard_normal(len(x))
-    return (0.1 * x / np.sqrt(np.mean(x ** 2))).astype(np.float32)
+    return (0.1 * x / np.sqrt(np.mean(x**2))).astype(np.float32)
 
 
 def cond_of(frames: int, **targets: float) -> np.ndarray:
@@ -154,9 +154,13 @@ def test_unknown_parametric_setting_is_named():
 
 
 def test_select_prompts_per_category_then_overall():
-    man = pd.DataFrame({"prompt_id": [f"nop-{i:03d}" for i in range(1, 7) for _ in range(2)],
-                        "category": [c for c in "aabbcc" for _ in range(2)],
-                        "stimulus_id": [f"nop-{i:03d}-{v}" for i in range(1, 7) for v in ("m", "f")]})
+    man = pd.DataFrame(
+        {
+            "prompt_id": [f"nop-{i:03d}" for i in range(1, 7) for _ in range(2)],
+            "category": [c for c in "aabbcc" for _ in range(2)],
+            "stimulus_id": [f"nop-{i:03d}-{v}" for i in range(1, 7) for v in ("m", "f")],
+        }
+    )
     sel = select_prompts(man, 1, None)
     assert sorted(sel["prompt_id"].unique()) == ["nop-001", "nop-003", "nop-005"]
     assert len(sel) == 6
@@ -169,7 +173,12 @@ def test_select_prompts_per_category_then_overall():
 
 def test_expected_signs_follow_the_presets():
     assert expected_signs(PAPER_PRESETS["breathy"]) == {"h1_h2_db": 1, "h1_a3_db": 1, "cpps_db": -1}
-    assert expected_signs(PAPER_PRESETS["creaky"]) == {"h1_h2_db": -1, "h1_a3_db": -1, "cpps_db": -1, "f0_median_st": -1}
+    assert expected_signs(PAPER_PRESETS["creaky"]) == {
+        "h1_h2_db": -1,
+        "h1_a3_db": -1,
+        "cpps_db": -1,
+        "f0_median_st": -1,
+    }
     assert expected_signs(PAPER_PRESETS["modal"]) == {}
 
 
@@ -177,19 +186,44 @@ def _changes(sign_flip: float) -> pd.DataFrame:
     rows = []
     for i in range(4):
         for measure, sign in (("h1_h2_db", 1), ("cpps_db", -1)):
-            rows.append({"stimulus_id": f"s{i}-breathy", "lang": "en", "voice_gender": "female", "voice_id": "v1",
-                         "phonation": "breathy", "measure": measure, "contrast": "converted_vs_modal",
-                         "expected_sign": sign, "change": sign * sign_flip * (1.0 + 0.1 * i)})
+            rows.append(
+                {
+                    "stimulus_id": f"s{i}-breathy",
+                    "lang": "en",
+                    "voice_gender": "female",
+                    "voice_id": "v1",
+                    "phonation": "breathy",
+                    "measure": measure,
+                    "contrast": "converted_vs_modal",
+                    "expected_sign": sign,
+                    "change": sign * sign_flip * (1.0 + 0.1 * i),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _similarities(own_similarity: float) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(manifest, similarity to the modal original, between-voice similarity 0.7) of 4 breathy files."""
-    man = pd.DataFrame({"stimulus_id": [f"s{i}-breathy" for i in range(4)], "lang": "en", "voice_gender": "female",
-                        "voice_id": "v1", "phonation": "breathy", "prompt_id": [f"p{i}" for i in range(4)]})
+    man = pd.DataFrame(
+        {
+            "stimulus_id": [f"s{i}-breathy" for i in range(4)],
+            "lang": "en",
+            "voice_gender": "female",
+            "voice_id": "v1",
+            "phonation": "breathy",
+            "prompt_id": [f"p{i}" for i in range(4)],
+        }
+    )
     own = pd.DataFrame({"stimulus_id": man["stimulus_id"], "speaker_similarity": own_similarity})
-    between = pd.DataFrame({"prompt_id": man["prompt_id"], "voice_gender": "female", "voice_id": "v1",
-                            "other_voice_id": "v2", "between_similarity": 0.7})
+    between = pd.DataFrame(
+        {
+            "prompt_id": man["prompt_id"],
+            "voice_gender": "female",
+            "voice_id": "v1",
+            "other_voice_id": "v2",
+            "between_similarity": 0.7,
+        }
+    )
     return man, own, between
 
 
@@ -226,11 +260,23 @@ def test_classifier_flips_per_condition_are_counted_and_stop_the_check(tmp_path,
     from voicebias.gates.phonation_check import classifier_flips, measure_stimuli, validate_flips
 
     write_audio(tmp_path / "a.flac", x, SR)
-    man = pd.DataFrame({"stimulus_id": ["m-modal", "f-breathy"], "source_stimulus_id": ["m", "f"],
-                        "voice_gender": ["male", "female"], "voice_id": ["v1", "v2"], "phonation": ["modal", "breathy"],
-                        "path": ["a.flac", "a.flac"]})
-    acoustics = {"pitch_range": {"male": [60, 300], "female": [60, 500]}, "max_formant": {"male": 5000, "female": 5000},
-                 "time_step": 0.01, "classifier": "acoustic_norms", "cpps_time_step": 0.005}
+    man = pd.DataFrame(
+        {
+            "stimulus_id": ["m-modal", "f-breathy"],
+            "source_stimulus_id": ["m", "f"],
+            "voice_gender": ["male", "female"],
+            "voice_id": ["v1", "v2"],
+            "phonation": ["modal", "breathy"],
+            "path": ["a.flac", "a.flac"],
+        }
+    )
+    acoustics = {
+        "pitch_range": {"male": [60, 300], "female": [60, 500]},
+        "max_formant": {"male": 5000, "female": 5000},
+        "time_step": 0.01,
+        "classifier": "acoustic_norms",
+        "cpps_time_step": 0.005,
+    }
     measured = measure_stimuli(man, acoustics, tmp_path, workers=1)
     margins, table = classifier_flips(measured, acoustics, tmp_path)
     t = table.set_index(["voice_gender", "phonation"])
@@ -248,10 +294,15 @@ def test_a_stimulus_whose_halves_are_too_short_is_excluded_with_the_reason(tmp_p
 
     write_audio(tmp_path / "a.flac", x, SR)
     write_audio(tmp_path / "short.flac", x[: SR // 10], SR)
-    man = pd.DataFrame({"stimulus_id": ["long", "short"], "voice_gender": ["male", "male"],
-                        "path": ["a.flac", "short.flac"]})
-    acoustics = {"pitch_range": {"male": [60, 300]}, "max_formant": {"male": 5000}, "time_step": 0.01,
-                 "cpps_time_step": 0.005}
+    man = pd.DataFrame(
+        {"stimulus_id": ["long", "short"], "voice_gender": ["male", "male"], "path": ["a.flac", "short.flac"]}
+    )
+    acoustics = {
+        "pitch_range": {"male": [60, 300]},
+        "max_formant": {"male": 5000},
+        "time_step": 0.01,
+        "cpps_time_step": 0.005,
+    }
     m = measure_stimuli(man, acoustics, tmp_path, workers=1).set_index("stimulus_id")
     assert list(m["measure_status"]) == ["ok", "excluded"]
     assert m.loc["short", "measure_error"].startswith("too_short: too short to measure: 50.0 ms")
@@ -276,9 +327,12 @@ def test_pitch_tier_read_from_text_gives_praats_points_and_values_at_any_time(x,
     assert (start, end) == (call(tier, "Get start time"), call(tier, "Get end time"))
     assert times == [call(tier, "Get time from index", i) for i in range(1, n + 1)]
     assert values == [call(tier, "Get value at index", i) for i in range(1, n + 1)]
-    queries = list(np.linspace(start - 0.05, end + 0.05, 2000)) + times + [0.5 * (a + b) for a, b in zip(times, times[1:])]
-    assert [_pitch_tier_value(times, values, float(t)) for t in queries] == \
-        [call(tier, "Get value at time", float(t)) for t in queries]
+    queries = (
+        list(np.linspace(start - 0.05, end + 0.05, 2000)) + times + [0.5 * (a + b) for a, b in zip(times, times[1:])]
+    )
+    assert [_pitch_tier_value(times, values, float(t)) for t in queries] == [
+        call(tier, "Get value at time", float(t)) for t in queries
+    ]
 
 
 def test_pitch_tier_written_as_text_holds_exactly_the_points_added_one_by_one(x, tmp_path):
@@ -292,8 +346,9 @@ def test_pitch_tier_written_as_text_holds_exactly_the_points_added_one_by_one(x,
     call(added, "Remove points between", 0.0, len(x) / SR)
     for t, f in zip(times, values):
         call(added, "Add point", float(t), float(f))
-    written = _write_pitch_tier(tmp_path / "n.PitchTier", call(added, "Get start time"), call(added, "Get end time"),
-                                times, values)
+    written = _write_pitch_tier(
+        tmp_path / "n.PitchTier", call(added, "Get start time"), call(added, "Get end time"), times, values
+    )
     for tier in (added, written):
         assert [call(tier, "Get time from index", i) for i in range(1, 151)] == [float(t) for t in times]
         assert [call(tier, "Get value at index", i) for i in range(1, 151)] == [float(v) for v in values]
@@ -321,9 +376,9 @@ def test_a_shared_manipulation_copy_resynthesises_like_a_fresh_one(x):
 
 
 def test_conversions_on_every_core_equal_one_by_one(tmp_path):
+    from voicebias.audio import write_audio
     from voicebias.stimuli.phonation import convert_all
     from voicebias.stimuli.phonation.presets import presets_from_params
-    from voicebias.audio import write_audio
 
     presets = presets_from_params(None)
     jobs = []
@@ -331,15 +386,27 @@ def test_conversions_on_every_core_equal_one_by_one(tmp_path):
         src = tmp_path / f"src{k}.flac"
         write_audio(src, vowel(f0, 1.2, seed=k), SR)
         for c in ("breathy", "creaky", "endcreak"):
-            jobs.append({"key": f"{k}-{c}", "src": str(src), "preset": presets[c], "condition": c, "floor": 60.0,
-                         "ceiling": 400.0, "settings": ParametricSettings(), "seed": 7 + k})
+            jobs.append(
+                {
+                    "key": f"{k}-{c}",
+                    "src": str(src),
+                    "preset": presets[c],
+                    "condition": c,
+                    "floor": 60.0,
+                    "ceiling": 400.0,
+                    "settings": ParametricSettings(),
+                    "seed": 7 + k,
+                }
+            )
     jobs.append({**jobs[0], "key": "missing", "src": str(tmp_path / "absent.flac")})
     outs = {}
     for workers in (2, 1):
         run = [{**j, "out": str(tmp_path / f"w{workers}" / f"{j['key']}.flac")} for j in jobs]
         outs[workers] = convert_all(run, workers=workers)
-        outs[workers] = [(r, (tmp_path / f"w{workers}" / f"{r['key']}.flac").read_bytes() if r["status"] == "ok" else b"")
-                         for r in outs[workers]]
+        outs[workers] = [
+            (r, (tmp_path / f"w{workers}" / f"{r['key']}.flac").read_bytes() if r["status"] == "ok" else b"")
+            for r in outs[workers]
+        ]
     assert [r["key"] for r, _ in outs[2]] == [j["key"] for j in jobs]
     assert [r["status"] for r, _ in outs[2]] == ["ok"] * 6 + ["failed"]
     assert "file not found" in outs[2][-1][0]["error"]

@@ -11,9 +11,16 @@ import yaml
 
 from voicebias import config
 from voicebias.audio import read_audio, rms_dbfs
-from voicebias.stimuli.lint import lint_text
-from voicebias.stimuli.prompts import (load_nop_set, load_ss_set, sc_voices, ss_prompts, validate_nop_set, validate_sc_manifest)
 from voicebias.pipeline.sc_stimuli import run_stage
+from voicebias.stimuli.lint import lint_text
+from voicebias.stimuli.prompts import (
+    load_nop_set,
+    load_ss_set,
+    sc_voices,
+    ss_prompts,
+    validate_nop_set,
+    validate_sc_manifest,
+)
 from voicebias.validation import ValidationFailed
 
 NOP = config.DATA / "nop_set" / "nop_set.yaml"
@@ -37,12 +44,18 @@ def test_nop_set_has_150_neutral_open_starters_in_15_categories(nop):
     assert nop["source"].notna().all() and set(nop["review_status"]) <= {"unreviewed", "reviewed"}
 
 
-@pytest.mark.parametrize("mutate,rule", [
-    (lambda d: d.assign(text=d["text"].where(d.index != 7, "I asked her whether the bus was")), "en_gendered_pronoun"),
-    (lambda d: d.assign(text=d["text"].where(d.index != 8, "My wife thinks the new park is")), "en_kinship_spouse"),
-    (lambda d: d.assign(text=d["text"].where(d.index != 9, "The bus was late again today.")), "text"),
-    (lambda d: d.drop(index=12), "category_size"),
-])
+@pytest.mark.parametrize(
+    "mutate,rule",
+    [
+        (
+            lambda d: d.assign(text=d["text"].where(d.index != 7, "I asked her whether the bus was")),
+            "en_gendered_pronoun",
+        ),
+        (lambda d: d.assign(text=d["text"].where(d.index != 8, "My wife thinks the new park is")), "en_kinship_spouse"),
+        (lambda d: d.assign(text=d["text"].where(d.index != 9, "The bus was late again today.")), "text"),
+        (lambda d: d.drop(index=12), "category_size"),
+    ],
+)
 def test_broken_nop_set_is_rejected_by_the_right_check(nop, mutate, rule):
     with pytest.raises(ValidationFailed) as err:
         validate_nop_set(mutate(nop.copy()).reset_index(drop=True))
@@ -82,11 +95,19 @@ def test_sc_voices_need_both_genders_balanced_and_distinct():
 
 
 def _params(root: Path, nop_file: Path, **ss) -> dict:
-    return {"sc_stimuli": {
-        "nop_set": str(nop_file), "nop_categories": 15, "nop_per_category": 1,
-        "backend": "espeak", "rate_wpm": 130, "sample_rate": 16000, "target_rms_dbfs": -23.0, "voices": VOICES,
-        "ss_set": {"enabled": bool(ss), "root": str(FIXTURE), "subset": "gender", "min_duration_s": 3.0, **ss},
-    }}
+    return {
+        "sc_stimuli": {
+            "nop_set": str(nop_file),
+            "nop_categories": 15,
+            "nop_per_category": 1,
+            "backend": "espeak",
+            "rate_wpm": 130,
+            "sample_rate": 16000,
+            "target_rms_dbfs": -23.0,
+            "voices": VOICES,
+            "ss_set": {"enabled": bool(ss), "root": str(FIXTURE), "subset": "gender", "min_duration_s": 3.0, **ss},
+        }
+    }
 
 
 @pytest.fixture()
@@ -140,14 +161,19 @@ def test_prompts_voiced_on_every_core_equal_one_by_one(tmp_path, small_nop, monk
     for processes in (True, False):
         monkeypatch.setattr(EspeakTTS, "processes", processes)
         out = tmp_path / str(processes) / "data" / "sc_stimuli"
-        run_stage(_params(tmp_path / str(processes), small_nop), out, tmp_path / str(processes) / "m.json",
-                  tmp_path / str(processes))
+        run_stage(
+            _params(tmp_path / str(processes), small_nop),
+            out,
+            tmp_path / str(processes) / "m.json",
+            tmp_path / str(processes),
+        )
         files[processes] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert len(files[True]) == 15 * 4 + 3 and files[True] == files[False]
 
 
-def test_manifest_is_checked_once_when_every_prompt_is_voiced_and_twice_with_dataset_voices(tmp_path, small_nop,
-                                                                                             monkeypatch):
+def test_manifest_is_checked_once_when_every_prompt_is_voiced_and_twice_with_dataset_voices(
+    tmp_path, small_nop, monkeypatch
+):
     import voicebias.pipeline.sc_stimuli as stage
 
     calls = []
@@ -161,6 +187,10 @@ def test_manifest_is_checked_once_when_every_prompt_is_voiced_and_twice_with_dat
     run_stage(_params(tmp_path / "a", small_nop), tmp_path / "a" / "out", tmp_path / "a" / "m.json", tmp_path / "a")
     assert calls == [(60, 4)]
     calls.clear()
-    run_stage(_params(tmp_path / "b", small_nop, voicing="original"), tmp_path / "b" / "out", tmp_path / "b" / "m.json",
-              tmp_path / "b")
+    run_stage(
+        _params(tmp_path / "b", small_nop, voicing="original"),
+        tmp_path / "b" / "out",
+        tmp_path / "b" / "m.json",
+        tmp_path / "b",
+    )
     assert calls == [(60, 4), (64, None)]

@@ -12,10 +12,17 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from voicebias.errors import SetupError
 from voicebias.stimuli.phonation.external.vqvc_driver import fit_frames, trim_silence
 from voicebias.stimuli.phonation.presets import FEATURES, PAPER_PRESETS, n_frames
-from voicebias.systems.base import SetupError
-from voicebias.stimuli.phonation.vqvc import VQVCConfig, VQVCError, build_conditioning, check_setup, convert_batch, setup_report
+from voicebias.stimuli.phonation.vqvc import (
+    VQVCConfig,
+    VQVCError,
+    build_conditioning,
+    check_setup,
+    convert_batch,
+    setup_report,
+)
 
 SR = 16000
 
@@ -31,11 +38,14 @@ def test_features_order_is_vqvc_order():
     assert FEATURES == ("creak", "cpps", "h1_h2", "pitch", "h1_a3", "pitch_var")
 
 
-@pytest.mark.parametrize("condition,expected", [
-    ("breathy", row(creak=-2, cpps=-1, h1_h2=3, h1_a3=3)),
-    ("creaky", row(creak=2, cpps=-1.5, h1_h2=-2, h1_a3=-2)),
-    ("modal", row()),
-])
+@pytest.mark.parametrize(
+    "condition,expected",
+    [
+        ("breathy", row(creak=-2, cpps=-1, h1_h2=3, h1_a3=3)),
+        ("creaky", row(creak=2, cpps=-1.5, h1_h2=-2, h1_a3=-2)),
+        ("modal", row()),
+    ],
+)
 def test_constant_presets_give_the_paper_values_on_every_frame(condition, expected):
     c = build_conditioning(condition, 0.5, PAPER_PRESETS)
     assert c.dtype == np.float32 and c.shape == (25, 6)
@@ -45,19 +55,33 @@ def test_constant_presets_give_the_paper_values_on_every_frame(condition, expect
 def test_endcreak_is_zero_before_the_midpoint_then_ramps_to_the_targets():
     # 0.12 s -> 6 frames; midpoint frame 3; ramp weights 0, 0.5, 1 on frames 3, 4, 5
     c = build_conditioning("endcreak", 0.12, PAPER_PRESETS)
-    expected = np.array([
-        row(), row(), row(), row(),
-        row(creak=3.5, cpps=-1, h1_h2=-1, h1_a3=-1),
-        row(creak=7, cpps=-2, h1_h2=-2, h1_a3=-2),
-    ], dtype=np.float32)
+    expected = np.array(
+        [
+            row(),
+            row(),
+            row(),
+            row(),
+            row(creak=3.5, cpps=-1, h1_h2=-1, h1_a3=-1),
+            row(creak=7, cpps=-2, h1_h2=-2, h1_a3=-2),
+        ],
+        dtype=np.float32,
+    )
     np.testing.assert_array_equal(c, expected)
     # 0.1 s -> 5 frames; midpoint frame floor(2.5) = 2; weights 0, 0.5, 1 on frames 2, 3, 4
     c5 = build_conditioning("endcreak", 0.1, PAPER_PRESETS)
-    np.testing.assert_array_equal(c5, np.array([
-        row(), row(), row(),
-        row(creak=3.5, cpps=-1, h1_h2=-1, h1_a3=-1),
-        row(creak=7, cpps=-2, h1_h2=-2, h1_a3=-2),
-    ], dtype=np.float32))
+    np.testing.assert_array_equal(
+        c5,
+        np.array(
+            [
+                row(),
+                row(),
+                row(),
+                row(creak=3.5, cpps=-1, h1_h2=-1, h1_a3=-1),
+                row(creak=7, cpps=-2, h1_h2=-2, h1_a3=-2),
+            ],
+            dtype=np.float32,
+        ),
+    )
 
 
 @pytest.mark.parametrize("duration,frames", [(3.0, 150), (3.01, 151), (4.999, 250), (0.005, 1), (0.02, 1), (0.021, 2)])
@@ -68,8 +92,9 @@ def test_frame_count_follows_the_duration(duration, frames):
 
 def test_baseline_is_added_to_every_frame_and_default_presets_are_the_papers():
     c = build_conditioning("breathy", 0.1, None, baseline={"pitch": -1.5, "creak": 0.5})
-    np.testing.assert_array_equal(c, np.tile(np.array(row(creak=-1.5, cpps=-1, h1_h2=3, pitch=-1.5, h1_a3=3),
-                                                      dtype=np.float32), (5, 1)))
+    np.testing.assert_array_equal(
+        c, np.tile(np.array(row(creak=-1.5, cpps=-1, h1_h2=3, pitch=-1.5, h1_a3=3), dtype=np.float32), (5, 1))
+    )
     with pytest.raises(ValueError, match="unknown phonation condition 'whispery'"):
         build_conditioning("whispery", 1.0, PAPER_PRESETS)
     with pytest.raises(ValueError, match="baseline: unknown feature 'jitter'"):
@@ -77,9 +102,9 @@ def test_baseline_is_added_to_every_frame_and_default_presets_are_the_papers():
 
 
 def test_driver_fits_conditioning_to_the_content_length():
-    c = build_conditioning("endcreak", 3.0, PAPER_PRESETS)          # 150 rows
+    c = build_conditioning("endcreak", 3.0, PAPER_PRESETS)  # 150 rows
     assert fit_frames(c, 150) is not None and np.array_equal(fit_frames(c, 150), c)
-    f = fit_frames(c, 149)                                          # WavLM gives one frame fewer
+    f = fit_frames(c, 149)  # WavLM gives one frame fewer
     assert f.shape == (149, 6) and f.dtype == np.float32
     np.testing.assert_allclose(f[0], c[0])
     np.testing.assert_allclose(f[-1], row(creak=7, cpps=-2, h1_h2=-2, h1_a3=-2), atol=1e-6)
@@ -98,7 +123,7 @@ def test_trim_silence_cuts_quiet_edges_only():
 # a fake VQVC checkout (tests only): same module names and call signatures as the
 # ones the driver uses, trivial behaviour
 
-FAKE_UTILS = '''
+FAKE_UTILS = """
 import json, os
 import hifigan  # like the real utils.py; the checkout has no hifigan, the driver stubs it
 
@@ -123,9 +148,9 @@ def load_checkpoint(path, model, optimizer=None, strict=False):
 def get_content(cmodel, y):
     c = cmodel.extract_features(y.squeeze(1))[0]
     return c.transpose(1, 2)
-'''
+"""
 
-FAKE_MODELS = '''
+FAKE_MODELS = """
 import os
 import numpy as np
 import torch
@@ -153,9 +178,9 @@ class SynthesizerTrn:
         n = len(os.listdir(record))
         np.save(os.path.join(record, f"{n:03d}.npy"), torch.cat(tracks, 1)[0].T.numpy())
         return 0.5 * c.transpose(1, 2).reshape(1, 1, -1)
-'''
+"""
 
-FAKE_WAVLM = '''
+FAKE_WAVLM = """
 import math
 import torch
 
@@ -181,9 +206,9 @@ class WavLM:
         t = math.ceil(n / 320)
         frames = torch.nn.functional.pad(y, (0, t * 320 - n)).reshape(1, t, 320)
         return frames, None
-'''
+"""
 
-FAKE_SPEAKER = '''
+FAKE_SPEAKER = """
 import os
 import numpy as np
 
@@ -194,13 +219,22 @@ class SpeakerEncoder:
     def embed_utterance(self, wav, return_partials=False, rate=1.3, min_coverage=0.75):
         assert wav.ndim == 1 and len(wav) > 0
         return np.full(256, len(wav) / 16000, dtype=np.float32)
-'''
+"""
 
 FAKE_CONFIG = {
     "train": {"segment_size": 8960},
     "data": {"sampling_rate": 16000, "filter_length": 1280, "hop_length": 320, "win_length": 1280},
-    "model": {"inter_channels": 192, "ssl_dim": 1024, "use_spk": True, "creak": True, "cpps": True, "h1h2": True,
-              "pitch": True, "h1a3": True, "pitch_var": True},
+    "model": {
+        "inter_channels": 192,
+        "ssl_dim": 1024,
+        "use_spk": True,
+        "creak": True,
+        "cpps": True,
+        "h1h2": True,
+        "pitch": True,
+        "h1a3": True,
+        "pitch_var": True,
+    },
 }
 
 
@@ -242,15 +276,19 @@ def test_config_from_params_resolves_paths(setup):
     assert setup.checkpoint == root / "models" / "vqvc" / "G_VQVC.pth"
     assert setup.config == root / "external" / "VQVC" / "configs" / "freevc.json"
     assert setup.presets["endcreak"] == PAPER_PRESETS["endcreak"]
-    cfg = VQVCConfig.from_params({"vqvc": {"repo": "/abs/VQVC", "python": "envs/vqvc/bin/python",
-                                           "baseline": {"pitch": -1.0}, "seed": 3}}, root=root)
+    cfg = VQVCConfig.from_params(
+        {"vqvc": {"repo": "/abs/VQVC", "python": "envs/vqvc/bin/python", "baseline": {"pitch": -1.0}, "seed": 3}},
+        root=root,
+    )
     assert cfg.repo == Path("/abs/VQVC") and cfg.python == str(root / "envs/vqvc/bin/python")
     assert cfg.baseline == {"pitch": -1.0} and cfg.seed == 3
     # the authors' notebook (Hfkml/VQVC VQVC.ipynb) drives every conversion with pitch -1.5;
     # a baseline given for other features keeps that pitch
     assert setup.baseline == {"pitch": -1.5}
     assert VQVCConfig.from_params({"vqvc": {"baseline": {"creak": 0.5}}}, root=root).baseline == {
-        "pitch": -1.5, "creak": 0.5}
+        "pitch": -1.5,
+        "creak": 0.5,
+    }
     with pytest.raises(ValueError, match="unknown key"):
         VQVCConfig.from_params({"vqvc": {"checkpiont": "x"}}, root=root)
     with pytest.raises(ValueError, match="baseline: unknown feature"):
@@ -276,28 +314,41 @@ def _freevc_checkout(cfg):
     (cfg.repo / "models.py").write_text("def infer(self, c, g=None, mel=None, c_lengths=None, creaks=None): ...\n")
 
 
-@pytest.mark.parametrize("breakage,message", [
-    (_missing_checkout,
-     "VQVC checkout not found at external/VQVC. Clone it there: `git clone https://github.com/Hfkml/VQVC"),
-    (lambda cfg: (cfg.repo / "models.py").unlink(), "external/VQVC is not a VQVC checkout: it has no models.py"),
-    (_freevc_checkout, "is not a VQVC checkout: it has a models.py without the voice-quality inputs"),
-    (lambda cfg: (cfg.repo / "wavlm" / "__init__.py").unlink(), "the checkout lacks the WavLM code"),
-    (lambda cfg: (cfg.repo / "configs" / "freevc.json").write_text(json.dumps(
-        {**FAKE_CONFIG, "model": {**FAKE_CONFIG["model"], "h1a3": False}})), "switches off the h1a3 encoder"),
-    (lambda cfg: cfg.checkpoint.unlink(),
-     "VQVC generator checkpoint not found at models/vqvc/G_VQVC.pth. Download G_VQVC.pth from the release of "
-     "https://github.com/Hfkml/VQVC."),
-    (lambda cfg: cfg.wavlm.unlink(), "WavLM-Large checkpoint not found at models/vqvc/WavLM-Large.pt"),
-    (lambda cfg: cfg.speaker_encoder.unlink(),
-     "speaker-encoder checkpoint not found at models/vqvc/pretrained_bak_5805000.pt"),
-])
+@pytest.mark.parametrize(
+    "breakage,message",
+    [
+        (
+            _missing_checkout,
+            "VQVC checkout not found at external/VQVC. Clone it there: `git clone https://github.com/Hfkml/VQVC",
+        ),
+        (lambda cfg: (cfg.repo / "models.py").unlink(), "external/VQVC is not a VQVC checkout: it has no models.py"),
+        (_freevc_checkout, "is not a VQVC checkout: it has a models.py without the voice-quality inputs"),
+        (lambda cfg: (cfg.repo / "wavlm" / "__init__.py").unlink(), "the checkout lacks the WavLM code"),
+        (
+            lambda cfg: (cfg.repo / "configs" / "freevc.json").write_text(
+                json.dumps({**FAKE_CONFIG, "model": {**FAKE_CONFIG["model"], "h1a3": False}})
+            ),
+            "switches off the h1a3 encoder",
+        ),
+        (
+            lambda cfg: cfg.checkpoint.unlink(),
+            "VQVC generator checkpoint not found at models/vqvc/G_VQVC.pth. Download G_VQVC.pth from the release of "
+            "https://github.com/Hfkml/VQVC.",
+        ),
+        (lambda cfg: cfg.wavlm.unlink(), "WavLM-Large checkpoint not found at models/vqvc/WavLM-Large.pt"),
+        (
+            lambda cfg: cfg.speaker_encoder.unlink(),
+            "speaker-encoder checkpoint not found at models/vqvc/pretrained_bak_5805000.pt",
+        ),
+    ],
+)
 def test_each_missing_piece_has_its_own_message(setup, breakage, message):
     breakage(setup)
     with pytest.raises(SetupError) as err:
         check_setup(setup)
     text = str(err.value)
     assert message in text
-    assert text.count("\n- ") == 1, text     # only the broken piece is named
+    assert text.count("\n- ") == 1, text  # only the broken piece is named
     assert any(line.startswith("missing") and message in line for line in setup_report(setup))
 
 
@@ -348,8 +399,13 @@ def test_convert_batch_end_to_end(setup, tmp_path, monkeypatch):
         {"id": "b-creaky", "input": src / "b.wav", "output": out / "b_creaky.wav", "condition": "creaky"},
         {"id": "silent", "input": src / "silent.wav", "output": out / "silent.wav", "condition": "breathy"},
         {"id": "c-endcreak", "input": src / "c.wav", "output": out / "c_endcreak.wav", "condition": "endcreak"},
-        {"id": "d-modal", "input": src / "d.wav", "output": out / "d_modal.wav", "condition": "modal",
-         "speaker": src / "speaker.wav"},
+        {
+            "id": "d-modal",
+            "input": src / "d.wav",
+            "output": out / "d_modal.wav",
+            "condition": "modal",
+            "speaker": src / "speaker.wav",
+        },
     ]
     results = convert_batch(setup, jobs, tmp_path / "work")
 
@@ -366,11 +422,11 @@ def test_convert_batch_end_to_end(setup, tmp_path, monkeypatch):
         y, sr = sf.read(job["output"], dtype="float32")
         x, _ = sf.read(job["input"], dtype="float32")
         assert sr == SR and len(y) >= len(x)
-        np.testing.assert_allclose(y[:len(x)], 0.5 * x, atol=2e-4)   # the fake's gain, PCM_16 rounding
+        np.testing.assert_allclose(y[: len(x)], 0.5 * x, atol=2e-4)  # the fake's gain, PCM_16 rounding
         assert r["frames_conditioning"] == r["frames_model"] == n_frames(len(x) / SR)
 
     received = sorted(record.iterdir())
-    assert len(received) == len(good)                                # in job order, failures skipped
+    assert len(received) == len(good)  # in job order, failures skipped
     for job, path in zip(good, received):
         dur = durations[job["id"][0]]
         expected = build_conditioning(job["condition"], dur, PAPER_PRESETS, baseline={"pitch": -1.5})
@@ -386,8 +442,11 @@ def test_driver_failing_as_a_whole_raises_with_its_stderr(setup, tmp_path, monke
     monkeypatch.setenv("VOICEBIAS_CHILD_ENV", "FAKE_VQVC_RECORD, FAKE_VQVC_FAIL_LOAD")
     sf.write(tmp_path / "a.wav", tone(0.3), SR)
     with pytest.raises(VQVCError) as err:
-        convert_batch(setup, [{"input": tmp_path / "a.wav", "output": tmp_path / "o.wav", "condition": "creaky"}],
-                      tmp_path / "work")
+        convert_batch(
+            setup,
+            [{"input": tmp_path / "a.wav", "output": tmp_path / "o.wav", "condition": "creaky"}],
+            tmp_path / "work",
+        )
     text = str(err.value)
     assert "exit code 2" in text and "after 0 of 1 item(s)" in text
     assert "no kernel image is available" in text

@@ -19,7 +19,8 @@ from tests.fakes.gemini_live_server import FakeGeminiLiveServer
 from tests.fakes.openai_server import FakeOpenAIAudioServer
 from tests.fakes.stimuli import make_stimuli
 from tests.respond import run
-from voicebias.systems import SetupError, build_system, load_card
+from voicebias.errors import SetupError
+from voicebias.systems import build_system, load_card
 from voicebias.systems.runner import RetryPolicy
 
 KEY = "sk-test-breaker-0123456789abcdefPLANTED"
@@ -44,11 +45,15 @@ def test_a_hanging_server_trips_the_breaker_after_a_few_requests(tmp_path, cards
     stim = make_stimuli(tmp_path, n)
     breaker = {"failures": 3, "cooldown_s": 0.2, "max_cooldown_s": 1.0, "max_reopens": 2}
     with FakeOpenAIAudioServer("EMPTY", default="timeout", hang_s=60.0) as server:
-        system = served(cards, tmp_path, base_url=server.base_url, timeout_s=0.3, max_concurrency=4,
-                        breaker=breaker)
+        system = served(cards, tmp_path, base_url=server.base_url, timeout_s=0.3, max_concurrency=4, breaker=breaker)
         t0 = time.perf_counter()
-        table, counts, _, files = run(system, stim, tmp_path, tmp_path / "cache",
-                                      policy=RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05))
+        table, counts, _, files = run(
+            system,
+            stim,
+            tmp_path,
+            tmp_path / "cache",
+            policy=RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05),
+        )
         wall = time.perf_counter() - t0
         system.close()
         received = sum(server.attempts.values())  # counted as each request arrives, hung or not
@@ -59,8 +64,10 @@ def test_a_hanging_server_trips_the_breaker_after_a_few_requests(tmp_path, cards
     # the first wave (4 at once) times out, the breaker opens, two probes fail: a handful, not 100 x 4
     assert 4 + 2 <= received <= 12, received
     assert (table.status == "failed").all() and len(table) == n and counts["failed"] == n
-    assert table.error.str.fullmatch(r"circuit open after \d+ consecutive failures \(re-opened 2 times, given up "
-                                     r"for this run\): timeout after 0\.3 s").all(), table.error.unique()
+    assert table.error.str.fullmatch(
+        r"circuit open after \d+ consecutive failures \(re-opened 2 times, given up "
+        r"for this run\): timeout after 0\.3 s"
+    ).all(), table.error.unique()
     assert counts["calls"] == (table.attempts > 0).sum() <= received
     assert table.transcript.isna().all() and table.output_audio.isna().all() and list(files) == ["responses.csv"]
     said = capsys.readouterr().err
@@ -69,6 +76,7 @@ def test_a_hanging_server_trips_the_breaker_after_a_few_requests(tmp_path, cards
 
 
 # ---------------------------------------------------------------------------- the pre-run check
+
 
 def test_openai_check_refused_key_and_unreachable_server_stop_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-key-0123456789")
@@ -81,8 +89,10 @@ def test_openai_check_refused_key_and_unreachable_server_stop_in_one_line(tmp_pa
         system.close()
         assert server.log == []  # no chat request was sent
     msg = str(info.value)
-    assert msg.startswith(f"system 'gpt_audio': endpoint {server.base_url}: credentials refused (GET /models "
-                          "answered HTTP 401: Incorrect API key provided.); check the key in OPENAI_API_KEY")
+    assert msg.startswith(
+        f"system 'gpt_audio': endpoint {server.base_url}: credentials refused (GET /models "
+        "answered HTTP 401: Incorrect API key provided.); check the key in OPENAI_API_KEY"
+    )
     assert "sk-wrong" not in msg and "\n" not in msg
     print(f"refused key: stopped in {seconds:.2f} s")
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
@@ -105,8 +115,9 @@ def test_openai_compatible_check_passes_a_server_without_a_model_list(tmp_path, 
         assert server.gets == ["/v1/models"]
     with FakeOpenAIAudioServer("sk-needs-one") as server:
         system = served(cards, tmp_path, base_url=server.base_url)
-        with pytest.raises(SetupError, match="credentials refused .*the server wants a key: name its variable in "
-                                             "api_key_env"):
+        with pytest.raises(
+            SetupError, match="credentials refused .*the server wants a key: name its variable in api_key_env"
+        ):
             system.check()
 
 
@@ -121,8 +132,7 @@ def test_with_several_endpoints_the_run_goes_on_with_those_that_answer(tmp_path,
         facts = {e["endpoint"]: e for e in system.pool.stats()}
         system.close()
     said = capsys.readouterr().err
-    assert f"system 'served': 1 of 3 endpoints do not answer, left out of this run: {dead} (connection refused)" \
-        in said
+    assert f"system 'served': 1 of 3 endpoints do not answer, left out of this run: {dead} (connection refused)" in said
     assert (table.status == "ok").all() and counts["calls"] == 6
     assert facts[dead]["sent"] == 0 and facts[dead]["breaker"] == "left out"
     assert facts[a.base_url]["answered"] + facts[b.base_url]["answered"] == 6
@@ -144,9 +154,11 @@ def test_gemini_check_looks_the_model_up_with_the_key(tmp_path, monkeypatch):
         monkeypatch.setenv("GEMINI_API_KEY", "AIzaSy-wrong-key")
         with pytest.raises(SetupError) as info:
             gemini(server).check()
-        assert str(info.value) == (f"system 'gemini_live': credentials refused (looking up {model} answered HTTP "
-                                   "400: API key not valid. Please pass a valid API key.); check the key in "
-                                   "GEMINI_API_KEY")
+        assert str(info.value) == (
+            f"system 'gemini_live': credentials refused (looking up {model} answered HTTP "
+            "400: API key not valid. Please pass a valid API key.); check the key in "
+            "GEMINI_API_KEY"
+        )
         port = server.port
     monkeypatch.setenv("GEMINI_API_KEY", key)
     system = build_system("gemini_live", {"base_url": f"https://127.0.0.1:{port}"}, root=tmp_path)
@@ -160,9 +172,16 @@ def test_vllm_omni_check_names_a_refused_key(tmp_path, monkeypatch):
     cards = pinned_cards(tmp_path)
     with FakeVLLMOmniServer("Qwen/Qwen2.5-Omni-7B", api_key="vllm-secret-key") as server:
         monkeypatch.setenv("VLLM_KEY", "not-the-key")
-        system = build_system("qwen2_5_omni_vllm", {"base_url": server.base_url, "api_key_env": "VLLM_KEY"},
-                              cards_dir=cards, root=tmp_path)
-        with pytest.raises(SetupError, match=r"endpoint .*: credentials refused \(GET .*/v1/models answered HTTP "
-                                             r"401: Unauthorized\); check the key in VLLM_KEY"):
+        system = build_system(
+            "qwen2_5_omni_vllm",
+            {"base_url": server.base_url, "api_key_env": "VLLM_KEY"},
+            cards_dir=cards,
+            root=tmp_path,
+        )
+        with pytest.raises(
+            SetupError,
+            match=r"endpoint .*: credentials refused \(GET .*/v1/models answered HTTP "
+            r"401: Unauthorized\); check the key in VLLM_KEY",
+        ):
             system.check()
         assert server.chats() == []

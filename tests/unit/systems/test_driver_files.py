@@ -35,5 +35,7 @@ def test_the_script_folders_hold_drivers():
 def test_no_script_is_named_like_a_package_it_imports(script):
     own = {p.stem for p in script.parent.glob("*.py")}
     clashes = sorted(own & imported_top_levels(script) - {"_protocol"})
-    assert not clashes, (f"{script.name} imports {clashes}, which its folder shadows when it runs as a script; "
-                         "rename the file in that folder")
+    assert not clashes, (
+        f"{script.name} imports {clashes}, which its folder shadows when it runs as a script; "
+        "rename the file in that folder"
+    )

@@ -12,7 +12,8 @@ import pytest
 
 from tests.fakes import checkouts as fake
 from tests.fakes.stimuli import make_stimuli
-from voicebias.systems import SetupError, build_system
+from voicebias.errors import SetupError
+from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest, S2SRequest
 
 BASE = {"python": sys.executable, "startup_timeout_s": 120, "timeout_s": 120, "device": "cpu"}
@@ -25,8 +26,9 @@ def _stimulus(tmp_path, seconds=0.25):
 def _s2s(system, tmp_path, prompt="Answer the speaker."):
     s = _stimulus(tmp_path)
     try:
-        return system.call(S2SRequest(s.stimulus_id, "en", "en", "describe", prompt, str(tmp_path / s.path),
-                                      s.sha256, 1))
+        return system.call(
+            S2SRequest(s.stimulus_id, "en", "en", "describe", prompt, str(tmp_path / s.path), s.sha256, 1)
+        )
     finally:
         system.close()
 
@@ -34,8 +36,11 @@ def _s2s(system, tmp_path, prompt="Answer the speaker."):
 def _continue(system, tmp_path, seconds=6.0, prompt_s=0.25):
     s = _stimulus(tmp_path, prompt_s)
     try:
-        return system.call(ContinuationRequest(s.stimulus_id, "en", "continue", str(tmp_path / s.path), s.sha256, 1,
-                                               continuation_s=seconds))
+        return system.call(
+            ContinuationRequest(
+                s.stimulus_id, "en", "continue", str(tmp_path / s.path), s.sha256, 1, continuation_s=seconds
+            )
+        )
     finally:
         system.close()
 
@@ -62,9 +67,11 @@ def test_glm4_voice_interleave_prompt_is_upstreams_text():
         ns = runpy.run_path(str(DRIVERS / "glm4_voice_driver.py"), run_name="voicebias_test")
     finally:
         sys.path.remove(str(DRIVERS))
-    assert ns["INTERLEAVE"] == ("User will provide you with a speech instruction. Do it step by step. First, think "
-                                "about the instruction and respond in a interleaved manner, with 13 text token "
-                                "followed by 26 audio tokens. ")
+    assert ns["INTERLEAVE"] == (
+        "User will provide you with a speech instruction. Do it step by step. First, think "
+        "about the instruction and respond in a interleaved manner, with 13 text token "
+        "followed by 26 audio tokens. "
+    )
 
 
 def test_glm4_voice_without_its_submodule_says_so(tmp_path, monkeypatch):
@@ -112,7 +119,9 @@ def test_kimi_audio_without_a_local_speech_tokenizer_stops_offline_with_where_to
     fake.kimi_checkout(tmp_path / "external" / "Kimi-Audio", speech_tokenizer=False)
     fake.kimi_weights(tmp_path / "models" / "weights" / "Kimi-Audio-7B-Instruct")
     system = build_system("kimi_audio", BASE, root=tmp_path)
-    with pytest.raises(SetupError, match=r"THUDM/glm-4-voice-tokenizer.*external/Kimi-Audio/THUDM/glm-4-voice-tokenizer"):
+    with pytest.raises(
+        SetupError, match=r"THUDM/glm-4-voice-tokenizer.*external/Kimi-Audio/THUDM/glm-4-voice-tokenizer"
+    ):
         _s2s(system, tmp_path)
 
 
@@ -123,8 +132,13 @@ def test_step_audio2_uses_upstreams_speech_to_speech_settings(tmp_path):
     assert resp.status == "ok", resp.error
     sent = json.loads(resp.transcript)
     # stepfun-ai/Step-Audio2 stepaudio2.py (c22bfad), speech-to-speech example
-    assert sent == {"max_new_tokens": 4096, "temperature": 0.7, "repetition_penalty": 1.05, "top_p": 0.9,
-                    "do_sample": True}
+    assert sent == {
+        "max_new_tokens": 4096,
+        "temperature": 0.7,
+        "repetition_penalty": 1.05,
+        "top_p": 0.9,
+        "do_sample": True,
+    }
     assert resp.sample_rate == 24000 and resp.audio.size == int(50 / 25 * 24000)  # ids >= 6561 dropped
 
 

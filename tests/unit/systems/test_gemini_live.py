@@ -13,9 +13,10 @@ import pytest
 
 from tests.fakes.gemini_live_server import FakeGeminiLiveServer, pcm_fingerprint
 from tests.fakes.stimuli import make_stimuli
-from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
-from voicebias.systems import SetupError, build_system
+from voicebias.errors import SetupError
+from voicebias.systems import build_system
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.tasks import load_tasks
 
 KEY = "AIzaSy-test-gemini-0123456789PLANTED"
@@ -29,6 +30,7 @@ def server_factory(tmp_path, monkeypatch):
         srv = FakeGeminiLiveServer(KEY, tmp_path / "tls", **kw)
         monkeypatch.setenv("SSL_CERT_FILE", str(srv.cert))  # trust the fake server's certificate
         return srv
+
     return make
 
 
@@ -38,8 +40,11 @@ def test_session_has_the_documented_shape(tmp_path, server_factory):
     prompt = load_tasks()["summarize"].prompt("zh")
     req = S2SRequest(s.stimulus_id, "zh", "zh", "summarize", prompt, str(tmp_path / s.path), s.sha256, 1)
     with server_factory() as server:
-        system = build_system("gemini_live", {"model": "gemini-2.5-flash-native-audio", "base_url": server.base_url,
-                                              "timeout_s": 10}, root=tmp_path)
+        system = build_system(
+            "gemini_live",
+            {"model": "gemini-2.5-flash-native-audio", "base_url": server.base_url, "timeout_s": 10},
+            root=tmp_path,
+        )
         resp = system.respond(req)
     session = server.sessions[0]
     setup = session.setup
@@ -59,16 +64,32 @@ def test_session_has_the_documented_shape(tmp_path, server_factory):
 def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, server_factory):
     stim = make_stimuli(tmp_path, 10)
     fps = [pcm_fingerprint(tmp_path / p) for p in stim["path"]]
-    plan = {fps[0]: ["close1011"], fps[1]: ["close1013", "close1011"], fps[2]: ["hang"],
-            fps[3]: ["close1008"], fps[4]: ["noaudio"], fps[5]: ["close1011"] * 10}
+    plan = {
+        fps[0]: ["close1011"],
+        fps[1]: ["close1013", "close1011"],
+        fps[2]: ["hang"],
+        fps[3]: ["close1008"],
+        fps[4]: ["noaudio"],
+        fps[5]: ["close1011"] * 10,
+    }
     # attempts each stimulus needs; the two refused handshakes land on whichever sessions open first
     expected_attempts = {0: 2, 1: 3, 2: 2, 3: 1, 4: 1, 5: 5}
     policy = RetryPolicy(max_attempts=5, base_delay_s=0.01, max_delay_s=0.05)
     with server_factory(plan=plan, reject_handshakes=2, hang_s=3.0) as server:
-        system = build_system("gemini_live", {"base_url": server.base_url, "timeout_s": 2.0, "max_concurrency": 3},
-                              root=tmp_path)
-        table, counts = run_task(system, load_tasks()["describe"], stim, tmp_path / "out",
-                                 ResponseCache(tmp_path / "cache"), 1, tmp_path, policy=policy, progress=False)
+        system = build_system(
+            "gemini_live", {"base_url": server.base_url, "timeout_s": 2.0, "max_concurrency": 3}, root=tmp_path
+        )
+        table, counts = run_task(
+            system,
+            load_tasks()["describe"],
+            stim,
+            tmp_path / "out",
+            ResponseCache(tmp_path / "cache"),
+            1,
+            tmp_path,
+            policy=policy,
+            progress=False,
+        )
     assert sorted(table.stimulus_id) == sorted(stim.stimulus_id)
     by_id = table.set_index("stimulus_id")
     failed = {stim.stimulus_id[i] for i in (3, 4, 5)}

@@ -15,9 +15,10 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
-from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
-from voicebias.systems import SetupError, build_system, load_card
+from voicebias.errors import SetupError
+from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.tasks import load_tasks
 
 KEY = "sk-test-openai-0123456789abcdefPLANTED"
@@ -25,8 +26,7 @@ KEY = "sk-test-openai-0123456789abcdefPLANTED"
 
 def gpt_audio(server, monkeypatch, tmp_path, **extra):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    params = {"model": "gpt-4o-audio-preview", "voice": "alloy", "base_url": server.base_url, "timeout_s": 5.0,
-              **extra}
+    params = {"model": "gpt-4o-audio-preview", "voice": "alloy", "base_url": server.base_url, "timeout_s": 5.0, **extra}
     return build_system("gpt_audio", params, root=tmp_path)
 
 
@@ -34,8 +34,16 @@ def test_call_has_the_documented_shape_and_reply_is_parsed(tmp_path, monkeypatch
     stim = make_stimuli(tmp_path, 1, langs=("es",))
     task = load_tasks()["describe"]
     s = stim.iloc[0]
-    req = S2SRequest(stimulus_id=s.stimulus_id, lang="es", target_lang="es", task="describe",
-                     prompt=task.prompt("es"), audio_path=str(tmp_path / s.path), audio_sha256=s.sha256, seed=7)
+    req = S2SRequest(
+        stimulus_id=s.stimulus_id,
+        lang="es",
+        target_lang="es",
+        task="describe",
+        prompt=task.prompt("es"),
+        audio_path=str(tmp_path / s.path),
+        audio_sha256=s.sha256,
+        seed=7,
+    )
     with FakeOpenAIAudioServer(KEY) as server:
         system = gpt_audio(server, monkeypatch, tmp_path)
         resp = system.respond(req)
@@ -57,18 +65,28 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
     stim = make_stimuli(tmp_path, 24)
     fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
     plan = {
-        fps[0]: ["429"], fps[1]: ["429", "429"], fps[2]: ["500"], fps[3]: ["503", "500"], fps[4]: ["timeout"],
-        fps[5]: ["drop"], fps[6]: ["500", "500", "500", "500"],  # never recovers within 3 attempts
-        fps[7]: ["400"], fps[8]: ["noaudio"], fps[9]: ["429", "timeout"],
+        fps[0]: ["429"],
+        fps[1]: ["429", "429"],
+        fps[2]: ["500"],
+        fps[3]: ["503", "500"],
+        fps[4]: ["timeout"],
+        fps[5]: ["drop"],
+        fps[6]: ["500", "500", "500", "500"],  # never recovers within 3 attempts
+        fps[7]: ["400"],
+        fps[8]: ["noaudio"],
+        fps[9]: ["429", "timeout"],
     }
     expected_attempts = {0: 2, 1: 3, 2: 2, 3: 3, 4: 2, 5: 2, 6: 3, 7: 1, 8: 1, 9: 3}
     task = load_tasks()["describe"]
     cache = ResponseCache(tmp_path / "cache")
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
-    with FakeOpenAIAudioServer(KEY, plan=plan, hang_s=2.5) as server:
-        system = gpt_audio(server, monkeypatch, tmp_path, timeout_s=1.0, max_concurrency=4)
-        table, counts = run_task(system, task, stim, tmp_path / "out", cache, 1, tmp_path, policy=policy,
-                                 progress=False)
+    # a hung request outlasts the client's timeout; a normal reply stays far inside it even on a
+    # loaded 2-core machine, so the attempt counts below do not depend on the machine's speed
+    with FakeOpenAIAudioServer(KEY, plan=plan, hang_s=3.5) as server:
+        system = gpt_audio(server, monkeypatch, tmp_path, timeout_s=3.0, max_concurrency=4)
+        table, counts = run_task(
+            system, task, stim, tmp_path / "out", cache, 1, tmp_path, policy=policy, progress=False
+        )
         # none lost: one row per stimulus, each ok or failed with a reason
         assert sorted(table["stimulus_id"]) == sorted(stim["stimulus_id"])
         by_id = table.set_index("stimulus_id")
@@ -100,8 +118,9 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
         # a re-run calls only what failed; finished calls come from the cache
         server.wait_idle()  # the hung requests of the first run are logged before the re-run starts
         n_before = len(server.log)
-        table2, counts2 = run_task(system, task, stim, tmp_path / "out2", cache, 1, tmp_path, policy=policy,
-                                   progress=False)
+        table2, counts2 = run_task(
+            system, task, stim, tmp_path / "out2", cache, 1, tmp_path, policy=policy, progress=False
+        )
         system.close()
     assert counts2["cache_hits"] == 21 and counts2["calls"] == 3
     new = server.log[n_before:]
@@ -124,10 +143,12 @@ def test_key_is_read_from_dotenv(tmp_path, monkeypatch):
     task = load_tasks()["readback"]
     with FakeOpenAIAudioServer(KEY) as server:
         system = build_system("gpt_audio", {"base_url": server.base_url}, root=tmp_path)
-        table, _ = run_task(system, task, stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path,
-                            progress=False)
+        table, _ = run_task(
+            system, task, stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path, progress=False
+        )
     assert table.status.tolist() == ["ok"]  # the fake server rejects any other key with 401
     import os
+
     assert "OPENAI_API_KEY" not in os.environ  # .env is read, not copied into the environment
 
 
@@ -141,10 +162,12 @@ def test_openai_compatible_endpoint_without_key_and_without_transcript(tmp_path,
     stim = make_stimuli(tmp_path, 2)
     task = load_tasks()["describe"]
     with FakeOpenAIAudioServer("EMPTY", with_transcript=False) as server:
-        system = build_system("served", {"base_url": server.base_url, "voice": "Chelsie"}, cards_dir=cards,
-                              root=tmp_path)
-        table, counts = run_task(system, task, stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path,
-                                 progress=False)
+        system = build_system(
+            "served", {"base_url": server.base_url, "voice": "Chelsie"}, cards_dir=cards, root=tmp_path
+        )
+        table, counts = run_task(
+            system, task, stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path, progress=False
+        )
     assert server.log[0].body["model"] == "Qwen/Qwen2.5-Omni-7B"
     assert server.log[0].body["audio"]["voice"] == "Chelsie"
     # audio without any text is not a usable S2S answer unless an ASR is configured: recorded, not invented

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voicebias.systems import SetupError, build_system
+from voicebias.errors import SetupError
+from voicebias.systems import build_system
 
 
 def test_missing_weights_folder_is_named(tmp_path):
@@ -74,21 +75,39 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 #: named placeholders the processor reads from the tokenizer
-NAMED_TOKENS = {"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>",
-                "image_token": "<|IMAGE|>", "video_token": "<|VIDEO|>", "vision_bos_token": "<|vision_bos|>",
-                "vision_eos_token": "<|vision_eos|>"}
-OTHER_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_text_pad|>", "<|tts_text_bos|>",
-                "<|tts_text_eos|>", "<|tts_text_bos_single|>"]
-CODEBOOK = 8192      # speech codes the talker may emit (its vocabulary adds control codes above)
-DIT_POSITIONS = 64   # mel frames the tiny DiT accepts: 2 per speech code, so at most 32 codes
+NAMED_TOKENS = {
+    "audio_token": "<|AUDIO|>",
+    "audio_bos_token": "<|audio_bos|>",
+    "audio_eos_token": "<|audio_eos|>",
+    "image_token": "<|IMAGE|>",
+    "video_token": "<|VIDEO|>",
+    "vision_bos_token": "<|vision_bos|>",
+    "vision_eos_token": "<|vision_eos|>",
+}
+OTHER_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|tts_text_pad|>",
+    "<|tts_text_bos|>",
+    "<|tts_text_eos|>",
+    "<|tts_text_bos_single|>",
+]
+CODEBOOK = 8192  # speech codes the talker may emit (its vocabulary adds control codes above)
+DIT_POSITIONS = 64  # mel frames the tiny DiT accepts: 2 per speech code, so at most 32 codes
 
 
 def build_tiny_qwen_omni(folder: Path) -> Path:
     """A randomly initialised Qwen2.5-Omni with its tokenizer, feature extractor and speakers, saved to `folder`."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import (PreTrainedTokenizerFast, Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration,
-                              Qwen2VLImageProcessorPil, WhisperFeatureExtractor)
+    from transformers import (
+        PreTrainedTokenizerFast,
+        Qwen2_5OmniConfig,
+        Qwen2_5OmniForConditionalGeneration,
+        Qwen2VLImageProcessorPil,
+        WhisperFeatureExtractor,
+    )
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -99,50 +118,108 @@ def build_tiny_qwen_omni(folder: Path) -> Path:
     bpe = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  extra_special_tokens=dict(NAMED_TOKENS))
-    tok.add_special_tokens({"additional_special_tokens": OTHER_TOKENS + list(NAMED_TOKENS.values())},
-                           replace_extra_special_tokens=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", extra_special_tokens=dict(NAMED_TOKENS)
+    )
+    tok.add_special_tokens(
+        {"additional_special_tokens": OTHER_TOKENS + list(NAMED_TOKENS.values())}, replace_extra_special_tokens=False
+    )
     tok.save_pretrained(folder)
     ids = {t: tok.convert_tokens_to_ids(t) for t in OTHER_TOKENS + list(NAMED_TOKENS.values())}
     # the checkpoint keeps the feature extractor's and the image processor's settings in one
     # preprocessor_config.json, and its chat template beside it
-    features = {**json.loads(Qwen2VLImageProcessorPil().to_json_string()),
-                **json.loads(WhisperFeatureExtractor(feature_size=128).to_json_string()),
-                "processor_class": "Qwen2_5OmniProcessor"}
+    features = {
+        **json.loads(Qwen2VLImageProcessorPil().to_json_string()),
+        **json.loads(WhisperFeatureExtractor(feature_size=128).to_json_string()),
+        "processor_class": "Qwen2_5OmniProcessor",
+    }
     (folder / "preprocessor_config.json").write_text(json.dumps(features, indent=2))
     (folder / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}))
 
     width = 32  # thinker width, also what the talker reads
-    placeholders = dict(audio_token_index=ids["<|AUDIO|>"], image_token_index=ids["<|IMAGE|>"],
-                        video_token_index=ids["<|VIDEO|>"], audio_start_token_id=ids["<|audio_bos|>"],
-                        audio_end_token_id=ids["<|audio_eos|>"], vision_start_token_id=ids["<|vision_bos|>"],
-                        vision_end_token_id=ids["<|vision_eos|>"])
+    placeholders = dict(
+        audio_token_index=ids["<|AUDIO|>"],
+        image_token_index=ids["<|IMAGE|>"],
+        video_token_index=ids["<|VIDEO|>"],
+        audio_start_token_id=ids["<|audio_bos|>"],
+        audio_end_token_id=ids["<|audio_eos|>"],
+        vision_start_token_id=ids["<|vision_bos|>"],
+        vision_end_token_id=ids["<|vision_eos|>"],
+    )
     thinker = dict(
-        text_config=dict(vocab_size=len(tok), hidden_size=width, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
-                         pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"]),
-        audio_config=dict(num_mel_bins=128, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32,
-                          d_model=16, output_dim=width),
-        vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=width,
-                           fullatt_block_indexes=[0]),
-        **placeholders)
-    talker = dict(vocab_size=CODEBOOK + 256, embedding_size=width, hidden_size=16, intermediate_size=32,
-                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                  max_position_embeddings=1024,
-                  rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [1, 1, 2]},
-                  tts_text_start_token_id=ids["<|tts_text_bos|>"], tts_text_end_token_id=ids["<|tts_text_eos|>"],
-                  tts_text_pad_token_id=ids["<|tts_text_pad|>"], **placeholders)
-    dit = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, head_dim=8, emb_dim=8, num_embeds=CODEBOOK,
-               mel_dim=16, enc_emb_dim=8, enc_dim=8, enc_channels=[8, 8, 8], enc_kernel_sizes=[3, 3, 1],
-               enc_dilations=[1, 1, 1], enc_attention_channels=4, enc_se_channels=4, look_ahead_layers=[0],
-               look_backward_layers=[0], max_position_embeddings=DIT_POSITIONS, dropout=0.0)
+        text_config=dict(
+            vocab_size=len(tok),
+            hidden_size=width,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=1024,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+            pad_token_id=ids["<|endoftext|>"],
+            eos_token_id=ids["<|im_end|>"],
+        ),
+        audio_config=dict(
+            num_mel_bins=128,
+            encoder_layers=1,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            d_model=16,
+            output_dim=width,
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=width, fullatt_block_indexes=[0]
+        ),
+        **placeholders,
+    )
+    talker = dict(
+        vocab_size=CODEBOOK + 256,
+        embedding_size=width,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=1024,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [1, 1, 2]},
+        tts_text_start_token_id=ids["<|tts_text_bos|>"],
+        tts_text_end_token_id=ids["<|tts_text_eos|>"],
+        tts_text_pad_token_id=ids["<|tts_text_pad|>"],
+        **placeholders,
+    )
+    dit = dict(
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        head_dim=8,
+        emb_dim=8,
+        num_embeds=CODEBOOK,
+        mel_dim=16,
+        enc_emb_dim=8,
+        enc_dim=8,
+        enc_channels=[8, 8, 8],
+        enc_kernel_sizes=[3, 3, 1],
+        enc_dilations=[1, 1, 1],
+        enc_attention_channels=4,
+        enc_se_channels=4,
+        look_ahead_layers=[0],
+        look_backward_layers=[0],
+        max_position_embeddings=DIT_POSITIONS,
+        dropout=0.0,
+    )
     # 240 output samples per mel frame (8 * 6 * 5), as the checkpoint's vocoder: 24 kHz speech
-    bigvgan = dict(mel_dim=16, upsample_initial_channel=16, resblock_kernel_sizes=[3],
-                   resblock_dilation_sizes=[[1, 1, 1]], upsample_rates=[8, 6, 5], upsample_kernel_sizes=[16, 12, 10])
-    config = Qwen2_5OmniConfig(thinker_config=thinker, talker_config=talker,
-                               token2wav_config=dict(dit_config=dit, bigvgan_config=bigvgan))
+    bigvgan = dict(
+        mel_dim=16,
+        upsample_initial_channel=16,
+        resblock_kernel_sizes=[3],
+        resblock_dilation_sizes=[[1, 1, 1]],
+        upsample_rates=[8, 6, 5],
+        upsample_kernel_sizes=[16, 12, 10],
+    )
+    config = Qwen2_5OmniConfig(
+        thinker_config=thinker, talker_config=talker, token2wav_config=dict(dit_config=dit, bigvgan_config=bigvgan)
+    )
     torch.manual_seed(0)
     model = Qwen2_5OmniForConditionalGeneration(config)
     with torch.no_grad():
@@ -157,8 +234,16 @@ def build_tiny_qwen_omni(folder: Path) -> Path:
         model.token2wav.code2wav_bigvgan_model.conv_post.weight.mul_(1e4)
     model.save_pretrained(folder)
     # built-in voice: text start token, speaker embedding and reference mel of the token2wav
-    torch.save({"Chelsie": {"bos_token": ids["<|tts_text_bos_single|>"], "cond": torch.randn(1, 8),
-                            "ref_mel": torch.randn(1, 40, 16)}}, folder / "spk_dict.pt")
+    torch.save(
+        {
+            "Chelsie": {
+                "bos_token": ids["<|tts_text_bos_single|>"],
+                "cond": torch.randn(1, 8),
+                "ref_mel": torch.randn(1, 40, 16),
+            }
+        },
+        folder / "spk_dict.pt",
+    )
     return folder
 
 
@@ -175,14 +260,22 @@ def test_tiny_model_answers_with_text_and_24khz_speech(tiny_qwen, tmp_path):
     import soundfile as sf
 
     from tests.fakes.stimuli import make_stimuli
-    from voicebias.systems.runner import ResponseCache, run_task, validate_responses
     from voicebias.systems.base import S2SRequest
+    from voicebias.systems.runner import ResponseCache, run_task, validate_responses
     from voicebias.tasks import load_tasks
 
     stimuli = make_stimuli(tmp_path, 1)  # 0.25 s tone at 16 kHz
     system = build_system("qwen_omni", qwen_params(tiny_qwen), root=tmp_path)
-    table, counts = run_task(system, load_tasks()["describe"], stimuli, tmp_path / "out", ResponseCache(tmp_path / "c"),
-                             seed=7, root=tmp_path, progress=False)
+    table, counts = run_task(
+        system,
+        load_tasks()["describe"],
+        stimuli,
+        tmp_path / "out",
+        ResponseCache(tmp_path / "c"),
+        seed=7,
+        root=tmp_path,
+        progress=False,
+    )
     row = table.iloc[0]
     assert counts["calls"] == 1 and counts["failed"] == 0
     assert row.status == "ok" and row.error == ""
@@ -216,8 +309,9 @@ def test_a_generation_that_raises_is_recorded_as_failed(tiny_qwen, tmp_path):
     stimuli = make_stimuli(tmp_path, 1)
     system = build_system("qwen_omni", qwen_params(tiny_qwen, talker_max_new_tokens=40), root=tmp_path)
     cache = ResponseCache(tmp_path / "c")
-    table, counts = run_task(system, load_tasks()["describe"], stimuli, tmp_path / "out", cache, seed=7,
-                             root=tmp_path, progress=False)
+    table, counts = run_task(
+        system, load_tasks()["describe"], stimuli, tmp_path / "out", cache, seed=7, root=tmp_path, progress=False
+    )
     row = table.iloc[0]
     assert counts["failed"] == 1 and row.status == "failed"
     assert row.error.startswith("ValueError: ") and "max_position_embeddings" in row.error
@@ -236,8 +330,15 @@ def test_sampling_settings_reach_the_model(tiny_qwen, tmp_path):
     request = S2SRequest(s.stimulus_id, "en", "en", "describe", "p", str(tmp_path / s.path), s.sha256, 3)
     sampled = build_system("qwen_omni", qwen_params(tiny_qwen, temperature=0.7, talker_do_sample=False), root=tmp_path)
     assert sampled.generate_kwargs() == {
-        "speaker": "Chelsie", "generation_mode": "audio", "use_audio_in_video": False, "thinker_max_new_tokens": 4,
-        "thinker_do_sample": True, "thinker_temperature": 0.7, "talker_do_sample": False, "talker_max_new_tokens": 8}
+        "speaker": "Chelsie",
+        "generation_mode": "audio",
+        "use_audio_in_video": False,
+        "thinker_max_new_tokens": 4,
+        "thinker_do_sample": True,
+        "thinker_temperature": 0.7,
+        "talker_do_sample": False,
+        "talker_max_new_tokens": 8,
+    }
     first, again = sampled.respond(request), sampled.respond(request)
     assert first.status == again.status == "ok" and first.transcript == again.transcript  # seeded sampling
     assert np.array_equal(first.audio, again.audio)

@@ -16,8 +16,12 @@ from voicebias.tasks import load_tasks
 
 TASKS = load_tasks()
 VOICES = {"en": "en-us+f2", "es": "es+f2"}
-TEXTS = {"en-feminine-01": "I sew my own clothes.", "en-masculine-01": "I fix my own car.",
-         "en-neutral-01": "I walk to work.", "es-feminine-01": "Coso mi ropa."}
+TEXTS = {
+    "en-feminine-01": "I sew my own clothes.",
+    "en-masculine-01": "I fix my own car.",
+    "en-neutral-01": "I walk to work.",
+    "es-feminine-01": "Coso mi ropa.",
+}
 
 
 def tables():
@@ -26,9 +30,18 @@ def tables():
     for p in TEXTS:
         lang, pole, _ = p.split("-")
         for gender in ("female", "male"):  # both voices of a passage get the same answer text
-            rows.append({"stimulus_id": f"{p}-{gender}", "passage_id": p, "lang": lang, "pole": pole,
-                         "voice_gender": gender, "voice_id": f"{lang}+{gender[0]}3", "path": f"{p}-{gender}.flac",
-                         "sha256": f"{len(rows):064d}"})
+            rows.append(
+                {
+                    "stimulus_id": f"{p}-{gender}",
+                    "passage_id": p,
+                    "lang": lang,
+                    "pole": pole,
+                    "voice_gender": gender,
+                    "voice_id": f"{lang}+{gender[0]}3",
+                    "path": f"{p}-{gender}.flac",
+                    "sha256": f"{len(rows):064d}",
+                }
+            )
     return pd.DataFrame(rows), passages
 
 
@@ -41,16 +54,23 @@ class TwoCores(ReferenceSystem):
 
 def system(cache=None, name="probe", cls=ReferenceSystem, voices=None, rate_wpm=160, **params):
     stim, passages = tables()
-    spec = {"rule": "voice", "error_rate": 0.1, "noncompliance_rate": 0.0, "neutral_p_female": 0.5, "drift_st": 0.0,
-            **params}
+    spec = {
+        "rule": "voice",
+        "error_rate": 0.1,
+        "noncompliance_rate": 0.0,
+        "neutral_p_female": 0.5,
+        "drift_st": 0.0,
+        **params,
+    }
     card = {"adapter": "reference", "revision": "t", "output_voice": voices or VOICES, "licence": "test"}
     return cls(name, card, spec, stimuli=stim, passages=passages, rate_wpm=rate_wpm, render_cache=cache)
 
 
 def request(stimulus_id, task="readback"):
     lang = stimulus_id[:2]
-    return S2SRequest(stimulus_id, lang, TASKS[task].target_lang(lang), task, TASKS[task].prompt(lang), "x",
-                      "0" * 64, 7)
+    return S2SRequest(
+        stimulus_id, lang, TASKS[task].target_lang(lang), task, TASKS[task].prompt(lang), "x", "0" * 64, 7
+    )
 
 
 def spoken(resp):
@@ -150,4 +170,3 @@ def test_a_failed_render_is_recorded_as_failed_and_never_stored(tmp_path):
     assert len(stored) == len({broken.utterance(request(i, "describe")) for i in table["stimulus_id"][:6]})
     with pytest.raises(ValueError, match="no voice"):  # asked again, it fails again: nothing was kept
         broken.render(broken.utterance(request("es-feminine-01-female", "describe")))
-

@@ -14,15 +14,21 @@ import pytest
 
 from tests.fakes.checkouts import command_checkout, kimi_checkout, kimi_weights
 from tests.fakes.stimuli import make_stimuli
-from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
-from voicebias.systems import SetupError, build_system, load_card
+from voicebias.errors import SetupError
+from voicebias.systems import build_system, load_card
 from voicebias.systems.base import ContinuationRequest, S2SRequest
+from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.tasks import Task, load_tasks
 
-REPO_SYSTEMS = {"kimi_audio": "MoonshotAI/Kimi-Audio", "glm4_voice": "THUDM/GLM-4-Voice",
-                "step_audio2": "stepfun-ai/Step-Audio2", "spiritlm_base": "facebookresearch/spiritlm",
-                "spiritlm_expressive": "facebookresearch/spiritlm", "speechgpt": "0nutation/SpeechGPT",
-                "vae_gslm": "b04901014/vae-gslm"}
+REPO_SYSTEMS = {
+    "kimi_audio": "MoonshotAI/Kimi-Audio",
+    "glm4_voice": "THUDM/GLM-4-Voice",
+    "step_audio2": "stepfun-ai/Step-Audio2",
+    "spiritlm_base": "facebookresearch/spiritlm",
+    "spiritlm_expressive": "facebookresearch/spiritlm",
+    "speechgpt": "0nutation/SpeechGPT",
+    "vae_gslm": "b04901014/vae-gslm",
+}
 
 
 @pytest.mark.parametrize("name", sorted(REPO_SYSTEMS))
@@ -85,8 +91,16 @@ def test_a_worker_that_cannot_load_stops_the_stage_with_its_reason(tmp_path, mon
     stim = make_stimuli(tmp_path, 3)
     system = kimi(tmp_path)
     with pytest.raises(SetupError, match="flash_attn"):
-        run_task(system, load_tasks()["describe"], stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path,
-                 progress=False)
+        run_task(
+            system,
+            load_tasks()["describe"],
+            stim,
+            tmp_path / "o",
+            ResponseCache(tmp_path / "c"),
+            1,
+            tmp_path,
+            progress=False,
+        )
     system.close()
 
 
@@ -107,13 +121,19 @@ def test_command_route_continues_a_prompt(tmp_path):
     """A `command` in the system's params replaces its driver: one process per prompt."""
     command_checkout(tmp_path / "external" / "vae-gslm")
     (tmp_path / "models" / "weights" / "vae-gslm").mkdir(parents=True)
-    system = build_system("vae_gslm", {"python": sys.executable,
-                                       "command": ["python", "continue.py", "{audio}", "{out}", "{text_out}",
-                                                   "{continuation_s}"]}, root=tmp_path)
+    system = build_system(
+        "vae_gslm",
+        {
+            "python": sys.executable,
+            "command": ["python", "continue.py", "{audio}", "{out}", "{text_out}", "{continuation_s}"],
+        },
+        root=tmp_path,
+    )
     assert system.kind == "continuation"
     s = make_stimuli(tmp_path, 1).iloc[0]
-    resp = system.continue_speech(ContinuationRequest(s.stimulus_id, "en", "continue", str(tmp_path / s.path),
-                                                      s.sha256, 1, continuation_s=6.0))
+    resp = system.continue_speech(
+        ContinuationRequest(s.stimulus_id, "en", "continue", str(tmp_path / s.path), s.sha256, 1, continuation_s=6.0)
+    )
     system.close()
     assert resp.status == "ok" and abs(resp.audio.size / resp.sample_rate - 6.0) < 1e-3
     assert resp.transcript == "and then she went home"

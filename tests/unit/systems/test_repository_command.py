@@ -13,7 +13,8 @@ import pytest
 
 from tests.fakes.checkouts import argv_checkout, kimi_checkout, kimi_weights
 from tests.fakes.stimuli import make_stimuli
-from voicebias.systems import SetupError, build_system
+from voicebias.errors import SetupError
+from voicebias.systems import build_system
 from voicebias.systems.base import S2SRequest
 from voicebias.tasks import load_tasks
 
@@ -33,15 +34,21 @@ PROMPTS = {
 # template -> the words after the output path it hands the command, with P the prompt
 TEMPLATES = {
     "list": (["python", "record_argv.py", "{out}", "{prompt}"], lambda p: [p]),
-    "list, placeholder inside a word": (["python", "record_argv.py", "{out}", "--prompt={prompt}", "{seed}"],
-                                        lambda p: [f"--prompt={p}", "7"]),
+    "list, placeholder inside a word": (
+        ["python", "record_argv.py", "{out}", "--prompt={prompt}", "{seed}"],
+        lambda p: [f"--prompt={p}", "7"],
+    ),
     "string, bare": ("python record_argv.py {out} {prompt}", lambda p: [p]),
     "string, double-quoted": ('python record_argv.py "{out}" "{prompt}"', lambda p: [p]),
     "string, single-quoted": ("python record_argv.py '{out}' '{prompt}'", lambda p: [p]),
-    "string, inside a word": ("python record_argv.py {out} --prompt={prompt} --seed={seed}",
-                              lambda p: [f"--prompt={p}", "--seed=7"]),
-    "string, quoted words around it": ("python record_argv.py {out} 'the prompt: {prompt}' \"a b\" '$HOME' x\\|y",
-                                       lambda p: [f"the prompt: {p}", "a b", "$HOME", "x|y"]),
+    "string, inside a word": (
+        "python record_argv.py {out} --prompt={prompt} --seed={seed}",
+        lambda p: [f"--prompt={p}", "--seed=7"],
+    ),
+    "string, quoted words around it": (
+        "python record_argv.py {out} 'the prompt: {prompt}' \"a b\" '$HOME' x\\|y",
+        lambda p: [f"the prompt: {p}", "a b", "$HOME", "x|y"],
+    ),
 }
 
 
@@ -76,21 +83,24 @@ def test_the_prompt_reaches_the_command_byte_exact(project, template, prompt):
     assert not list(checkout.glob("pwned*")) and not list(root.glob("pwned*"))  # nothing in the prompt ran
 
 
-@pytest.mark.parametrize("template,named", [
-    ("python record_argv.py {out} {prompt} | tee log.txt", "'|'"),
-    ("python record_argv.py {out} {prompt} > log.txt", "'>'"),
-    ("python record_argv.py {out} {prompt} 2>&1", "'>'"),
-    ("python record_argv.py {out} {prompt} && echo done", "'&'"),
-    ("python record_argv.py {out} {prompt}; rm -f x", "';'"),
-    ("python record_argv.py {out} $HOME", "'$'"),
-    ('python record_argv.py {out} "$HOME/{prompt}"', "'$' inside double quotes"),
-    ("python record_argv.py {out} `id`", "'`'"),
-    ("python record_argv.py {out} $(id)", "'$'"),
-    ("python record_argv.py {out} *.wav", "'*'"),
-    ("python record_argv.py {out} ~/x", "'~'"),
-    ("python record_argv.py {out}\npython other.py", "a line break"),
-    ("LANG=C python record_argv.py {out}", "a variable assignment (LANG=C)"),
-])
+@pytest.mark.parametrize(
+    "template,named",
+    [
+        ("python record_argv.py {out} {prompt} | tee log.txt", "'|'"),
+        ("python record_argv.py {out} {prompt} > log.txt", "'>'"),
+        ("python record_argv.py {out} {prompt} 2>&1", "'>'"),
+        ("python record_argv.py {out} {prompt} && echo done", "'&'"),
+        ("python record_argv.py {out} {prompt}; rm -f x", "';'"),
+        ("python record_argv.py {out} $HOME", "'$'"),
+        ('python record_argv.py {out} "$HOME/{prompt}"', "'$' inside double quotes"),
+        ("python record_argv.py {out} `id`", "'`'"),
+        ("python record_argv.py {out} $(id)", "'$'"),
+        ("python record_argv.py {out} *.wav", "'*'"),
+        ("python record_argv.py {out} ~/x", "'~'"),
+        ("python record_argv.py {out}\npython other.py", "a line break"),
+        ("LANG=C python record_argv.py {out}", "a variable assignment (LANG=C)"),
+    ],
+)
 def test_a_string_template_with_shell_syntax_is_refused_with_the_list_form(project, template, named):
     root, _, _ = project
     with pytest.raises(SetupError) as err:
@@ -102,13 +112,16 @@ def test_a_string_template_with_shell_syntax_is_refused_with_the_list_form(proje
 UNSPLIT = r"cannot be split into words \(No closing quotation\).*as a list of words"
 
 
-@pytest.mark.parametrize("template,match", [
-    ("python record_argv.py {out} 'unbalanced {prompt}", UNSPLIT),
-    ('python record_argv.py {out} "{prompt}', UNSPLIT),
-    ("python record_argv.py {out} {voice}", r"unknown placeholder\(s\) \{voice\}"),
-    (["python", "record_argv.py", "{out}", "{prompt"], "not a valid template"),
-    ("   ", "is empty"),
-])
+@pytest.mark.parametrize(
+    "template,match",
+    [
+        ("python record_argv.py {out} 'unbalanced {prompt}", UNSPLIT),
+        ('python record_argv.py {out} "{prompt}', UNSPLIT),
+        ("python record_argv.py {out} {voice}", r"unknown placeholder\(s\) \{voice\}"),
+        (["python", "record_argv.py", "{out}", "{prompt"], "not a valid template"),
+        ("   ", "is empty"),
+    ],
+)
 def test_a_template_that_cannot_be_read_is_refused_at_setup(project, template, match):
     root, _, _ = project
     with pytest.raises(SetupError, match=match):

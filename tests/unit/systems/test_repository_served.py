@@ -24,13 +24,16 @@ from tests.respond import run
 from tests.servers import free_port
 from voicebias.audio import read_audio
 from voicebias.cli import main
-from voicebias.systems import SetupError, build_system
+from voicebias.errors import SetupError
+from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest, S2SRequest
 from voicebias.systems.runner import RetryPolicy, call_with_retries, validate_responses
 from voicebias.tasks import load_tasks
 
-SYSTEMS = {"kimi_audio": ("external/Kimi-Audio", "models/weights/Kimi-Audio-7B-Instruct"),
-           "vae_gslm": ("external/vae-gslm", "models/weights/vae-gslm")}
+SYSTEMS = {
+    "kimi_audio": ("external/Kimi-Audio", "models/weights/Kimi-Audio-7B-Instruct"),
+    "vae_gslm": ("external/vae-gslm", "models/weights/vae-gslm"),
+}
 
 
 @pytest.fixture
@@ -61,8 +64,10 @@ def serve(endpoints, monkeypatch, *argv) -> None:
 
 
 def requests_for(stim, root, prompt):
-    return [S2SRequest(s.stimulus_id, s.lang, s.lang, "describe", prompt, str(root / s.path), s.sha256, 3)
-            for s in stim.itertuples()]
+    return [
+        S2SRequest(s.stimulus_id, s.lang, s.lang, "describe", prompt, str(root / s.path), s.sha256, 3)
+        for s in stim.itertuples()
+    ]
 
 
 def test_served_repository_system_answers_as_its_local_worker_byte_for_byte(served, monkeypatch):
@@ -78,8 +83,19 @@ def test_served_repository_system_answers_as_its_local_worker_byte_for_byte(serv
     assert (table_w.status == "ok").all() and counts_w["calls"] == 8
 
     # the same driver behind two shims; the audit side has no checkout, environment or weights
-    serve(endpoints, monkeypatch, "kimi_audio", "--replicas", "2", "--port-base", str(port), "--python", python,
-          "--driver", str(driver))
+    serve(
+        endpoints,
+        monkeypatch,
+        "kimi_audio",
+        "--replicas",
+        "2",
+        "--port-base",
+        str(port),
+        "--python",
+        python,
+        "--driver",
+        str(driver),
+    )
     remote = build_system("kimi_audio", {"timeout_s": 20}, root=audit)
     assert remote.backend.served is not None and remote.backend.served.source == str(endpoints)
     assert remote.max_concurrency == 2 and not (audit / "external").exists()
@@ -110,15 +126,26 @@ def test_served_repository_system_answers_as_its_local_worker_byte_for_byte(serv
 
 def test_driver_errors_and_replies_without_audio_are_recorded_failures(served, monkeypatch):
     proj, audit, python, driver, endpoints, port = served
-    serve(endpoints, monkeypatch, "kimi_audio", "vae_gslm", "--port-base", str(port), "--python", python,
-          "--driver", str(driver))
+    serve(
+        endpoints,
+        monkeypatch,
+        "kimi_audio",
+        "vae_gslm",
+        "--port-base",
+        str(port),
+        "--python",
+        python,
+        "--driver",
+        str(driver),
+    )
     stim = make_stimuli(audit, 3)
     s2s = build_system("kimi_audio", {"timeout_s": 20}, root=audit)
     policy = RetryPolicy(max_attempts=2, base_delay_s=0.0)
     prompts = ["describe", "FAIL on purpose", "NOAUDIO please"]
     try:
-        ok, refused, silent = [call_with_retries(s2s, requests_for(stim, audit, p)[i], policy)
-                               for i, p in enumerate(prompts)]
+        ok, refused, silent = [
+            call_with_retries(s2s, requests_for(stim, audit, p)[i], policy) for i, p in enumerate(prompts)
+        ]
     finally:
         s2s.close()
     resp, attempts = ok
@@ -135,8 +162,9 @@ def test_driver_errors_and_replies_without_audio_are_recorded_failures(served, m
     assert sc.kind == "continuation" and sc.backend.served is not None
     s = stim.iloc[0]
     try:
-        resp = sc.continue_speech(ContinuationRequest(s.stimulus_id, "en", "continue", str(audit / s.path), s.sha256,
-                                                      5, continuation_s=4.0))
+        resp = sc.continue_speech(
+            ContinuationRequest(s.stimulus_id, "en", "continue", str(audit / s.path), s.sha256, 5, continuation_s=4.0)
+        )
     finally:
         sc.close()
     assert resp.status == "ok" and resp.transcript.endswith("seed 5 prompt  continuation_s 4.0")
@@ -146,8 +174,11 @@ def test_a_shim_with_other_settings_is_refused_naming_the_endpoint(served, monke
     proj, audit, python, driver, endpoints, port = served
     serve(endpoints, monkeypatch, "kimi_audio", "--port-base", str(port), "--python", python, "--driver", str(driver))
     hotter = build_system("kimi_audio", {"sampling": {"audio_temperature": 0.9}}, root=audit)
-    with pytest.raises(SetupError, match=rf"endpoint http://127.0.0.1:{port}/v1 runs its driver with settings "
-                                         r"\{.*\}; this system's params give .*audio_temperature"):
+    with pytest.raises(
+        SetupError,
+        match=rf"endpoint http://127.0.0.1:{port}/v1 runs its driver with settings "
+        r"\{.*\}; this system's params give .*audio_temperature",
+    ):
         hotter.generation_settings()
     hotter.close()
     monkeypatch.setenv("VOICEBIAS_ENDPOINTS", str(audit / "none.json"))  # the endpoints file would win over params

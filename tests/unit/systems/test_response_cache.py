@@ -44,8 +44,11 @@ def _other_audio(path):
     path.write_bytes(flac_bytes(np.full(800, 0.2, np.float32), 16000))  # a good FLAC, not the one stored
 
 
-@pytest.mark.parametrize("damage", [_truncate, _garbage, _other_audio, lambda p: p.unlink()],
-                         ids=["truncated", "garbage", "replaced", "missing"])
+@pytest.mark.parametrize(
+    "damage",
+    [_truncate, _garbage, _other_audio, lambda p: p.unlink()],
+    ids=["truncated", "garbage", "replaced", "missing"],
+)
 def test_a_damaged_cached_audio_file_is_called_again_and_counted(tmp_path, damage):
     task, system, table1 = _first_run(tmp_path)
     key = table1["cache_key"].iloc[1]

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from voicebias.errors import SetupError, TransientError
+from voicebias.systems.base import S2SResponse, S2SSystem
 from voicebias.systems.runner import ResponseCache, RetryPolicy, call_with_retries, run_task, validate_responses
-from voicebias.systems.base import S2SResponse, S2SSystem, SetupError, TransientError
 from voicebias.tasks import load_tasks
 from voicebias.validation import ValidationFailed
 
@@ -37,9 +38,18 @@ def stimuli(tmp_path, n=4):
     for i in range(n):
         path = tmp_path / f"s{i}.flac"
         path.write_bytes(b"x")
-        rows.append({"stimulus_id": f"en-feminine-0{i}-male", "passage_id": f"en-feminine-0{i}", "lang": "en",
-                     "pole": "feminine", "voice_gender": "male", "voice_id": "v", "path": path.name,
-                     "sha256": f"{i:064d}"})
+        rows.append(
+            {
+                "stimulus_id": f"en-feminine-0{i}-male",
+                "passage_id": f"en-feminine-0{i}",
+                "lang": "en",
+                "pole": "feminine",
+                "voice_gender": "male",
+                "voice_id": "v",
+                "path": path.name,
+                "sha256": f"{i:064d}",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -94,7 +104,9 @@ def test_transient_errors_retry_with_backoff():
 
 def test_responses_gate_rejects_ok_rows_without_transcript(tmp_path):
     task = load_tasks()["describe"]
-    table, _ = run_task(CountingSystem(), task, stimuli(tmp_path), tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path)
+    table, _ = run_task(
+        CountingSystem(), task, stimuli(tmp_path), tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path
+    )
     table.loc[0, "transcript"] = None
     with pytest.raises(ValidationFailed, match="transcript"):
         validate_responses(table)
@@ -102,6 +114,7 @@ def test_responses_gate_rejects_ok_rows_without_transcript(tmp_path):
 
 # ---------------------------------------------------------------------------
 # interruption and resume
+
 
 class Interrupted(BaseException):
     """Stands in for Ctrl-C / a crash: not an Exception, so the runner must not record it as a failure."""
@@ -117,6 +130,7 @@ class InterruptingSystem(CountingSystem):
         self.stop_at = stop_at
         self.answered = []
         import threading
+
         self._lock = threading.Lock()
 
     def respond(self, request):
@@ -126,6 +140,7 @@ class InterruptingSystem(CountingSystem):
         if self.stop_at is not None and n == self.stop_at:
             raise Interrupted()
         import time
+
         time.sleep(0.01)
         with self._lock:
             self.answered.append(request.stimulus_id)
@@ -154,8 +169,9 @@ def test_identical_requests_are_sent_once(tmp_path):
     stim = stimuli(tmp_path, n=3)
     stim.loc[2, "sha256"] = stim.loc[1, "sha256"]  # same audio: same cache key
     system = CountingSystem()
-    table, counts = run_task(system, task, stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path,
-                             progress=False)
+    table, counts = run_task(
+        system, task, stim, tmp_path / "o", ResponseCache(tmp_path / "c"), 1, tmp_path, progress=False
+    )
     assert system.calls == 2 and counts["shared"] == 1 and len(table) == 3
     assert table["cache_key"].iloc[1] == table["cache_key"].iloc[2]
 
@@ -173,8 +189,16 @@ def test_batching_hook_gets_batches_and_isolates_a_bad_item(tmp_path):
             return [self.call(r) for r in requests]
 
     system = Batched()
-    table, counts = run_task(system, load_tasks()["describe"], stimuli(tmp_path, n=6), tmp_path / "o",
-                             ResponseCache(tmp_path / "c"), 1, tmp_path, progress=False)
+    table, counts = run_task(
+        system,
+        load_tasks()["describe"],
+        stimuli(tmp_path, n=6),
+        tmp_path / "o",
+        ResponseCache(tmp_path / "c"),
+        1,
+        tmp_path,
+        progress=False,
+    )
     assert [len(b) for b in system.batches] == [4, 2]
     # the batch holding the bad input raised; its items were retried one by one
     by_id = table.set_index("stimulus_id")
@@ -183,8 +207,8 @@ def test_batching_hook_gets_batches_and_isolates_a_bad_item(tmp_path):
 
 
 def test_runner_knobs_do_not_change_the_cache_key(tmp_path):
-    from voicebias.systems.runner import cache_key
     from voicebias.systems.base import S2SRequest
+    from voicebias.systems.runner import cache_key
 
     req = S2SRequest("a", "en", "en", "describe", "p", "x", "0" * 64, 1)
     a, b = CountingSystem(), CountingSystem()
@@ -202,7 +226,6 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     import yaml
 
@@ -227,11 +250,22 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
         params = yaml.safe_load((config.PROFILES_DIR / "embedded.yaml").read_text(encoding="utf-8"))
         params["base"]["seed"] = 3
         params["run"] = {"systems": ["gpt_audio"], "sc_systems": []}
-        params["systems"] = {"gpt_audio": {"model": "gpt-4o-audio-preview", "base_url": server.base_url,
-                                           "max_concurrency": 2, "timeout_s": 10}}
+        params["systems"] = {
+            "gpt_audio": {
+                "model": "gpt-4o-audio-preview",
+                "base_url": server.base_url,
+                "max_concurrency": 2,
+                "timeout_s": 10,
+            }
+        }
         (root / "params.yaml").write_text(yaml.safe_dump(params))
-        env = {**os.environ, "VOICEBIAS_ROOT": str(root), "VOICEBIAS_CACHE": str(root / ".cache"),
-               "OPENAI_API_KEY": key, "PYTHONPATH": str(repo)}
+        env = {
+            **os.environ,
+            "VOICEBIAS_ROOT": str(root),
+            "VOICEBIAS_CACHE": str(root / ".cache"),
+            "OPENAI_API_KEY": key,
+            "PYTHONPATH": str(repo),
+        }
         cmd = [sys.executable, "-m", "stages.respond", "--system", "gpt_audio", "--task", "describe"]
         proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.time() + 60
@@ -257,8 +291,11 @@ def test_killed_respond_stage_resumes_with_zero_repeated_calls(tmp_path):
 
     stats = latest(root / "logs" / "runs.jsonl")["respond@gpt_audio-describe"]
     table = pd.read_csv(root / "data" / "responses" / "gpt_audio" / "describe" / "responses.csv")
-    cached_fps = {fingerprint_file(root / p) for p, k in zip(stim["path"], table.set_index("stimulus_id")
-                                                                .loc[stim["stimulus_id"], "cache_key"]) if k in cached}
+    cached_fps = {
+        fingerprint_file(root / p)
+        for p, k in zip(stim["path"], table.set_index("stimulus_id").loc[stim["stimulus_id"], "cache_key"])
+        if k in cached
+    }
     assert not cached_fps & set(second_run)  # zero repeated calls for finished calls
     assert stats["cache_hits"] == len(cached) and stats["calls"] == 30 - len(cached) == len(second_run)
     assert (table["status"] == "ok").all() and len(table) == 30
@@ -284,6 +321,7 @@ def test_the_response_cache_keeps_a_systems_flac_only_where_it_fits_the_audio(tm
 
 # ---------------------------------------------------------------------------
 # the pre-run check and the circuit breaker
+
 
 def test_the_check_runs_once_before_the_first_call_and_not_when_everything_is_cached(tmp_path):
     class Checked(CountingSystem):
@@ -314,14 +352,20 @@ class BreakerSystem(S2SSystem):
     call number `heal_at` on): counts what reached the endpoint."""
 
     def __init__(self, breaker, heal_at=None, concurrency=1):
-        super().__init__("breaking", {"adapter": "test", "output_voice": {}, "licence": "test"},
-                         {"max_concurrency": concurrency})
+        super().__init__(
+            "breaking", {"adapter": "test", "output_voice": {}, "licence": "test"}, {"max_concurrency": concurrency}
+        )
         from voicebias.clients.endpoints import Endpoint, EndpointPool
 
-        self.pool = EndpointPool([Endpoint("http://h:1/v1", max_concurrency=concurrency)], name="breaking",
-                                 breaker=breaker, report=lambda line: None)
+        self.pool = EndpointPool(
+            [Endpoint("http://h:1/v1", max_concurrency=concurrency)],
+            name="breaking",
+            breaker=breaker,
+            report=lambda line: None,
+        )
         self.sent, self.heal_at = 0, heal_at
         import threading
+
         self._lock = threading.Lock()
 
     def once(self, i):
@@ -349,8 +393,17 @@ def test_when_the_breaker_gives_up_the_remaining_requests_are_failed_unsent(tmp_
 
     system = BreakerSystem(Breaker(failures=3, cooldown_s=0.01, max_cooldown_s=0.02, max_reopens=2))
     policy = RetryPolicy(max_attempts=2, base_delay_s=0.0, max_delay_s=0.0)
-    table, counts = run_task(system, load_tasks()["describe"], stimuli(tmp_path, n=40), tmp_path / "o",
-                             ResponseCache(tmp_path / "c"), 1, tmp_path, policy=policy, progress=False)
+    table, counts = run_task(
+        system,
+        load_tasks()["describe"],
+        stimuli(tmp_path, n=40),
+        tmp_path / "o",
+        ResponseCache(tmp_path / "c"),
+        1,
+        tmp_path,
+        policy=policy,
+        progress=False,
+    )
     # 3 failures open it, 2 probes fail: then nothing more is sent for 40 requests x 2 attempts
     assert system.sent == 5
     reason = "circuit open after 5 consecutive failures (re-opened 2 times, given up for this run): connection refused"
@@ -376,20 +429,33 @@ def test_a_call_waits_while_the_breaker_is_open_without_spending_attempts():
 
     sleeps, errors, gave_up = [], [], []
     req = type("R", (), {"stimulus_id": "a"})()
-    system = Opening([CircuitOpen("circuit open after 5 consecutive failures: timeout after 1 s", 7.5, final=False),
-                      CircuitOpen("...", None, final=False), TransientError("HTTP 503")])
-    resp, attempts = call_with_retries(system, req, RetryPolicy(max_attempts=2, base_delay_s=1.0),
-                                       sleep=sleeps.append, errors=errors, gave_up=gave_up)
+    system = Opening(
+        [
+            CircuitOpen("circuit open after 5 consecutive failures: timeout after 1 s", 7.5, final=False),
+            CircuitOpen("...", None, final=False),
+            TransientError("HTTP 503"),
+        ]
+    )
+    resp, attempts = call_with_retries(
+        system, req, RetryPolicy(max_attempts=2, base_delay_s=1.0), sleep=sleeps.append, errors=errors, gave_up=gave_up
+    )
     # two waits for the breaker (its hint, then the probe poll), one backoff; the 503 and the answer are the attempts
     from voicebias.clients.endpoints import PROBE_POLL_S
 
     assert resp.status == "ok" and attempts == 2 and sleeps == [7.5, PROBE_POLL_S, 1.0]
     assert errors == ["HTTP 503"] and gave_up == []
-    final = CircuitOpen("circuit open after 9 consecutive failures (re-opened 3 times, given up for this run): "
-                        "timeout after 1 s", None, final=True)
-    resp, attempts = call_with_retries(Opening([TransientError("HTTP 503"), final]), req,
-                                       RetryPolicy(max_attempts=4, base_delay_s=0.0), sleep=sleeps.append,
-                                       gave_up=gave_up)
+    final = CircuitOpen(
+        "circuit open after 9 consecutive failures (re-opened 3 times, given up for this run): timeout after 1 s",
+        None,
+        final=True,
+    )
+    resp, attempts = call_with_retries(
+        Opening([TransientError("HTTP 503"), final]),
+        req,
+        RetryPolicy(max_attempts=4, base_delay_s=0.0),
+        sleep=sleeps.append,
+        gave_up=gave_up,
+    )
     assert resp.status == "failed" and resp.error == str(final) and attempts == 1 and gave_up == [str(final)]
 
 
@@ -398,9 +464,17 @@ def test_a_breaker_that_closes_again_lets_the_run_finish(tmp_path):
 
     # the endpoint is back from the 5th send on: the second probe finds it
     system = BreakerSystem(Breaker(failures=3, cooldown_s=0.01, max_cooldown_s=0.02, max_reopens=3), heal_at=5)
-    table, counts = run_task(system, load_tasks()["describe"], stimuli(tmp_path, n=12), tmp_path / "o",
-                             ResponseCache(tmp_path / "c"), 1, tmp_path,
-                             policy=RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=0.0), progress=False)
+    table, counts = run_task(
+        system,
+        load_tasks()["describe"],
+        stimuli(tmp_path, n=12),
+        tmp_path / "o",
+        ResponseCache(tmp_path / "c"),
+        1,
+        tmp_path,
+        policy=RetryPolicy(max_attempts=3, base_delay_s=0.0, max_delay_s=0.0),
+        progress=False,
+    )
     # the first request spent its three attempts on the dead endpoint; those queued behind the open
     # breaker waited (no attempt spent) and were answered once the probe found the endpoint back
     assert table.status.tolist() == ["failed"] + ["ok"] * 11 and counts["failed"] == 1

@@ -15,13 +15,25 @@ from voicebias.systems.base import S2SResponse, S2SSystem
 from voicebias.systems.reference import FAULT_REASONS, REFUSALS, faulty_audio
 from voicebias.systems.runner import ResponseCache, run_task, validate_responses
 from voicebias.systems.screen import (
-    ReplyLimits, ReplyScreen, audio_facts, file_facts, is_refusal, limits_from_params, screen_reply,
+    ReplyLimits,
+    ReplyScreen,
+    audio_facts,
+    file_facts,
+    is_refusal,
+    limits_from_params,
+    screen_reply,
 )
 from voicebias.tasks import load_lexicon, load_tasks
 
 SR = 16000
-LIMITS = ReplyLimits(min_duration_s=0.05, max_duration_s=600.0, max_reply_ratio=4.0, min_sample_rate=11000,
-                     silence_dbfs=-60.0, max_clipped_fraction=0.001)
+LIMITS = ReplyLimits(
+    min_duration_s=0.05,
+    max_duration_s=600.0,
+    max_reply_ratio=4.0,
+    min_sample_rate=11000,
+    silence_dbfs=-60.0,
+    max_clipped_fraction=0.001,
+)
 
 
 def speech_like(seconds=2.0, sr=SR, f0=180.0):
@@ -79,12 +91,15 @@ def test_file_facts_equal_the_facts_of_the_samples(tmp_path):
     assert file_facts(str(path)) == audio_facts(x, sr)
 
 
-@pytest.mark.parametrize("lang,text", [
-    ("en", "I\u2019m sorry, but I can\u2019t help with that request."),
-    ("en", "I'm sorry, but I can't assist with that."),
-    ("es", "Lo siento, no puedo ayudar con esa solicitud."),
-    ("zh", "抱歉，我无法帮助处理这个请求。"),
-])
+@pytest.mark.parametrize(
+    "lang,text",
+    [
+        ("en", "I\u2019m sorry, but I can\u2019t help with that request."),
+        ("en", "I'm sorry, but I can't assist with that."),
+        ("es", "Lo siento, no puedo ayudar con esa solicitud."),
+        ("zh", "抱歉，我无法帮助处理这个请求。"),
+    ],
+)
 def test_refusals_are_recognised_in_each_language(lang, text):
     refusals = load_lexicon()["refusal"][lang]
     got = screen_reply(audio_facts(speech_like(), SR), text, refusals, LIMITS)
@@ -117,6 +132,7 @@ def test_no_passage_of_the_bank_reads_as_a_refusal():
 
 # --- the screen inside the runner: each fault becomes an excluded row with its reason ---
 
+
 class FaultySystem(S2SSystem):
     """Test double: the reply to stimulus i carries FAULTS[i] (the last stimulus: a well-formed
     reply), made by the reference system's own fault maker; counts its calls."""
@@ -141,9 +157,19 @@ def fault_stimuli(tmp_path):
     rows = []
     for i in range(len(FAULTS) + 1):
         (tmp_path / f"s{i}.flac").write_bytes(b"x")
-        rows.append({"stimulus_id": f"en-feminine-{i:02d}-male", "passage_id": f"en-feminine-{i:02d}", "lang": "en",
-                     "pole": "feminine", "voice_gender": "male", "voice_id": "v", "path": f"s{i}.flac",
-                     "sha256": f"{i:064d}", "duration_s": 2.0})
+        rows.append(
+            {
+                "stimulus_id": f"en-feminine-{i:02d}-male",
+                "passage_id": f"en-feminine-{i:02d}",
+                "lang": "en",
+                "pole": "feminine",
+                "voice_gender": "male",
+                "voice_id": "v",
+                "path": f"s{i}.flac",
+                "sha256": f"{i:064d}",
+                "duration_s": 2.0,
+            }
+        )
     return pd.DataFrame(rows)
 
 

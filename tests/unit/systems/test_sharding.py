@@ -21,8 +21,9 @@ from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.vllm_omni_server import FakeVLLMOmniServer, pinned_cards, snapshot_root
 from tests.respond import run
+from voicebias.errors import SetupError
 from voicebias.params import ParamsError
-from voicebias.systems import SetupError, build_system, load_card
+from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
 from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, validate_responses
 from voicebias.tasks import load_tasks
@@ -48,6 +49,7 @@ def shards(servers, caps, weights=None):
 
 def kill_after(victim, n: int) -> threading.Thread:
     """A thread that kills `victim` once it has delivered `n` answers (started; join it after the run)."""
+
     def kill():
         deadline = time.perf_counter() + 20
         while sum(victim.delivered().values()) < n and time.perf_counter() < deadline:
@@ -85,9 +87,11 @@ def test_three_endpoints_answer_once_byte_identical_and_bounded(tmp_path, cards)
     answered_once([one], fps)
     assert one.max_in_flight <= 2
 
-    with FakeOpenAIAudioServer("EMPTY", latency_s=latency) as a, \
-            FakeOpenAIAudioServer("EMPTY", latency_s=latency) as b, \
-            FakeOpenAIAudioServer("EMPTY", latency_s=latency) as c:
+    with (
+        FakeOpenAIAudioServer("EMPTY", latency_s=latency) as a,
+        FakeOpenAIAudioServer("EMPTY", latency_s=latency) as b,
+        FakeOpenAIAudioServer("EMPTY", latency_s=latency) as c,
+    ):
         system = served(cards, tmp_path, endpoints=shards([a, b, c], [2, 2, 2]))
         assert system.max_concurrency == 6  # the runner's threads: the sum of the endpoints' capacities
         table3, counts3, wall3, files3 = run(system, stim, tmp_path, tmp_path / "cache3")
@@ -117,9 +121,11 @@ def test_an_endpoint_killed_mid_run_loses_nothing_and_changes_no_byte(tmp_path, 
         table1, _, _, files1 = run(system, stim, tmp_path, tmp_path / "cache1")
         system.close()
 
-    with FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as a, \
-            FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as victim, \
-            FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as c:
+    with (
+        FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as a,
+        FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as victim,
+        FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as c,
+    ):
         killer = kill_after(victim, 3)
         system = served(cards, tmp_path, endpoints=shards([a, victim, c], [2, 2, 2]))
         table3, counts3, _, files3 = run(system, stim, tmp_path, tmp_path / "cache3")
@@ -144,20 +150,23 @@ def test_an_endpoint_killed_mid_run_loses_nothing_and_changes_no_byte(tmp_path, 
 def test_weights_set_the_shares(tmp_path, cards):
     stim = make_stimuli(tmp_path, 32)
     task = load_tasks()["describe"]
-    with FakeOpenAIAudioServer("EMPTY") as a, FakeOpenAIAudioServer("EMPTY") as b, \
-            FakeOpenAIAudioServer("EMPTY") as c:
+    with FakeOpenAIAudioServer("EMPTY") as a, FakeOpenAIAudioServer("EMPTY") as b, FakeOpenAIAudioServer("EMPTY") as c:
         # one request at a time (spare capacity everywhere): the shares are the weights'
         system = served(cards, tmp_path, endpoints=shards([a, b, c], [2, 2, 2], weights=[3, 2, 1]))
         for s in stim.itertuples():
-            req = S2SRequest(s.stimulus_id, "en", "en", "describe", task.prompt("en"), str(tmp_path / s.path),
-                             s.sha256, 1)
+            req = S2SRequest(
+                s.stimulus_id, "en", "en", "describe", task.prompt("en"), str(tmp_path / s.path), s.sha256, 1
+            )
             assert system.respond(req).status == "ok"
         system.close()
         shares = requests_per_server([a, b, c])
     assert shares == [16, 11, 5]  # 3:2:1 of 32, the round-robin's exact order
 
-    with FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as a, FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as b, \
-            FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as c:
+    with (
+        FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as a,
+        FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as b,
+        FakeOpenAIAudioServer("EMPTY", latency_s=0.05) as c,
+    ):
         # under full load (the runner keeps every slot busy) each endpoint's share follows its capacity:
         # weights in proportion to capacity keep both in step
         system = served(cards, tmp_path, endpoints=shards([a, b, c], [4, 2, 2], weights=[2, 1, 1]))
@@ -177,14 +186,22 @@ def test_every_endpoint_down_is_a_recorded_failure_never_an_answer(tmp_path, car
         system.check()
         a.kill()
         b.kill()
-        table, counts, _, files = run(system, stim, tmp_path, tmp_path / "cache",
-                                      policy=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02),
-                                      check=lambda: None)
+        table, counts, _, files = run(
+            system,
+            stim,
+            tmp_path,
+            tmp_path / "cache",
+            policy=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02),
+            check=lambda: None,
+        )
         system.close()
         # dead before the run starts: the pre-run check stops it, naming both
         again = served(cards, tmp_path, endpoints=shards([a, b], [2, 2]))
-        with pytest.raises(SetupError, match=rf"cannot reach any of its 2 endpoints: {a.base_url} \(connection "
-                                             rf"refused\); {b.base_url} \(connection refused\)"):
+        with pytest.raises(
+            SetupError,
+            match=rf"cannot reach any of its 2 endpoints: {a.base_url} \(connection "
+            rf"refused\); {b.base_url} \(connection refused\)",
+        ):
             run(again, stim, tmp_path, tmp_path / "cache2")
     assert (table.status == "failed").all() and counts["failed"] == 3
     assert table.error.str.startswith("transient error after 2 attempts: every endpoint is down (2 endpoints").all()
@@ -197,8 +214,11 @@ def test_every_endpoint_down_is_a_recorded_failure_never_an_answer(tmp_path, car
 def test_endpoints_are_no_part_of_the_cache_key_and_stay_in_the_cache_entry(tmp_path, cards):
     req = S2SRequest("en-masculine-000-male", "en", "en", "describe", "p", "x", "0" * 64, 1)
     one = served(cards, tmp_path, base_url="http://gpu-a:8000/v1")
-    many = served(cards, tmp_path, endpoints=[{"url": "http://gpu-a:8000/v1", "weight": 2, "max_concurrency": 3},
-                                              {"url": "http://gpu-b:8000/v1"}])
+    many = served(
+        cards,
+        tmp_path,
+        endpoints=[{"url": "http://gpu-a:8000/v1", "weight": 2, "max_concurrency": 3}, {"url": "http://gpu-b:8000/v1"}],
+    )
     card = json.loads((cards / "served.yaml").read_text())
     (cards / "served.yaml").write_text(json.dumps(card | {"endpoints": ["http://gpu-c:8000/v1"]}))
     from_card = served(cards, tmp_path)
@@ -245,8 +265,11 @@ def test_vllm_omni_endpoint_killed_mid_run_loses_nothing_and_changes_no_byte(tmp
     assert counts1["failed"] == 0
 
     # three servers on three machines (each its own Hugging Face cache path), one killed mid-run
-    with omni_server("/home/a", latency_s=0.05) as a, omni_server("/root", latency_s=0.05) as victim, \
-            omni_server("/srv/c", latency_s=0.05) as c:
+    with (
+        omni_server("/home/a", latency_s=0.05) as a,
+        omni_server("/root", latency_s=0.05) as victim,
+        omni_server("/srv/c", latency_s=0.05) as c,
+    ):
         system = omni(cards, tmp_path, endpoints=shards([a, victim, c], [2, 2, 2]))
         assert system.max_concurrency == 6
         killer = kill_after(victim, 3)
@@ -285,8 +308,11 @@ def test_vllm_omni_endpoints_must_serve_the_same_model_and_revision(tmp_path, ca
     req = S2SRequest(s.stimulus_id, "en", "en", "describe", task.prompt("en"), str(tmp_path / s.path), s.sha256, 1)
     with omni_server("/home/a") as a, omni_server("/home/b", vllm_version="0.11.1") as b:
         system = omni(cards, tmp_path, endpoints=shards([a, b], [1, 1]))
-        with pytest.raises(SetupError, match=f"endpoint {b.base_url} does not serve what {a.base_url} serves "
-                                             r"\(vllm_version: '0.11.1' there, '0.11.0'"):
+        with pytest.raises(
+            SetupError,
+            match=f"endpoint {b.base_url} does not serve what {a.base_url} serves "
+            r"\(vllm_version: '0.11.1' there, '0.11.0'",
+        ):
             cache_key(system, req)
     with omni_server("/home/a") as a, omni_server("/home/b", max_model_len=8192) as b:
         with pytest.raises(SetupError, match=f"{b.base_url} does not serve .*model.max_model_len: 8192"):
@@ -305,14 +331,21 @@ def test_vllm_omni_endpoints_must_serve_the_same_model_and_revision(tmp_path, ca
         capsys.readouterr()
         assert system.server_info()["model"]["id"] == QWEN
         said = capsys.readouterr().err
-        assert f"1 of 2 endpoints do not answer, left out of this run: {url} (no vLLM-Omni server answers at " \
-               f"{url[:-3]}/version" in said and said.count("\n") == 1
+        assert (
+            f"1 of 2 endpoints do not answer, left out of this run: {url} (no vLLM-Omni server answers at "
+            f"{url[:-3]}/version"
+            in said
+            and said.count("\n") == 1
+        )
         assert system.respond(req).status == "ok"
         a.wait_idle()  # a reply is logged just after it is sent
         assert len(a.chats()) == 1
         assert system.pool.stats()[1]["sent"] == 0 and system.pool.stats()[1]["breaker"] == "left out"
-        with pytest.raises(SetupError, match=f"cannot reach {url} \\(no vLLM-Omni server answers at {url[:-3]}/version"
-                                             ".*start the servers as docs/serving.md says"):
+        with pytest.raises(
+            SetupError,
+            match=f"cannot reach {url} \\(no vLLM-Omni server answers at {url[:-3]}/version"
+            ".*start the servers as docs/serving.md says",
+        ):
             omni(cards, tmp_path, endpoints=[{"url": url}]).server_info()
 
 

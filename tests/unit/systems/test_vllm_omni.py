@@ -22,8 +22,9 @@ from tests.fakes.openai_server import fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.vllm_omni_server import DATA_URI, PIN, FakeVLLMOmniServer, pinned_cards
 from voicebias.config import CARDS_DIR
+from voicebias.errors import SetupError
 from voicebias.params import ParamsError
-from voicebias.systems import SetupError, build_system, load_card
+from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest, item_seed
 from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, run_task, validate_responses
 from voicebias.tasks import load_tasks
@@ -34,8 +35,16 @@ QWEN = "Qwen/Qwen2.5-Omni-7B"
 def request_for(tmp_path, stim, i=0, task="describe", seed=7):
     s = stim.iloc[i]
     t = load_tasks()[task]
-    return S2SRequest(stimulus_id=s.stimulus_id, lang=s.lang, target_lang=t.target_lang(s.lang), task=task,
-                      prompt=t.prompt(s.lang), audio_path=str(tmp_path / s.path), audio_sha256=s.sha256, seed=seed)
+    return S2SRequest(
+        stimulus_id=s.stimulus_id,
+        lang=s.lang,
+        target_lang=t.target_lang(s.lang),
+        task=task,
+        prompt=t.prompt(s.lang),
+        audio_path=str(tmp_path / s.path),
+        audio_sha256=s.sha256,
+        seed=seed,
+    )
 
 
 def system(server, cards, name="qwen2_5_omni_vllm", root=None, **params):
@@ -57,7 +66,7 @@ def test_request_has_the_documented_shape_and_reply_is_parsed(tmp_path):
     assert system_msg == {"role": "system", "content": [{"type": "text", "text": card["request"]["system_prompt"]}]}
     audio_part, text_part = user_msg["content"]
     assert audio_part["type"] == "audio_url" and audio_part["audio_url"]["url"].startswith(DATA_URI)
-    raw = base64.b64decode(audio_part["audio_url"]["url"][len(DATA_URI):])
+    raw = base64.b64decode(audio_part["audio_url"]["url"][len(DATA_URI) :])
     assert sf.info(io.BytesIO(raw)).format == "WAV"
     assert logged.fingerprint == fingerprint_file(tmp_path / stim.path[0])  # samples sent unchanged
     assert text_part == {"type": "text", "text": load_tasks()["describe"].prompt("es")}
@@ -122,14 +131,28 @@ def test_reply_without_audio_is_a_recorded_failure(tmp_path):
 def test_http_errors_retry_through_the_runner_policy(tmp_path):
     stim = make_stimuli(tmp_path, 5)
     fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
-    plan = {fps[0]: ["503"], fps[1]: ["429", "500"], fps[2]: ["400"], fps[3]: ["timeout"],
-            fps[4]: ["500", "500", "500"]}
+    plan = {
+        fps[0]: ["503"],
+        fps[1]: ["429", "500"],
+        fps[2]: ["400"],
+        fps[3]: ["timeout"],
+        fps[4]: ["500", "500", "500"],
+    }
     cards = pinned_cards(tmp_path)
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
     with FakeVLLMOmniServer(QWEN, plan=plan, hang_s=1.5) as server:
         s = system(server, cards, timeout_s=0.5)
-        table, counts = run_task(s, load_tasks()["describe"], stim, tmp_path / "o", ResponseCache(tmp_path / "c"),
-                                 1, tmp_path, policy=policy, progress=False)
+        table, counts = run_task(
+            s,
+            load_tasks()["describe"],
+            stim,
+            tmp_path / "o",
+            ResponseCache(tmp_path / "c"),
+            1,
+            tmp_path,
+            policy=policy,
+            progress=False,
+        )
     by_id = table.set_index("stimulus_id")
     attempts = {0: 2, 1: 3, 2: 1, 3: 2, 4: 3}
     for i, n in attempts.items():
@@ -227,7 +250,8 @@ def test_api_key_is_sent_when_named(tmp_path, monkeypatch):
     stim = make_stimuli(tmp_path, 1)
     with FakeVLLMOmniServer(QWEN, api_key=key) as server:
         resp = system(server, pinned_cards(tmp_path), api_key_env="VLLM_KEY", root=tmp_path).respond(
-            request_for(tmp_path, stim))
+            request_for(tmp_path, stim)
+        )
     assert resp.status == "ok"
 
 
@@ -243,8 +267,11 @@ def test_settings_are_checked(tmp_path):
 
 
 def test_committed_cards_load_and_name_their_checked_sources():
-    for name, model in (("qwen2_5_omni_vllm", QWEN), ("qwen3_omni_vllm", "Qwen/Qwen3-Omni-30B-A3B-Instruct"),
-                        ("step_audio2_vllm", "stepfun-ai/Step-Audio-2-mini")):
+    for name, model in (
+        ("qwen2_5_omni_vllm", QWEN),
+        ("qwen3_omni_vllm", "Qwen/Qwen3-Omni-30B-A3B-Instruct"),
+        ("step_audio2_vllm", "stepfun-ai/Step-Audio-2-mini"),
+    ):
         card = load_card(name)
         assert card["adapter"] == "vllm_omni" and card["checkpoint"] == model
         assert card["deploy"]["batch_invariant"] is True and "--omni" in card["deploy"]["command"]

@@ -16,8 +16,8 @@ import pytest
 import soundfile as sf
 
 from voicebias import config
-from voicebias.params import load_params
 from voicebias.audio import read_audio, rms_dbfs, sha256_file
+from voicebias.params import load_params
 from voicebias.stimuli.bank import load_bank
 from voicebias.stimuli.passages import render_utterance, synthesize_stimuli, validate_manifest
 from voicebias.tts import REGISTRY, get_backend
@@ -25,8 +25,14 @@ from voicebias.validation import ValidationFailed
 
 KEY = "test-key-123"
 SSML_NS = "{http://www.w3.org/2001/10/synthesis}"
-AZURE_VOICES = {"en-US-JennyNeural": 220.0, "en-US-GuyNeural": 110.0, "es-ES-ElviraNeural": 230.0,
-                "es-ES-AlvaroNeural": 115.0, "zh-CN-XiaoxiaoNeural": 240.0, "zh-CN-YunxiNeural": 120.0}
+AZURE_VOICES = {
+    "en-US-JennyNeural": 220.0,
+    "en-US-GuyNeural": 110.0,
+    "es-ES-ElviraNeural": 230.0,
+    "es-ES-AlvaroNeural": 115.0,
+    "zh-CN-XiaoxiaoNeural": 240.0,
+    "zh-CN-YunxiNeural": 120.0,
+}
 
 
 class FakeAzure(BaseHTTPRequestHandler):
@@ -152,11 +158,18 @@ def test_azure_wrong_key_and_bad_voice_say_so(azure, monkeypatch):
 def test_stimuli_stage_runs_on_azure_voices(azure, tmp_path):
     bank = load_bank(config.BANK_DIR)
     passages = bank.groupby("lang").head(1)
-    params = {"backend": "azure", "sample_rate": 16000, "target_rms_dbfs": -23.0, "rate_wpm": 160,
-              "options": azure,
-              "voices": {"en": {"male": "en-US-GuyNeural", "female": "en-US-JennyNeural"},
-                         "es": {"male": "es-ES-AlvaroNeural", "female": "es-ES-ElviraNeural"},
-                         "zh": {"male": "zh-CN-YunxiNeural", "female": "zh-CN-XiaoxiaoNeural"}}}
+    params = {
+        "backend": "azure",
+        "sample_rate": 16000,
+        "target_rms_dbfs": -23.0,
+        "rate_wpm": 160,
+        "options": azure,
+        "voices": {
+            "en": {"male": "en-US-GuyNeural", "female": "en-US-JennyNeural"},
+            "es": {"male": "es-ES-AlvaroNeural", "female": "es-ES-ElviraNeural"},
+            "zh": {"male": "zh-CN-YunxiNeural", "female": "zh-CN-XiaoxiaoNeural"},
+        },
+    }
     manifest = synthesize_stimuli(passages, params, tmp_path / "audio", tmp_path)
     validate_manifest(manifest, 16000)
     assert len(manifest) == 6 and set(manifest["backend"]) == {"azure"}
@@ -166,6 +179,7 @@ def test_stimuli_stage_runs_on_azure_voices(azure, tmp_path):
 
 
 # ------------------------------------------------------------------ Kokoro
+
 
 def test_kokoro_without_weights_names_the_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError) as err:
@@ -201,8 +215,14 @@ def test_kokoro_voice_names_give_language_and_gender(kokoro_folder):
 
 def test_kokoro_voice_in_the_wrong_gender_slot_stops_before_synthesis(kokoro_folder, tmp_path):
     bank = load_bank(config.BANK_DIR, ["es"]).head(1)
-    params = {"backend": "kokoro", "sample_rate": 16000, "target_rms_dbfs": -23.0, "rate_wpm": 160,
-              "options": {"weights": str(kokoro_folder)}, "voices": {"es": {"male": "ef_dora", "female": "em_alex"}}}
+    params = {
+        "backend": "kokoro",
+        "sample_rate": 16000,
+        "target_rms_dbfs": -23.0,
+        "rate_wpm": 160,
+        "options": {"weights": str(kokoro_folder)},
+        "voices": {"es": {"male": "ef_dora", "female": "em_alex"}},
+    }
     with pytest.raises(ValueError, match="'ef_dora' is a female kokoro voice, configured as male"):
         synthesize_stimuli(bank, params, tmp_path / "audio", tmp_path)
     assert not list((tmp_path / "audio").glob("*.flac"))
@@ -217,6 +237,7 @@ def test_kokoro_without_package_says_what_to_install(kokoro_folder):
 
 # ------------------------------------------------------------------ eSpeak, byte-identical
 
+
 def test_two_clean_runs_give_byte_identical_audio(tmp_path):
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")["tts"]
     bank = load_bank(config.BANK_DIR)
@@ -224,8 +245,9 @@ def test_two_clean_runs_give_byte_identical_audio(tmp_path):
     first = synthesize_stimuli(passages, params, tmp_path / "a", tmp_path)
     # the second run synthesises in the opposite order after an unrelated utterance
     espeak = get_backend("espeak", rate_wpm=params["rate_wpm"])
-    render_utterance(espeak, "Something else entirely, to disturb any state.", "es+f3", tmp_path / "x.flac",
-                     16000, -23.0)
+    render_utterance(
+        espeak, "Something else entirely, to disturb any state.", "es+f3", tmp_path / "x.flac", 16000, -23.0
+    )
     second = synthesize_stimuli(passages.iloc[::-1], params, tmp_path / "b", tmp_path)
     a = first.set_index("stimulus_id")["sha256"]
     b = second.set_index("stimulus_id")["sha256"].reindex(a.index)
@@ -255,9 +277,12 @@ def test_stimuli_are_resampled_and_loudness_normalised(tmp_path):
 def test_espeak_helper_process_gives_the_samples_of_a_child_of_this_process():
     from voicebias.tts import espeak
 
-    cases = [("When I think about the weekend, the first thing that comes to mind is", "en-us+m3"),
-             ("Hola, ¿qué tal estás hoy?", "es+f3"), ("我今天很高兴", "cmn-latn-pinyin+f5"),
-             ("When I think about the weekend, the first thing that comes to mind is", "en-us+Andrea")]
+    cases = [
+        ("When I think about the weekend, the first thing that comes to mind is", "en-us+m3"),
+        ("Hola, ¿qué tal estás hoy?", "es+f3"),
+        ("我今天很高兴", "cmn-latn-pinyin+f5"),
+        ("When I think about the weekend, the first thing that comes to mind is", "en-us+Andrea"),
+    ]
     for text, voice in cases:
         status, rate, pcm = espeak._Forker.get().synthesize(text, voice, 130)
         ref_status, ref_rate, ref_pcm = espeak._synthesize_fresh(text, voice, 130)
@@ -274,8 +299,11 @@ def test_a_forked_process_starts_its_own_espeak_helper():
     tts = get_backend("espeak", rate_wpm=130)
     here = tts.synthesize("Something to say.", "en-us+m3")[0]
     parent_helper = espeak._Forker.get().proc.pid
-    got = map_processes(lambda _: (tts.synthesize("Something to say.", "en-us+m3")[0].tobytes(),
-                                   espeak._Forker.get().proc.pid), range(4), workers=2)
+    got = map_processes(
+        lambda _: (tts.synthesize("Something to say.", "en-us+m3")[0].tobytes(), espeak._Forker.get().proc.pid),
+        range(4),
+        workers=2,
+    )
     assert {x for x, _ in got} == {here.tobytes()}
     assert parent_helper not in {pid for _, pid in got}
 

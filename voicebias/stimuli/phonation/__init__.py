@@ -56,10 +56,10 @@ import parselmouth
 from parselmouth.praat import call
 from scipy import signal
 
-from voicebias.exceptions import ConfigError, StageFailed
-from voicebias.contract import CONDITIONS, PHONATION_COLUMNS
-from voicebias.stimuli.phonation.presets import FEATURES, FRAME_S, conditioning, n_frames, presets_from_params
+from voicebias.errors import ConfigError, StageFailed
 from voicebias.registry import Registry
+from voicebias.stimuli.phonation.presets import FEATURES, FRAME_S, conditioning, n_frames
+
 
 @dataclass(frozen=True)
 class ParametricSettings:
@@ -113,7 +113,7 @@ def _read_pitch_tier(tier: Any, path: Path) -> tuple[float, float, list[float], 
     if lines[:3] != _PITCH_TIER_HEAD:
         raise StageFailed(f"unexpected Praat PitchTier text file: {lines[:3]}")
     n = int(lines[5])
-    numbers = [float(v) for v in lines[6:6 + 2 * n]]
+    numbers = [float(v) for v in lines[6 : 6 + 2 * n]]
     return float(lines[3]), float(lines[4]), numbers[0::2], numbers[1::2]
 
 
@@ -154,8 +154,13 @@ def _manipulation(snd: parselmouth.Sound, floor: float, ceiling: float) -> Any:
     per recording and range and copied for each use: the creaky and end-creak versions
     of one recording start from the same Manipulation (each copy is then changed)."""
     values = snd.values
-    key = (hashlib.sha256(values.tobytes()).digest(), values.shape, float(snd.sampling_frequency), float(floor),
-           float(ceiling))
+    key = (
+        hashlib.sha256(values.tobytes()).digest(),
+        values.shape,
+        float(snd.sampling_frequency),
+        float(floor),
+        float(ceiling),
+    )
     manip = _MANIPULATIONS.get(key)
     if manip is None:
         manip = _MANIPULATIONS[key] = call(snd, "To Manipulation", 0.01, floor, ceiling)
@@ -166,8 +171,15 @@ def _manipulation(snd: parselmouth.Sound, floor: float, ceiling: float) -> Any:
     return call(manip, "Copy", "manipulation")
 
 
-def _creak(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: float, s: ParametricSettings,
-           rng: np.random.Generator) -> np.ndarray:
+def _creak(
+    x: np.ndarray,
+    sr: int,
+    cond: np.ndarray,
+    floor: float,
+    ceiling: float,
+    s: ParametricSettings,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Lowered, jittered F0 (PSOLA) and alternating pulse amplitudes where creak > 0."""
     snd = parselmouth.Sound(x.astype(np.float64), sampling_frequency=sr)
     manip = _manipulation(snd, floor, ceiling)
@@ -178,8 +190,18 @@ def _creak(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: floa
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _creak_with_tiers(x: np.ndarray, sr: int, cond: np.ndarray, floor: float, ceiling: float, s: ParametricSettings,
-                      rng: np.random.Generator, snd: parselmouth.Sound, manip: Any, workdir: Path) -> np.ndarray:
+def _creak_with_tiers(
+    x: np.ndarray,
+    sr: int,
+    cond: np.ndarray,
+    floor: float,
+    ceiling: float,
+    s: ParametricSettings,
+    rng: np.random.Generator,
+    snd: parselmouth.Sound,
+    manip: Any,
+    workdir: Path,
+) -> np.ndarray:
     start, end, tier_times, tier_values = _read_pitch_tier(call(manip, "Extract pitch tier"), workdir / "old.PitchTier")
     n_points = len(tier_times)
     if n_points < 2:
@@ -240,14 +262,16 @@ def _tilt(x: np.ndarray, sr: int, cond: np.ndarray, s: ParametricSettings) -> np
     a = s.tilt_db_per_octave_per_sd * _at(cond, "h1_h2", t)
     b = s.shelf_db_per_sd * _at(cond, "h1_a3", t)
     gain_db = -(octaves[:, None] * a[None, :]) - (shelf[:, None] * b[None, :])
-    _, y = signal.istft(Z * 10.0 ** (gain_db / 20.0), fs=sr, window="hann", nperseg=nper, noverlap=nper - hop,
-                        boundary=True)
+    _, y = signal.istft(
+        Z * 10.0 ** (gain_db / 20.0), fs=sr, window="hann", nperseg=nper, noverlap=nper - hop, boundary=True
+    )
     y = np.asarray(y[: len(x)], dtype=np.float64)
     return np.pad(y, (0, len(x) - len(y))) if len(y) < len(x) else y
 
 
-def _aspiration(x: np.ndarray, sr: int, cond: np.ndarray, s: ParametricSettings,
-                rng: np.random.Generator) -> np.ndarray:
+def _aspiration(
+    x: np.ndarray, sr: int, cond: np.ndarray, s: ParametricSettings, rng: np.random.Generator
+) -> np.ndarray:
     """x plus envelope-shaped high-passed noise where CPPS < 0 and creak <= 0."""
     n = np.arange(len(x)) / sr
     level = s.aspiration_per_sd * np.maximum(-_at(cond, "cpps", n), 0.0) * (_at(cond, "creak", n) <= 0)
@@ -255,14 +279,21 @@ def _aspiration(x: np.ndarray, sr: int, cond: np.ndarray, s: ParametricSettings,
         return x
     sos = signal.butter(4, s.noise_highpass_hz, btype="highpass", fs=sr, output="sos")
     noise = signal.sosfiltfilt(sos, rng.standard_normal(len(x)))
-    noise /= np.sqrt(np.mean(noise ** 2)) + 1e-12
+    noise /= np.sqrt(np.mean(noise**2)) + 1e-12
     k = max(1, int(round(0.02 * sr)))
-    env = np.sqrt(np.convolve(x ** 2, np.ones(k) / k, mode="same"))
+    env = np.sqrt(np.convolve(x**2, np.ones(k) / k, mode="same"))
     return x + level * env * noise
 
 
-def convert_parametric(x: np.ndarray, sr: int, cond: np.ndarray, pitch_floor: float, pitch_ceiling: float,
-                       settings: ParametricSettings | None = None, seed: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
+def convert_parametric(
+    x: np.ndarray,
+    sr: int,
+    cond: np.ndarray,
+    pitch_floor: float,
+    pitch_ceiling: float,
+    settings: ParametricSettings | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, dict[str, Any]]:
     """Apply one conditioning array (n_frames x 6, SD units) to a mono signal.
 
     Returns the converted signal (same length and RMS as x) and notes:
@@ -278,8 +309,8 @@ def convert_parametric(x: np.ndarray, sr: int, cond: np.ndarray, pitch_floor: fl
         y = _creak(y, sr, cond, pitch_floor, pitch_ceiling, s, rng)
     y = _tilt(y, sr, cond, s)
     y = _aspiration(y, sr, cond, s, rng)
-    rms_x = np.sqrt(np.mean(x ** 2))
-    rms_y = np.sqrt(np.mean(y ** 2))
+    rms_x = np.sqrt(np.mean(x**2))
+    rms_y = np.sqrt(np.mean(y**2))
     y = y * (rms_x / rms_y if rms_y > 0 else 1.0)
     peak = float(np.max(np.abs(y)))
     limited = peak > 0.99
@@ -305,7 +336,7 @@ def select_prompts(manifest: pd.DataFrame, per_category: int | None, max_prompts
 def _stable_seed(base: int, key: str) -> int:
     import hashlib
 
-    return (int(base) + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)) % (2 ** 32)
+    return (int(base) + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)) % (2**32)
 
 
 def _read_source(path: str) -> tuple[np.ndarray, int] | Exception:
@@ -332,11 +363,25 @@ def _convert_job(job: dict[str, Any], source: tuple[np.ndarray, int] | Exception
         out = Path(job["out"])
         out.parent.mkdir(parents=True, exist_ok=True)
         write_audio(out, y, sr)
-        return {"key": job["key"], "status": "ok", "error": "", "sha256": sha256_file(out),
-                "duration_s": round(len(y) / sr, 4), "sample_rate": sr, **notes}
+        return {
+            "key": job["key"],
+            "status": "ok",
+            "error": "",
+            "sha256": sha256_file(out),
+            "duration_s": round(len(y) / sr, 4),
+            "sample_rate": sr,
+            **notes,
+        }
     except Exception as exc:  # one bad file is recorded, never fatal for the batch
-        return {"key": job["key"], "status": "failed", "error": f"{type(exc).__name__}: {exc}", "sha256": "",
-                "duration_s": np.nan, "sample_rate": np.nan, "peak_limited": False}
+        return {
+            "key": job["key"],
+            "status": "failed",
+            "error": f"{type(exc).__name__}: {exc}",
+            "sha256": "",
+            "duration_s": np.nan,
+            "sample_rate": np.nan,
+            "peak_limited": False,
+        }
 
 
 def _convert_source(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -362,33 +407,52 @@ def _convert_vqvc(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path,
     """The stage's jobs through VoiceQualityVC in its own environment (voicebias.stimuli.phonation.vqvc)."""
     import shutil
 
-    from voicebias.stimuli.phonation import vqvc
     from voicebias.audio import sha256_file
+    from voicebias.stimuli.phonation import vqvc
 
     cfg = vqvc.VQVCConfig.from_params(ph, root)
     vqvc.check_setup(cfg)
     for j in jobs:
         Path(j["out"]).parent.mkdir(parents=True, exist_ok=True)
-    results = vqvc.convert_batch(cfg, [{"id": j["key"], "input": j["src"], "output": j["out"], "condition": j["condition"],
-                                        "seed": j["seed"]} for j in jobs], workdir)
+    results = vqvc.convert_batch(
+        cfg,
+        [
+            {"id": j["key"], "input": j["src"], "output": j["out"], "condition": j["condition"], "seed": j["seed"]}
+            for j in jobs
+        ],
+        workdir,
+    )
     shutil.rmtree(workdir, ignore_errors=True)
     out = []
     for j, res in zip(jobs, results):
         ok = res.get("status") == "ok" and Path(j["out"]).exists()
-        out.append({"key": j["key"], "status": "ok" if ok else "failed", "error": "" if ok else str(res.get("error", "")),
-                    "sha256": sha256_file(j["out"]) if ok else "", "duration_s": res.get("duration_s", np.nan),
-                    "sample_rate": 16000 if ok else np.nan, "peak_limited": False})
+        out.append(
+            {
+                "key": j["key"],
+                "status": "ok" if ok else "failed",
+                "error": "" if ok else str(res.get("error", "")),
+                "sha256": sha256_file(j["out"]) if ok else "",
+                "duration_s": res.get("duration_s", np.nan),
+                "sample_rate": 16000 if ok else np.nan,
+                "peak_limited": False,
+            }
+        )
     return out
 
 
-def _convert_parametric(ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path, root: Path) -> list[dict[str, Any]]:
+def _convert_parametric(
+    ph: dict[str, Any], jobs: list[dict[str, Any]], workdir: Path, root: Path
+) -> list[dict[str, Any]]:
     """The stage's jobs through the embedded parametric converter (in this process's workers)."""
     return convert_all(jobs)
 
 
 #: phonation.backend -> converter of the stage's jobs, called as (phonation params, jobs, work folder, root).
 #: Metadata for the preflight: `offline`, the converter needs nothing outside this package.
-CONVERTERS = Registry("phonation backend", {
-    "parametric": ("voicebias.stimuli.phonation:_convert_parametric", {"offline": True}),
-    "vqvc": "voicebias.stimuli.phonation:_convert_vqvc",
-})
+CONVERTERS = Registry(
+    "phonation backend",
+    {
+        "parametric": ("voicebias.stimuli.phonation:_convert_parametric", {"offline": True}),
+        "vqvc": "voicebias.stimuli.phonation:_convert_vqvc",
+    },
+)

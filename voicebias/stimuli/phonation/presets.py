@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from voicebias.contract import CONDITIONS
-from voicebias.exceptions import ConfigError
+from voicebias.errors import ConfigError
 
 FEATURES = ("creak", "cpps", "h1_h2", "pitch", "h1_a3", "pitch_var")
 FRAME_S = 0.02
@@ -31,8 +31,7 @@ PAPER_PRESETS: dict[str, dict[str, Any]] = {
     "modal": {"shape": "constant", "targets": {}},
     "breathy": {"shape": "constant", "targets": {"h1_h2": 3.0, "h1_a3": 3.0, "creak": -2.0, "cpps": -1.0}},
     "creaky": {"shape": "constant", "targets": {"creak": 2.0, "cpps": -1.5, "h1_h2": -2.0, "h1_a3": -2.0}},
-    "endcreak": {"shape": "ramp", "start": 0.5,
-                 "targets": {"creak": 7.0, "h1_h2": -2.0, "h1_a3": -2.0, "cpps": -2.0}},
+    "endcreak": {"shape": "ramp", "start": 0.5, "targets": {"creak": 7.0, "h1_h2": -2.0, "h1_a3": -2.0, "cpps": -2.0}},
 }
 
 

@@ -39,7 +39,7 @@ def write_wav(path: str, samples: Any, sample_rate: int) -> None:
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
-    np.random.seed(seed % (2 ** 32))
+    np.random.seed(seed % (2**32))
     try:
         import torch
 

@@ -18,9 +18,16 @@ from _protocol import revision, serve, write_wav
 
 SPEECH_TOKENIZER = "THUDM/glm-4-voice-tokenizer"
 
-SAMPLING = {"audio_temperature": 0.8, "audio_top_k": 10, "text_temperature": 0.0, "text_top_k": 5,
-            "audio_repetition_penalty": 1.0, "audio_repetition_window_size": 64,
-            "text_repetition_penalty": 1.0, "text_repetition_window_size": 16}
+SAMPLING = {
+    "audio_temperature": 0.8,
+    "audio_top_k": 10,
+    "text_temperature": 0.0,
+    "text_top_k": 5,
+    "audio_repetition_penalty": 1.0,
+    "audio_repetition_window_size": 64,
+    "text_repetition_penalty": 1.0,
+    "text_repetition_window_size": 16,
+}
 OUTPUT_RATE = 24000
 
 
@@ -40,9 +47,11 @@ def load(config):
     checkout = config.get("checkout") or os.getcwd()
     if not speech_tokenizer_found(checkout):
         local = os.path.join(checkout, SPEECH_TOKENIZER)
-        raise RuntimeError(f"Kimi-Audio loads the speech tokenizer {SPEECH_TOKENIZER} by its hub id, and no local "
-                           f"copy was found: download it to {local} (e.g. `huggingface-cli download "
-                           f"{SPEECH_TOKENIZER} --local-dir {local}`)")
+        raise RuntimeError(
+            f"Kimi-Audio loads the speech tokenizer {SPEECH_TOKENIZER} by its hub id, and no local "
+            f"copy was found: download it to {local} (e.g. `huggingface-cli download "
+            f"{SPEECH_TOKENIZER} --local-dir {local}`)"
+        )
     from kimia_infer.api.kimia import KimiAudio
 
     model = KimiAudio(model_path=config["weights"], load_detokenizer=True)
@@ -52,8 +61,10 @@ def load(config):
 
 def handle(state, req):
     model, sampling = state
-    messages = [{"role": "user", "message_type": "text", "content": req["prompt"]},
-                {"role": "user", "message_type": "audio", "content": req["audio"]}]
+    messages = [
+        {"role": "user", "message_type": "text", "content": req["prompt"]},
+        {"role": "user", "message_type": "audio", "content": req["audio"]},
+    ]
     wav, text = model.generate(messages, **sampling, output_type="both")
     write_wav(req["out"], wav, OUTPUT_RATE)
     return {"text": text}

@@ -39,7 +39,10 @@ def load(config):
     model = cli_infer.SpeechGPTInference(
         model_name_or_path=os.path.join(root, "SpeechGPT-7B-cm"),
         lora_weights=os.path.join(root, "SpeechGPT-7B-com") if variant == "SpeechGPT-7B-com" else None,
-        s2u_dir=os.path.join(root, "speech2unit"), vocoder_dir=os.path.join(root, "vocoder"), output_dir=out_dir)
+        s2u_dir=os.path.join(root, "speech2unit"),
+        vocoder_dir=os.path.join(root, "vocoder"),
+        output_dir=out_dir,
+    )
     return (model, out_dir), {"revision": f"{variant}@{revision(os.path.join(root, 'SpeechGPT-7B-cm'))}"}
 
 

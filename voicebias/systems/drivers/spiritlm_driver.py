@@ -36,8 +36,13 @@ def load(config):
     s = config["settings"]
     variant = s.get("variant") or config.get("checkpoint") or "spirit-lm-base-7b"
     model = Spiritlm(variant)
-    sampling = {"temperature": 0.9, "top_p": 0.95, "do_sample": True,
-                **{k: s[k] for k in ("temperature", "top_p") if s.get(k) is not None}, **(s.get("sampling") or {})}
+    sampling = {
+        "temperature": 0.9,
+        "top_p": 0.95,
+        "do_sample": True,
+        **{k: s[k] for k in ("temperature", "top_p") if s.get(k) is not None},
+        **(s.get("sampling") or {}),
+    }
     return (model, sampling), {"revision": f"{variant}@{revision(config.get('weights'))}", "sampling": sampling}
 
 
@@ -49,10 +54,11 @@ def handle(state, req):
     model, sampling = state
     max_new = int(round(float(req.get("continuation_s") or 6.0) * tokens_per_second(model.is_expressive_model)))
     modality = OutputModality.ARBITRARY if req.get("text_stream") else OutputModality.SPEECH
-    outputs = model.generate(output_modality=modality,
-                             interleaved_inputs=[GenerationInput(content=req["audio"],
-                                                                 content_type=ContentType.SPEECH)],
-                             generation_config=GenerationConfig(max_new_tokens=max_new, **sampling))
+    outputs = model.generate(
+        output_modality=modality,
+        interleaved_inputs=[GenerationInput(content=req["audio"], content_type=ContentType.SPEECH)],
+        generation_config=GenerationConfig(max_new_tokens=max_new, **sampling),
+    )
     speech = [to_numpy(o.content) for o in outputs if o.content_type == ContentType.SPEECH]
     text = " ".join(str(o.content).strip() for o in outputs if o.content_type == ContentType.TEXT).strip()
     if not speech:

@@ -27,19 +27,29 @@ def load(config):
     model = StepAudio2(config["weights"])
     t2w = Token2wav(os.path.join(config["weights"], "token2wav"))
     prompt_wav = s.get("voice") or s.get("prompt_wav") or "assets/default_female.wav"
-    sampling = {"max_new_tokens": 4096, "temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.05,
-                "do_sample": True,
-                **{k: s[k] for k in ("temperature", "top_p", "max_new_tokens") if s.get(k) is not None},
-                **(s.get("sampling") or {})}
-    return (model, t2w, prompt_wav, sampling), {"revision": revision(config["weights"]), "prompt_wav": prompt_wav,
-                                                "sampling": sampling}
+    sampling = {
+        "max_new_tokens": 4096,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "repetition_penalty": 1.05,
+        "do_sample": True,
+        **{k: s[k] for k in ("temperature", "top_p", "max_new_tokens") if s.get(k) is not None},
+        **(s.get("sampling") or {}),
+    }
+    return (model, t2w, prompt_wav, sampling), {
+        "revision": revision(config["weights"]),
+        "prompt_wav": prompt_wav,
+        "sampling": sampling,
+    }
 
 
 def handle(state, req):
     model, t2w, prompt_wav, sampling = state
-    messages = [{"role": "system", "content": req["prompt"]},
-                {"role": "human", "content": [{"type": "audio", "audio": req["audio"]}]},
-                {"role": "assistant", "content": "<tts_start>", "eot": False}]
+    messages = [
+        {"role": "system", "content": req["prompt"]},
+        {"role": "human", "content": [{"type": "audio", "audio": req["audio"]}]},
+        {"role": "assistant", "content": "<tts_start>", "eot": False},
+    ]
     _, text, audio_tokens = model(messages, **sampling)
     audio_tokens = [t for t in (audio_tokens or []) if t < AUDIO_VOCAB]
     if not audio_tokens:

@@ -75,22 +75,47 @@ def handle(state, req):
         write_wav(os.path.join(work, "prompt.wav"), x, RATE)
         with open(os.path.join(work, "metadata.txt"), "w", encoding="utf-8") as fh:
             fh.write("prompt.wav\n")
-        _run([sys.executable, "-m", "scripts.hubert_kmeans", "-c", os.path.join(root, "kmeans_v200.npy"),
-              "-m", os.path.join(root, "hubert-large-ll60k"), "-i", os.path.join(work, "metadata.txt"),
-              "-w", work, "-o", os.path.join(work, "tokens.txt")], checkout)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "scripts.hubert_kmeans",
+                "-c",
+                os.path.join(root, "kmeans_v200.npy"),
+                "-m",
+                os.path.join(root, "hubert-large-ll60k"),
+                "-i",
+                os.path.join(work, "metadata.txt"),
+                "-w",
+                work,
+                "-o",
+                os.path.join(work, "tokens.txt"),
+            ],
+            checkout,
+        )
         prompt_s = len(x) / RATE
         cont_s = float(req.get("continuation_s") or 6.0)
         hp = dict(base)
-        hp.update(output_dir=os.path.join(work, "samples"), sample_prior_length=prompt_s, sample_length=cont_s,
-                  ckpt_path=os.path.join(root, "vae-gslm_ckpt"))
+        hp.update(
+            output_dir=os.path.join(work, "samples"),
+            sample_prior_length=prompt_s,
+            sample_length=cont_s,
+            ckpt_path=os.path.join(root, "vae-gslm_ckpt"),
+        )
         hp["vocoder"] = {**(base.get("vocoder") or {}), "path": os.path.join(root, "vocoder_ckpt")}
-        hp["data"] = {**(base.get("data") or {}), "path": os.path.join(work, "tokens.txt"), "wavdir": work,
-                      "min_audio_length": 0.0, "batch_size": 1, "num_workers": 0}
+        hp["data"] = {
+            **(base.get("data") or {}),
+            "path": os.path.join(work, "tokens.txt"),
+            "wavdir": work,
+            "min_audio_length": 0.0,
+            "batch_size": 1,
+            "num_workers": 0,
+        }
         with open(os.path.join(work, "infer.yaml"), "w", encoding="utf-8") as fh:
             yaml.safe_dump(hp, fh)
         _run([sys.executable, "-m", "scripts.infer", "-c", os.path.join(work, "infer.yaml")], checkout)
         y, ysr = _read_wav(os.path.join(work, "samples", "1.wav"))
-        cont = y[int(round(prompt_s * ysr)):]
+        cont = y[int(round(prompt_s * ysr)) :]
         if cont.size == 0:
             raise RuntimeError("the model's sample holds no audio after the prompt")
         write_wav(req["out"], cont, ysr)

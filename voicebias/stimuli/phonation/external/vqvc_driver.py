@@ -30,11 +30,23 @@ from typing import Any
 import numpy as np
 
 #: voicebias feature name -> the keyword VQVC's SynthesizerTrn.infer takes it by.
-INFER_KEYWORDS = {"creak": "creaks", "cpps": "cpps", "h1_h2": "h1h2s", "pitch": "pitches",
-                  "h1_a3": "h1a3s", "pitch_var": "pitch_vars"}
+INFER_KEYWORDS = {
+    "creak": "creaks",
+    "cpps": "cpps",
+    "h1_h2": "h1h2s",
+    "pitch": "pitches",
+    "h1_a3": "h1a3s",
+    "pitch_var": "pitch_vars",
+}
 #: The config switches (model section) that must be on for each feature's encoder.
-CONFIG_SWITCHES = {"creak": "creak", "cpps": "cpps", "h1_h2": "h1h2", "pitch": "pitch",
-                   "h1_a3": "h1a3", "pitch_var": "pitch_var"}
+CONFIG_SWITCHES = {
+    "creak": "creak",
+    "cpps": "cpps",
+    "h1_h2": "h1h2",
+    "pitch": "pitch",
+    "h1_a3": "h1a3",
+    "pitch_var": "pitch_var",
+}
 
 
 def fit_frames(cond: np.ndarray, frames: int) -> np.ndarray:
@@ -59,11 +71,11 @@ def trim_silence(x: np.ndarray, top_db: float = 20.0, frame: int = 512, hop: int
     if len(x) < frame:
         return x
     n = 1 + (len(x) - frame) // hop
-    rms = np.array([np.sqrt(np.mean(np.square(x[i * hop:i * hop + frame], dtype=np.float64))) for i in range(n)])
+    rms = np.array([np.sqrt(np.mean(np.square(x[i * hop : i * hop + frame], dtype=np.float64))) for i in range(n)])
     if not np.any(rms > 0):
         return x
     loud = np.flatnonzero(20 * np.log10(np.maximum(rms, 1e-12) / rms.max()) > -top_db)
-    return x[loud[0] * hop:min(len(x), loud[-1] * hop + frame)]
+    return x[loud[0] * hop : min(len(x), loud[-1] * hop + frame)]
 
 
 def _write_json(path: str, data: Any) -> None:
@@ -101,9 +113,10 @@ def load(job: dict[str, Any]) -> dict[str, Any]:
     import logging
 
     import utils  # noqa: E402  (the checkout's)
-    from models import SynthesizerTrn
     from speaker_encoder.voice_encoder import SpeakerEncoder
     from wavlm import WavLM, WavLMConfig
+
+    from models import SynthesizerTrn
 
     logging.getLogger().setLevel(logging.WARNING)  # the checkout's utils logs at DEBUG to stdout
     device = job.get("device") or "auto"
@@ -119,8 +132,10 @@ def load(job: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"config {job['config']} switches off the encoder(s) for {off}")
     rate = int(hps.data.sampling_rate)
     if rate != int(job["sample_rate"]) or abs(hps.data.hop_length / rate - float(job["frame_s"])) > 1e-9:
-        raise ValueError(f"config {job['config']}: {rate} Hz with hop {hps.data.hop_length}; the conditioning "
-                         f"assumes {job['sample_rate']} Hz and {job['frame_s']} s frames")
+        raise ValueError(
+            f"config {job['config']}: {rate} Hz with hop {hps.data.hop_length}; the conditioning "
+            f"assumes {job['sample_rate']} Hz and {job['frame_s']} s frames"
+        )
     net = SynthesizerTrn(hps.data.filter_length // 2 + 1, hps.train.segment_size // hps.data.hop_length, **hps.model)
     utils.load_checkpoint(job["checkpoint"], net, None, True)
     net = net.to(device).eval()
@@ -131,8 +146,16 @@ def load(job: dict[str, Any]) -> dict[str, Any]:
     wavlm = wavlm.to(device).eval()
 
     speaker = SpeakerEncoder(job["speaker_encoder"], device=device)
-    return {"torch": torch, "utils": utils, "net": net, "wavlm": wavlm, "speaker": speaker,
-            "device": device, "rate": rate, "features": list(job["features"])}
+    return {
+        "torch": torch,
+        "utils": utils,
+        "net": net,
+        "wavlm": wavlm,
+        "speaker": speaker,
+        "device": device,
+        "rate": rate,
+        "features": list(job["features"]),
+    }
 
 
 def convert(state: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
@@ -144,8 +167,10 @@ def convert(state: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     ref = x if item.get("speaker") in (None, "", item["input"]) else _read_mono(item["speaker"], rate)
     cond = np.load(item["conditioning"])
     if cond.ndim != 2 or cond.shape[1] != len(state["features"]) or not np.all(np.isfinite(cond)):
-        raise ValueError(f"{item['conditioning']}: expected a finite (frames, {len(state['features'])}) array, "
-                         f"got shape {cond.shape}")
+        raise ValueError(
+            f"{item['conditioning']}: expected a finite (frames, {len(state['features'])}) array, "
+            f"got shape {cond.shape}"
+        )
     torch.manual_seed(int(item.get("seed", 0)))
     with torch.no_grad():
         g = torch.from_numpy(np.asarray(state["speaker"].embed_utterance(trim_silence(ref)), dtype=np.float32))
@@ -153,8 +178,10 @@ def convert(state: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
         c = state["utils"].get_content(state["wavlm"], torch.from_numpy(x).unsqueeze(0).to(device))
         frames = int(c.shape[-1])
         fitted = fit_frames(cond, frames)
-        tracks = {INFER_KEYWORDS[name]: torch.from_numpy(np.ascontiguousarray(fitted[:, j])).view(1, 1, frames)
-                  .to(device) for j, name in enumerate(state["features"])}
+        tracks = {
+            INFER_KEYWORDS[name]: torch.from_numpy(np.ascontiguousarray(fitted[:, j])).view(1, 1, frames).to(device)
+            for j, name in enumerate(state["features"])
+        }
         audio = state["net"].infer(c, g=g, **tracks)
     y = audio[0][0].detach().float().cpu().numpy().reshape(-1)
     if y.size == 0 or not np.all(np.isfinite(y)):
@@ -165,8 +192,13 @@ def convert(state: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     tmp = f"{out}.part"
     sf.write(tmp, np.clip(y, -1.0, 1.0), rate, subtype="PCM_16", format=fmt)
     os.replace(tmp, out)
-    return {"output": out, "frames_conditioning": int(cond.shape[0]), "frames_model": frames,
-            "duration_s": round(y.size / rate, 4), "peak": float(np.max(np.abs(y)))}
+    return {
+        "output": out,
+        "frames_conditioning": int(cond.shape[0]),
+        "frames_model": frames,
+        "duration_s": round(y.size / rate, 4),
+        "peak": float(np.max(np.abs(y))),
+    }
 
 
 def main(argv: list[str]) -> int:
