@@ -309,16 +309,38 @@ def _committed_files(repo: Path, rev: str) -> Iterator[tuple[str, str, bytes | N
         fs = DVCFileSystem(str(repo), rev=rev)
         lock_text = fs.read_text("dvc.lock")
     except Exception as err:  # noqa: BLE001 - a bad revision or a repository without a lock
-        raise ConfigError(f"verify: cannot read dvc.lock at {rev!r} in {repo}: {err}") from None
+        raise ConfigError(f"cannot read dvc.lock at {rev!r} in {repo}: {err}") from None
+
+    try:
+        from dvc_data.index.index import DataIndexDirError
+    except ImportError:  # another dvc-data layout: a missing directory then surfaces as FileNotFoundError
+        DataIndexDirError = FileNotFoundError
+
+    def missing(rel: str, err: Exception) -> ConfigError:
+        # recorded in dvc.lock, but its bytes are in no cache or remote here
+        return ConfigError(
+            f"{rev}'s {rel} is in neither this checkout's DVC cache nor its remote ({err}); "
+            f"fetch {rev}'s outputs first (`dvc pull`, or `dvc fetch --rev {rev}` for another revision)"
+        )
+
     for out in outputs_at(lock_text):
-        if fs.isdir(out):
-            for name in sorted(fs.find(out)):
-                rel = name.lstrip("/")
-                yield out, rel, fs.read_bytes(rel)
-        elif fs.exists(out):
-            yield out, out, fs.read_bytes(out)
-        else:
-            yield out, out, None
+        try:
+            if fs.isdir(out):
+                names = sorted(fs.find(out))
+            elif fs.exists(out):
+                names = [out]
+            else:
+                yield out, out, None
+                continue
+        except (FileNotFoundError, DataIndexDirError) as err:
+            raise missing(f"{out}/", err) from None
+        for name in names:
+            rel = name.lstrip("/")
+            try:
+                data = fs.read_bytes(rel)
+            except (FileNotFoundError, DataIndexDirError) as err:
+                raise missing(rel, err) from None
+            yield out, rel, data
 
 
 def verify(rev: str = "HEAD", repo: Path = Path("."), progress: bool = True) -> Verdict:

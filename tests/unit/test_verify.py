@@ -141,6 +141,20 @@ def test_an_unknown_revision_is_one_line(project):
     assert "cannot read dvc.lock at 'no-such-rev'" in done.stderr
 
 
+def test_committed_outputs_missing_from_the_cache_say_to_fetch_them(project):
+    """Another machine's clone has its own bytes in its cache, not the committed ones: verify
+    names the output and the command that fetches it, in one line, instead of a traceback."""
+    import shutil
+
+    shutil.rmtree(project / ".dvc" / "cache")
+    done = cli(project, "HEAD")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert (
+        "HEAD's data/audio/" in done.stderr and "is in neither this checkout's DVC cache nor its remote" in done.stderr
+    )
+    assert "dvc pull" in done.stderr
+
+
 def test_tolerances_are_relative_and_absolute_per_column():
     assert tolerance_for("p_value") == Tolerance(rel=1e-4, abs=1e-10)
     assert tolerance_for("estimate") == Tolerance(rel=1e-6, abs=1e-9)
