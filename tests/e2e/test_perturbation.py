@@ -2,13 +2,14 @@
 
 Another processor's kernels change the last bits of the measures, embeddings and scores a fit
 receives. The pipeline's statuses, reasons, convergence flags, warnings, separation verdicts,
-"no spread" switches and planted-recovered verdicts must not hinge on them: each fit family
-runs here on the reproduced workspace's own tables, then again with every float input
-multiplied by 1 + 1e-9 x (random sign), and every non-numeric column and every count must be
-the same. The fit families: describe (maximum-likelihood logit and Firth, separation check),
-RQ1 (Welch contrasts, REML mixed models with Satterthwaite df, pooled contrasts, significance
-counts), SC (REML mixed models with type-3 tests and contrasts, retention bootstrap, judge beta
-regression, planted vs recovered) and the disaggregated bootstrap tables."""
+"no spread" switches and planted-recovered verdicts must not hinge on them: each fit family runs
+here on the reproduced workspace's own tables, then again with every float input multiplied by 1
++ 1e-9 x (random sign), and every non-numeric column and every count must be the same, and every
+p-value must agree to 1e-4. The fit families: describe (maximum-likelihood logit and Firth,
+separation check), RQ1 (Welch contrasts, REML mixed models with Satterthwaite df, pooled
+contrasts, significance counts), SC (REML mixed models with type-3 tests and contrasts,
+retention bootstrap, judge beta regression, planted vs recovered) and the disaggregated
+bootstrap tables."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ def assert_same_categories(name: str, base: pd.DataFrame, again: pd.DataFrame) -
         f"{name}: categories moved under a 1e-9 perturbation:\n"
         f"{pd.concat([a[diff], b[diff]], keys=['base', 'perturbed']).to_string()}"
     )
+    # and every p-value (what a reader compares with alpha) moves by rounding only
+    for col in [c for c in base.columns if c == "p_value" or c.startswith("p_") or c.endswith("_p")]:
+        x, y = base[col].to_numpy(float), again[col].to_numpy(float)
+        close = np.isclose(x, y, rtol=1e-4, atol=1e-9, equal_nan=True)
+        assert close.all(), f"{name}.{col}: p-values moved under a 1e-9 perturbation: {x[~close]} -> {y[~close]}"
 
 
 def at(repo, path):

@@ -23,7 +23,7 @@ import pandas as pd
 from patsy import build_design_matrices
 from scipy import stats
 
-from voicebias.analysis.rounding import is_constant
+from voicebias.analysis.rounding import is_constant, negligible
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import SC_MEASURES
 
@@ -1231,7 +1231,10 @@ def beta_regression_stepwise(
     factors : iterable of str
         Factors of the full factorial.
     alpha : float
-        Interactions with p above it are removed.
+        Interactions with p above it are removed; an interaction along which the scores do
+        not vary at all (coefficients and SEs at rounding level) is removed first, with an
+        empty stat and p. Such a coefficient in the final model is reported not testable
+        (p empty), as are the terms of `between_unit_factors`.
     cluster : str, optional
         Column whose values group dependent observations.
     between_unit_factors : iterable of str
@@ -1295,6 +1298,11 @@ def beta_regression_stepwise(
         raise NotEstimable(f"cluster-robust SEs need at least 2 clusters of '{cluster}', got {n_clusters}")
     fit = _fit_beta(_terms_formula(y, terms), df, cluster)
 
+    def no_variation(b: np.ndarray, v: np.ndarray) -> bool:
+        # logit-scale coefficients and SEs below 1e-7 (voicebias.analysis.rounding): real data give SEs
+        # of 1e-3 and more; an outcome that does not vary along a term gives 1e-15
+        return all(negligible(x, 1.0) for x in (*b, *np.sqrt(np.abs(np.diag(v)))))
+
     def wald(f, t: frozenset) -> tuple[float, int, float]:
         names = list(f.params.index)
         idx = [
@@ -1304,6 +1312,10 @@ def beta_regression_stepwise(
         ]
         b = f.params.to_numpy()[idx]
         v = f.cov_params().to_numpy()[np.ix_(idx, idx)]
+        if no_variation(b, v):
+            # the scores do not vary along the term: coefficients and SEs are rounding, and a
+            # Wald statistic of rounding over rounding is anything; the term goes first, untested
+            return np.nan, len(idx), np.nan
         if np.linalg.matrix_rank(v) < len(idx):  # e.g. a cluster-robust covariance from fewer clusters than terms
             raise NotEstimable(f"the covariance of {':'.join(sorted(t))} is singular ({n_clusters} clusters)")
         stat = float(b @ np.linalg.solve(v, b))
@@ -1314,10 +1326,10 @@ def beta_regression_stepwise(
     while True:
         candidates = [t for t in terms if len(t) > 1 and not any(t < u for u in terms) and not (t & between)]
         tests = [(*wald(fit, t), t) for t in candidates]
-        removable = [x for x in tests if x[2] > alpha]
+        removable = [x for x in tests if np.isnan(x[2]) or x[2] > alpha]
         if not removable:
             break
-        stat, ddf, p, t = max(removable, key=lambda x: x[2])
+        stat, ddf, p, t = max(removable, key=lambda x: np.inf if np.isnan(x[2]) else x[2])
         steps.append(
             {
                 "removed": ":".join(sorted(t)),
@@ -1333,16 +1345,24 @@ def beta_regression_stepwise(
     se = fit.bse.to_numpy()
     z = fit.params.to_numpy() / se
     p = 2 * (stats.t.sf(np.abs(z), n_clusters - 1) if n_clusters else stats.norm.sf(np.abs(z)))
-    untestable = [n not in ("Intercept", "precision") and bool(set(_term_of(n).split(":")) & between) for n in names]
-    note = "not testable: voice_gender varies between voices (2 per gender) and the model has no voice effect"
+    between_note = "not testable: voice_gender varies between voices (2 per gender) and the model has no voice effect"
+    flat_note = "not testable: the scores do not vary along this term (estimate and SE are rounding)"
+    notes = []
+    for n, b, s in zip(names, fit.params.to_numpy(), se):
+        if n not in ("Intercept", "precision") and bool(set(_term_of(n).split(":")) & between):
+            notes.append(between_note)
+        elif n not in ("Intercept", "precision") and no_variation(np.array([b]), np.array([[s * s]])):
+            notes.append(flat_note)
+        else:
+            notes.append("")
     coefs = pd.DataFrame(
         {
             "term": names,
             "estimate": fit.params.to_numpy(),
             "se": se,
-            "p_value": np.where(untestable, np.nan, p),
-            "testable": [not u for u in untestable],
-            "note": [note if u else "" for u in untestable],
+            "p_value": np.where([bool(x) for x in notes], np.nan, p),
+            "testable": [not x for x in notes],
+            "note": notes,
         }
     )
     kept = [t for t in terms if len(t) > 1]

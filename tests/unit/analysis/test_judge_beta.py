@@ -217,3 +217,35 @@ def test_degenerate_judge_tables_give_reasons():
     )
     fits = judge_models(empty_cell, ["a"])["fits"]
     assert fits["status"].iloc[0] == "not estimable" and "rank deficient" in fits["reason"].iloc[0]
+
+
+@pytest.mark.parametrize("rounding", [0.0, 1e-12])
+def test_a_term_the_scores_do_not_vary_along_is_not_tested(rounding):
+    """Each prompt x voice gets one score whatever the phonation and system (what a judge that
+    ignores the audio gives): those terms' estimates and SEs are rounding (1e-16), and a p-value
+    of rounding over rounding is anything (0.98 on one processor, 1e-8 on another). They are
+    reported not testable with an empty p, their interaction too; the voice effect is estimated
+    as usual. Values equal up to 1e-12 give the same table."""
+    df = planted_table(prompts=12, seed=5)
+    first = df.groupby(["prompt_id", "voice_id"])["y"].transform("first")
+    df = df.assign(y=first * (1 + rounding * np.random.default_rng(2).standard_normal(len(df))))
+    res = beta_regression_stepwise(
+        df, "y", ["phonation", "voice_gender", "system"], cluster="prompt_id", between_unit_factors=("voice_gender",)
+    )
+    coefs = res["coefficients"].set_index("term")
+    flat = [t for t in coefs.index if t.startswith(("C(phonation", "C(system")) and "voice_gender" not in t]
+    assert flat and not coefs.loc[flat, "testable"].any() and coefs.loc[flat, "p_value"].isna().all()
+    assert coefs.loc[flat, "note"].str.contains("do not vary along this term").all()
+    assert (coefs.loc[flat, "se"].abs() < 1e-7).all()
+    gender = "C(voice_gender, Sum)[S.female]"
+    assert coefs.loc[gender, "se"] > 1e-3  # the voices differ: a real estimate (untested: between voices)
+    assert any(":" in t for t in flat)  # the phonation x system interaction too
+
+
+def test_an_interaction_the_scores_do_not_vary_along_is_removed_untested():
+    df = planted_table(prompts=12, seed=6)
+    df = df.assign(y=df.groupby(["prompt_id", "voice_id"])["y"].transform("first"))
+    res = beta_regression_stepwise(df, "y", ["phonation", "system"], cluster="prompt_id")
+    steps = res["steps"].set_index("removed")
+    assert list(steps.index) == ["phonation:system"] and np.isnan(steps.loc["phonation:system", "p_value"])
+    assert res["kept_interactions"].empty
