@@ -93,7 +93,7 @@ class ASR(Section):
 
 
 class LLMEndpoint(Section):
-    """A writer or judge model of the bank extension (voicebias.stimuli.generate.BACKENDS); unset keys
+    """A writer or judge model of the bank extension (voicebias.clients.chat.BACKENDS); unset keys
     take the backend's own defaults."""
 
     name: str | None = None

@@ -12,8 +12,9 @@ from voicebias.registry import Registry, UnknownName
 
 def all_registries() -> dict[str, Registry]:
     from voicebias import systems, tts
+    from voicebias.clients import chat
     from voicebias.instruments import classifiers, embeddings, judge
-    from voicebias.stimuli import generate, phonation
+    from voicebias.stimuli import phonation
 
     return {
         "tts": tts.REGISTRY,
@@ -22,7 +23,7 @@ def all_registries() -> dict[str, Registry]:
         "systems": systems.ADAPTERS,
         "judges": judge.JUDGES,
         "phonation": phonation.CONVERTERS,
-        "llm_backends": generate.BACKENDS,
+        "llm_backends": chat.BACKENDS,
     }
 
 

@@ -1,6 +1,6 @@
 """Text chat with language models: the OpenAI SDK client and the JSON-reply parser.
 
-Both the bank-extension stage (voicebias.stimuli.generate: writer and judge panel) and the
+Both the bank-extension stage (voicebias.clients.chat backends: writer and judge panel) and the
 speech-continuation judge (voicebias.instruments.judge) talk to OpenAI-compatible endpoints through
 the pinned ``openai`` SDK (``base_url`` for local servers such as vLLM, llama.cpp or
 Ollama; the SDK's own ``max_retries`` retries connection failures, 408, 409, 429 and

@@ -87,6 +87,7 @@ from voicebias.clients.endpoints import (
 )
 from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
 from voicebias.errors import SetupError, TransientError
+from voicebias.io import resolve_path
 from voicebias.secrets import child_env
 from voicebias.systems.base import (
     ContinuationRequest,
@@ -95,7 +96,6 @@ from voicebias.systems.base import (
     S2SResponse,
     S2SSystem,
     SystemUnderTest,
-    resolve_path,
 )
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
