@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.sc_design import simulate_vq
 from voicebias.analysis.sc_stats import GRADIENT_TOL, _at_optimum, _reml_objective, fit_reml, voice_quality_models
@@ -49,3 +50,43 @@ def test_the_convergence_flag_reads_the_deviance_where_the_search_ended():
     far = gamma * 0.1 if gamma[0] > 1e-6 else np.array([1.0])
     slope = (_reml_objective(far * 1.0001, y, X, Gs) - _reml_objective(far / 1.0001, y, X, Gs)) / 2e-4
     assert abs(slope) > GRADIENT_TOL and not _at_optimum(far, y, X, Gs, bounded=True)
+
+
+def _cells(seed: int, noise: float = 0.3):
+    vq = simulate_vq(1, prompts=8, seed=seed, noise=noise)
+    cells = vq[vq["system"].isna()] if "system" in vq else vq
+    cells = cells.groupby(["voice_id", "voice_gender", "phonation"], as_index=False)["h1_h2_db"].mean()
+    return cells.rename(columns={"h1_h2_db": "y"})
+
+
+def test_the_analytic_reml_derivatives_are_the_deviances():
+    from voicebias.analysis.sc_stats import _reml_derivatives
+
+    cells = _cells(3)
+    fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
+    y, X, Gs = fit.y, fit.X, list(fit.G.values())
+    for gamma in (np.array([0.3]), np.array([2.0]), np.array([17.0])):
+        grad, hess = _reml_derivatives(gamma, y, X, Gs)
+        h = 1e-5 * gamma[0]
+        up, down = _reml_objective(gamma + h, y, X, Gs), _reml_objective(gamma - h, y, X, Gs)
+        assert grad[0] == pytest.approx((up - down) / (2 * h), rel=1e-6, abs=1e-8)
+        g_up, _ = _reml_derivatives(gamma + h, y, X, Gs)
+        g_down, _ = _reml_derivatives(gamma - h, y, X, Gs)
+        assert hess[0, 0] == pytest.approx((g_up[0] - g_down[0]) / (2 * h), rel=1e-5)
+
+
+@pytest.mark.parametrize("seed, noise", [(3, 0.3), (11, 0.05)])
+def test_the_polished_optimum_is_the_same_from_wherever_the_search_stopped(seed, noise):
+    """Two searches that stop 1e-4 apart (another machine's line search) polish to the same
+    variance ratio, to rounding, where the deviance's slope is rounding too."""
+    from voicebias.analysis.sc_stats import _polish, _reml_derivatives
+
+    cells = _cells(seed, noise)
+    fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
+    y, X, Gs = fit.y, fit.X, list(fit.G.values())
+    gamma = np.array([fit.vcomp["voice"] / fit.vcomp["residual"]])
+    assert gamma[0] > 0
+    a = _polish(gamma * (1 + 1e-4), y, X, Gs, bounded=True)
+    b = _polish(gamma * (1 - 1e-4), y, X, Gs, bounded=True)
+    assert a[0] == pytest.approx(b[0], rel=1e-11) and a[0] == pytest.approx(gamma[0], rel=1e-9)
+    assert abs(_reml_derivatives(a, y, X, Gs)[0][0]) * a[0] < 1e-8
