@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from voicebias.analysis.intervals import wilson
 from voicebias.analysis.stats import (
     FISHER_COLUMNS,
     OR_COLUMNS,
@@ -361,7 +362,7 @@ def planted_vs_recovered(
             # with repeats misgendered is a sum of item shares and n counts items: the Wilson interval of
             # the mean share at n items (one binomial observation per item, stats.misgender_rates)
             k, n = float(r.loc[ct, "misgendered"]), int(r.loc[ct, "n"])
-            lo, hi = _wilson(k, n)
+            lo, hi = wilson(k, n)
             rows.append(
                 {
                     "system": system,
@@ -446,13 +447,3 @@ def planted_vs_recovered(
             for r, p, t in zip(out["recovered"], out["planted"], out["tolerance"].astype(float))
         ]
     return out
-
-
-def _wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion."""
-    if n == 0:
-        return np.nan, np.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return float(centre - half), float(centre + half)

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from voicebias.analysis.intervals import wilson
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import CONDITIONS, GENDERS, H1_H2, SC_MEASURES
 
@@ -282,9 +283,7 @@ def planted_vs_recovered(
             if len(sg) and "agency_competence" in sg:
                 passive = (sg["agency_competence"].astype(float) <= 2).to_numpy()
                 k, n = int(passive.sum()), len(passive)
-                from statsmodels.stats.proportion import proportion_confint
-
-                lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
+                lo, hi = wilson(k, n)
                 rows.append(
                     {
                         "system": s,

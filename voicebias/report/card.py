@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from voicebias.analysis.intervals import newcombe_difference, wilson
 from voicebias.io import read_table
 from voicebias.report.build import _template_env, section_texts
 
@@ -45,7 +46,6 @@ CONTENT_DRIVEN_MIN_OR = content_driven_min_or()
 DRIFT_MARGIN_ST = float(12 * math.log2(1.01))
 #: the RQ1 F0 measures, preferred first: net (output minus its text-matched control), else delta.
 DRIFT_MEASURES = ("net_f0_median_st", "delta_f0_median_st")
-Z95 = 1.959964
 
 VOICE_FAITHFUL, CONTENT_DRIVEN, MIXED, INCONCLUSIVE = "voice-faithful", "content-driven", "mixed", "inconclusive"
 VERDICTS = (VOICE_FAITHFUL, CONTENT_DRIVEN, MIXED, INCONCLUSIVE)
@@ -196,27 +196,6 @@ def _true(v: Any) -> bool:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return False
     return bool(v)
-
-
-# --- intervals -----------------------------------------------------------------------------------
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for k of n (the analysis' interval for misgender rates)."""
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def newcombe_difference(
-    p1: float, lo1: float, hi1: float, p2: float, lo2: float, hi2: float
-) -> tuple[float, float, float]:
-    """p1 - p2 with Newcombe's hybrid score interval from each proportion's own (Wilson) interval."""
-    d = p1 - p2
-    return d, d - math.sqrt((p1 - lo1) ** 2 + (hi2 - p2) ** 2), d + math.sqrt((hi1 - p1) ** 2 + (p2 - lo2) ** 2)
 
 
 # --- the card ------------------------------------------------------------------------------------
@@ -655,7 +634,5 @@ __all__ = [
     "fit_usable",
     "recovered",
     "gate_verdict",
-    "wilson",
-    "newcombe_difference",
     "card_context",
 ]

@@ -25,8 +25,8 @@ import pytest
 from scipy import stats
 
 from tests.s2s_design import acoustic_table, describe_table, misgender_table
+from voicebias.analysis.intervals import wilson
 from voicebias.analysis.rq1 import rq1_mixed_models, rq1_pooled
-from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
 
 ALPHA = 0.05
@@ -181,7 +181,7 @@ def fisher_exact_rows(sizes: tuple[int, ...] = (10, 20, 60)) -> list[dict]:
     for n in (18, 20, 60):  # the reduced profile's and the embedded default's cell sizes
         k = np.arange(n + 1)
         for p in (0.05, 0.275, 0.5, 0.95):
-            inside = [(_wilson(int(i), n)[0] <= p <= _wilson(int(i), n)[1]) for i in k]
+            inside = [(wilson(int(i), n)[0] <= p <= wilson(int(i), n)[1]) for i in k]
             rows.append(
                 _enumerated_row(
                     "misgender rate, Wilson 95 % interval",
@@ -206,7 +206,7 @@ def misgender_rows(n_datasets: int, seed: int) -> list[dict]:
         rej_voice += list(fisher_misaligned_vs_neutral(misgender_rates(t, by_voice=True))["p_value"] < ALPHA)
         r = misgender_rates(misgender_table(rng, planted))
         for row in r[r["lang"] == "ALL"].itertuples():
-            lo, hi = _wilson(row.misgendered, row.n)
+            lo, hi = wilson(row.misgendered, row.n)
             cover.append(lo <= planted[row.cell_type] <= hi)
     return [
         _row(

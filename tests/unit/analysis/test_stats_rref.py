@@ -17,8 +17,8 @@ import statsmodels.api as sm
 from tests.rref import run_r
 from tests.unit.analysis.test_rq1 import deltas
 from tests.unit.analysis.test_stats import table
+from voicebias.analysis.intervals import wilson
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
-from voicebias.analysis.s2s import _wilson
 from voicebias.analysis.stats import (
     describe_design,
     firth_coefficient,
@@ -425,7 +425,7 @@ emit("p", 2 * pt(-abs(e / sqrt(var)), df))
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (57, 60), (10, 10)])
 def test_wilson_interval_matches_prop_test(k, n):
     ref = run_r(f"ci <- prop.test({k}, {n}, correct = FALSE)$conf.int; emit('lo', ci[1]); emit('hi', ci[2])")
-    lo, hi = _wilson(k, n)
+    lo, hi = wilson(k, n)
     assert lo == pytest.approx(ref["lo"], abs=1e-7) and hi == pytest.approx(ref["hi"], abs=1e-7)
 
 
