@@ -17,7 +17,23 @@ __all__ = ["z_value", "wilson", "newcombe_difference"]
 
 
 def z_value(confidence: float = 0.95) -> float:
-    """The two-sided standard normal quantile of `confidence` (1.959964 for 0.95)."""
+    """The two-sided standard normal quantile of `confidence`.
+
+    Parameters
+    ----------
+    confidence : float
+        Coverage, strictly between 0 and 1.
+
+    Returns
+    -------
+    float
+        z with P(|Z| <= z) = confidence.
+
+    Examples
+    --------
+    >>> round(z_value(0.95), 6), round(z_value(0.9), 6)
+    (1.959964, 1.644854)
+    """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie between 0 and 1, not {confidence!r}")
     return float(stats.norm.ppf(0.5 + confidence / 2))
@@ -63,6 +79,18 @@ def newcombe_difference(
     p1: float, lo1: float, hi1: float, p2: float, lo2: float, hi2: float
 ) -> tuple[float, float, float]:
     """p1 - p2 with Newcombe's hybrid score interval from each proportion's own (Wilson) interval.
+
+    Parameters
+    ----------
+    p1, lo1, hi1 : float
+        The first proportion and its Wilson interval.
+    p2, lo2, hi2 : float
+        The second proportion and its Wilson interval.
+
+    Returns
+    -------
+    tuple
+        (p1 - p2, low, high).
 
     Examples
     --------
