@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from tests.sc_design import simulate_vq
-from voicebias.analysis.sc_stats import GRADIENT_TOL, _at_optimum, _reml_objective, fit_reml, voice_quality_models
+from voicebias.analysis.mixed import GRADIENT_TOL, _at_optimum, _reml_objective, fit_reml
+from voicebias.analysis.sc_stats import voice_quality_models
 
 CATEGORIES = ["measure", "model", "n_cells", "n_obs", "converged", "status", "reason"]
 
@@ -60,7 +61,7 @@ def _cells(seed: int, noise: float = 0.3):
 
 
 def test_the_analytic_reml_derivatives_are_the_deviances():
-    from voicebias.analysis.sc_stats import _reml_derivatives
+    from voicebias.analysis.mixed import _reml_derivatives
 
     cells = _cells(3)
     fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
@@ -79,7 +80,7 @@ def test_the_analytic_reml_derivatives_are_the_deviances():
 def test_the_polished_optimum_is_the_same_from_wherever_the_search_stopped(seed, noise):
     """Two searches that stop 1e-4 apart (another machine's line search) polish to the same
     variance ratio, to rounding, where the deviance's slope is rounding too."""
-    from voicebias.analysis.sc_stats import _polish, _reml_derivatives
+    from voicebias.analysis.mixed import _polish, _reml_derivatives
 
     cells = _cells(seed, noise)
     fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})

@@ -7,12 +7,11 @@ import statsmodels.formula.api as smf
 from scipy import stats
 
 from tests.sc_design import planted_contrast, simulate_vq
+from voicebias.analysis.emm import emm_pairwise, type3_wald
 from voicebias.analysis.sc_stats import (
     all_systems_succeeded,
     beta_regression_stepwise,
-    emm_pairwise,
     rescale_scores,
-    type3_wald,
     voice_quality_models,
 )
 
@@ -85,7 +84,7 @@ def test_voice_stratum_f_equals_the_split_plot_anova_even_with_negative_componen
     also when a variance component is estimated below 0 (lme4's bounded fit would pool)."""
     import itertools
 
-    from voicebias.analysis.sc_stats import fit_reml, type3_f_tests
+    from voicebias.analysis.mixed import fit_reml, type3_f_tests
 
     voices = {"f1": "female", "f2": "female", "m1": "male", "m2": "male"}
     rows = [

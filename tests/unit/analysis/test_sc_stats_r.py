@@ -17,16 +17,9 @@ import statsmodels.formula.api as smf
 
 from tests.rref import run_r
 from tests.sc_design import simulate_vq
-from voicebias.analysis.sc_stats import (
-    beta_regression_stepwise,
-    continuation_differences,
-    emm_pairwise,
-    fit_reml,
-    studentized_range_sf,
-    tukey_p_value,
-    type3_f_tests,
-    voice_quality_models,
-)
+from voicebias.analysis.emm import emm_pairwise, studentized_range_sf, tukey_p_value
+from voicebias.analysis.mixed import fit_reml, type3_f_tests
+from voicebias.analysis.sc_stats import beta_regression_stepwise, continuation_differences, voice_quality_models
 
 VOICES = {"f1": "female", "f2": "female", "m1": "male", "m2": "male"}
 PHON = ["breathy", "creaky", "endcreak", "modal"]
