@@ -199,7 +199,7 @@ def _polish(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray
     return x
 
 
-def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]]) -> RemlFit:
+def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]], nobound: bool = True) -> RemlFit:
     """REML fit of a linear mixed model with independent random intercepts per grouping.
 
     The residual variance is profiled out and the variance ratios gamma_j = s2_j / s2_e
@@ -223,6 +223,9 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     groups : dict
         Name -> labels (one per row of data) of each random intercept; crossed or
         nested groupings are both allowed (lme4's ``(1 | g)`` for each).
+    nobound : bool
+        Whether a variance component may be estimated below 0 (True, as above); with False
+        the fit is lme4's (see `fit_reml_matrices`).
 
     Returns
     -------
@@ -253,16 +256,86 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
     residual    0.025
     """
     from patsy import dmatrices
-    from scipy import optimize
 
     y_m, X_m = dmatrices(formula, data, return_type="dataframe", NA_action="raise")
-    y, X = y_m.iloc[:, 0].to_numpy(float), X_m.to_numpy(float)
+    X = X_m.to_numpy(float)
     if np.linalg.matrix_rank(X) < X.shape[1]:
         raise NotEstimable(f"the fixed-effects design of '{formula}' is rank deficient (empty cells?)")
     codes = {name: pd.factorize(pd.Series(list(g), index=data.index).astype(str))[0] for name, g in groups.items()}
-    Gs = [(c[:, None] == c[None, :]).astype(float) for c in codes.values()]
+    design = X_m.design_info
+    term_columns = {}
+    for term, sl in design.term_name_slices.items():
+        if term != "Intercept":
+            term_columns[term] = list(range(sl.start, sl.stop))
+    fit = fit_reml_matrices(
+        y_m.iloc[:, 0].to_numpy(float),
+        X,
+        list(X_m.columns),
+        codes,
+        {"Intercept": [0], **term_columns} if "Intercept" in X_m.columns else term_columns,
+        nobound=nobound,
+    )
+    fit.design_info = design
+    return fit
+
+
+def fit_reml_matrices(
+    y: np.ndarray,
+    X: np.ndarray,
+    names: list[str],
+    codes: dict[str, np.ndarray],
+    term_columns: dict[str, list[int]] | None = None,
+    nobound: bool = True,
+) -> RemlFit:
+    """`fit_reml` on a response vector, a full-rank fixed-effects design and integer group codes.
+
+    With ``nobound=False`` the variance ratios stay at or above 0 (lme4's fit), and a component
+    whose standard deviation is below 1e-4 of the residual one (lme4's ``isSingular``
+    tolerance, voicebias.analysis.rounding) is set to exactly 0: a singular fit.
+
+    Parameters
+    ----------
+    y : array of shape (n,)
+        The response.
+    X : array of shape (n, p)
+        The fixed-effects design (full column rank).
+    names : list of str
+        The p fixed-effect names.
+    codes : dict
+        Name -> integer label per row of each random intercept.
+    term_columns : dict, optional
+        Term -> its columns of X, for `type3_f_tests` (default: one term per column).
+    nobound : bool
+        Whether a variance component may be estimated below 0 (see `fit_reml`).
+
+    Returns
+    -------
+    RemlFit
+        The fit.
+
+    Examples
+    --------
+    Three passages each read in two conditions, one random intercept per passage:
+
+    >>> import numpy as np
+    >>> y = np.array([1.0, 2.1, 1.6, 2.4, 0.7, 2.0])
+    >>> X = np.column_stack([np.ones(6), [0, 1] * 3])
+    >>> fit = fit_reml_matrices(y, X, ["Intercept", "b"], {"passage": np.repeat([0, 1, 2], 2)}, nobound=False)
+    >>> print(fit.params.round(4).to_string())
+    Intercept    1.1000
+    b            1.0667
+    >>> print(fit.vcomp.round(4).to_string())
+    passage     0.0950
+    residual    0.0317
+    """
+    from scipy import optimize
+
+    from voicebias.analysis.rounding import singular_ratio
+
+    y, X = np.asarray(y, float), np.asarray(X, float)
     if X.shape[0] - X.shape[1] < 1:
         raise NotEstimable("no residual degrees of freedom: more fixed effects than observations")
+    Gs = [(np.asarray(c)[:, None] == np.asarray(c)[None, :]).astype(float) for c in codes.values()]
     best = None
     # first the bounded fit (gamma >= 0, as lme4), then released from the bound: Nelder-Mead over the whole
     # region where H = I + sum gamma_j G_j is positive definite (the objective refuses the rest)
@@ -279,47 +352,45 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]])
             best = res
     assert best is not None
     best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(best.x, y, X, Gs, bounded=True))
-    free = optimize.minimize(
-        _reml_objective,
-        best.x,
-        args=(y, X, Gs),
-        method="Nelder-Mead",
-        options={
-            "xatol": 1e-10,
-            "fatol": 1e-13,
-            "maxiter": 4000 * max(len(Gs), 1),
-            "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))]),
-        },
-    )
-    # released from the bound only when that improves the REML deviance by a margin (1e-6), not by
-    # rounding, and away from the edge of the region (V singular)
-    if free.fun < best.fun - FREE_MARGIN:
-        H = np.eye(len(y)) + sum(g * G for g, G in zip(free.x, Gs))
-        if np.linalg.cond(H) < 1e10:
-            best = optimize.OptimizeResult(x=free.x, fun=free.fun, success=_at_optimum(free.x, y, X, Gs, bounded=False))
+    if nobound:
+        free = optimize.minimize(
+            _reml_objective,
+            best.x,
+            args=(y, X, Gs),
+            method="Nelder-Mead",
+            options={
+                "xatol": 1e-10,
+                "fatol": 1e-13,
+                "maxiter": 4000 * max(len(Gs), 1),
+                "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))]),
+            },
+        )
+        # released from the bound only when that improves the REML deviance by a margin (1e-6), not by
+        # rounding, and away from the edge of the region (V singular)
+        if free.fun < best.fun - FREE_MARGIN:
+            H = np.eye(len(y)) + sum(g * G for g, G in zip(free.x, Gs))
+            if np.linalg.cond(H) < 1e10:
+                best = optimize.OptimizeResult(
+                    x=free.x, fun=free.fun, success=_at_optimum(free.x, y, X, Gs, bounded=False)
+                )
     # convergence was decided at the located point, with its margin; the estimate is the polished optimum
     bounded = not np.any(best.x < 0)
     x = _polish(np.asarray(best.x, float), y, X, Gs, bounded=bounded)
-    best = optimize.OptimizeResult(x=x, fun=_reml_objective(x, y, X, Gs), success=best.success)
+    if not nobound:
+        x = np.where([singular_ratio(g) for g in x], 0.0, x)
+    fun = _reml_objective(x, y, X, Gs)
     n, p = X.shape
-    llf = -0.5 * (best.fun + (n - p) * (1 + np.log(2 * np.pi / (n - p))))
-    design = X_m.design_info
-    term_columns = {}
-    for term, sl in design.term_name_slices.items():
-        if term != "Intercept":
-            term_columns[term] = list(range(sl.start, sl.stop))
-    fit = RemlFit(
+    llf = -0.5 * (fun + (n - p) * (1 + np.log(2 * np.pi / (n - p))))
+    return RemlFit(
         y,
         X,
-        list(X_m.columns),
+        list(names),
         codes,
-        np.asarray(best.x, float),
+        np.asarray(x, float),
         bool(best.success),
         float(llf),
-        {"Intercept": [0], **term_columns} if "Intercept" in X_m.columns else term_columns,
+        term_columns if term_columns is not None else {n_: [i] for i, n_ in enumerate(names)},
     )
-    fit.design_info = design
-    return fit
 
 
 def _fai_cornelius_df(nus: np.ndarray) -> float:

@@ -22,8 +22,9 @@ import pandas as pd
 import statsmodels.formula.api as smf
 from scipy import stats
 
+from voicebias.analysis.mixed import f_test, fit_reml_matrices
 from voicebias.analysis.repeats import has_repeats, item_means
-from voicebias.analysis.rounding import is_constant, magnitude, negligible, singular_ratio
+from voicebias.analysis.rounding import is_constant, magnitude, negligible
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
 
 ACOUSTIC_TASKS = ("readback", "paraphrase", "summarize", "translate")
@@ -167,110 +168,6 @@ def effect_weights(cells: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"stereotype_effect": stereo, "misaligned_minus_neutral": mis}
 
 
-class _RandomInterceptREML:
-    """REML fit of y = X b + Z u + e, u ~ N(0, s2u I) per group, e ~ N(0, s2e I).
-
-    `fit` maximises the REML likelihood profiled over the variance ratio
-    g = s2u / s2e >= 0 (given g, b and s2e have closed forms; this is lme4's
-    profiled REML deviance with theta = sqrt(g)), so a boundary optimum g = 0 (a
-    singular fit) is found exactly. The other methods give the REML quantities at
-    given variances theta = (s2u, s2e).
-    """
-
-    def __init__(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray):
-        self.X, self.y = np.asarray(X, float), np.asarray(y, float)
-        _, idx = np.unique(groups, return_inverse=True)
-        self.ZZt = (idx[:, None] == idx[None, :]).astype(float)
-
-    def _profiled(self, ratio: float) -> tuple[float, float]:
-        """(profiled REML log-likelihood, s2e) at variance ratio s2u / s2e = ratio."""
-        n, p = self.X.shape
-        H = ratio * self.ZZt + np.eye(n)
-        hi = np.linalg.inv(H)
-        xhx = self.X.T @ hi @ self.X
-        r = self.y - self.X @ np.linalg.solve(xhx, self.X.T @ hi @ self.y)
-        s2e = float(r @ hi @ r) / (n - p)
-        return float(-0.5 * ((n - p) * np.log(s2e) + np.linalg.slogdet(H)[1] + np.linalg.slogdet(xhx)[1])), s2e
-
-    def fit(self) -> tuple[np.ndarray, bool]:
-        """REML variances (s2u, s2e) and whether the optimum was located (interior or at s2u = 0)."""
-        from scipy.optimize import minimize_scalar
-
-        grid = np.concatenate([[0.0], np.logspace(-6, 4, 51)])
-        values = [self._profiled(g)[0] for g in grid]
-        i = int(np.argmax(values))
-        if i == 0:
-            ratio, converged = 0.0, values[1] <= values[0]
-        else:
-            lo, hi = grid[i - 1], grid[min(i + 1, len(grid) - 1)]
-            res = minimize_scalar(
-                lambda g: -self._profiled(g)[0],
-                bounds=(lo, hi),
-                method="bounded",
-                options={"xatol": 1e-12 * max(1.0, hi)},
-            )
-            ratio, converged = float(res.x), bool(res.success) and i < len(grid) - 1
-            if self._profiled(0.0)[0] >= -res.fun or singular_ratio(ratio):
-                ratio = 0.0
-        return np.array([ratio * self._profiled(ratio)[1], self._profiled(ratio)[1]]), converged
-
-    def _vinv(self, theta: np.ndarray) -> np.ndarray:
-        return np.linalg.inv(theta[0] * self.ZZt + theta[1] * np.eye(len(self.y)))
-
-    def fe_cov(self, theta: np.ndarray) -> np.ndarray:
-        """(X' V^-1 X)^-1, the covariance of the GLS fixed effects."""
-        return np.linalg.inv(self.X.T @ self._vinv(theta) @ self.X)
-
-    def fe(self, theta: np.ndarray) -> np.ndarray:
-        vi = self._vinv(theta)
-        return self.fe_cov(theta) @ self.X.T @ vi @ self.y
-
-    def loglik(self, theta: np.ndarray) -> float:
-        """REML log-likelihood up to a constant."""
-        V = theta[0] * self.ZZt + theta[1] * np.eye(len(self.y))
-        vi = np.linalg.inv(V)
-        xvx = self.X.T @ vi @ self.X
-        r = self.y - self.X @ np.linalg.solve(xvx, self.X.T @ vi @ self.y)
-        return float(-0.5 * (np.linalg.slogdet(V)[1] + np.linalg.slogdet(xvx)[1] + r @ vi @ r))
-
-    def satterthwaite_df(self, L: np.ndarray, theta: np.ndarray) -> float:
-        """Satterthwaite df of L b: 2 (L C L')^2 / (g' A g), with the analytic derivatives
-        g_i = d(L C L')/d theta_i = L C X' V^-1 V_i V^-1 X C L' (V_1 = Z Z', V_2 = I) and A the
-        inverse observed REML information, I_ij = y'P V_i P V_j P y - tr(P V_i P V_j) / 2 with
-        P = V^-1 - V^-1 X C X' V^-1 (as lmerTest, which differentiates numerically and in another
-        parametrisation of the variances; the df does not depend on it at an interior maximum)."""
-        vi = self._vinv(theta)
-        C = np.linalg.inv(self.X.T @ vi @ self.X)
-        var = float(L @ C @ L)
-        w = vi @ self.X @ C @ L
-        mats = (self.ZZt, np.eye(len(self.y)))
-        g = np.array([float(w @ M @ w) for M in mats])
-        P = vi - vi @ self.X @ C @ self.X.T @ vi
-        PV = [P @ M for M in mats]
-        Py = P @ self.y
-        info = np.array(
-            [
-                [float(Py @ mats[i] @ PV[j] @ Py) - 0.5 * float(np.sum(PV[i] * PV[j].T)) for j in range(2)]
-                for i in range(2)
-            ]
-        )
-        return float(2 * var**2 / (g @ np.linalg.solve(info, g)))
-
-    def satterthwaite_f_df(self, L: np.ndarray, theta: np.ndarray) -> float:
-        """Denominator df of the Wald F test of L b = 0 (q rows), as lmerTest's contestMD:
-        the Satterthwaite df nu_m of each of the q independent 1-df contrasts along the
-        eigenvectors of L C L', combined by E = sum nu_m / (nu_m - 2), df = 2 E / (E - q)
-        (2 when some nu_m <= 2; their common value when all are equal)."""
-        _, vecs = np.linalg.eigh(L @ self.fe_cov(theta) @ L.T)
-        nu = np.array([self.satterthwaite_df(vecs[:, m] @ L, theta) for m in range(L.shape[0])])
-        if len(nu) == 1 or np.all(np.abs(nu - nu.mean()) < 1e-8):
-            return float(nu.mean())
-        if np.any(nu <= 2):
-            return 2.0
-        e = float(np.sum(nu / (nu - 2)))
-        return 2 * e / (e - len(nu))
-
-
 _CELLS = pd.DataFrame(
     [(p, v) for p in ("masculine", "neutral", "feminine") for v in ("male", "female")], columns=["pole", "voice_gender"]
 )
@@ -310,7 +207,7 @@ def rq1_mixed_models(
     chi-square's asymptotic p rejects a true null 7-9 % of the time at alpha .05
     with 30 passages); the fit's convergence and any fitting warning, so a singular or
     non-converged fit is visible as such. The variances are REML estimates
-    (`_RandomInterceptREML.fit`, the criterion lme4 optimises); the fixed-effect
+    (`voicebias.analysis.mixed.fit_reml_matrices`, bounded at 0 as lme4); the fixed-effect
     covariance is (X'V^-1 X)^-1 at those variances, as in lme4. When the passage
     variance is at its boundary (0, a singular fit) the df is the residual df of
     the fixed-effects model (n - 6), which is what lmerTest's Satterthwaite df is
@@ -364,7 +261,7 @@ def rq1_mixed_models(
             row["warning"] = "no neutral outputs (the reference content of the model)"
             rows.append(row)
             continue
-        # statsmodels builds the treatment-coded design; the REML fit is _RandomInterceptREML's
+        # statsmodels builds the treatment-coded design; the REML fit is voicebias.analysis.mixed's
         model = smf.mixedlm(MIXED_FORMULA, g, groups=g["passage_id"])
         exog, names = np.asarray(model.exog, float), list(model.exog_names)
         if np.linalg.matrix_rank(exog) < exog.shape[1]:
@@ -398,15 +295,16 @@ def rq1_mixed_models(
             rows.append(row)
             continue
         no_residual = negligible(float(g["y"].groupby(g["passage_id"]).std(ddof=0).max()), scale)
-        reml = _RandomInterceptREML(exog, g["y"].to_numpy(float), g["passage_id"].to_numpy())
+        fit = None
         if no_residual:
             theta, converged = np.array([np.nan, 0.0]), True
             beta = ols
             cov = np.full((exog.shape[1], exog.shape[1]), np.nan)
         else:
             try:
-                theta, converged = reml.fit()
-                beta, cov = reml.fe(theta), reml.fe_cov(theta)
+                fit = fit_reml_matrices(y, exog, names, {"passage": pd.factorize(g["passage_id"])[0]}, nobound=False)
+                theta, converged = fit.vcomp.to_numpy(float), fit.converged
+                beta, cov = fit.params.to_numpy(float), fit.C
             except np.linalg.LinAlgError as exc:
                 row["warning"] = f"fit failed: {exc}"
                 rows.append(row)
@@ -417,7 +315,7 @@ def rq1_mixed_models(
             converged = True
             msgs: list[str] = ["residual variance 0 (identical outputs within each passage): between-within df"]
         else:
-            msgs = [] if converged else ["REML optimum not located (variance ratio at the search bound)"]
+            msgs = [] if converged else ["REML optimum not located"]
         if singular:
             msgs = ["singular fit (passage variance 0)", *msgs]
         cells = _CELLS
@@ -442,7 +340,7 @@ def rq1_mixed_models(
                         if singular
                         else between_df
                         if no_residual
-                        else reml.satterthwaite_df(L, theta)
+                        else fit.satterthwaite_df(L)
                     )
                 except np.linalg.LinAlgError:
                     df = float(len(g) - len(names))
@@ -473,7 +371,7 @@ def rq1_mixed_models(
             if not inter:
                 raise np.linalg.LinAlgError("no within-passage variance")
             chi2 = float(b @ np.linalg.solve(R @ cov @ R.T, b))
-            den_df = float(len(g) - len(names)) if singular else reml.satterthwaite_f_df(R, theta)
+            den_df = float(len(g) - len(names)) if singular else f_test(fit, R)["den_df"]
             f_stat = chi2 / len(inter)
             row.update(
                 chi2_interaction=chi2,
