@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer  # noqa: E402
 from tests.fakes.stimuli import make_stimuli  # noqa: E402
-from voicebias.systems import build_system  # noqa: E402
+from voicebias.systems.catalog import build_system  # noqa: E402
 from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task  # noqa: E402
 from voicebias.tasks import Task  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Stage analysis: RQ2 statistics for every system, with planted truth beside them."""
+"""Stage analysis: RQ1 and RQ2 statistics for every system, with planted truth beside them."""
 
 from voicebias import config
 from voicebias.errors import guarded
@@ -8,6 +8,12 @@ from voicebias.pipeline.analysis import run_stage
 if __name__ == "__main__":
     params = stage_params("analysis")
     systems = params["run"]["systems"]
-    paths = [config.scored_table(s) for s in systems]
-    acoustic = [config.acoustic_table(s) for s in systems]
-    guarded(run_stage, params, paths, config.ANALYSIS_DIR, acoustic, stage="analysis")
+    guarded(
+        run_stage,
+        params,
+        scored_paths=[config.scored_table(s) for s in systems],
+        acoustic_paths=[config.acoustic_table(s) for s in systems],
+        planted_truth_paths={s: config.respond_planted_truth(s) for s in systems},
+        out_dir=config.ANALYSIS_DIR,
+        stage="analysis",
+    )

@@ -9,7 +9,7 @@ import argparse
 from voicebias import config
 from voicebias.errors import guarded
 from voicebias.params import stage_params
-from voicebias.pipeline.respond import run_system_stage
+from voicebias.pipeline.respond import run_stage
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
@@ -17,17 +17,18 @@ if __name__ == "__main__":
     ap.add_argument("--task", action="append", help="run only this task (repeatable; default: tasks.names)")
     a = ap.parse_args()
     guarded(
-        run_system_stage,
+        run_stage,
         stage_params("respond"),
-        a.system,
-        config.STIMULI_MANIFEST,
-        config.PASSAGES,
-        config.GATE_METRICS,
-        lambda task: config.responses_dir(a.system, task),
-        lambda task: config.respond_report(a.system, task),
-        config.RESPONSE_CACHE,
-        config.ROOT,
-        a.task,
-        config.RENDER_CACHE,
+        system=a.system,
+        manifest_path=config.STIMULI_MANIFEST,
+        passages_path=config.PASSAGES,
+        gate_metrics=config.GATE_METRICS,
+        responses_dir_for=lambda task: config.responses_dir(a.system, task),
+        report_for=lambda task: config.respond_report(a.system, task),
+        planted_truth_path=config.respond_planted_truth(a.system),
+        cache_dir=config.RESPONSE_CACHE,
+        root=config.ROOT,
+        render_cache=config.RENDER_CACHE,
+        task_names=a.task,
         stage=f"respond {a.system}",
     )

@@ -97,13 +97,19 @@ def responses_dir(system: str, task: str) -> Path:
 
 
 def respond_reports(system: str) -> Path:
-    """Folder of one system's request counts, one JSON per task (an output of respond@SYSTEM)."""
+    """Folder of one system's request counts, one JSON per task, and a reference system's planted
+    truth (an output of respond@SYSTEM)."""
     return RESPOND_REPORTS / system
 
 
 def respond_report(system: str, task: str) -> Path:
     """Requests, shared and failed counts of one system x task."""
     return respond_reports(system) / f"{task}.json"
+
+
+def respond_planted_truth(system: str) -> Path:
+    """A reference system's planted truth, recorded by respond@SYSTEM beside its counts."""
+    return respond_reports(system) / "planted_truth.json"
 
 
 def scored_table(system: str) -> Path:

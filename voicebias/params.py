@@ -646,7 +646,7 @@ def validate_params(raw: Any, cards_dir: Path | None = None, source: str = "para
             continue
         if not (Path(cards_dir) / f"{name}.yaml").exists():
             # no card, no adapter to check against: kept as written; building the system
-            # (voicebias.systems.build_system) stops on the missing card and validates then
+            # (voicebias.systems.build.build_from) stops on the missing card and validates then
             systems_out[name] = spec
             continue
         try:

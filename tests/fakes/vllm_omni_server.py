@@ -42,7 +42,7 @@ PIN = "0123456789abcdef0123456789abcdef01234567"
 def pinned_cards(folder: Path, name: str = "qwen2_5_omni_vllm", **changes) -> Path:
     """A cards folder under `folder` holding the committed card `name`, pinned to PIN, with `changes`
     applied (dotted keys: ``**{"deploy.engine_version": "0.31.0"}``)."""
-    from voicebias.systems import load_card
+    from voicebias.cards import load_card
 
     cards = Path(folder) / "cards"
     cards.mkdir(exist_ok=True)

@@ -11,16 +11,19 @@ from voicebias.registry import Registry, UnknownName
 
 
 def all_registries() -> dict[str, Registry]:
-    from voicebias import systems, tts
+    from voicebias import tts
     from voicebias.clients import chat
     from voicebias.instruments import classifiers, embeddings, judge
     from voicebias.stimuli import phonation
+    from voicebias.systems import catalog, continuation, s2s
 
     return {
         "tts": tts.REGISTRY,
         "classifiers": classifiers.REGISTRY,
         "embeddings": embeddings.REGISTRY,
-        "systems": systems.ADAPTERS,
+        "systems": catalog.ADAPTERS,
+        "s2s systems": s2s.S2S_ADAPTERS,
+        "continuation systems": continuation.CONTINUATION_ADAPTERS,
         "judges": judge.JUDGES,
         "phonation": phonation.CONVERTERS,
         "llm_backends": chat.BACKENDS,
@@ -87,7 +90,7 @@ def test_every_registered_entry_imports_and_resolves(registry):
 def test_existing_getters_raise_the_registry_error():
     from voicebias.instruments.classifiers import get_classifier
     from voicebias.instruments.embeddings import get_embedder
-    from voicebias.systems import adapter_class
+    from voicebias.systems.catalog import adapter_class
     from voicebias.tts import get_backend
 
     for fn, kind in (
@@ -98,3 +101,27 @@ def test_existing_getters_raise_the_registry_error():
     ):
         with pytest.raises(UnknownName, match=f"unknown {kind} 'nope'; available: "):
             fn("nope")
+
+
+def test_the_catalog_is_the_two_kinds_and_each_adapter_builds_a_system_of_its_kind():
+    from voicebias.systems.base import ContinuationSystem, S2SSystem
+    from voicebias.systems.catalog import ADAPTERS
+    from voicebias.systems.continuation import CONTINUATION_ADAPTERS
+    from voicebias.systems.s2s import S2S_ADAPTERS
+
+    assert not set(S2S_ADAPTERS.names()) & set(CONTINUATION_ADAPTERS.names())
+    assert ADAPTERS.names() == sorted(S2S_ADAPTERS.names() + CONTINUATION_ADAPTERS.names())
+    for reg, base in ((S2S_ADAPTERS, S2SSystem), (CONTINUATION_ADAPTERS, ContinuationSystem)):
+        for name in reg.names():
+            assert issubclass(reg.get(name), base), name
+
+
+def test_a_system_of_the_other_kind_is_refused_with_the_adapters_the_stage_takes():
+    from voicebias.errors import ConfigError
+    from voicebias.systems.build import build_from
+    from voicebias.systems.continuation import CONTINUATION_ADAPTERS
+
+    with pytest.raises(
+        ConfigError, match="system 'voice_faithful' has adapter 'reference', which is not a continuation"
+    ):
+        build_from(CONTINUATION_ADAPTERS, "voice_faithful", {})

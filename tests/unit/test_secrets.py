@@ -74,16 +74,17 @@ def test_planted_key_never_stored_or_logged(tmp_path, monkeypatch, capfd):
             }
             table = run_stage(
                 params,
-                "gpt_audio",
-                "describe",
-                manifest,
-                passages,
-                gate / "metrics.json",
-                root / "data" / "responses" / "gpt_audio" / "describe",
-                root / "reports" / "respond" / "gpt_audio-describe.json",
-                root / ".cache" / "responses",
-                root,
-            )
+                system="gpt_audio",
+                manifest_path=manifest,
+                passages_path=passages,
+                gate_metrics=gate / "metrics.json",
+                responses_dir_for=lambda t: root / "data" / "responses" / "gpt_audio" / t,
+                report_for=lambda t: root / "reports" / "respond" / f"gpt_audio-{t}.json",
+                planted_truth_path=root / "reports" / "respond" / "gpt_audio-planted_truth.json",
+                cache_dir=root / ".cache" / "responses",
+                root=root,
+                task_names=["describe"],
+            )["describe"]
     finally:
         logging.getLogger().removeHandler(handler)
         logging.getLogger().setLevel(old_level)

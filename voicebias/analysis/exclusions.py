@@ -18,11 +18,13 @@ every planted fault was excluded with the right reason and nothing else was.
 from __future__ import annotations
 
 import json
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from voicebias.contract import CALL_FAILED, SAMPLE
+from voicebias.errors import StageFailed
 
 EXCLUSION_COLUMNS = ["system", "task", "lang", "stage", "reason", "n"]
 STAGES = ("respond", "scoring", "acoustic_scoring")
@@ -135,20 +137,26 @@ def planted_fault_of(provenance: object) -> str | None:
         return None
 
 
-def planted_exclusions(scored: pd.DataFrame) -> pd.DataFrame:
+def planted_exclusions(scored: pd.DataFrame, planted: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """The exclusions the planted faults must give: system, task, lang, reason, planted (count).
 
     A reference system records the fault it planted in a reply in that reply's provenance;
-    voicebias.systems.reference.FAULT_REASONS names the reason each must get. Replies whose
-    call failed are left out (their fault was never seen). Empty when nothing was planted.
+    its planted truth (`planted[system]["fault_reasons"]`, recorded by the respond stage) names
+    the reason each fault must get. Replies whose call failed are left out (their fault was
+    never seen). Empty when nothing was planted.
     """
-    from voicebias.systems.reference import FAULT_REASONS
-
     cols = ["system", "task", "lang", "reason", "planted"]
     if "provenance" not in scored.columns:
         return pd.DataFrame(columns=cols)
+    reasons = {s: dict(t.get("fault_reasons") or {}) for s, t in (planted or {}).items()}
     fault = scored["provenance"].map(planted_fault_of)
-    rows = scored.assign(reason=fault.map(FAULT_REASONS))[fault.notna() & (scored["status"] != "failed")]
+    reason = [reasons.get(s, {}).get(f) if isinstance(f, str) else None for s, f in zip(scored["system"], fault)]
+    unnamed = sorted({(s, f) for s, f, r in zip(scored["system"], fault, reason) if isinstance(f, str) and r is None})
+    if unnamed:
+        raise StageFailed(
+            f"replies record planted faults their system's planted truth gives no reason for (system, fault): {unnamed}"
+        )
+    rows = scored.assign(reason=reason)[fault.notna() & (scored["status"] != "failed")]
     if rows.empty:
         return pd.DataFrame(columns=cols)
     return rows.groupby(["system", "task", "lang", "reason"], sort=True).size().rename("planted").reset_index()[cols]

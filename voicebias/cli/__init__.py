@@ -64,7 +64,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_systems(args: argparse.Namespace) -> int:
-    from voicebias.systems import ADAPTERS, load_card
+    from voicebias.cards import load_card
+    from voicebias.systems.catalog import ADAPTERS
 
     params = load_params()
     rows = []

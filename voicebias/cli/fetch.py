@@ -1,7 +1,7 @@
 """`voicebias fetch [SYSTEM...] [--dest models/weights] [--dry-run]`: the hub weights of open systems.
 
 Each system card may list, under `weights`, the Hugging Face hub repositories its
-weights come from (voicebias.systems.validate_weights): `repo_id`, `revision`, whether
+weights come from (voicebias.cards.validate_weights): `repo_id`, `revision`, whether
 the revision is `pinned` (a commit), an optional `subdir` inside the system's weights
 folder, the `files` or `allow_patterns` to take, and an optional `sha256` per file.
 Without names, the systems of the active profile (`run.systems` and `run.sc_systems`)
@@ -236,7 +236,7 @@ def _debug() -> None:
 
 
 def fetch_system(name: str, dest: Path, dry_run: bool) -> Outcome:
-    from voicebias.systems import load_card
+    from voicebias.cards import load_card
 
     try:
         card = load_card(name, config.CARDS_DIR)  # looked up now, so a test can point it elsewhere

@@ -58,10 +58,11 @@ def _requirements(component: str, req: dict[str, Any], root: Path, has_gpu: bool
 
 def preflight(params: dict[str, Any], root: Path = ROOT) -> list[Check]:
     from voicebias import tts
+    from voicebias.cards import load_card
     from voicebias.instruments import classifiers
     from voicebias.instruments.judge import JUDGES
     from voicebias.stimuli.phonation import CONVERTERS
-    from voicebias.systems import ADAPTERS, PLANNED_ADAPTERS, load_card
+    from voicebias.systems.catalog import ADAPTERS, PLANNED_ADAPTERS
 
     has_gpu = gpu_available()
     checks: list[Check] = []

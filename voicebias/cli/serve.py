@@ -159,8 +159,9 @@ def plan(
     cards_dir: Path | None = None,
 ) -> list[Replica]:
     """Every replica to start: its command line, environment, port and log (nothing is started)."""
+    from voicebias.cards import load_card
     from voicebias.secrets import child_env
-    from voicebias.systems import build_system, load_card
+    from voicebias.systems.catalog import build_system
 
     if replicas < 1:
         raise ServeError("--replicas must be at least 1")

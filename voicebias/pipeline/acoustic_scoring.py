@@ -21,8 +21,8 @@ def run_stage(
     cache_dir: Path,
 ) -> pd.DataFrame:
     """Stage 'acoustic_scoring': measure one system's outputs and write their deltas."""
+    from voicebias.cards import load_card
     from voicebias.io import read_table, write_table
-    from voicebias.systems import load_card
 
     parts = [read_table(Path(responses_root) / system / t / "responses.csv") for t in params["tasks"]["names"]]
     table = score_outputs(

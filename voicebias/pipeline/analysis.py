@@ -14,10 +14,18 @@ from voicebias.analysis.s2s import (
 )
 
 
-def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | None = None) -> dict:
+def run_stage(
+    params: dict,
+    *,
+    scored_paths: list,
+    out_dir,
+    acoustic_paths: list | None = None,
+    planted_truth_paths: dict | None = None,
+) -> dict:
     """Stage 'analysis': RQ1 and RQ2 tables, the counted exclusions (exclusions.csv; with planted
     faults, planted_exclusions.csv sets them beside the planted ones), the planted truth and the
-    metrics file.
+    metrics file. `planted_truth_paths` maps a system to the planted truth its respond stage
+    recorded (a reference system's; a path that does not exist is a system under audit).
 
     With repeats (scored tables with a sample column, run.samples_per_item > 1) every
     table is estimated on items (voicebias.analysis.repeats) and the between-sample
@@ -26,9 +34,7 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     """
     from pathlib import Path
 
-    from voicebias.io import read_table, write_json, write_table
-    from voicebias.systems import load_card
-    from voicebias.systems.reference import planted_truth
+    from voicebias.io import read_json, read_table, write_json, write_table
 
     out_dir = Path(out_dir)
     scored = pd.concat([read_table(Path(p)) for p in scored_paths], ignore_index=True)
@@ -40,9 +46,9 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     controls = injection_controls(scored)
     comp = compliance(scored)
     planted = {
-        s: planted_truth(p)
-        for s, p in params["systems"].items()
-        if s in set(scored["system"]) and load_card(s)["adapter"] == "reference"
+        s: read_json(Path(p))
+        for s, p in sorted((planted_truth_paths or {}).items())
+        if s in set(scored["system"]) and Path(p).exists()
     }
     from voicebias.analysis.rq1 import rq1_tables as build_rq1_tables
 
@@ -53,7 +59,7 @@ def run_stage(params: dict, scored_paths: list, out_dir, acoustic_paths: list | 
     from voicebias.analysis.exclusions import exclusion_counts, exclusions_vs_planted, planted_exclusions
 
     excluded = exclusion_counts(scored, acoustic if acoustic_paths else None)
-    planted_excluded = exclusions_vs_planted(excluded, planted_exclusions(scored))
+    planted_excluded = exclusions_vs_planted(excluded, planted_exclusions(scored, planted))
     f0 = "net_f0_median_st" if acoustic_paths and "net_f0_median_st" in acoustic else "delta_f0_median_st"
     pvr = planted_vs_recovered(
         odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"), f0_measure=f0

@@ -1,8 +1,8 @@
 """Stage 'sc_continue' of the speech-continuation (SC) study.
 
 One continuation system over every phonation stimulus (data/phonation/manifest.csv),
-through the S2S runner's stage (`voicebias.pipeline.respond.run_stage`: cached, resumable,
-retrying, failures recorded per item), once the manipulation check has passed, one
+through the system runner of both studies (`voicebias.pipeline.calls.run_system`: cached,
+resumable, retrying, failures recorded per item), once the manipulation check has passed, one
 continuation per stimulus (`run.samples_per_item` applies to the speech-to-speech
 respond stage only; the SC scoring and analysis take one continuation per item). Writes
 data/continuations/<system>/ and the stage record reports/sc_continue/<system>.json
@@ -33,7 +33,8 @@ def _planted_truth(system: Any, sys_params: dict[str, Any]) -> dict[str, Any]:
 
 def run_stage(
     params: dict[str, Any],
-    system_name: str,
+    *,
+    system: str,
     manifest_path: Path,
     check_metrics: Path,
     out_dir: Path,
@@ -41,30 +42,31 @@ def run_stage(
     cache_dir: Path,
     root: Path,
 ) -> pd.DataFrame:
-    """Stage 'sc_continue': one continuation system over the phonation stimuli (cached, resumable)."""
-    from voicebias.pipeline.respond import run_stage as run_requests
+    """Stage 'sc_continue': continuation system `system`, built from the continuation registry,
+    over the phonation stimuli (cached, resumable)."""
+    from voicebias.pipeline.calls import run_system
+    from voicebias.systems.continuation import CONTINUATION_ADAPTERS
 
-    return run_requests(
+    tables = run_system(
         params,
-        system_name,
-        CONTINUE_TASK.name,
-        manifest_path,
-        None,
-        check_metrics,
-        out_dir,
-        stats_path,
-        cache_dir,
-        root,
-        task=CONTINUE_TASK,
+        system,
+        adapters=CONTINUATION_ADAPTERS,
+        tasks={CONTINUE_TASK.name: CONTINUE_TASK},
+        manifest_path=manifest_path,
+        gate_metrics=check_metrics,
         gate="the phonation manipulation check",
-        kind="continuation",
-        context={
+        context=lambda: {
             "rate_wpm": params["sc_stimuli"]["rate_wpm"],
             "pitch_range": params["acoustics"]["pitch_range"],
             "presets": params["phonation"]["presets"],
             "parametric": params["phonation"].get("parametric"),
         },
-        stage=f"sc_continue@{system_name}",
+        out_dir_for=lambda _: out_dir,
+        stats_path_for=lambda _: stats_path,
+        cache_dir=cache_dir,
+        root=root,
+        label_for=lambda _: f"sc_continue@{system}",
         annotate=_planted_truth,
         samples=1,
     )
+    return tables[CONTINUE_TASK.name]

@@ -150,6 +150,9 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
     truth["error_rate"] = float(params["error_rate"])
     truth["content_weight"] = float(params["content_weight"]) if params["rule"] == "mixed" else None
     truth["drift_st"] = float(params["drift_st"])
+    if params.get("faults"):
+        # the reason the reply screen or the instrument must give each planted fault (exclusions.csv)
+        truth["fault_reasons"] = dict(FAULT_REASONS)
     return truth
 
 

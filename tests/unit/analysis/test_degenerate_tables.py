@@ -438,10 +438,10 @@ def test_analysis_stage_never_raises(describe, acoustic):
         write_table(tmp / "scored.csv", scored)
         write_table(tmp / "acoustic.csv", acoustic)
         run_stage(
-            {"analyze": {"confidence": 0.95}, "systems": {}},
-            [tmp / "scored.csv"],
-            tmp / "out",
-            [tmp / "acoustic.csv"] if len(acoustic) else None,
+            {"analyze": {"confidence": 0.95}},
+            scored_paths=[tmp / "scored.csv"],
+            out_dir=tmp / "out",
+            acoustic_paths=[tmp / "acoustic.csv"] if len(acoustic) else None,
         )
         odds = read_table(tmp / "out" / "describe_odds_ratios.csv")
         assert set(odds["status"].dropna()) <= set(STATUSES)

@@ -371,12 +371,12 @@ def test_analysis_stage_writes_the_variance_table_only_with_repeats(tmp_path):
     from voicebias.pipeline.analysis import run_stage
 
     rng = np.random.default_rng(13)
-    params = {"analyze": {"confidence": 0.95}, "systems": {}}
+    params = {"analyze": {"confidence": 0.95}}
     k3 = pd.concat([describe_answers(rng, 3), summaries(rng, 3)], ignore_index=True)
     write_table(tmp_path / "k3.csv", k3)
     write_table(tmp_path / "k3_ac.csv", acoustic_repeats(rng, 3, 0.3, tasks=("readback",)))
     out = tmp_path / "analysis"
-    run_stage(params, [tmp_path / "k3.csv"], out, [tmp_path / "k3_ac.csv"])
+    run_stage(params, scored_paths=[tmp_path / "k3.csv"], out_dir=out, acoustic_paths=[tmp_path / "k3_ac.csv"])
     variance = read_table(out / "repeats_variance.csv")
     assert set(variance["task"]) == {"describe", "summarize", "readback"}
     # p_she counts the summaries with one pronoun gender only
@@ -388,7 +388,7 @@ def test_analysis_stage_writes_the_variance_table_only_with_repeats(tmp_path):
     # a later run without repeats empties the table (its columns, no rows)
     k1 = k3[k3["sample"] == 0].drop(columns="sample")
     write_table(tmp_path / "k1.csv", k1)
-    run_stage(params, [tmp_path / "k1.csv"], out)
+    run_stage(params, scored_paths=[tmp_path / "k1.csv"], out_dir=out)
     empty = read_table(out / "repeats_variance.csv")
     assert len(empty) == 0 and list(empty.columns) == list(variance.columns)
     assert "test" not in read_table(out / "describe_fisher.csv")

@@ -13,8 +13,8 @@ import yaml
 
 from tests.fakes.hf_hub_server import FakeHub, FakeRepo
 from voicebias import cli, config
+from voicebias.cards import load_card, validate_weights
 from voicebias.errors import ConfigError
-from voicebias.systems import load_card, validate_weights
 
 OLD, NEW = "a" * 40, "b" * 40
 OLD_FILES = {

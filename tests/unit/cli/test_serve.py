@@ -27,11 +27,12 @@ import yaml
 
 from tests.fakes.stand_in_driver import bare_python, stand_in_driver
 from tests.servers import free_port
+from voicebias.cards import load_card
 from voicebias.cli import main
 from voicebias.cli.serve import ServeError, plan, vllm_command
 from voicebias.config import CARDS_DIR
-from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.catalog import build_system
 from voicebias.systems.runner import RetryPolicy, call_with_retries
 
 

@@ -290,7 +290,7 @@ def _plant(monkeypatch):
 
 def test_repository_systems_children_see_no_key(tmp_path, monkeypatch):
     """A real command-route child of a repository system dumps its environment: no key in it."""
-    from voicebias.systems import build_system
+    from voicebias.systems.catalog import build_system
 
     _plant(monkeypatch)
     checkout = command_checkout(tmp_path / "external" / "vae-gslm")

@@ -61,18 +61,20 @@ def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
         with pytest.raises(RuntimeError, match="carrier gate has not passed; no system may hear"):
             run_stage(
                 params,
-                "voice_faithful",
-                "readback",
-                tmp_path / "no-manifest.csv",
-                tmp_path / "no-passages.csv",
-                tmp_path / "gate.json",
-                out,
-                tmp_path / "stats.json",
-                tmp_path / "cache",
-                tmp_path,
+                system="voice_faithful",
+                manifest_path=tmp_path / "no-manifest.csv",
+                passages_path=config.PASSAGES,
+                gate_metrics=tmp_path / "gate.json",
+                responses_dir_for=lambda t: out,
+                report_for=lambda t: tmp_path / "stats.json",
+                planted_truth_path=tmp_path / "planted_truth.json",
+                cache_dir=tmp_path / "cache",
+                root=tmp_path,
+                task_names=["readback"],
             )
         # refused before reading the manifest or writing anything
         assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
+        assert not (tmp_path / "planted_truth.json").exists()
 
 
 def test_holm_adjustment_matches_r_p_adjust():

@@ -73,6 +73,7 @@ PATH_FUNCTIONS = {
     "responses_dir": ("${item.system}", "${item.task}"),
     "respond_report": ("${item.system}", "${item.task}"),
     "respond_reports": ("${item}",),
+    "respond_planted_truth": ("${item}",),
     "scored_table": ("${item}",),
     "acoustic_table": ("${item}",),
     "continuations_dir": ("${item}",),
@@ -179,3 +180,31 @@ def test_dev_deps_check_fails_on_a_hand_edit_and_writes_the_fix(tmp_path, capsys
     assert main(["dev", "deps", "--repo", str(tmp_path)]) == 0
     assert main(["dev", "deps", "--check", "--repo", str(tmp_path)]) == 0
     assert "- voicebias/tts/engine.py" in (tmp_path / "dvc.yaml").read_text()
+
+
+def stages_depending_on(path: str) -> list[str]:
+    """The stages whose dvc.yaml deps (a file or a folder above it) cover `path`: those DVC reruns
+    when it changes."""
+    target = (ROOT / path).resolve()
+    return sorted(
+        stage
+        for stage, (_, deps) in STAGES.items()
+        for d in deps
+        if "${" not in d and ((ROOT / d).resolve() == target or (ROOT / d).resolve() in target.parents)
+    )
+
+
+@pytest.mark.parametrize(
+    "path, stages",
+    [
+        # a speech-to-speech adapter: only the stage that calls speech-to-speech systems
+        ("voicebias/systems/vllm_omni.py", ["respond"]),
+        ("voicebias/systems/openai_audio.py", ["respond"]),
+        # a continuation adapter: only the stage that calls continuation systems
+        ("voicebias/systems/spiritlm.py", ["sc_continue"]),
+        # the REML fit serves both studies' analyses (the disaggregated table reads sc_stats), nothing upstream
+        ("voicebias/analysis/mixed.py", ["analysis", "disaggregate", "sc_analysis"]),
+    ],
+)
+def test_an_edit_reruns_only_the_stages_that_use_the_file(path, stages):
+    assert stages_depending_on(path) == stages

@@ -28,7 +28,8 @@ from voicebias import config
 from voicebias.errors import StageFailed
 from voicebias.params import ParamsError, Run, max_failed_fraction, validate_section
 from voicebias.pipeline import pending_calls
-from voicebias.pipeline.respond import over_limit, run_system_stage
+from voicebias.pipeline.calls import over_limit
+from voicebias.pipeline.respond import run_stage
 
 KEY = "sk-test-policy-0123456789abcdefPLANTED"
 REPO = config.ROOT
@@ -61,17 +62,18 @@ def project(root: Path, n: int, system_params: dict) -> tuple[pd.DataFrame, dict
 
 def respond(params: dict, root: Path) -> pd.DataFrame:
     """The respond stage in this process, on the describe task."""
-    return run_system_stage(
+    return run_stage(
         params,
-        "gpt_audio",
-        root / "data" / "stimuli" / "manifest.csv",
-        root / "data" / "passages" / "passages.csv",
-        root / "reports" / "carrier_gate" / "metrics.json",
-        lambda t: root / "data" / "responses" / "gpt_audio" / t,
-        lambda t: root / "reports" / "respond" / "gpt_audio" / f"{t}.json",
-        root / ".cache" / "responses",
-        root,
-        ["describe"],
+        system="gpt_audio",
+        manifest_path=root / "data" / "stimuli" / "manifest.csv",
+        passages_path=root / "data" / "passages" / "passages.csv",
+        gate_metrics=root / "reports" / "carrier_gate" / "metrics.json",
+        responses_dir_for=lambda t: root / "data" / "responses" / "gpt_audio" / t,
+        report_for=lambda t: root / "reports" / "respond" / "gpt_audio" / f"{t}.json",
+        planted_truth_path=root / "reports" / "respond" / "gpt_audio" / "planted_truth.json",
+        cache_dir=root / ".cache" / "responses",
+        root=root,
+        task_names=["describe"],
     )["describe"]
 
 

@@ -11,8 +11,8 @@ import pytest
 from voicebias.analysis.sc import judge_score_table, retention
 from voicebias.instruments.acoustics import MeasureSettings, measure_signal
 from voicebias.params import load_params
-from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest
+from voicebias.systems.catalog import build_system
 from voicebias.systems.reference_continuation import planted_retention, planted_truth, topic_word
 
 SHIFTS = {"breathy": 4.0, "creaky": -3.0, "endcreak": -1.5}
@@ -492,13 +492,13 @@ def test_continue_stage_refuses_before_the_manipulation_check_has_passed(tmp_pat
         with pytest.raises(RuntimeError, match="manipulation check has not passed; no system may hear"):
             continue_stage(
                 params,
-                "continuation_reference",
-                tmp_path / "no-manifest.csv",
-                tmp_path / "check.json",
-                out,
-                tmp_path / "stats.json",
-                tmp_path / "cache",
-                tmp_path,
+                system="continuation_reference",
+                manifest_path=tmp_path / "no-manifest.csv",
+                check_metrics=tmp_path / "check.json",
+                out_dir=out,
+                stats_path=tmp_path / "stats.json",
+                cache_dir=tmp_path / "cache",
+                root=tmp_path,
             )
         # refused before reading the manifest or writing anything
         assert not out.exists() and not (tmp_path / "stats.json").exists() and not (tmp_path / "cache").exists()
@@ -512,8 +512,8 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     import json
 
     import voicebias.runlog
-    import voicebias.systems
     from voicebias import config
+    from voicebias.errors import ConfigError
     from voicebias.io import write_json, write_table
     from voicebias.pipeline.sc_continue import run_stage as continue_stage
 
@@ -538,31 +538,21 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     )
     write_table(tmp_path / "manifest.csv", manifest)
     write_json(tmp_path / "check.json", {"passed": True})
-    args = (
-        tmp_path / "manifest.csv",
-        tmp_path / "check.json",
-        tmp_path / "out",
-        tmp_path / "stats.json",
-        tmp_path / "cache",
-        tmp_path,
+    args = dict(
+        manifest_path=tmp_path / "manifest.csv",
+        check_metrics=tmp_path / "check.json",
+        out_dir=tmp_path / "out",
+        stats_path=tmp_path / "stats.json",
+        cache_dir=tmp_path / "cache",
+        root=tmp_path,
     )
+    with pytest.raises(
+        ConfigError, match="system 'voice_faithful' has adapter 'reference', which is not a continuation"
+    ):
+        continue_stage(params, system="voice_faithful", **args)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "stats.json").exists()
 
-    class S2S:
-        kind, closed = "s2s", False
-
-        def close(self):
-            self.closed = True
-
-    s2s = S2S()
-    with monkeypatch.context() as m:
-        m.setattr(voicebias.systems, "build_system", lambda *a, **k: s2s)
-        with pytest.raises(
-            ValueError, match="'voice_faithful' is a s2s system; this stage needs a continuation system"
-        ):
-            continue_stage(params, "voice_faithful", *args)
-    assert s2s.closed and not (tmp_path / "out").exists() and not (tmp_path / "stats.json").exists()
-
-    table = continue_stage(params, "continuation_reference", *args)
+    table = continue_stage(params, system="continuation_reference", **args)
     assert sorted(table["stimulus_id"]) == sorted(manifest["stimulus_id"])
     assert (table["task"] == "continue").all() and (table["status"] == "ok").all()
     assert list(table.sort_values("stimulus_id")["phonation"]) == ["breathy", "modal"]  # carried from the manifest
@@ -572,7 +562,7 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     truth = params["systems"]["continuation_reference"]
     assert stats["requests"] == 2 and stats["failed"] == 0
     assert stats["planted_truth"]["retention"]["male"] == pytest.approx(1 - truth["regularisation"]["male"])
-    again = continue_stage(params, "continuation_reference", *args)
+    again = continue_stage(params, system="continuation_reference", **args)
     assert list(again["cache_key"]) == list(table["cache_key"])
     runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in runs] == ["sc_continue@continuation_reference"] * 2

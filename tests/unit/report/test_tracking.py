@@ -12,6 +12,7 @@ from voicebias import config
 from voicebias.io import read_table, write_json, write_table
 from voicebias.params import load_params
 from voicebias.pipeline.analysis import run_stage as run_analysis
+from voicebias.pipeline.respond import planted_truth
 from voicebias.report.tracking import log_pipeline_run
 from voicebias.systems.reference import planted_p_female
 
@@ -94,12 +95,14 @@ def add_rq1_children(analysis, systems):
 def pipeline_outputs(tmp_path):
     params = load_params(config.ROOT / "profiles" / "embedded.yaml")
     params["run"]["systems"] = ["content_driven", "voice_faithful"]
-    paths = []
+    paths, truths = [], {}
     for s in params["run"]["systems"]:
         p = tmp_path / "scored" / f"{s}.csv"
         write_table(p, scored_table(s, params["systems"][s], seed=len(s)))
         paths.append(p)
-    run_analysis(params, paths, tmp_path / "analysis")
+        truths[s] = tmp_path / "respond" / s / "planted_truth.json"  # what the respond stage records
+        write_json(truths[s], planted_truth(s, params["systems"][s]))
+    run_analysis(params, scored_paths=paths, out_dir=tmp_path / "analysis", planted_truth_paths=truths)
     add_rq1_children(tmp_path / "analysis", params["run"]["systems"])
     gate = tmp_path / "gate"
     write_json(gate / "metrics.json", {"passed": True, "flips": 0})

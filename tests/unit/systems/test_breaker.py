@@ -19,8 +19,9 @@ from tests.fakes.gemini_live_server import FakeGeminiLiveServer
 from tests.fakes.openai_server import FakeOpenAIAudioServer
 from tests.fakes.stimuli import make_stimuli
 from tests.respond import run
+from voicebias.cards import load_card
 from voicebias.errors import SetupError
-from voicebias.systems import build_system, load_card
+from voicebias.systems.catalog import build_system
 from voicebias.systems.runner import RetryPolicy
 
 KEY = "sk-test-breaker-0123456789abcdefPLANTED"

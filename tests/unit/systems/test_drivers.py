@@ -13,8 +13,8 @@ import pytest
 from tests.fakes import checkouts as fake
 from tests.fakes.stimuli import make_stimuli
 from voicebias.errors import SetupError
-from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest, S2SRequest
+from voicebias.systems.catalog import build_system
 
 BASE = {"python": sys.executable, "startup_timeout_s": 120, "timeout_s": 120, "device": "cpu"}
 

@@ -14,8 +14,8 @@ import pytest
 from tests.fakes.gemini_live_server import FakeGeminiLiveServer, pcm_fingerprint
 from tests.fakes.stimuli import make_stimuli
 from voicebias.errors import SetupError
-from voicebias.systems import build_system
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.catalog import build_system
 from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.tasks import load_tasks
 

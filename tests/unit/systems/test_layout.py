@@ -79,7 +79,7 @@ def test_kimi_audio_needs_the_speech_tokenizer_locally(tmp_path):
 
 
 def test_every_repository_card_names_what_it_was_verified_against():
-    from voicebias.systems import load_card
+    from voicebias.cards import load_card
 
     for name in (
         "glm4_voice",
@@ -98,7 +98,7 @@ def test_every_repository_card_names_what_it_was_verified_against():
 def test_api_and_transformers_cards_name_the_library_version_they_were_checked_against():
     from importlib.metadata import version
 
-    from voicebias.systems import load_card
+    from voicebias.cards import load_card
 
     for name, lib in (("gpt_audio", "openai"), ("gemini_live", "google-genai"), ("qwen_omni", "transformers")):
         v = load_card(name)["verified_against"]

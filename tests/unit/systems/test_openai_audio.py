@@ -15,9 +15,10 @@ import pytest
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
+from voicebias.cards import load_card
 from voicebias.errors import SetupError
-from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.catalog import build_system
 from voicebias.systems.runner import ResponseCache, RetryPolicy, run_task, validate_responses
 from voicebias.tasks import load_tasks
 

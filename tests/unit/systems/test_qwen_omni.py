@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from voicebias.errors import SetupError
-from voicebias.systems import build_system
+from voicebias.systems.catalog import build_system
 
 
 def test_missing_weights_folder_is_named(tmp_path):

@@ -14,8 +14,8 @@ import pytest
 from tests.fakes.checkouts import argv_checkout, kimi_checkout, kimi_weights
 from tests.fakes.stimuli import make_stimuli
 from voicebias.errors import SetupError
-from voicebias.systems import build_system
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.catalog import build_system
 from voicebias.tasks import load_tasks
 
 PROMPTS = {

@@ -25,8 +25,8 @@ from tests.servers import free_port
 from voicebias.audio import read_audio
 from voicebias.cli import main
 from voicebias.errors import SetupError
-from voicebias.systems import build_system
 from voicebias.systems.base import ContinuationRequest, S2SRequest
+from voicebias.systems.catalog import build_system
 from voicebias.systems.runner import RetryPolicy, call_with_retries, validate_responses
 from voicebias.tasks import load_tasks
 

@@ -21,10 +21,11 @@ from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.vllm_omni_server import FakeVLLMOmniServer, pinned_cards, snapshot_root
 from tests.respond import run
+from voicebias.cards import load_card
 from voicebias.errors import SetupError
 from voicebias.params import ParamsError
-from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest
+from voicebias.systems.catalog import build_system
 from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, validate_responses
 from voicebias.tasks import load_tasks
 

@@ -21,11 +21,12 @@ import soundfile as sf
 from tests.fakes.openai_server import fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.vllm_omni_server import DATA_URI, PIN, FakeVLLMOmniServer, pinned_cards
+from voicebias.cards import load_card
 from voicebias.config import CARDS_DIR
 from voicebias.errors import SetupError
 from voicebias.params import ParamsError
-from voicebias.systems import build_system, load_card
 from voicebias.systems.base import S2SRequest, item_seed
+from voicebias.systems.catalog import build_system
 from voicebias.systems.runner import ResponseCache, RetryPolicy, cache_key, run_task, validate_responses
 from voicebias.tasks import load_tasks
 
