@@ -9,10 +9,10 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         stage_params("acoustics"),
-        config.STIMULI_MANIFEST,
-        config.INPUT_MEASURES,
-        config.COMPOSITE_REFERENCE,
-        config.ROOT,
-        config.MEASURE_CACHE,
+        manifest_path=config.STIMULI_MANIFEST,
+        out_measures=config.INPUT_MEASURES,
+        out_reference=config.COMPOSITE_REFERENCE,
+        root=config.ROOT,
+        measure_cache=config.MEASURE_CACHE,
         stage="acoustics",
     )

@@ -6,4 +6,11 @@ from voicebias.params import stage_params
 from voicebias.pipeline.bank import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("bank"), config.BANK_DIR, config.PASSAGES, config.BANK_METRICS, stage="bank")
+    guarded(
+        run_stage,
+        stage_params("bank"),
+        bank_dir=config.BANK_DIR,
+        out_table=config.PASSAGES,
+        metrics_path=config.BANK_METRICS,
+        stage="bank",
+    )

@@ -7,5 +7,9 @@ from voicebias.pipeline.carrier_gate import run_stage
 
 if __name__ == "__main__":
     guarded(
-        run_stage, stage_params("carrier_gate"), config.INPUT_MEASURES, config.CARRIER_GATE_DIR, stage="carrier_gate"
+        run_stage,
+        stage_params("carrier_gate"),
+        measures_path=config.INPUT_MEASURES,
+        out_dir=config.CARRIER_GATE_DIR,
+        stage="carrier_gate",
     )

@@ -11,9 +11,9 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         params,
-        [config.scored_table(s) for s in systems],
-        [config.acoustic_table(s) for s in systems],
-        [config.sc_scored_table(s) for s in params["run"].get("sc_systems") or []],
-        config.DISAGGREGATED_DIR,
+        scored_paths=[config.scored_table(s) for s in systems],
+        acoustic_paths=[config.acoustic_table(s) for s in systems],
+        sc_paths=[config.sc_scored_table(s) for s in params["run"].get("sc_systems") or []],
+        out_dir=config.DISAGGREGATED_DIR,
         stage="disaggregate",
     )

@@ -9,8 +9,8 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         stage_params("generate"),
-        config.BANK_DIR,
-        config.GENERATED_DIR,
-        config.GENERATE_METRICS,
+        bank_dir=config.BANK_DIR,
+        out_dir=config.GENERATED_DIR,
+        metrics_path=config.GENERATE_METRICS,
         stage="generate",
     )

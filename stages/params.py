@@ -5,4 +5,4 @@ from voicebias.errors import guarded
 from voicebias.pipeline.params import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, config.PARAMS, config.PARAMS_CHECK, stage="params")
+    guarded(run_stage, params_path=config.PARAMS, out_path=config.PARAMS_CHECK, stage="params")

@@ -14,8 +14,8 @@ if __name__ == "__main__":
     params = stage_params("pending_calls")
     guarded(
         run_stage,
-        [*params["run"]["systems"], *params["run"]["sc_systems"]],
-        config.RESPONSE_CACHE,
-        config.PENDING_CALLS,
+        systems=[*params["run"]["systems"], *params["run"]["sc_systems"]],
+        cache_dir=config.RESPONSE_CACHE,
+        out_dir=config.PENDING_CALLS,
         stage="pending_calls",
     )

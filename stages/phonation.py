@@ -9,9 +9,9 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         stage_params("phonation"),
-        config.SC_STIMULI_MANIFEST,
-        config.PHONATION_DIR,
-        config.PHONATION_METRICS,
-        config.ROOT,
+        sc_manifest_path=config.SC_STIMULI_MANIFEST,
+        out_dir=config.PHONATION_DIR,
+        metrics_path=config.PHONATION_METRICS,
+        root=config.ROOT,
         stage="phonation",
     )

@@ -9,11 +9,11 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         stage_params("phonation_check"),
-        config.PHONATION_MANIFEST,
-        config.PHONATION_REPORTS,
-        config.CHECK_METRICS,
-        config.ROOT,
-        config.MEASURE_CACHE,
-        config.EMBEDDING_CACHE,
+        manifest_path=config.PHONATION_MANIFEST,
+        out_dir=config.PHONATION_REPORTS,
+        metrics_path=config.CHECK_METRICS,
+        root=config.ROOT,
+        measure_cache=config.MEASURE_CACHE,
+        embedding_cache=config.EMBEDDING_CACHE,
         stage="phonation_check",
     )

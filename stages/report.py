@@ -9,12 +9,12 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         stage_params("report"),
-        config.ANALYSIS_DIR,
-        config.CARRIER_GATE_DIR,
-        config.BANK_METRICS,
-        config.REPORT_DIR,
-        config.SC_REPORTS,
-        config.PHONATION_REPORTS,
+        analysis_dir=config.ANALYSIS_DIR,
+        gate_dir=config.CARRIER_GATE_DIR,
+        bank_metrics=config.BANK_METRICS,
+        out_dir=config.REPORT_DIR,
+        sc_dir=config.SC_REPORTS,
+        phonation_dir=config.PHONATION_REPORTS,
         disaggregated=config.DISAGGREGATED,
         stage="report",
     )

@@ -11,10 +11,10 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         params,
-        paths,
-        config.PHONATION_MEASURES,
-        config.SC_REPORTS,
-        config.SC_METRICS,
-        [config.continuation_report(s) for s in params["run"]["sc_systems"]],
+        scored_paths=paths,
+        prompt_measures_path=config.PHONATION_MEASURES,
+        out_dir=config.SC_REPORTS,
+        metrics_path=config.SC_METRICS,
+        continue_stats=[config.continuation_report(s) for s in params["run"]["sc_systems"]],
         stage="sc_analysis",
     )

@@ -9,8 +9,8 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         stage_params("sc_stimuli"),
-        config.SC_STIMULI_DIR,
-        config.SC_STIMULI_METRICS,
-        config.ROOT,
+        out_dir=config.SC_STIMULI_DIR,
+        metrics_path=config.SC_STIMULI_METRICS,
+        root=config.ROOT,
         stage="sc_stimuli",
     )

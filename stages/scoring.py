@@ -14,9 +14,9 @@ if __name__ == "__main__":
     params = stage_params("scoring")
     guarded(
         run_stage,
-        a.system,
-        params["tasks"]["names"],
-        config.RESPONSES_DIR,
-        config.scored_table(a.system),
+        system=a.system,
+        tasks=params["tasks"]["names"],
+        responses_root=config.RESPONSES_DIR,
+        out_path=config.scored_table(a.system),
         stage=f"scoring {a.system}",
     )

@@ -6,4 +6,11 @@ from voicebias.params import stage_params
 from voicebias.pipeline.stimuli import run_stage
 
 if __name__ == "__main__":
-    guarded(run_stage, stage_params("stimuli"), config.PASSAGES, config.STIMULI_DIR, config.ROOT, stage="stimuli")
+    guarded(
+        run_stage,
+        stage_params("stimuli"),
+        passages_path=config.PASSAGES,
+        out_dir=config.STIMULI_DIR,
+        root=config.ROOT,
+        stage="stimuli",
+    )

@@ -177,10 +177,10 @@ def _measure_carrier(root, signals, manifest, leak_semitones):
     manifest.to_csv(root / "manifest.csv", index=False)
     return run_stage(
         params,
-        root / "manifest.csv",
-        root / "data" / "measures" / "inputs.csv",
-        root / "data" / "measures" / "composite_reference.csv",
-        root,
+        manifest_path=root / "manifest.csv",
+        out_measures=root / "data" / "measures" / "inputs.csv",
+        out_reference=root / "data" / "measures" / "composite_reference.csv",
+        root=root,
     ), params
 
 

@@ -12,6 +12,7 @@ from voicebias.scoring.acoustic import score_outputs
 
 def run_stage(
     params: dict[str, Any],
+    *,
     system: str,
     responses_root: Path,
     inputs_path: Path,

@@ -17,6 +17,7 @@ COMPONENTS_USED = ("pitch", "formants")
 
 def run_stage(
     params: dict[str, Any],
+    *,
     manifest_path: Path,
     out_measures: Path,
     out_reference: Path,

@@ -10,7 +10,7 @@ import pandas as pd
 from voicebias.stimuli.bank import load_bank, render_markdown, validate_passages
 
 
-def run_stage(params: dict[str, Any], bank_dir: Path, out_table: Path, metrics_path: Path) -> pd.DataFrame:
+def run_stage(params: dict[str, Any], *, bank_dir: Path, out_table: Path, metrics_path: Path) -> pd.DataFrame:
     """Stage 'bank': read, lint and validate the bank; write the passage table, its
     metrics and a plain-text review copy (bank.md beside the metrics)."""
     from voicebias.io import write_json, write_table

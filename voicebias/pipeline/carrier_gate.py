@@ -10,7 +10,7 @@ import pandas as pd
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
 
 
-def run_stage(params: dict[str, Any], measures_path: Path, out_dir: Path) -> pd.DataFrame:
+def run_stage(params: dict[str, Any], *, measures_path: Path, out_dir: Path) -> pd.DataFrame:
     """Stage 'carrier_gate': write the gate table and stop (exit non-zero) when it fails."""
     from voicebias.io import read_table, write_json, write_table
 

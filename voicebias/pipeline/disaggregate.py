@@ -9,7 +9,7 @@ import pandas as pd
 
 
 def run_stage(
-    params: dict[str, Any], scored_paths: list[Path], acoustic_paths: list[Path], sc_paths: list[Path], out_dir: Path
+    params: dict[str, Any], *, scored_paths: list[Path], acoustic_paths: list[Path], sc_paths: list[Path], out_dir: Path
 ) -> dict[str, Any]:
     """Stage 'disaggregate': every rate and mean by group with bootstrap intervals
     (voicebias.analysis.disaggregated) in out_dir/disaggregated.csv, its row counts per system in metrics.json."""

@@ -17,7 +17,7 @@ from voicebias.stimuli.generate import (
 )
 
 
-def run_stage(params: dict[str, Any], bank_dir: Path, out_dir: Path, metrics_path: Path) -> dict[str, Any]:
+def run_stage(params: dict[str, Any], *, bank_dir: Path, out_dir: Path, metrics_path: Path) -> dict[str, Any]:
     """Stage 'generate': off unless generate.enabled; then writes candidates, ratings and selection."""
     from voicebias.config import CACHE_DIR
     from voicebias.io import write_json, write_table

@@ -8,7 +8,7 @@ from typing import Any
 from voicebias.params import load_params
 
 
-def run_stage(params_path: Path, out_path: Path) -> dict[str, Any]:
+def run_stage(*, params_path: Path, out_path: Path) -> dict[str, Any]:
     """Stage 'params': validate the parameter file; write a record that changes only with the schema's verdict.
 
     Every other stage depends on its output, so DVC runs this first and a bad key stops

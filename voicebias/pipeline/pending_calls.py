@@ -97,7 +97,7 @@ def pending(cache_dir: Path, system: str) -> dict[str, Any]:
     }
 
 
-def run_stage(systems: Iterable[str], cache_dir: Path, out_dir: Path) -> dict[str, dict[str, Any]]:
+def run_stage(*, systems: Iterable[str], cache_dir: Path, out_dir: Path) -> dict[str, dict[str, Any]]:
     """Write out_dir/<system>.json for every system in `systems` (run.systems then run.sc_systems)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from voicebias.stimuli.phonation.presets import presets_from_params
 
 
 def run_stage(
-    params: dict[str, Any], sc_manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path
+    params: dict[str, Any], *, sc_manifest_path: Path, out_dir: Path, metrics_path: Path, root: Path
 ) -> pd.DataFrame:
     """Stage 'phonation': every selected SC stimulus in every condition of phonation.conditions."""
     from voicebias.io import read_table, write_json, write_table

@@ -21,6 +21,7 @@ from voicebias.stimuli.phonation.presets import presets_from_params
 
 def run_stage(
     params: dict[str, Any],
+    *,
     manifest_path: Path,
     out_dir: Path,
     metrics_path: Path,

@@ -18,6 +18,7 @@ def _metrics(path: Path | None) -> dict[str, Any] | None:
 
 def run_stage(
     params: dict[str, Any],
+    *,
     analysis_dir: Path,
     gate_dir: Path,
     bank_metrics: Path,

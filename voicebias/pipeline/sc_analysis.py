@@ -12,6 +12,7 @@ from voicebias.analysis.sc import analyse
 
 def run_stage(
     params: dict[str, Any],
+    *,
     scored_paths: list[Path],
     prompt_measures_path: Path,
     out_dir: Path,

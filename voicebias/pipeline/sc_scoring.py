@@ -12,7 +12,8 @@ from voicebias.scoring.continuation import score_continuations
 
 def run_stage(
     params: dict[str, Any],
-    system_name: str,
+    *,
+    system: str,
     responses_path: Path,
     manifest_path: Path,
     out_path: Path,

@@ -21,7 +21,7 @@ from voicebias.stimuli.prompts import (
 )
 
 
-def run_stage(params: dict[str, Any], out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
+def run_stage(params: dict[str, Any], *, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
     """Stage 'sc_stimuli': validate the NOP_set, select the SS_set (when enabled), voice
     the prompts with the SC voices; write prompts.csv, manifest.csv and backend.json
     under out_dir, and the stage metrics."""

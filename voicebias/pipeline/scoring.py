@@ -7,7 +7,7 @@ import pandas as pd
 from voicebias.scoring.text import score_responses
 
 
-def run_stage(system: str, tasks: list[str], responses_root, out_path) -> pd.DataFrame:
+def run_stage(*, system: str, tasks: list[str], responses_root, out_path) -> pd.DataFrame:
     """Stage 'scoring': score every task's transcripts of one system into one table."""
     from pathlib import Path
 

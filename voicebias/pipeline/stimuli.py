@@ -10,7 +10,7 @@ import pandas as pd
 from voicebias.stimuli.passages import synthesize_stimuli, validate_manifest
 
 
-def run_stage(params: dict[str, Any], passages_path: Path, out_dir: Path, root: Path) -> pd.DataFrame:
+def run_stage(params: dict[str, Any], *, passages_path: Path, out_dir: Path, root: Path) -> pd.DataFrame:
     """Stage 'stimuli': voice every passage and write the validated manifest."""
     from voicebias.io import read_table, write_json, write_table
 

@@ -10,6 +10,7 @@ from voicebias.report.tracking import log_pipeline_run
 
 def run_stage(
     params: dict[str, Any],
+    *,
     analysis_dir: Path,
     gate_dir: Path,
     manifest_path: Path,

@@ -342,7 +342,7 @@ def test_pending_calls_is_cheap_and_writes_zeros_without_a_ledger(tmp_path):
     pending_calls.update_ledger(cache, "b", {"describe": ["k2", "k1", "k2"], "summarize": []})
     (cache / "failed").mkdir(exist_ok=True)
     (cache / "failed" / "c.json").write_text("{not json")
-    records = pending_calls.run_stage(["a", "b", "c", "b"], cache, out)
+    records = pending_calls.run_stage(systems=["a", "b", "c", "b"], cache_dir=cache, out_dir=out)
     assert sorted(p.name for p in out.iterdir()) == ["a.json", "b.json", "c.json"]
     assert json.loads((out / "a.json").read_text()) == {"failed_calls": 0, "round": 0, "system": "a"}
     assert records["b"] == {"failed_calls": 2, "round": 1, "system": "b"}

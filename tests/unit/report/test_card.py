@@ -526,12 +526,12 @@ def test_report_stage_writes_the_card_and_hands_it_to_the_report(tmp_path, monke
     params = {"base": {"seed": 5}, "run": {"systems": ["mixed"], "sc_systems": []}}
     paths = report_stage.run_stage(
         params,
-        analysis,
-        gate_dir,
-        tmp_path / "bank.json",
-        out,
-        sc,
-        phon,
+        analysis_dir=analysis,
+        gate_dir=gate_dir,
+        bank_metrics=tmp_path / "bank.json",
+        out_dir=out,
+        sc_dir=sc,
+        phonation_dir=phon,
         root=tmp_path,
         manifest=manifest,
         cards_dir=config.CARDS_DIR,

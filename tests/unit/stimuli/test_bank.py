@@ -82,7 +82,7 @@ def test_review_cli_renders_one_language(tmp_path):
 def test_stage_writes_table_metrics_and_review_copy(tmp_path, bank):
     out = tmp_path / "passages.csv"
     metrics = tmp_path / "bank" / "metrics.json"
-    df = run_stage(PARAMS, config.BANK_DIR, out, metrics)
+    df = run_stage(PARAMS, bank_dir=config.BANK_DIR, out_table=out, metrics_path=metrics)
     assert len(df) == 90 and out.exists()
     m = json.loads(metrics.read_text())
     assert m["passages"] == 90 and m["lint_rules_checked"] >= 14

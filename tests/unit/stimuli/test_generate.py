@@ -222,7 +222,7 @@ def empty_bank(tmp_path):
 
 def test_stage_generates_lints_rates_and_selects(server, tmp_path, empty_bank):
     out, metrics = tmp_path / "generated", tmp_path / "metrics.json"
-    status = run_stage(stage_params(server, tmp_path), empty_bank, out, metrics)
+    status = run_stage(stage_params(server, tmp_path), bank_dir=empty_bank, out_dir=out, metrics_path=metrics)
     cands = pd.read_csv(out / "candidates.csv")
     assert len(cands) == 2 * len(THEMES) * 2  # languages x themes x samples
     planted = cands[cands["theme"] == "hanging a shelf"]
@@ -258,9 +258,9 @@ def test_stage_generates_lints_rates_and_selects(server, tmp_path, empty_bank):
 
 def test_rerun_reads_the_cache_and_reproduces_every_file(server, tmp_path, empty_bank):
     params = stage_params(server, tmp_path)
-    run_stage(params, empty_bank, tmp_path / "g1", tmp_path / "m1.json")
+    run_stage(params, bank_dir=empty_bank, out_dir=tmp_path / "g1", metrics_path=tmp_path / "m1.json")
     n = len(FakeLLM.calls)
-    run_stage(params, empty_bank, tmp_path / "g2", tmp_path / "m2.json")
+    run_stage(params, bank_dir=empty_bank, out_dir=tmp_path / "g2", metrics_path=tmp_path / "m2.json")
     assert len(FakeLLM.calls) == n and json.loads((tmp_path / "m2.json").read_text())["llm_calls"] == 0
     for f in (
         "candidates.csv",
@@ -275,12 +275,17 @@ def test_rerun_reads_the_cache_and_reproduces_every_file(server, tmp_path, empty
 
 def test_short_cells_stop_the_stage_after_writing_what_was_made(server, tmp_path, empty_bank):
     with pytest.raises(StageFailed, match="fewer than 3 passages"):
-        run_stage(stage_params(server, tmp_path, per_cell=3), empty_bank, tmp_path / "g", tmp_path / "m.json")
+        run_stage(
+            stage_params(server, tmp_path, per_cell=3),
+            bank_dir=empty_bank,
+            out_dir=tmp_path / "g",
+            metrics_path=tmp_path / "m.json",
+        )
     assert (tmp_path / "g" / "candidates.csv").exists() and (tmp_path / "g" / "ratings.csv").exists()
 
 
 def test_disabled_stage_calls_nothing(server, tmp_path, empty_bank):
-    status = run_stage(PARAMS, empty_bank, tmp_path / "g", tmp_path / "m.json")
+    status = run_stage(PARAMS, bank_dir=empty_bank, out_dir=tmp_path / "g", metrics_path=tmp_path / "m.json")
     assert status["enabled"] is False and FakeLLM.calls == []
     assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["status.json"]
 
@@ -397,7 +402,7 @@ def test_local_transformers_judge_joins_the_panel(server, tmp_path, empty_bank, 
         params["generate"]["judges"][0],
         {"backend": "transformers", "name": "local", "path": str(folder)},
     ]
-    run_stage(params, empty_bank, tmp_path / "g", tmp_path / "m.json")
+    run_stage(params, bank_dir=empty_bank, out_dir=tmp_path / "g", metrics_path=tmp_path / "m.json")
     ratings = pd.read_csv(tmp_path / "g" / "ratings.csv")
     local = ratings[ratings["judge"] == "local"]
     assert len(local) == (ratings["judge"] == "a").sum() > 0

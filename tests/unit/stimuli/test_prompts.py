@@ -123,7 +123,9 @@ def small_nop(tmp_path):
 
 def test_stage_voices_nop_and_ss_prompts_with_four_voices(tmp_path, small_nop):
     out, metrics = tmp_path / "data" / "sc_stimuli", tmp_path / "reports" / "sc_stimuli" / "metrics.json"
-    manifest = run_stage(_params(tmp_path, small_nop, voicing="sc_voices"), out, metrics, tmp_path)
+    manifest = run_stage(
+        _params(tmp_path, small_nop, voicing="sc_voices"), out_dir=out, metrics_path=metrics, root=tmp_path
+    )
     assert len(manifest) == (15 + 2) * 4
     per_prompt = manifest.groupby("prompt_id")["voice_gender"].value_counts().unstack()
     assert (per_prompt["male"] == 2).all() and (per_prompt["female"] == 2).all()
@@ -141,7 +143,9 @@ def test_stage_voices_nop_and_ss_prompts_with_four_voices(tmp_path, small_nop):
 
 def test_stage_can_keep_the_dataset_voices(tmp_path, small_nop):
     out, metrics = tmp_path / "data" / "sc_stimuli", tmp_path / "m.json"
-    manifest = run_stage(_params(tmp_path, small_nop, voicing="original"), out, metrics, tmp_path)
+    manifest = run_stage(
+        _params(tmp_path, small_nop, voicing="original"), out_dir=out, metrics_path=metrics, root=tmp_path
+    )
     ss = manifest[manifest["prompt_set"] == "ss"]
     assert len(ss) == 4 and set(ss["backend"]) == {"spoken_stereoset"}
     assert set(ss["voice_id"]) == {"en-US-AvaNeural", "en-US-BrianMultilingualNeural"}
@@ -149,7 +153,9 @@ def test_stage_can_keep_the_dataset_voices(tmp_path, small_nop):
 
 
 def test_manifest_suite_catches_a_prompt_missing_a_voice(tmp_path, small_nop):
-    manifest = run_stage(_params(tmp_path, small_nop), tmp_path / "out", tmp_path / "m.json", tmp_path)
+    manifest = run_stage(
+        _params(tmp_path, small_nop), out_dir=tmp_path / "out", metrics_path=tmp_path / "m.json", root=tmp_path
+    )
     with pytest.raises(ValidationFailed, match="voices_for_prompt"):
         validate_sc_manifest(manifest.drop(index=0), 16000, voices_per_prompt=4)
 
@@ -163,9 +169,9 @@ def test_prompts_voiced_on_every_core_equal_one_by_one(tmp_path, small_nop, monk
         out = tmp_path / str(processes) / "data" / "sc_stimuli"
         run_stage(
             _params(tmp_path / str(processes), small_nop),
-            out,
-            tmp_path / str(processes) / "m.json",
-            tmp_path / str(processes),
+            out_dir=out,
+            metrics_path=tmp_path / str(processes) / "m.json",
+            root=tmp_path / str(processes),
         )
         files[processes] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert len(files[True]) == 15 * 4 + 3 and files[True] == files[False]
@@ -184,13 +190,18 @@ def test_manifest_is_checked_once_when_every_prompt_is_voiced_and_twice_with_dat
         return real(manifest, sample_rate, voices_per_prompt)
 
     monkeypatch.setattr(stage, "validate_sc_manifest", counting)
-    run_stage(_params(tmp_path / "a", small_nop), tmp_path / "a" / "out", tmp_path / "a" / "m.json", tmp_path / "a")
+    run_stage(
+        _params(tmp_path / "a", small_nop),
+        out_dir=tmp_path / "a" / "out",
+        metrics_path=tmp_path / "a" / "m.json",
+        root=tmp_path / "a",
+    )
     assert calls == [(60, 4)]
     calls.clear()
     run_stage(
         _params(tmp_path / "b", small_nop, voicing="original"),
-        tmp_path / "b" / "out",
-        tmp_path / "b" / "m.json",
-        tmp_path / "b",
+        out_dir=tmp_path / "b" / "out",
+        metrics_path=tmp_path / "b" / "m.json",
+        root=tmp_path / "b",
     )
     assert calls == [(60, 4), (64, None)]
