@@ -31,6 +31,11 @@ Lang = Literal[LANGUAGES]
 Pole = Literal[POLES]
 Gender = Literal[GENDERS]
 Condition = Literal[CONDITIONS]
+# Names the registries of the lower layers hold (tests/unit/test_params.py ties each to its
+# registry, and TaskName to data/tasks/prompts.yaml), so a misspelt name stops at validation.
+TTSBackend = Literal["espeak", "kokoro", "azure"]
+ClassifierName = Literal["acoustic_norms", "w2v2_commonvoice", "w2v2_librispeech"]
+TaskName = Literal["readback", "paraphrase", "summarize", "translate", "describe"]
 Prob = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -131,7 +136,7 @@ class GenderVoices(Section):
 
 
 class TTS(Section):
-    backend: Literal["espeak", "kokoro", "azure"] = "espeak"
+    backend: TTSBackend = "espeak"
     sample_rate: PositiveInt = 16000
     target_rms_dbfs: float = -23.0
     voices: dict[Lang, GenderVoices]
@@ -157,7 +162,7 @@ class SCStimuli(Section):
     nop_set: str = "data/nop_set/nop_set.yaml"
     nop_categories: PositiveInt = 15
     nop_per_category: PositiveInt = 10
-    backend: Literal["espeak", "kokoro", "azure"] = "espeak"
+    backend: TTSBackend = "espeak"
     rate_wpm: PositiveInt = 130
     sample_rate: PositiveInt = 16000
     target_rms_dbfs: float = -23.0
@@ -241,8 +246,8 @@ class Acoustics(Section):
     neutral_pitch_range: tuple[float, float] = (60.0, 500.0)
     neutral_max_formant: Annotated[float, Field(gt=0.0)] = 5500.0
     octave_check_st: Annotated[float, Field(ge=0.0, lt=6.0)] = 2.0
-    classifier: str | list[str] = "acoustic_norms"
-    classifier_weights: dict[str, str] = {}
+    classifier: ClassifierName | list[ClassifierName] = "acoustic_norms"
+    classifier_weights: dict[ClassifierName, str] = {}
     classifier_batch_size: PositiveInt | None = None
     bandwidths: Literal["hawks_miller", "measured"] = "hawks_miller"
     cpps_time_step: Annotated[float, Field(gt=0.0)] = 0.002
@@ -314,7 +319,7 @@ class SCJudge(Section):
 
 
 class Tasks(Section):
-    names: list[Literal["readback", "paraphrase", "summarize", "translate", "describe"]]
+    names: list[TaskName]
 
 
 class Analyze(Section):
@@ -358,7 +363,7 @@ class ReferenceParams(SystemParams):
     #: planted misbehaviour: the probability of each faulty reply (voicebias.systems.reference.FAULTS)
     faults: dict[Literal[FAULTS], Prob] = {}
     #: tasks answered with one and the same reply for every item
-    same_answer_tasks: list[Literal["readback", "paraphrase", "summarize", "translate", "describe"]] = []
+    same_answer_tasks: list[TaskName] = []
 
     @model_validator(mode="after")
     def _mixed_needs_weight(self) -> "ReferenceParams":

@@ -121,3 +121,67 @@ def test_preflight_stops_on_a_bad_key(tmp_path, mutation, expected):
     )
     assert res.returncode == 1
     assert expected in res.stderr and "Traceback" not in res.stderr
+
+
+def _literal_names(annotation) -> set[str]:
+    """Every string a Literal (possibly inside list[...], dict[...] or a union) admits."""
+    import typing
+
+    if typing.get_origin(annotation) is typing.Literal:
+        return set(typing.get_args(annotation))
+    return set().union(*(_literal_names(a) for a in typing.get_args(annotation)), set())
+
+
+def test_each_backend_name_the_schema_admits_is_its_registry_s():
+    """The schema names what the lower layers' registries hold, so a misspelt backend stops at
+    validation and a registry entry added without the schema's name fails here."""
+    from voicebias import params as P
+    from voicebias import tts
+    from voicebias.clients import chat
+    from voicebias.instruments import classifiers, embeddings, judge
+    from voicebias.stimuli import phonation
+
+    fields = {
+        (P.TTS, "backend"): tts.REGISTRY,
+        (P.SCStimuli, "backend"): tts.REGISTRY,
+        (P.Acoustics, "classifier"): classifiers.REGISTRY,
+        (P.Acoustics, "classifier_weights"): classifiers.REGISTRY,
+        (P.Acoustics, "speaker_embedding"): embeddings.REGISTRY,
+        (P.SCJudge, "backend"): judge.JUDGES,
+        (P.Phonation, "backend"): phonation.CONVERTERS,
+        (P.LLMEndpoint, "backend"): chat.BACKENDS,
+    }
+    for (model, field), registry in fields.items():
+        admitted = _literal_names(model.model_fields[field].annotation)
+        assert admitted == set(registry.names()), (model.__name__, field)
+
+
+def test_task_names_are_the_prompt_file_s():
+    from voicebias import params as P
+    from voicebias.tasks import load_tasks
+
+    assert _literal_names(P.TaskName) == set(load_tasks())
+    raw = copy.deepcopy(EMBEDDED)
+    raw["tasks"]["names"] = ["readback", "descibe"]
+    assert "tasks.names.1" in problems(raw)
+    raw = copy.deepcopy(EMBEDDED)
+    raw["acoustics"]["classifier"] = "acoustic_norm"
+    assert "acoustics.classifier" in problems(raw)
+
+
+def test_consumers_take_their_defaults_from_the_schema():
+    from voicebias.instruments.acoustics import MeasureSettings
+    from voicebias.params import Acoustics, Retry
+    from voicebias.systems.runner import RetryPolicy
+
+    section = {"pitch_range": {"male": [75, 300], "female": [100, 500]}, "max_formant": {"male": 5000, "female": 5500}}
+    s = MeasureSettings.for_gender(section, "female")
+    for field in ("time_step", "max_duration_s", "max_clipped_fraction", "silence_dbfs", "bandwidths"):
+        assert getattr(s, field) == Acoustics.model_fields[field].default, field
+        assert getattr(MeasureSettings(), field) == Acoustics.model_fields[field].default, field
+    n = MeasureSettings.neutral(section)
+    assert (n.pitch_floor, n.pitch_ceiling) == Acoustics.model_fields["neutral_pitch_range"].default
+    assert n.octave_check_st == Acoustics.model_fields["octave_check_st"].default
+    assert RetryPolicy.from_params({}) == RetryPolicy() == RetryPolicy(**Retry().model_dump())
+    with pytest.raises(ParamsError, match="retry.max_attempt"):
+        RetryPolicy.from_params({"retry": {"max_attempt": 3}})

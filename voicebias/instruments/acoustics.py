@@ -85,63 +85,81 @@ MALE_FORMANT_NORMS = (502.0, 1420.0, 2386.0)
 STATUS_COLUMNS = ["status", "reason", "error", "note"]
 
 
+def _validated(params: dict[str, Any]) -> dict[str, Any]:
+    """The `acoustics` section checked against the schema, defaults filled in."""
+    from voicebias.params import Acoustics, validate_section
+
+    return validate_section(Acoustics, params, "acoustics")
+
+
+def _schema_default(field: str) -> Any:
+    """The default params.yaml's schema gives `acoustics.<field>` (stated there once)."""
+    from voicebias.params import Acoustics
+
+    return Acoustics.model_fields[field].default
+
+
 @dataclass(frozen=True)
 class MeasureSettings:
     """Analysis settings for one voice gender (pitch range and formant ceiling in Hz,
-    time step in s) and the checks applied to each file."""
+    time step in s) and the checks applied to each file. The defaults are the schema's
+    (voicebias.params.Acoustics); the pitch range and ceiling default to its gender-neutral ones."""
 
-    pitch_floor: float = 60.0
-    pitch_ceiling: float = 500.0
-    max_formant: float = 5500.0
-    time_step: float = 0.01
-    max_duration_s: float = 600.0
-    max_clipped_fraction: float = 0.001
-    silence_dbfs: float = -60.0
-    bandwidths: str = "hawks_miller"
-    cpps_time_step: float = 0.002
+    pitch_floor: float = _schema_default("neutral_pitch_range")[0]
+    pitch_ceiling: float = _schema_default("neutral_pitch_range")[1]
+    max_formant: float = _schema_default("neutral_max_formant")
+    time_step: float = _schema_default("time_step")
+    max_duration_s: float = _schema_default("max_duration_s")
+    max_clipped_fraction: float = _schema_default("max_clipped_fraction")
+    silence_dbfs: float = _schema_default("silence_dbfs")
+    bandwidths: str = _schema_default("bandwidths")
+    cpps_time_step: float = _schema_default("cpps_time_step")
     # H1-H2, H1-A3, CPPS and HNR cost most of the analysis; scoring that needs only
     # F0, formants and classifier margins (RQ1 output deltas) can switch them off.
     voice_quality: bool = True
     # 'dap' (discrete all-pole on the harmonics) or 'burg' (Praat's Burg, five formants).
-    formant_method: str = "dap"
+    formant_method: str = _schema_default("formant_method")
     # > 0: fold pitch frames an octave off the track's median back (tolerance, semitones).
     octave_check_st: float = 0.0
 
     @classmethod
     def for_gender(cls, params: dict[str, Any], gender: str) -> "MeasureSettings":
-        if gender not in params["pitch_range"] or gender not in params["max_formant"]:
+        """The settings of `gender` from the `acoustics` section (validated here, so its defaults are
+        the schema's)."""
+        a = _validated(params)
+        if gender not in a["pitch_range"] or gender not in a["max_formant"]:
             raise NotFound(
                 f"acoustics settings have no entry for voice gender '{gender}' "
-                f"(pitch_range: {sorted(params['pitch_range'])}, max_formant: {sorted(params['max_formant'])})"
+                f"(pitch_range: {sorted(a['pitch_range'])}, max_formant: {sorted(a['max_formant'])})"
             )
-        floor, ceiling = params["pitch_range"][gender]
-        return cls(
-            float(floor),
-            float(ceiling),
-            float(params["max_formant"][gender]),
-            float(params["time_step"]),
-            float(params.get("max_duration_s", cls.max_duration_s)),
-            float(params.get("max_clipped_fraction", cls.max_clipped_fraction)),
-            float(params.get("silence_dbfs", cls.silence_dbfs)),
-            str(params.get("bandwidths", cls.bandwidths)),
-            float(params.get("cpps_time_step", cls.cpps_time_step)),
-            bool(params.get("voice_quality", cls.voice_quality)),
-            str(params.get("formant_method", cls.formant_method)),
-        )
+        floor, ceiling = a["pitch_range"][gender]
+        return cls._from(a, float(floor), float(ceiling), float(a["max_formant"][gender]))
 
     @classmethod
     def neutral(cls, params: dict[str, Any]) -> "MeasureSettings":
         """Settings that do not depend on a voice gender, for voices that may follow
-        their input: `neutral_pitch_range` (Hz, default 60-500) with the octave check
-        `octave_check_st` (semitones, default 2) and `neutral_max_formant` (Hz, default
-        5500)."""
-        floor, ceiling = params.get("neutral_pitch_range", (60.0, 500.0))
-        both = {
-            "pitch_range": {"any": (floor, ceiling)},
-            "max_formant": {"any": params.get("neutral_max_formant", 5500.0)},
-        }
+        their input: `neutral_pitch_range` (Hz) with the octave check `octave_check_st`
+        (semitones) and `neutral_max_formant` (Hz), defaults from the schema."""
+        a = _validated(params)
+        floor, ceiling = a["neutral_pitch_range"]
         return replace(
-            cls.for_gender({**params, **both}, "any"), octave_check_st=float(params.get("octave_check_st", 2.0))
+            cls._from(a, float(floor), float(ceiling), float(a["neutral_max_formant"])),
+            octave_check_st=float(a["octave_check_st"]),
+        )
+
+    @classmethod
+    def _from(cls, a: dict[str, Any], floor: float, ceiling: float, max_formant: float) -> "MeasureSettings":
+        return cls(
+            pitch_floor=floor,
+            pitch_ceiling=ceiling,
+            max_formant=max_formant,
+            time_step=float(a["time_step"]),
+            max_duration_s=float(a["max_duration_s"]),
+            max_clipped_fraction=float(a["max_clipped_fraction"]),
+            silence_dbfs=float(a["silence_dbfs"]),
+            bandwidths=str(a["bandwidths"]),
+            cpps_time_step=float(a["cpps_time_step"]),
+            formant_method=str(a["formant_method"]),
         )
 
     def checks(self) -> AudioChecks:

@@ -100,24 +100,28 @@ from voicebias.tasks import Task
 from voicebias.validation import ValidationReport, expectations, require_valid, where
 
 
+def _retry_default(field: str) -> Any:
+    from voicebias.params import Retry
+
+    return Retry.model_fields[field].default
+
+
 @dataclass
 class RetryPolicy:
-    """Exponential backoff: base_delay_s, then x2 per attempt, capped at max_delay_s (s)."""
+    """Exponential backoff: base_delay_s, then x2 per attempt, capped at max_delay_s (s); the defaults
+    are the schema's (voicebias.params.Retry)."""
 
-    max_attempts: int = 4
-    base_delay_s: float = 1.0
-    max_delay_s: float = 30.0
+    max_attempts: int = _retry_default("max_attempts")
+    base_delay_s: float = _retry_default("base_delay_s")
+    max_delay_s: float = _retry_default("max_delay_s")
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> "RetryPolicy":
-        spec = dict(params.get("retry") or {})
-        unknown = set(spec) - {"max_attempts", "base_delay_s", "max_delay_s"}
-        if unknown:
-            raise ValueError(f"unknown retry setting(s) {sorted(unknown)}; use max_attempts, base_delay_s, max_delay_s")
-        policy = cls(**spec)
-        if policy.max_attempts < 1 or policy.base_delay_s < 0 or policy.max_delay_s < 0:
-            raise ValueError(f"retry settings must be non-negative with max_attempts >= 1, got {spec}")
-        return policy
+        """The policy of a system's `retry` settings, checked against the schema (an unknown key or a
+        negative delay is a ParamsError naming it)."""
+        from voicebias.params import Retry, validate_section
+
+        return cls(**validate_section(Retry, params.get("retry"), "retry"))
 
 
 def cache_key(system: SystemUnderTest, request: S2SRequest | ContinuationRequest) -> str:
