@@ -4,7 +4,7 @@ The grid: five vowels (/i e a o u/) x two vocal tracts (adult male; female = mal
 formants x 1.17) x six F0s (90-260 Hz), each a 0.5 s source-filter vowel at 16 kHz
 (tests/fakes/stimuli.py: Rosenberg glottal pulses through five resonators). Every
 analysis reads F1-F3 (Hz, median over voiced frames) and the formant index
-(voicebias.instruments.acoustics.formant_index, median of the per-frame index, octaves).
+(voicebias.instruments.formants.formant_index, median of the per-frame index, octaves).
 
 Analyses compared:
 
@@ -15,7 +15,7 @@ Analyses compared:
   of 250 Hz) as the one that minimises the variance of the F1 and F2 tracks (log Hz),
   after Escudero et al. (2009);
 - dap_by_gender: discrete all-pole modelling of the harmonics (El-Jaroudi & Makhoul,
-  1991; voicebias.instruments.acoustics.dap_formants), ceilings by gender;
+  1991; voicebias.instruments.formants.dap_formants), ceilings by gender;
 - dap_neutral: the same with the gender-neutral settings (MeasureSettings.neutral:
   ceiling 5500 Hz, pitch range 60-500 Hz with the octave check).
 
@@ -52,7 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants  # noqa: E402
-from voicebias.instruments.acoustics import MALE_FORMANT_NORMS, MeasureSettings, measure_signal  # noqa: E402
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal  # noqa: E402
+from voicebias.instruments.formants import MALE_FORMANT_NORMS  # noqa: E402
 from voicebias.params import load_params  # noqa: E402
 
 SR = 16000

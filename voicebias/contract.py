@@ -77,7 +77,7 @@ H1_A3_CORRECTED = "h1_a3_corrected_db"
 CPPS = "cpps_db"
 HNR = "hnr_db"
 
-#: voice-quality measures (voicebias.instruments.voice_quality)
+#: voice-quality measures (voicebias.instruments.harmonics, .cpps, .harmonicity)
 VOICE_QUALITY_MEASURES = [H1_H2, H1_H2_CORRECTED, H1_A3, H1_A3_CORRECTED, CPPS, HNR]
 #: every acoustic measure of a file (voicebias.instruments.acoustics)
 MEASURE_COLUMNS = [DURATION, VOICED_FRACTION, F0_HZ, F0_ST, F1, F2, F3, FORMANT_INDEX, *VOICE_QUALITY_MEASURES]

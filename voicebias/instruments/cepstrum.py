@@ -337,7 +337,7 @@ def power_cepstrogram(
     Returns (values, x1, dx, (xmin, xmax), ymax): the power cepstra, shape
     (quefrencies, frames), at quefrencies 0 .. ymax s in equal steps and frames at
     x1 + i dx s, the sound's time domain (s) and the top quefrency (s), exactly the
-    values `voice_quality.cepstrogram_cpps` takes. `values` is the transpose of a
+    values `voicebias.instruments.cpps.cepstrogram_cpps` takes. `values` is the transpose of a
     C-ordered (frames, quefrencies) array.
 
     Steps, per Praat: (1) resample (see `_resample`); (2) pre-emphasis

@@ -1,4 +1,5 @@
-"""Harmonics-to-noise ratio by forward cross-correlation, as Praat 6.1.38's
+"""HNR (component 'hnr' of the measure set): the median over voiced frames of the harmonics-to-noise
+ratio (dB) by forward cross-correlation, as Praat 6.1.38's
 "To Harmonicity (cc)" defines it (Boersma, 1993, IFA Proceedings 17: 97-110), computed
 only at the frames asked for.
 
@@ -32,12 +33,16 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import parselmouth
 from parselmouth.praat import call
 
 from voicebias.instruments.jit import kernel
+
+#: the measures this component gives (voicebias.contract.MEASURE_COLUMNS)
+MEASURES = ("hnr_db",)
 
 SINC_DEPTH = 700
 CHEB_N = 24
@@ -430,3 +435,19 @@ def _from_praat(snd, times, time_step, pitch_floor, silence_threshold, periods_p
     harm = praat_harmonicity(snd, time_step, pitch_floor, silence_threshold, periods_per_window)
     idx = np.clip(np.round((np.asarray(times) - harm.x1) / harm.dx).astype(int), 0, harm.nx - 1)
     return harm.values[0][idx]
+
+
+def hnr_db(snd: parselmouth.Sound, times: np.ndarray, time_step: float, pitch_floor: float) -> float:
+    """Harmonics-to-noise ratio (dB): Praat's cross-correlation harmonicity (silence
+    threshold 0.1, one period per window; voicebias.instruments.harmonicity), median
+    over the frames nearest the given voiced frame times (frames Praat marks -200 dB,
+    voiceless, are left out)."""
+    v = harmonicity_at(snd, times, time_step, pitch_floor, 0.1, 1.0)
+    v = v[v > -200]
+    return float(np.median(v)) if v.size else float("nan")
+
+
+def measure(a: Any) -> dict[str, float]:
+    """HNR at the voiced frames of the analysed signal `a` (voicebias.instruments.acoustics' shared analysis)."""
+    _, _, times, _ = a.pitch()
+    return {"hnr_db": hnr_db(a.snd, times, a.s.time_step, a.s.pitch_floor)}

@@ -8,7 +8,7 @@ import pytest
 from parselmouth.praat import call
 
 from voicebias.instruments.cepstrum import power_cepstrogram
-from voicebias.instruments.voice_quality import CPPSSettings, cepstrogram_cpps, praat_cpps_db
+from voicebias.instruments.cpps import CPPSSettings, cepstrogram_cpps, praat_cpps_db
 
 ARGS = (60.0, 5000.0, 50.0)  # pitch floor (Hz), maximum frequency (Hz), pre-emphasis from (Hz)
 TOL = 1e-9

@@ -9,14 +9,9 @@ import pytest
 
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel, vowel_formants
 from voicebias import config
-from voicebias.instruments.acoustics import (
-    MeasureSettings,
-    correct_octave_jumps,
-    discrete_all_pole,
-    harmonic_power,
-    measure_signal,
-    poles_to_formants,
-)
+from voicebias.instruments.acoustics import MeasureSettings, measure_signal
+from voicebias.instruments.formants import discrete_all_pole, harmonic_power, poles_to_formants
+from voicebias.instruments.pitch import correct_octave_jumps
 from voicebias.params import load_params
 from voicebias.scoring.acoustic import output_settings
 
@@ -175,7 +170,7 @@ def test_polynomial_roots_find_planted_roots():
     """Roots planted inside the unit circle (six conjugate pairs a quarter radian or
     more apart, as a twelfth-order predictor has, and pairs of real roots) come back to
     1e-10, frame after frame (each starts from the frame before, each unlike it)."""
-    from voicebias.instruments.acoustics import polynomial_roots
+    from voicebias.instruments.formants import polynomial_roots
 
     rng = np.random.default_rng(7)
     planted = []
@@ -195,7 +190,7 @@ def test_polynomial_roots_find_planted_roots():
 
 
 def test_polynomial_roots_of_a_double_root_and_an_undefined_row():
-    from voicebias.instruments.acoustics import polynomial_roots
+    from voicebias.instruments.formants import polynomial_roots
 
     double = np.array([0.5 + 0.5j, 0.5 + 0.5j, 0.5 - 0.5j, 0.5 - 0.5j, -0.7, 0.2])
     a = np.stack([_polynomial(double), np.full(7, np.nan)])

@@ -6,7 +6,8 @@ import pytest
 from scipy.signal import freqz, lfilter
 
 from voicebias.instruments.acoustics import MeasureSettings, measure_signal
-from voicebias.instruments.voice_quality import hawks_miller_bandwidth, iseli_correction_db, voiced_intervals
+from voicebias.instruments.cpps import voiced_intervals
+from voicebias.instruments.harmonics import hawks_miller_bandwidth, iseli_correction_db
 
 SR = 16000
 
@@ -157,7 +158,7 @@ def test_cepstrogram_cpps_equals_praats_get_cpps(f0, noise, time_step, quefrency
     noisy, at the time steps the params allow and another quefrency window."""
     import parselmouth
 
-    from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
+    from voicebias.instruments.cpps import CPPSSettings, cpps_db, praat_cpps_db
 
     snd = parselmouth.Sound(_voice(f0, 1.3, noise, seed=int(f0)), sampling_frequency=SR)
     st = CPPSSettings(time_step=time_step, quefrency_averaging_window=quefrency_window)
@@ -170,7 +171,7 @@ def test_cepstrogram_cpps_equals_praat_on_short_sounds(dur):
     sound) and a few frames long, where every averaging window meets an edge."""
     import parselmouth
 
-    from voicebias.instruments.voice_quality import CPPSSettings, cpps_db, praat_cpps_db
+    from voicebias.instruments.cpps import CPPSSettings, cpps_db, praat_cpps_db
 
     snd = parselmouth.Sound(_voice(140.0, dur, 0.1, seed=3), sampling_frequency=SR)
     for time_step in (0.002, 0.005, 0.03):
@@ -202,7 +203,7 @@ def _reference_levels(x, t, f0, f3):
 def test_harmonic_levels_follow_their_definition_frame_by_frame():
     """The batched, compiled peak search gives, on every frame of a voice with vibrato
     (frames of three FFT lengths), the levels the plain definition gives."""
-    from voicebias.instruments.voice_quality import harmonic_levels
+    from voicebias.instruments.harmonics import harmonic_levels
 
     x = _voice(120.0, 1.0, 0.01, seed=5) + 0.5 * _voice(91.0, 1.0, 0.0, seed=6)
     times = np.arange(0.1, 0.9, 0.01)
@@ -217,7 +218,7 @@ def test_harmonic_levels_follow_their_definition_frame_by_frame():
 def test_the_median_near_a_guess_is_the_exact_median():
     """Medians of drifting, tied, even and odd sets, looked for near the previous one as
     the CPPS frames are, equal numpy's median exactly (found in the window or not)."""
-    from voicebias.instruments.voice_quality import _median_near
+    from voicebias.instruments.cpps import _median_near
 
     rng = np.random.default_rng(3)
     near, scratch = np.array([np.nan, 0.0]), np.empty(600)

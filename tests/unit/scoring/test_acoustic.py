@@ -13,8 +13,8 @@ import pytest
 from tests.fakes.stimuli import MALE_VOWEL_FORMANTS, synthetic_vowel
 from voicebias import config
 from voicebias.audio import write_audio
-from voicebias.instruments.acoustics import hz_to_semitones
 from voicebias.instruments.composite import composite_measures, femininity_composite, reference_stats
+from voicebias.instruments.units import hz_to_semitones
 from voicebias.params import load_params
 from voicebias.scoring.acoustic import score_outputs
 
