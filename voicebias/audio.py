@@ -45,6 +45,7 @@ import struct
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -309,3 +310,14 @@ def sha256_file(path: Path | str) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def read_part(path: str, settings: Any, sample_rate: int, part: str) -> tuple[np.ndarray, int, dict[str, Any]]:
+    """The signal of one part of a file as the instrument reads it (checked, mono,
+    resampled), with {duration_s, note}: the whole file or either half of the signal as read
+    (`part`). `settings` gives the checks (its `checks()`). Raises AudioError."""
+    loaded = load_for_analysis(path, target_sr=sample_rate, checks=settings.checks())
+    x = loaded.x
+    h = len(x) // 2
+    x = x if part == "whole" else x[:h] if part == "first_half" else x[h:]
+    return x, loaded.sr, {"duration_s": float(len(x) / loaded.sr), "note": "; ".join(loaded.notes)}

@@ -193,7 +193,7 @@ def component_sources() -> dict[str, list[Any]]:
     """The functions and constants whose source decides each component (and the reader),
     hashed into the measurement cache's keys (voicebias.instruments.measure_cache)."""
     from voicebias import audio
-    from voicebias.instruments import cepstrum, frames, jit, measure_cache, units
+    from voicebias.instruments import cepstrum, frames, jit, units
     from voicebias.instruments import cpps as cp
     from voicebias.instruments import formants as fm
     from voicebias.instruments import harmonicity as hm
@@ -210,7 +210,7 @@ def component_sources() -> dict[str, list[Any]]:
             audio._decode,
             audio._wav_truncation,
             audio.AudioChecks,
-            measure_cache._read_part,
+            audio.read_part,
         ],
         "pitch": [pt.pitch_track, pt.correct_octave_jumps, pt.measure, units.hz_to_semitones],
         "formants": [

@@ -52,8 +52,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from voicebias import codepaths
 from voicebias.cache import JsonCache, content_key
 from voicebias.errors import ConfigError
@@ -173,30 +171,18 @@ class MeasureCache:
         self.store.put(key, value)
 
 
-def _read_part(path: str, settings: Any, sample_rate: int, part: str) -> tuple[np.ndarray, int, dict[str, Any]]:
-    """The signal of one part of a file as the instrument reads it (checked, mono,
-    resampled), with {duration_s, note}. Raises AudioError."""
-    from voicebias.audio import load_for_analysis
-
-    loaded = load_for_analysis(path, target_sr=sample_rate, checks=settings.checks())
-    x = loaded.x
-    h = len(x) // 2
-    x = x if part == "whole" else x[:h] if part == "first_half" else x[h:]
-    return x, loaded.sr, {"duration_s": float(len(x) / loaded.sr), "note": "; ".join(loaded.notes)}
-
-
 def _work(job: tuple[Any, str, Any, int, str, tuple[str, ...]]) -> dict[str, Any]:
     """Worker: read one part of one file and measure the components asked for with the
     instrument's `measure_components`. A refusal (AudioError) is returned with its code;
     any other error is returned as `measure_error` with its text, so one file never ends
     the batch (in a process pool an exception would end pool.map for every file)."""
-    from voicebias.audio import AudioError
+    from voicebias.audio import AudioError, read_part
 
     measure_components, path, settings, sample_rate, part, components = job
     if os.path.isdir(path):  # not "missing": there is something at the path, but no file
         return {"refused": ["not_audio", f"{path}: a folder, not an audio file"]}
     try:
-        x, sr, read = _read_part(path, settings, sample_rate, part)
+        x, sr, read = read_part(path, settings, sample_rate, part)
         measured = measure_components(x, sr, settings, components)
     except AudioError as exc:  # unreadable, or the signal cannot be analysed at all (sample rate, too short)
         return {"refused": [exc.code, str(exc)]}
