@@ -80,10 +80,10 @@ def component_costs(files: pd.DataFrame, params: dict) -> pd.DataFrame:
         settings = ac.MeasureSettings.for_gender(params, r.voice_gender)
         loaded = load_for_analysis(r.path, target_sr=16000, checks=settings.checks())
         a = ac._Analysis(loaded.x, loaded.sr, settings)
-        for c in ac.COMPONENTS:
+        for c in ac.MEASURE_SET:
             t = time.perf_counter()
-            ac._COMPONENT_FUNCTIONS[c](a)
-            totals[c] += time.perf_counter() - t
+            c.measure(a)
+            totals[c.name] += time.perf_counter() - t
     return pd.DataFrame(
         [{"component": c, "s_per_file": v / len(files), "share": v / sum(totals.values())} for c, v in totals.items()]
     )

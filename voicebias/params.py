@@ -26,6 +26,7 @@ from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, FAULTS, GENDERS, LANGUAGES, POLES
 from voicebias.errors import VoicebiasError
 from voicebias.io import read_yaml
+from voicebias.tasks import TASK_NAMES
 
 Lang = Literal[LANGUAGES]
 Pole = Literal[POLES]
@@ -35,7 +36,7 @@ Condition = Literal[CONDITIONS]
 # registry, and TaskName to data/tasks/prompts.yaml), so a misspelt name stops at validation.
 TTSBackend = Literal["espeak", "kokoro", "azure"]
 ClassifierName = Literal["acoustic_norms", "w2v2_commonvoice", "w2v2_librispeech"]
-TaskName = Literal["readback", "paraphrase", "summarize", "translate", "describe"]
+TaskName = Literal[TASK_NAMES]
 Prob = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 

@@ -50,6 +50,7 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -160,158 +161,79 @@ class MeasureSettings:
         )
 
 
-#: the parts of the measure set, in the order a file is measured. Each is a unit of the
-#: measurement cache (voicebias.instruments.measure_cache): its own settings, its own code.
-COMPONENTS = ("pitch", "formants", "harmonics", "cpps", "hnr")
-#: the measures (MEASURE_COLUMNS) each component gives; duration_s comes with every read
-COMPONENT_MEASURES = {
-    "pitch": ("voiced_fraction", "f0_median_hz", "f0_median_st"),
-    "formants": ("f1_hz", "f2_hz", "f3_hz", "formant_index"),
-    "harmonics": ("h1_h2_db", "h1_h2_corrected_db", "h1_a3_db", "h1_a3_corrected_db"),
-    "cpps": ("cpps_db",),
-    "hnr": ("hnr_db",),
-}
-#: the MeasureSettings fields each component reads itself (it also depends on those of the
-#: components it builds on: COMPONENT_INPUTS)
-COMPONENT_SETTINGS = {
-    "pitch": ("pitch_floor", "pitch_ceiling", "time_step", "octave_check_st"),
-    "formants": ("max_formant", "formant_method"),
-    "harmonics": ("bandwidths",),
-    "cpps": ("cpps_time_step",),
-    "hnr": (),
-}
-COMPONENT_INPUTS = {
-    "pitch": (),
-    "formants": ("pitch",),
-    "harmonics": ("pitch", "formants"),
-    "cpps": ("pitch",),
-    "hnr": ("pitch",),
-}
+@dataclass(frozen=True)
+class Component:
+    """One part of the measure set, and one unit of the measurement cache
+    (voicebias.instruments.measure_cache): its own settings, its own code.
+
+    `module` computes it: its MEASURES (the MEASURE_COLUMNS it gives; duration_s comes with
+    every read) and ``measure(analysis) -> {measure: value}`` on the shared analysis of a
+    signal (`_Analysis`). `settings` are the MeasureSettings fields it reads itself, `inputs`
+    the components it builds on (their settings and code decide it too). Its code, for the
+    cache key, is the whole source of `module` and of every instrument module it imports
+    (`code_files`), so a helper a measure starts to use changes the key without a list to edit.
+    """
+
+    name: str
+    module: ModuleType
+    settings: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+
+    @property
+    def measures(self) -> tuple[str, ...]:
+        return tuple(self.module.MEASURES)
+
+    def measure(self, analysis: "_Analysis") -> dict[str, float]:
+        return self.module.measure(analysis)
 
 
-def component_sources() -> dict[str, list[Any]]:
-    """The functions and constants whose source decides each component (and the reader),
-    hashed into the measurement cache's keys (voicebias.instruments.measure_cache)."""
-    from voicebias import audio
-    from voicebias.instruments import cepstrum, frames, jit, units
-    from voicebias.instruments import cpps as cp
-    from voicebias.instruments import formants as fm
-    from voicebias.instruments import harmonicity as hm
-    from voicebias.instruments import harmonics as hl
-    from voicebias.instruments import pitch as pt
+#: the measure set, in the order a file is measured: every other component is taken at the
+#: pitch frames, and the harmonic levels at the formants too
+MEASURE_SET = (
+    Component("pitch", pitch, ("pitch_floor", "pitch_ceiling", "time_step", "octave_check_st")),
+    Component("formants", formants, ("max_formant", "formant_method"), ("pitch",)),
+    Component("harmonics", harmonics, ("bandwidths",), ("pitch", "formants")),
+    Component("cpps", cpps, ("cpps_time_step",), ("pitch",)),
+    Component("hnr", harmonicity, (), ("pitch",)),
+)
+#: name -> component, in measuring order
+COMPONENTS = {c.name: c for c in MEASURE_SET}
+#: what reads a file for the instrument (voicebias.audio.read_part); its code keys the read entries
+READER = "voicebias.audio"
 
-    return {
-        "read": [
-            audio.load_for_analysis,
-            audio.resample,
-            audio.rms_dbfs,
-            audio.clipped_fraction,
-            audio._open,
-            audio._decode,
-            audio._wav_truncation,
-            audio.AudioChecks,
-            audio.read_part,
-        ],
-        "pitch": [pt.pitch_track, pt.correct_octave_jumps, pt.measure, units.hz_to_semitones],
-        "formants": [
-            fm.formant_tracks,
-            fm.dap_formants,
-            fm.harmonic_power,
-            fm.harmonic_window_s,
-            fm._harmonic_peaks,
-            frames.windowed_frames,
-            fm.discrete_all_pole,
-            fm._dap_fit,
-            fm._cholesky_toeplitz,
-            fm._cholesky_inverse,
-            fm._matvec,
-            fm.poles_to_formants,
-            fm.polynomial_roots,
-            fm._aberth_sweeps,
-            fm._aberth_roots,
-            fm._pole_frequencies,
-            fm.measure,
-            jit,
-            repr(frames.FFT_CHUNK),
-            repr(
-                (
-                    fm.DAP_ORDER,
-                    fm.DAP_MIN_FORMANT_HZ,
-                    fm.DAP_MAX_BANDWIDTH_HZ,
-                    fm.DAP_ITERATIONS,
-                    fm.DAP_FRAMES_PER_CHUNK,
-                    fm.ROOT_ITERATIONS,
-                    fm.MALE_FORMANT_NORMS,
-                )
-            ),
-        ],
-        "harmonics": [
-            hl.harmonic_levels,
-            hl._hanning,
-            frames.windowed_frames,
-            hl._band_peaks,
-            hl._band,
-            hl.iseli_correction_db,
-            hl.hawks_miller_bandwidth,
-            jit,
-            repr(frames.FFT_CHUNK),
-            repr((hl._HM_LOW, hl._HM_HIGH)),
-            hl.measure,
-        ],
-        "cpps": [
-            cp.cpps_db,
-            cp.cepstrogram_cpps,
-            cp._window_mean_weights,
-            cp._regular_rows,
-            cp._cpps_smoothed,
-            cp._cpps_line_peaks,
-            cp._theil_slopes,
-            cp._median_near,
-            cp._median_of_ranks,
-            cp._select,
-            repr(cp.CPPS_CHUNK),
-            jit,
-            cp.voiced_intervals,
-            cp.CPPSSettings,
-            cp.measure,
-            cepstrum,
-        ],
-        "hnr": [
-            hm.hnr_db,
-            hm.harmonicity_at,
-            hm.interpolation_weights,
-            hm._coefficient_weights,
-            hm._node_sums,
-            hm._grid_weights,
-            hm._Pieces,
-            hm._apply_pieces,
-            hm._screen,
-            hm._normalised_correlation,
-            hm._local_maxima,
-            hm._chebyshev,
-            hm._negative,
-            hm._brent,
-            hm._refine,
-            hm._from_praat,
-            jit,
-            repr((hm.SINC_DEPTH, hm.CHEB_N, hm.SCREEN_STEPS, hm.SCREEN_MARGIN, hm.FLAT, hm._CORRELATION_CHUNK)),
-            hm.measure,
-        ],
-    }
+
+def code_files(module: str, root: Path | None = None) -> list[Path]:
+    """The source files whose text decides what `module` computes: the module and every module of
+    voicebias.instruments or voicebias.audio it imports, at any depth (voicebias.codedeps.closure,
+    restricted to the numerical code; the package's error classes and paths are not in it).
+    `root`: the folder holding the voicebias package (default: this one's)."""
+    import voicebias
+    from voicebias.codedeps import closure
+
+    root = Path(root) if root is not None else Path(voicebias.__file__).resolve().parent.parent
+    keep = (root / "voicebias" / "instruments", root / "voicebias" / "audio.py")
+    return sorted(f for f in closure(module, root) if any(f == k or k in f.parents for k in keep))
+
+
+def component_sources() -> dict[str, list[Path]]:
+    """The source files of the reader and of each component (`code_files`), hashed into the
+    measurement cache's keys (voicebias.instruments.measure_cache)."""
+    return {"read": code_files(READER), **{c.name: code_files(c.module.__name__) for c in MEASURE_SET}}
 
 
 def components_for(settings: MeasureSettings, wanted: tuple[str, ...] | list[str] | None = None) -> tuple[str, ...]:
     """The components a file is measured with: `wanted` (default all of them) in
-    COMPONENTS order, pitch and formants alone when `voice_quality` is off. Pitch and
+    MEASURE_SET order, pitch and formants alone when `voice_quality` is off. Pitch and
     formants are always measured: every other component is taken at their frames, and
     a file without them is excluded."""
-    chosen = COMPONENTS if wanted is None else tuple(c for c in COMPONENTS if c in wanted)
-    unknown = sorted(set(wanted or ()) - set(COMPONENTS))
+    names = tuple(COMPONENTS)
+    chosen = names if wanted is None else tuple(c for c in names if c in wanted)
+    unknown = sorted(set(wanted or ()) - set(names))
     if unknown:
-        raise ConfigError(f"unknown measure components {unknown}; the instrument has {', '.join(COMPONENTS)}")
-    if chosen[:2] != COMPONENTS[:2]:
+        raise ConfigError(f"unknown measure components {unknown}; the instrument has {', '.join(names)}")
+    if chosen[:2] != names[:2]:
         raise ConfigError(f"measure components must include pitch and formants, got {list(chosen)}")
-    return chosen if settings.voice_quality else COMPONENTS[:2]
+    return chosen if settings.voice_quality else names[:2]
 
 
 class _Analysis:
@@ -341,15 +263,6 @@ class _Analysis:
         return self._formants
 
 
-_COMPONENT_FUNCTIONS = {
-    "pitch": pitch.measure,
-    "formants": formants.measure,
-    "harmonics": harmonics.measure,
-    "cpps": cpps.measure,
-    "hnr": harmonicity.measure,
-}
-
-
 def pitch_frames(n_samples: int, sr: int, settings: MeasureSettings) -> int:
     """The number of frames Praat's pitch analysis gives a signal of `n_samples` samples at
     `sr` Hz (0: shorter than the window), by Praat's own arithmetic (Sampled_shortTermAnalysis):
@@ -375,7 +288,7 @@ def check_settings(settings: MeasureSettings) -> None:
 def measure_components(
     x: np.ndarray, sr: int, settings: MeasureSettings, components: tuple[str, ...] | list[str]
 ) -> dict[str, dict[str, Any]]:
-    """Measure the given components of one mono signal (sample rate `sr` Hz), in COMPONENTS
+    """Measure the given components of one mono signal (sample rate `sr` Hz), in MEASURE_SET
     order, sharing the pitch and formant tracks between them.
 
     Returns {component: {"values": {measure: value}}} for each component measured, or
@@ -399,13 +312,13 @@ def measure_components(
         )
     a = _Analysis(x, sr, settings)
     out: dict[str, dict[str, Any]] = {}
-    for name in COMPONENTS:
-        if name not in components:
+    for c in MEASURE_SET:
+        if c.name not in components:
             continue
         try:
-            out[name] = {"values": _COMPONENT_FUNCTIONS[name](a)}
+            out[c.name] = {"values": c.measure(a)}
         except AudioError as exc:
-            out[name] = {"excluded": [exc.code, str(exc)]}
+            out[c.name] = {"excluded": [exc.code, str(exc)]}
             break
     return out
 

@@ -3,17 +3,17 @@
 Every stage that measures audio (acoustics, phonation_check, acoustic_scoring,
 sc_scoring, `voicebias measure` when asked) goes through
 :func:`voicebias.instruments.acoustics.measure_files`, which keeps its results here.
-An entry holds one component (voicebias.instruments.acoustics.COMPONENTS: pitch,
+An entry holds one component (voicebias.instruments.acoustics.MEASURE_SET: pitch,
 formants, harmonics, cpps, hnr) of one file and is keyed by
 
 - the sha256 of the file's bytes, the part measured (the whole file or one half) and
   the sample rate it is read at;
 - the settings that component reads, and those of the components it builds on
-  (COMPONENT_SETTINGS, COMPONENT_INPUTS: the formants are taken at the pitch frames,
+  (each Component's `settings` and `inputs`: the formants are taken at the pitch frames,
   the harmonic levels need both);
-- the code of that component and of its inputs: the source text of the functions that
-  compute it (voicebias.instruments.acoustics.component_sources), the reader's, and the
-  versions of parselmouth and Praat;
+- the code of that component and of its inputs: the whole text of its module and of every
+  instrument module it imports (voicebias.instruments.acoustics.code_files), the reader's
+  (voicebias.audio), and the versions of parselmouth and Praat;
 - the code paths the numerical libraries take (voicebias.codepaths.identity), so a value
   measured with a machine's native kernels is not served to a run with the fixed ones.
 
@@ -33,7 +33,7 @@ atomically (voicebias.cache.JsonCache). An entry that is not JSON, or not of the
 its kind has, is a miss, counted in `corrupt` and measured again: a read entry is
 {"duration_s": a float >= 0, "note": text}; a component entry is either
 {"values": {measure: float}} with exactly the component's measures
-(voicebias.instruments.acoustics.COMPONENT_MEASURES), each finite (the voice-quality
+(its Component's `measures`), each finite (the voice-quality
 measures may be NaN, the value they take when no frame can be measured), or
 {"excluded": [reason code, message]}. A cached value
 is the float the measurement gave (JSON keeps it exactly), so a table built from the
@@ -44,7 +44,6 @@ it costs time, never results.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -62,23 +61,25 @@ PARTS = ("whole", "first_half", "second_half")
 
 @lru_cache(maxsize=4)
 def component_code(instrument: Any) -> dict[str, str]:
-    """sha256 (hex) of the code of each component and of the reader: the source text of
-    the functions and constants `instrument.component_sources()` names, with the
-    parselmouth and Praat versions. `instrument` is the module that defines the measure
-    set (voicebias.instruments.acoustics), passed in so this module never imports it."""
+    """sha256 (hex) of the code of each component and of the reader: the whole text of the
+    source files `instrument.component_sources()` gives (each component's module and the
+    instrument modules it imports), with the parselmouth and Praat versions. `instrument` is
+    the module that defines the measure set (voicebias.instruments.acoustics), passed in so
+    this module never imports it."""
     import parselmouth
 
     out = {}
-    for name, objects in instrument.component_sources().items():
+    for name, files in instrument.component_sources().items():
         h = hashlib.sha256(f"parselmouth {parselmouth.VERSION} praat {parselmouth.PRAAT_VERSION}\n".encode())
-        for obj in objects:
-            h.update((obj if isinstance(obj, str) else inspect.getsource(obj)).encode())
+        for f in files:
+            h.update(f"{Path(f).name}\n".encode())
+            h.update(Path(f).read_bytes())
         out[name] = h.hexdigest()
     return out
 
 
 def _lineage(component: str, instrument: Any) -> tuple[str, ...]:
-    return (*instrument.COMPONENT_INPUTS[component], component)
+    return (*instrument.COMPONENTS[component].inputs, component)
 
 
 def read_key(sha256: str, part: str, sample_rate: int, settings: Any, instrument: Any) -> str:
@@ -107,7 +108,7 @@ def component_key(component: str, sha256: str, part: str, sample_rate: int, sett
             "sha256": sha256,
             "part": part,
             "sample_rate": int(sample_rate),
-            "settings": {f: getattr(settings, f) for c in lineage for f in instrument.COMPONENT_SETTINGS[c]},
+            "settings": {f: getattr(settings, f) for c in lineage for f in instrument.COMPONENTS[c].settings},
             "code": {c: code[c] for c in ("read", *lineage)},
             "code_paths": codepaths.identity(),
         }
@@ -142,7 +143,7 @@ def valid_component(value: Any, component: str, instrument: Any) -> bool:
     if set(value) != {"values"} or not isinstance(value["values"], dict):
         return False
     values = value["values"]
-    return set(values) == set(instrument.COMPONENT_MEASURES[component]) and all(
+    return set(values) == set(instrument.COMPONENTS[component].measures) and all(
         _is_float(v, nan_ok=k in VOICE_QUALITY_MEASURES) for k, v in values.items()
     )
 

@@ -220,3 +220,34 @@ def test_a_voice_quality_measure_stored_as_nan_is_a_value_not_damage(files, tmp_
     df, counts = run(files, SETTINGS, cache, names=("a",))
     assert counts["corrupt"] == 0 and measured(counts) == {}
     assert df.loc[0, "status"] == "ok" and np.isnan(df.loc[0, "hnr_db"])
+
+
+def test_a_component_s_code_is_its_module_and_the_instrument_modules_it_imports(tmp_path):
+    """The key hashes whole modules found by their imports, so an edit anywhere in a module a
+    component uses (a helper, a constant) changes that component's code and no other's."""
+    import shutil
+    import types
+
+    from voicebias import config
+    from voicebias.instruments import acoustics
+
+    names = {c: [p.name for p in files] for c, files in acoustics.component_sources().items()}
+    assert names["cpps"] == ["__init__.py", "cepstrum.py", "cpps.py", "jit.py"]
+    assert "formants.py" not in names["harmonics"] and "harmonics.py" in names["harmonics"]
+    assert names["read"] == ["audio.py"]
+    # a copy of the package's numerical code, edited in a module only cpps imports
+    root = tmp_path / "copy"
+    shutil.copytree(config.ROOT / "voicebias" / "instruments", root / "voicebias" / "instruments")
+    shutil.copy(config.ROOT / "voicebias" / "audio.py", root / "voicebias" / "audio.py")
+    (root / "voicebias" / "__init__.py").write_text("")
+
+    def copied_instrument():
+        sources = {"read": acoustics.code_files("voicebias.audio", root)}
+        sources |= {c.name: acoustics.code_files(c.module.__name__, root) for c in acoustics.MEASURE_SET}
+        return types.SimpleNamespace(component_sources=lambda: sources)
+
+    before = measure_cache.component_code.__wrapped__(copied_instrument())
+    cepstrum = root / "voicebias" / "instruments" / "cepstrum.py"
+    cepstrum.write_text(cepstrum.read_text() + "\n\ndef _new_helper():\n    return 1\n")
+    after = measure_cache.component_code.__wrapped__(copied_instrument())
+    assert {c for c in before if before[c] != after[c]} == {"cpps"}
