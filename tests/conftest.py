@@ -15,12 +15,14 @@ E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twi
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests under tests/e2e carry the e2e marker and the longer per-test timeout; slow
-    simulation studies run only when the -m expression names them (pytest -m slow)."""
+    """Tests under tests/e2e carry the e2e marker, the longer per-test timeout and one xdist group;
+    slow simulation studies run only when the -m expression names them (pytest -m slow)."""
     for item in items:
         if str(item.fspath).startswith(E2E_DIR + os.sep):
             item.add_marker(pytest.mark.e2e)
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
+            # one xdist worker runs them all, so the session's scratch pipeline is built once
+            item.add_marker(pytest.mark.xdist_group("pipeline"))
     if "slow" not in (config.option.markexpr or ""):
         slow = [item for item in items if item.get_closest_marker("slow")]
         if slow:
@@ -38,7 +40,8 @@ def workspace(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def fresh_clone(workspace):
-    """(clone, repro result, seconds): a fresh clone of the workspace's reproduced commit after `dvc repro`."""
+    """(clone, repro result, seconds, played variables): a fresh clone of the workspace's reproduced
+    commit after `dvc repro` with another processor's kernels played."""
     from tests.workspace import make_fresh_clone
 
     base, repo, _ = workspace

@@ -80,17 +80,33 @@ def make_workspace(tmp_path_factory):
     return base, repo, res
 
 
-def make_fresh_clone(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, float]:
-    """A newcomer's path: `git clone` of the reproduced commit, then README command 1's
-    `dvc repro` with empty caches (no DVC cache, no response cache, no MLflow store)."""
+#: the kernels another processor would choose, played on this one by the variables the
+#: numerical libraries read (voicebias.codepaths overrides them on every x86-64-v3 machine):
+#: OpenBLAS's AVX-512 core where this CPU has AVX-512, else Sandybridge's (OpenBLAS aliases Zen
+#: to Haswell's kernels, the fixed ones), PyTorch's and numba's own choice of instruction set
+def played_machine() -> dict[str, str]:
+    from voicebias.codepaths import cpu_flags
+
+    core = "SkylakeX" if "avx512f" in cpu_flags() else "Sandybridge"
+    return {"OPENBLAS_CORETYPE": core, "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"}
+
+
+def make_fresh_clone(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, float, dict[str, str]]:
+    """A newcomer's path on another machine: `git clone` of the reproduced commit, then README
+    command 1's `dvc repro` with empty caches (no DVC cache, no response, measurement or
+    embedding cache, no MLflow store), with the kernels another processor would choose played
+    (`played_machine`). Returns (clone, repro result, seconds, the played variables)."""
+    import shlex
     import time
 
     fresh = base / "fresh"
     sh(f"git clone -q --branch repro {repo} {fresh}", base)
     assert not (fresh / ".dvc" / "cache").exists() and not (fresh / ".cache").exists()
+    played = played_machine()
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in played.items())
     t0 = time.perf_counter()
-    res = sh("dvc repro", fresh)
-    return fresh, res, time.perf_counter() - t0
+    res = sh(f"env {prefix} dvc repro", fresh)
+    return fresh, res, time.perf_counter() - t0, played
 
 
 def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, dict[str, str]]:
