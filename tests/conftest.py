@@ -8,7 +8,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 import pytest  # noqa: E402
 
 # the `server` fixture (a process on 127.0.0.1, stopped after its test) for every test module
-from tests.servers import server  # noqa: E402, F401
+from tests.support.servers import server  # noqa: E402, F401
 
 E2E_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
 E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twice for the fresh clone)
@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory):
     """(base folder, repository, repro result) of a scratch clone after `dvc repro`."""
-    from tests.workspace import make_workspace
+    from tests.support.workspace import make_workspace
 
     return make_workspace(tmp_path_factory)
 
@@ -42,7 +42,7 @@ def workspace(tmp_path_factory):
 def fresh_clone(workspace):
     """(clone, repro result, seconds, played variables): a fresh clone of the workspace's reproduced
     commit after `dvc repro` with another processor's kernels played."""
-    from tests.workspace import make_fresh_clone
+    from tests.support.workspace import make_fresh_clone
 
     base, repo, _ = workspace
     return make_fresh_clone(base, repo)
@@ -51,7 +51,7 @@ def fresh_clone(workspace):
 @pytest.fixture(scope="session")
 def hostile(workspace):
     """(clone, repro result, hashes before): the workspace with the misbehaving reference system added."""
-    from tests.workspace import make_hostile
+    from tests.support.workspace import make_hostile
 
     base, repo, _ = workspace
     return make_hostile(base, repo)

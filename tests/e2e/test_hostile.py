@@ -10,7 +10,7 @@ import json
 
 import pandas as pd
 
-from tests.workspace import sh, tree_hashes
+from tests.support.workspace import sh, tree_hashes
 from voicebias.analysis.exclusions import planted_fault_of
 from voicebias.systems.reference import FAULT_REASONS
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.workspace import PASSAGES_PER_CELL, SC_PROMPTS, sh, tree_hashes  # noqa: E402
+from tests.support.workspace import PASSAGES_PER_CELL, SC_PROMPTS, sh, tree_hashes  # noqa: E402
 
 #: `dvc status --json` of an up-to-date workspace: pending_calls reads the untracked ledgers of
 #: failed calls on every run (always_changed), so DVC lists it even when nothing is pending

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.servers import free_port, mlflow_server_cmd, post_json
-from tests.workspace import BIN, sh, tree_hashes
+from tests.support.servers import free_port, mlflow_server_cmd, post_json
+from tests.support.workspace import BIN, sh, tree_hashes
 
 
 def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):

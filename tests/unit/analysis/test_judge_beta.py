@@ -195,7 +195,7 @@ def test_a_missing_column_raises_rather_than_becoming_a_failed_row():
 
 
 def test_the_sc_analysis_fails_on_a_wiring_error_in_the_judge_regression(monkeypatch):
-    from tests.unit.pipeline.test_sc_stages import _planted_tables
+    from tests.support.sc_tables import _planted_tables
     from voicebias.analysis.sc import analyse
 
     pm, sc = _planted_tables({"male": 0.8, "female": 0.2}, prompts=3)

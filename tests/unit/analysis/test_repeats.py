@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests import s2s_design as design
+from tests.support import s2s_design as design
 from voicebias.analysis.disaggregated import disaggregate, s2s_items
 from voicebias.analysis.repeats import between_sample_variance, item_means, variance_components
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
@@ -175,7 +175,7 @@ def test_identical_repeats_have_the_standard_errors_of_one_answer_per_item():
 
 
 def test_describe_model_is_the_fractional_logit_of_the_item_shares():
-    from tests.rref import run_r
+    from tests.support.rref import run_r
 
     rng = np.random.default_rng(6)
     answers = describe_answers(rng, 3, item_sd=1.5)
@@ -292,7 +292,7 @@ def test_planted_between_sample_variance_is_recovered():
 
 def test_variance_components_match_r_aov():
     """The ANOVA estimators from R's one-way aov mean squares, with unequal samples per item."""
-    from tests.rref import run_r
+    from tests.support.rref import run_r
 
     rng = np.random.default_rng(10)
     sizes = rng.integers(1, 5, 40)

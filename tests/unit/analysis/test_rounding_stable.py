@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.sc_design import simulate_vq
+from tests.support.sc_design import simulate_vq
 from voicebias.analysis.mixed import GRADIENT_TOL, _at_optimum, _reml_objective, fit_reml
 from voicebias.analysis.sc_stats import voice_quality_models
 

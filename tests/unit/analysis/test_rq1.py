@@ -4,39 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.support.stats import deltas
 from voicebias.analysis.rq1 import cohens_d, rq1_contrasts, rq1_mixed_models, rq1_pooled
-
-
-def deltas(drift=0.0, interaction=0.0, seed=0, passages=10, noise=0.2):
-    """Delta table: fixed offset per voice, a passage effect, planted drift toward the stereotype."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for lang in ("en", "es"):
-        for pole in ("masculine", "neutral", "feminine"):
-            for i in range(passages):
-                pid = f"{lang}-{pole}-{i:02d}"
-                u = rng.normal(0, 0.1)
-                for voice in ("male", "female"):
-                    shift = {"feminine": drift, "masculine": -drift, "neutral": 0.0}[pole]
-                    extra = interaction if (voice == "male" and pole == "feminine") else 0.0
-                    base = 1.5 if voice == "male" else -0.5
-                    for task in ("readback", "paraphrase", "translate"):
-                        if task == "translate" and lang == "en":
-                            continue
-                        rows.append(
-                            {
-                                "system": "s",
-                                "lang": lang,
-                                "task": task,
-                                "pole": pole,
-                                "voice_gender": voice,
-                                "passage_id": pid,
-                                "stimulus_id": f"{pid}-{voice}",
-                                "status": "ok",
-                                "delta_composite": base + shift + extra + u + rng.normal(0, noise),
-                            }
-                        )
-    return pd.DataFrame(rows)
 
 
 def test_cohens_d_closed_form():

@@ -146,7 +146,7 @@ def test_rq1_significance_counts_by_hand():
 
 
 def test_planted_vs_recovered_reports_the_mixed_model_f0_effect_per_language():
-    from tests.unit.analysis.test_rq1 import deltas
+    from tests.support.stats import deltas
     from voicebias.analysis.rq1 import rq1_mixed_models
     from voicebias.analysis.s2s import describe_odds_ratios, planted_vs_recovered
 

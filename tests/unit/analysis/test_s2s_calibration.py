@@ -1,6 +1,6 @@
 """Calibration of the S2S statistics on simulated tables shaped like the real design.
 
-Design (tests/s2s_design.py): 3 languages x 3 poles x 10 passages x 2 voices per
+Design (tests/support/s2s_design.py): 3 languages x 3 poles x 10 passages x 2 voices per
 system, every system answering the same inputs. For each test the audit reports,
 null tables give the share of tests rejecting at alpha .05 (false-positive rate) and
 tables with planted effects give the share of 95 % intervals covering the planted
@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from tests.s2s_design import acoustic_table, describe_table, misgender_table
+from tests.support.s2s_design import acoustic_table, describe_table, misgender_table
 from voicebias.analysis.intervals import wilson
 from voicebias.analysis.rq1 import rq1_mixed_models, rq1_pooled
 from voicebias.analysis.stats import fisher_misaligned_vs_neutral, misgender_rates, odds_ratio_per_step
@@ -421,8 +421,8 @@ emit("F", ct[["F value"]]); emit("den_df", ct[["DenDF"]]); emit("p", ct[["Pr(>F)
 def test_rq1_interaction_f_test_matches_lmertest(case):
     """The interaction p is lmerTest's joint F test (Satterthwaite denominator df), not the
     asymptotic chi-square that rejects a true null too often with 30 passages."""
-    from tests.rref import run_r
-    from tests.unit.analysis.test_stats_rref import mixed_table, singular_table
+    from tests.support.rref import run_r
+    from tests.support.stats import mixed_table, singular_table
 
     g = mixed_table() if case == "interior passage variance" else singular_table()
     ours = rq1_mixed_models(g).iloc[0]

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.sc_design import planted_contrast, simulate_vq
+from tests.support.sc_design import planted_contrast, simulate_vq
 from voicebias.analysis.sc_stats import voice_quality_models
 
 OFFSETS = (0.0, 0.5, -0.4, 0.3)

@@ -6,7 +6,7 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import stats
 
-from tests.sc_design import planted_contrast, simulate_vq
+from tests.support.sc_design import planted_contrast, simulate_vq
 from voicebias.analysis.emm import emm_pairwise, type3_wald
 from voicebias.analysis.sc_stats import (
     all_systems_succeeded,

@@ -1,4 +1,4 @@
-"""SC statistics pinned to R computed at test time on the same tables (tests/rref.py).
+"""SC statistics pinned to R computed at test time on the same tables (tests/support/rref.py).
 
 lme4/lmerTest for the REML mixed model (fixed effects, SEs, variance components,
 type-III F with Satterthwaite df), emmeans for the contrasts, R's ptukey / pt and a
@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import statsmodels.formula.api as smf
 
-from tests.rref import run_r
-from tests.sc_design import simulate_vq
+from tests.support.rref import run_r
+from tests.support.sc_design import simulate_vq
 from voicebias.analysis.emm import emm_pairwise, studentized_range_sf, tukey_p_value
 from voicebias.analysis.mixed import fit_reml, type3_f_tests
 from voicebias.analysis.sc_stats import beta_regression_stepwise, continuation_differences, voice_quality_models

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.support.stats import table
 from voicebias.analysis.stats import (
     detect_separation,
     fisher_misaligned_vs_neutral,
@@ -11,15 +12,6 @@ from voicebias.analysis.stats import (
     odds_ratio_per_step,
 )
 from voicebias.systems.reference import planted_p_female, planted_truth
-
-
-def table(counts):
-    """counts: {(pole, voice): (n_female, n_male)} -> describe rows."""
-    rows = []
-    for (pole, voice), (nf, nm) in counts.items():
-        rows += [{"lang": "en", "pole": pole, "voice_gender": voice, "judged_gender": "female"}] * nf
-        rows += [{"lang": "en", "pole": pole, "voice_gender": voice, "judged_gender": "male"}] * nm
-    return pd.DataFrame(rows)
 
 
 def test_or_matches_closed_form_when_logits_are_linear():

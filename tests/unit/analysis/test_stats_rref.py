@@ -1,7 +1,7 @@
 """The S2S statistics (voicebias.analysis.stats, voicebias.analysis.rq1, voicebias.analysis.s2s) against R
 on the same tables.
 
-Every number is computed by R at test time (tests/rref.py); a missing R fails, it never skips.
+Every number is computed by R at test time (tests/support/rref.py); a missing R fails, it never skips.
 References: glm (logistic OR per step, Wald CI), brglm2 (Firth, method "brglmFit", type "AS_mean"),
 a profile of the penalised likelihood maximised in R by optim (Firth CI and LRT p), fisher.test,
 lmerTest + emmeans (RQ1 mixed model, REML, Satterthwaite df), t.test (Welch), prop.test (Wilson).
@@ -14,9 +14,8 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from tests.rref import run_r
-from tests.unit.analysis.test_rq1 import deltas
-from tests.unit.analysis.test_stats import table
+from tests.support.rref import run_r
+from tests.support.stats import R_FIRTH_PROFILE_FAR, deltas, mixed_table, singular_table, table
 from voicebias.analysis.intervals import wilson
 from voicebias.analysis.rq1 import rq1_contrasts, rq1_mixed_models, rq1_pooled
 from voicebias.analysis.stats import (
@@ -147,36 +146,6 @@ def test_firth_estimate_profile_ci_and_p_match_r(name, counts):
     assert ours["p_value"] == pytest.approx(ref["p"], rel=1e-5)
 
 
-# The same profile written to hold far out on it: log(1 - p) and p (1 - p) from plogis of +-eta (no 1 - p
-# cancellation), 0.5 log|X'WX| from the QR decomposition of W^1/2 X, optim's BFGS polished by Nelder-Mead from two
-# starts, and each bound searched by doubling steps up to 1024 from the estimate (Inf when the profile does not
-# cross the level there: an open side).
-R_FIRTH_PROFILE_FAR = r"""
-suppressMessages(library(brglm2))
-# identical answers as one row weighted by their count (the likelihood and X'WX are sums over rows)
-d <- aggregate(list(n = rep(1, nrow(d))), d[c("content_step", "voice_female", "y")], sum)
-X <- cbind(1, d$content_step, d$voice_female); y <- d$y; n <- d$n
-pl <- function(b) { eta <- drop(X %*% b)
-  r <- abs(diag(qr.R(qr(X * sqrt(n * plogis(eta) * plogis(-eta))))))
-  v <- sum(n * (y * eta + plogis(-eta, log.p = TRUE))) + sum(log(r)); if (is.finite(v)) v else -1e300 }
-fit <- glm(y ~ content_step + voice_female, family = binomial, data = d, weights = n, method = "brglmFit",
-           type = "AS_mean", control = list(epsilon = 1e-13, maxit = 1000))
-bhat <- coef(fit); lmax <- pl(bhat)
-prof <- function(v) max(sapply(list(c(0, 0), bhat[-2]), function(s) {
-  o <- optim(s, function(a) -pl(c(a[1], v, a[2])), method = "BFGS", control = list(reltol = 1e-15, maxit = 10000))
-  o <- optim(o$par, function(a) -pl(c(a[1], v, a[2])), method = "Nelder-Mead",
-             control = list(reltol = 1e-15, maxit = 10000))
-  -o$value }))
-f <- function(v) 2 * (lmax - prof(v)) - qchisq(0.95, 1)
-bound <- function(dir) { s <- 0.5
-  while (s <= 1024 && f(bhat[2] + dir * s) <= 0) s <- 2 * s
-  if (s > 1024) return(dir * Inf)
-  uniroot(f, sort(c(bhat[2] + dir * (if (s > 0.5) s / 2 else 0), bhat[2] + dir * s)), tol = 1e-12)$root }
-emit("coef", bhat[2]); emit("ci_low", bound(-1)); emit("ci_high", bound(1))
-emit("p", pchisq(2 * (lmax - prof(0)), 1, lower.tail = FALSE))
-"""
-
-
 def content_separated(per_cell: int) -> dict:
     """'female' exactly when the content is feminine, in both voices: complete separation on the content step."""
     return {(p, v): ((per_cell, 0) if p == "feminine" else (0, per_cell)) for p in POLES for v in ("male", "female")}
@@ -287,16 +256,6 @@ emit("fisher_test_or_pooled", p$estimate)
     assert both["odds_ratio"] == pytest.approx(7 * 19 / (13 * 1))  # sample odds ratio ad/bc
 
 
-def mixed_table() -> pd.DataFrame:
-    """One system x language x task with a planted stereotype pull, an interaction, a passage effect, unbalanced."""
-    d = deltas(drift=0.3, interaction=0.2, seed=11, noise=0.3)
-    g = d[(d["lang"] == "es") & (d["task"] == "readback")].copy()
-    # passage effects large enough that the REML passage variance is interior
-    pid = {p: i for i, p in enumerate(sorted(g["passage_id"].unique()))}
-    g["delta_composite"] += np.array([0.25 * np.sin(3.0 * pid[p]) for p in g["passage_id"]])
-    return g.drop(g.index[[0, 5, 17]])
-
-
 R_MIXED = r"""
 suppressMessages({library(lmerTest); library(emmeans)})
 d$pole <- factor(d$pole, levels = c("neutral", "feminine", "masculine"))
@@ -315,17 +274,6 @@ b <- fixef(m); V <- as.matrix(vcov(m)); i <- grep(":", names(b))
 emit("chi2", as.numeric(t(b[i]) %*% solve(V[i, i]) %*% b[i]))
 emit("vc", as.data.frame(VarCorr(m))$vcov)
 """
-
-
-def singular_table() -> pd.DataFrame:
-    """Passage means removed: the REML passage variance is 0 (a singular fit in lme4 too)."""
-    d = deltas(drift=0.2, seed=40, noise=0.3)
-    g = d[(d["lang"] == "en") & (d["task"] == "readback")].copy()
-    y = g["delta_composite"]
-    g["delta_composite"] = (
-        y - y.groupby(g["passage_id"]).transform("mean") + y.groupby([g["pole"], g["voice_gender"]]).transform("mean")
-    )
-    return g
 
 
 @pytest.mark.parametrize("case", ["interior passage variance", "singular fit"])

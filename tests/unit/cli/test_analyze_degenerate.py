@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.rref import run_r
-from tests.unit.analysis.test_stats_rref import R_FIRTH_PROFILE_FAR
+from tests.support.rref import run_r
+from tests.support.stats import R_FIRTH_PROFILE_FAR
 from voicebias import cli
 from voicebias.analysis.stats import describe_design
 

@@ -97,7 +97,7 @@ def test_analyze_describe_from_a_shared_table(tmp_path, capsys):
 def test_analyze_rq1_prints_the_tables_the_analysis_stage_writes(tmp_path):
     """The text-controlled net_ measures included: the command and the stage build the RQ1 tables
     with one function (voicebias.analysis.rq1.rq1_tables), so they are the same tables."""
-    from tests.unit.analysis.test_rq1 import deltas
+    from tests.support.stats import deltas
     from voicebias.analysis.rq1 import rq1_tables
     from voicebias.io import read_table, write_table
 

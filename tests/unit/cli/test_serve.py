@@ -26,7 +26,7 @@ import soundfile as sf
 import yaml
 
 from tests.fakes.stand_in_driver import bare_python, stand_in_driver
-from tests.servers import free_port
+from tests.support.servers import free_port
 from voicebias.cards import load_card
 from voicebias.cli import main
 from voicebias.cli.serve import ServeError, plan, vllm_command

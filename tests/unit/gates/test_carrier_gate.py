@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.unit.test_validation import gate_inputs
+from tests.support.gates import gate_inputs
 from voicebias.gates.carrier_gate import carrier_gate, require_gate
 from voicebias.params import load_params
 from voicebias.validation import ValidationFailed
@@ -78,7 +78,7 @@ def test_respond_refuses_before_the_carrier_gate_has_passed(tmp_path):
 
 
 def test_holm_adjustment_matches_r_p_adjust():
-    from tests.rref import run_r
+    from tests.support.rref import run_r
     from voicebias.gates.carrier_gate import holm
 
     p = [0.045, 0.179, 0.128, 0.004, float("nan"), 0.03]

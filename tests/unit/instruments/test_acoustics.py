@@ -168,8 +168,8 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
     import sys
     from pathlib import Path
 
-    from tests.isa import AVX2_CODE_PATHS as avx2
-    from tests.isa import require_avx512
+    from tests.support.isa import AVX2_CODE_PATHS as avx2
+    from tests.support.isa import require_avx512
 
     require_avx512()
     base = {k: v for k, v in os.environ.items() if k not in avx2 and k != "NUMBA_CACHE_DIR"}

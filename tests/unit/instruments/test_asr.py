@@ -14,8 +14,8 @@ import pytest
 
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.tiny_models import build_tiny_whisper
+from tests.support.instruments import Continuer
 from voicebias.instruments.asr import ASRSetupError, WhisperASR
-from voicebias.systems.base import ContinuationSystem, S2SResponse
 from voicebias.systems.runner import ResponseCache, run_task, validate_responses
 from voicebias.tasks import Task
 
@@ -23,19 +23,6 @@ from voicebias.tasks import Task
 @pytest.fixture(scope="module")
 def whisper_dir(tmp_path_factory):
     return build_tiny_whisper(tmp_path_factory.mktemp("whisper") / "whisper-tiny-local")
-
-
-class Continuer(ContinuationSystem):
-    """Continues every prompt with 1 s of tone; no text stream."""
-
-    def __init__(self):
-        super().__init__("continuer", {"adapter": "test", "revision": "t1"}, {})
-        self.calls = 0
-
-    def continue_speech(self, request):
-        self.calls += 1
-        t = np.arange(16000) / 16000
-        return S2SResponse("ok", audio=(0.2 * np.sin(2 * np.pi * 200 * t)).astype(np.float32), sample_rate=16000)
 
 
 def test_outputs_without_text_are_transcribed_and_cached_per_asr(tmp_path, whisper_dir):

@@ -16,7 +16,7 @@ import soundfile as sf
 import torch
 
 from tests.fakes.tiny_models import build_tiny_whisper
-from tests.unit.instruments.test_embeddings import build_ecapa_folder
+from tests.support.instruments import build_ecapa_folder
 from voicebias.instruments.asr import WhisperASR
 from voicebias.instruments.classifiers import Wav2Vec2GenderClassifier
 from voicebias.instruments.embeddings import embed_files, get_embedder
@@ -250,7 +250,7 @@ def test_whisper_batched_rows_end_at_their_own_end_of_text(whisper_dir, monkeypa
 
 def test_runner_transcribes_in_batches(tmp_path, whisper_dir, monkeypatch):
     from tests.fakes.stimuli import make_stimuli
-    from tests.unit.instruments.test_asr import Continuer
+    from tests.support.instruments import Continuer
     from voicebias.systems.runner import ResponseCache, run_task
     from voicebias.tasks import Task
 

@@ -11,54 +11,13 @@ import pytest
 import soundfile as sf
 import torch
 
+from tests.support.instruments import build_ecapa_folder
 from voicebias.instruments.embeddings import cosine_matrix, cosine_similarity, get_embedder, speaker_similarity
 from voicebias.tts import get_backend
 
 SR = 16000
 TEXT_A = "Every morning I check the rods and climb down into the hull before the others wake."
 TEXT_B = "My grandmother taught me to bake bread on Sundays, and I still use her recipe."
-
-# The layout of speechbrain/spkrec-ecapa-voxceleb's hyperparams.yaml, with a small network.
-HPARAMS = textwrap.dedent("""\
-    pretrained_path: speechbrain/spkrec-ecapa-voxceleb
-    n_mels: 80
-    compute_features: !new:speechbrain.lobes.features.Fbank
-        n_mels: !ref <n_mels>
-    mean_var_norm: !new:speechbrain.processing.features.InputNormalization
-        norm_type: sentence
-        std_norm: False
-    embedding_model: !new:speechbrain.lobes.models.ECAPA_TDNN.ECAPA_TDNN
-        input_size: !ref <n_mels>
-        channels: [32, 32, 32, 32, 96]
-        kernel_sizes: [5, 3, 3, 3, 1]
-        dilations: [1, 2, 3, 4, 1]
-        attention_channels: 16
-        lin_neurons: 192
-    classifier: !new:speechbrain.lobes.models.ECAPA_TDNN.Classifier
-        input_size: 192
-        out_neurons: 4
-    mean_var_norm_emb: !new:speechbrain.processing.features.InputNormalization
-        norm_type: global
-        std_norm: False
-    modules:
-        compute_features: !ref <compute_features>
-        mean_var_norm: !ref <mean_var_norm>
-        embedding_model: !ref <embedding_model>
-        mean_var_norm_emb: !ref <mean_var_norm_emb>
-        classifier: !ref <classifier>
-    label_encoder: !new:speechbrain.dataio.encoder.CategoricalEncoder
-    pretrainer: !new:speechbrain.utils.parameter_transfer.Pretrainer
-        loadables:
-            embedding_model: !ref <embedding_model>
-            mean_var_norm_emb: !ref <mean_var_norm_emb>
-            classifier: !ref <classifier>
-            label_encoder: !ref <label_encoder>
-        paths:
-            embedding_model: !ref <pretrained_path>/embedding_model.ckpt
-            mean_var_norm_emb: !ref <pretrained_path>/mean_var_norm_emb.ckpt
-            classifier: !ref <pretrained_path>/classifier.ckpt
-            label_encoder: !ref <pretrained_path>/label_encoder.txt
-    """)
 
 
 @pytest.fixture(scope="module")
@@ -99,25 +58,6 @@ def test_speaker_similarity_table_excludes_bad_files(tmp_path, espeak_voices):
     assert list(out["status"]) == ["ok", "excluded"]
     assert 0.7 < out.loc[0, "speaker_similarity"] <= 1.0 and np.isnan(out.loc[1, "speaker_similarity"])
     assert "not a readable audio file" in out.loc[1, "error"]
-
-
-def build_ecapa_folder(folder: Path, seed: int = 0):
-    """Random ECAPA-TDNN weights saved in the hub's file layout; returns the network."""
-    from speechbrain.dataio.encoder import CategoricalEncoder
-    from speechbrain.lobes.models.ECAPA_TDNN import ECAPA_TDNN, Classifier
-    from speechbrain.processing.features import InputNormalization
-
-    folder.mkdir(parents=True)
-    torch.manual_seed(seed)
-    (folder / "hyperparams.yaml").write_text(HPARAMS)
-    model = ECAPA_TDNN(80, channels=[32, 32, 32, 32, 96], attention_channels=16, lin_neurons=192).eval()
-    torch.save(model.state_dict(), folder / "embedding_model.ckpt")
-    torch.save(Classifier(192, out_neurons=4).state_dict(), folder / "classifier.ckpt")
-    InputNormalization(norm_type="global", std_norm=False)._save(folder / "mean_var_norm_emb.ckpt")
-    enc = CategoricalEncoder()
-    enc.update_from_iterable(["spk0", "spk1", "spk2", "spk3"])
-    enc.save(folder / "label_encoder.txt")
-    return model
 
 
 def test_ecapa_loads_the_saved_weights_from_a_local_folder(tmp_path):
@@ -274,8 +214,8 @@ def test_resemblyzer_embedding_is_the_same_on_avx2_and_avx512_code_paths(tmp_pat
     import subprocess
     import sys
 
-    from tests.isa import AVX2_CODE_PATHS as avx2
-    from tests.isa import NATIVE, require_avx512
+    from tests.support.isa import AVX2_CODE_PATHS as avx2
+    from tests.support.isa import NATIVE, require_avx512
 
     require_avx512()
     base = {**{k: v for k, v in os.environ.items() if k not in avx2 and k != "MKL_CBWR"}, **NATIVE}

@@ -1,6 +1,6 @@
 """The MLflow UI, in Debian's headless Chromium, opens the pipeline's experiment on its runs table.
 
-`mlflow server` (tests/servers.py, 127.0.0.1, a free port) serves the store that
+`mlflow server` (tests/support/servers.py, 127.0.0.1, a free port) serves the store that
 log_pipeline_run fills from the hand-made tables of test_tracking_rest.py. Chromium, with
 a fresh profile as a first-time user has, opens the address the tracking stage writes to
 last_run.json (`ui_path`, `#/experiments/<id>?workflowType=machine_learning`); the page
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, mlflow_server_cmd
-from tests.unit.report.hand_made import SYSTEM, hand_made_store
+from tests.support.hand_made import SYSTEM, hand_made_store
+from tests.support.servers import free_port, mlflow_server_cmd
 
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 FLAGS = (

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.support.tracking import rq1_rows
 from voicebias import config
 from voicebias.io import read_table, write_json, write_table
 from voicebias.params import load_params
@@ -36,47 +37,6 @@ def scored_table(system, params, seed):
                     rows.append({**base, "task": "describe", "judged_gender": judged, "pronoun_choice": None})
                     rows.append({**base, "task": "summarize", "judged_gender": None, "pronoun_choice": judged})
     return pd.DataFrame(rows)
-
-
-RQ1_MEASURES = ("delta_f0_median_st", "net_f0_median_st")
-
-
-def rq1_rows(system, lang, task, k):
-    """Hand-made rows of rq1_mixed_models.csv for one system x language x task; k varies the numbers."""
-    rows = []
-    for j, measure in enumerate(RQ1_MEASURES):
-        x = 0.1 * (k + 1) + 0.01 * j
-        rows.append(
-            {
-                "system": system,
-                "lang": lang,
-                "task": task,
-                "task_group": "same-language",
-                "measure": measure,
-                "units": "st",
-                "n": 60,
-                "stereotype_effect_est": x,
-                "stereotype_effect_se": 0.05,
-                "stereotype_effect_df": 27.0,
-                "stereotype_effect_ci_low": x - 0.1,
-                "stereotype_effect_ci_high": x + 0.1,
-                "stereotype_effect_p": 0.02 + 0.001 * k,
-                "misaligned_minus_neutral_est": -x,
-                "misaligned_minus_neutral_se": 0.07,
-                "misaligned_minus_neutral_df": 40.0,
-                "misaligned_minus_neutral_ci_low": -x - 0.14,
-                "misaligned_minus_neutral_ci_high": -x + 0.14,
-                "misaligned_minus_neutral_p": 0.3,
-                "chi2_interaction": 6.0 + k,
-                "df": 2,
-                "f_interaction": 3.0 + k,
-                "den_df_interaction": 27.0,
-                "p_interaction": 0.05 / (k + 1),
-                "converged": j == 0,
-                "warning": None if j == 0 else "singular fit",
-            }
-        )
-    return rows
 
 
 def add_rq1_children(analysis, systems):

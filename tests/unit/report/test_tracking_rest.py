@@ -1,6 +1,6 @@
 """The tracked results read back through MLflow's REST API, as a dashboard or a notebook would.
 
-`mlflow server` (tests/servers.py, bound to 127.0.0.1 on a free port) serves a temporary
+`mlflow server` (tests/support/servers.py, bound to 127.0.0.1 on a free port) serves a temporary
 store that log_pipeline_run fills from small hand-made analysis tables, a stimulus
 manifest and a dvc.lock; runs/search, runs/get and experiments/get must return the
 children's names, their metrics equal to the table values, the dataset inputs with their
@@ -16,8 +16,8 @@ import urllib.parse
 import pandas as pd
 import pytest
 
-from tests.servers import free_port, get_json, mlflow_server_cmd, post_json
-from tests.unit.report.hand_made import SYSTEM, hand_made_store
+from tests.support.hand_made import SYSTEM, hand_made_store
+from tests.support.servers import free_port, get_json, mlflow_server_cmd, post_json
 
 
 def expected_metrics(analysis, lang, task):

@@ -18,7 +18,7 @@ import pytest
 from tests.fakes.gemini_live_server import FakeGeminiLiveServer
 from tests.fakes.openai_server import FakeOpenAIAudioServer
 from tests.fakes.stimuli import make_stimuli
-from tests.respond import run
+from tests.support.respond import run
 from voicebias.cards import load_card
 from voicebias.errors import SetupError
 from voicebias.systems.catalog import build_system

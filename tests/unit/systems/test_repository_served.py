@@ -20,8 +20,8 @@ import pytest
 
 from tests.fakes.stand_in_driver import bare_python, stand_in_driver
 from tests.fakes.stimuli import make_stimuli
-from tests.respond import run
-from tests.servers import free_port
+from tests.support.respond import run
+from tests.support.servers import free_port
 from voicebias.audio import read_audio
 from voicebias.cli import main
 from voicebias.errors import SetupError

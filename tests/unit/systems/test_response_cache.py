@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.unit.systems.test_runner import CountingSystem, stimuli
+from tests.support.systems import CountingSystem, stimuli
 from voicebias.audio import flac_bytes, sha256_file
 from voicebias.runlog import split_counts
 from voicebias.systems.base import S2SResponse

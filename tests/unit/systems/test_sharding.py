@@ -20,7 +20,7 @@ import pytest
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from tests.fakes.vllm_omni_server import FakeVLLMOmniServer, pinned_cards, snapshot_root
-from tests.respond import run
+from tests.support.respond import run
 from voicebias.cards import load_card
 from voicebias.errors import SetupError
 from voicebias.params import ParamsError

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from tests.unit.report.test_tracking import rq1_rows
+from tests.support.tracking import rq1_rows
 from voicebias import config
 from voicebias.io import write_json, write_table
 from voicebias.params import load_params

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workspace import BIN
+from tests.support.workspace import BIN
 
 
 def free_port() -> int:
