@@ -1,40 +1,13 @@
 """Audio input/output helpers: reading, checking, resampling, loudness and hashing.
 
-Audio is read with soundfile (torchaudio.load would need torchcodec). Files are
-stored as 16-bit FLAC: lossless, about half the size of WAV.
+Audio is read with soundfile and stored as 16-bit FLAC. `load_for_analysis` reads a file for the
+instrument: stereo is averaged to mono and other sample rates are resampled (both reported in a note),
+and bad input is refused with an `AudioError` whose `code` names the case (missing, not_audio,
+truncated, empty, nan, silent, clipped, low_sample_rate, too_long, stereo_cancels; the acoustic
+instrument adds no_voicing, too_short and measure_error), so a batch can count its exclusions by
+reason. `read_part`, `write_audio`, `flac_bytes` and `sha256_file` serve the stages and caches.
 
-Bad input is refused with an `AudioError` whose `code` names the case, so a batch
-can count its exclusions by reason (see `load_for_analysis`):
-
-=================  ===========================================================
-code               when
-=================  ===========================================================
-missing            no file at the path
-not_audio          libsndfile cannot open the file (text, image, unknown format);
-                   the instrument also gives it to a folder named as a file
-truncated          the header declares more audio than the file holds, or the
-                   compressed stream breaks off
-empty              the file holds no samples
-nan                a sample is NaN or infinite (possible in float WAV)
-silent             RMS level below the silence threshold (default -60 dBFS)
-clipped            more than the allowed fraction of samples at full scale
-low_sample_rate    the sample rate cannot carry the analysis band (Nyquist below
-                   the formant ceiling): upsampling would not restore it
-too_long           longer than the allowed duration (checked from the header,
-                   before decoding)
-stereo_cancels     the channels cancel when averaged (one channel polarity-inverted)
-no_voicing         readable audio with too few voiced frames to measure
-too_short          too short for the pitch analysis to give the frames every
-                   measure needs (min_analysable_s)
-measure_error      any other error while one file was measured (its text in
-                   the row's `error`)
-=================  ===========================================================
-
-The last three are given by the acoustic instrument (voicebias.instruments.acoustics),
-the others when a file is read.
-
-Stereo files are averaged to mono and other sample rates resampled; both are
-kept and reported in a note, not excluded.
+The reason codes and when each applies: docs/instrument.md, "Reading audio".
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Content keys and atomic on-disk caches.
 
-`content_key(parts)` is the sha256 of the canonical JSON of `parts` (keys sorted,
-non-ASCII kept, anything else written with str()), so the same parts give the same
-key whatever the order of their dict entries. `JsonCache` stores one JSON value per
-key under a folder; a write goes to a temporary file in the entry's folder and is
-moved into place with os.replace, so a reader (or a run killed mid-write) never sees
-a partial entry. An entry that cannot be read back (truncated, not JSON, failing the
-caller's check) is a miss, counted in `corrupt`, and the next `put` replaces it.
+`content_key(parts)` is the sha256 of the canonical JSON of `parts`, so the same parts give the same
+key whatever the order of their dict entries. `JsonCache` stores one JSON value per key under a
+folder, written atomically (a temporary file moved into place with os.replace), so a reader never
+sees a partial entry; an entry that cannot be read back is a miss, counted in `corrupt`, and the
+next `put` replaces it.
 
-Typical use, one file per measured input and settings tag:
-
-    tag = content_key([settings, sample_rate])[:16]
-    cache = JsonCache(folder, default=float)
-    rec = cache.get(f"{sha256}-{tag}")        # None on a miss
-    cache.put(f"{sha256}-{tag}", measured)
+Typical use: docs/reproducibility.md, "Content keys and atomic caches".
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """The code paths voicebias's numerical libraries take, fixed once for every process.
 
-OpenBLAS, NumPy, PyTorch (ATen), oneDNN, numba and MKL each choose their kernels by the
-processor they find: an AVX-512 machine sums in another order than an AVX2 one, an AMD
-machine gets OpenBLAS's Zen kernels where an Intel one gets SkylakeX's, and the last bits
-of a fit or an embedding differ with them. On an x86-64 processor with the x86-64-v3
-instruction set (AVX2, FMA, BMI: every Intel since Haswell and every AMD since Zen),
-voicebias asks each library for its AVX2 path, so every such machine computes the same
-bytes. The variables are read when a library loads, so :func:`apply` runs when the
-``voicebias`` package is imported, before NumPy, and worker processes inherit them.
+OpenBLAS, NumPy, PyTorch (ATen), oneDNN, numba and MKL each choose their kernels by the processor
+they find, and the last bits of a fit or an embedding differ with them. On an x86-64-v3 processor
+voicebias asks each library for its AVX2 path, so every such machine computes the same bytes.
+:func:`apply` sets the variables when the ``voicebias`` package is imported, before NumPy, and
+worker processes inherit them. ``VOICEBIAS_CODE_PATHS`` chooses ``avx2`` (the default) or
+``native``; other processors get only the always-set variables, and ``voicebias verify`` compares
+their results with tolerances.
 
-``VOICEBIAS_CODE_PATHS`` chooses:
-
-- ``avx2`` (the default on x86-64-v3): the variables below, overriding values already set;
-- ``native``: only the always-set variables below; each library picks its own kernels (fastest on AVX-512,
-  outputs may differ from the committed ones in the last bits; ``voicebias verify`` says
-  whether the results still agree).
-
-On other processors (ARM, x86-64 without AVX2) only the always-set variables are set: their bytes differ and
-``voicebias verify`` compares their results with tolerances.
+The variables and the modes: docs/reproducibility.md, "Code paths of the numerical libraries".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Independent CPU work on every core, in input order.
 
-`map_processes(fn, items)` runs `fn` on each item in worker processes forked from this
-one (so they start with what the caller has already built: a system's tables, a TTS
-backend, imported libraries) and returns the results in the order of `items`, so a
-table built from them does not depend on which worker finished first. The largest
-items go first when `size` says how large each is, which keeps every core busy to the
-end. An exception raised by `fn` for one item is returned in that item's place as an
-`ItemFailed` (with the message) when `failures="return"`, or raised after the other
-items have finished: as a RuntimeError counting the failures when `failures="raise"`,
-or, when `failures="first"`, as the first failed item's own exception (in input order),
-which is what a serial loop over the items would have raised.
+`map_processes(fn, items)` runs `fn` on each item in forked worker processes and returns the
+results in the order of `items`, the largest items first when `size` says how large each is; a
+failed item is returned as an `ItemFailed` or raised, as `failures` says. `ProcessBatched` gives a
+locally computed system a `call_batch` that answers a batch on every core, byte-identical on any
+number of cores. Every worker starts with one BLAS thread (`one_thread_per_worker`).
 
-`ProcessBatched` gives a locally computed system (the reference systems) a `call_batch`
-that answers a batch on every core from one pool that lives as long as the system
-(`map_method` runs any other method of the system on that pool).
-Answers do not depend on the batching: each request's answer is a function of that
-request alone (its own seed), so the responses are byte-identical on any number of cores.
-
-Every worker starts with one BLAS thread (`one_thread_per_worker`): with one worker per
-core, OpenBLAS's own threads (one per core in each worker) only contend for the same
-cores and spin on them (the speaker embeddings of 120 files took as long on two workers
-as in one process, and twice as long as with one BLAS thread per worker).
+The failure modes and why one BLAS thread: docs/reproducibility.md, "Work on every core".
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Do this checkout's pipeline outputs agree with a revision's committed ones?
 
-Byte-identical outputs hold on x86-64-v3 machines (voicebias.codepaths). Elsewhere (ARM,
-GPUs for model outputs) the last bits differ, and :func:`verify` says whether the
-*results* are the same: every output that the revision's ``dvc.lock`` records is read at
-that revision (from git, or from the DVC cache or remote for DVC-tracked data) and
-compared with the file in the working tree, table by table.
+Byte-identical outputs hold on x86-64-v3 machines (voicebias.codepaths). Elsewhere the last bits
+differ, and :func:`verify` says whether the *results* are the same: every output the revision's
+``dvc.lock`` records is read at that revision and compared with the working tree's, table by
+table, numbers within their column's tolerance (:data:`COLUMN_TOLERANCES`,
+:data:`DEFAULT_TOLERANCE`, :data:`AUDIO_TOLERANCE`). The verdict is ``identical``, ``same results
+within tolerance`` or ``different results``.
 
-- Text, categories, verdicts and booleans compare exactly; so do numbers written as
-  integers in both (counts).
-- Other numbers agree when ``|a - b| <= abs + rel * max(|a|, |b|)`` with the column's
-  tolerance (:data:`COLUMN_TOLERANCES`, first match on the column or JSON key name, else
-  :data:`DEFAULT_TOLERANCE`). NaN equals NaN, an infinity only itself.
-- Numbers in rendered text (Markdown, HTML) were rounded for print: they agree when they
-  differ by at most one unit in their last printed digit, or within the default tolerance.
-- Audio agrees sample by sample within :data:`AUDIO_TOLERANCE` (full scale 1) at the same
-  rate and length. Images are renderings of the tables: they must exist, their bytes are
-  not compared. Any other file must be byte-identical.
-
-The verdict is ``identical`` (every byte), ``same results within tolerance`` or
-``different results``.
+What agrees, file by file, and the tolerances: docs/verify.md.
 """
 
 from __future__ import annotations

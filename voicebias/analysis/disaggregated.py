@@ -1,38 +1,14 @@
 """Disaggregated results: every rate and mean by group, with item-level bootstrap intervals.
 
-One tidy table for both studies (`disaggregate`): one row per group x metric, where a
-group is system x task x language x voice gender x condition (content pole for the S2S
-study, phonation for the speech-continuation study), also pooled over languages
-(lang 'ALL') and, for the describe rates, over voices by cell type (voice_gender
-'ALL', condition factor 'cell_type'). Each row has the estimate with its interval, and
-the difference and ratio against the reference group of the same system, task,
-language and voice (neutral content; modal phonation; the neutral cell), each with its
-interval.
+One tidy table for both studies (`disaggregate`): one row per group x metric (system x task x
+language x voice gender x condition, also pooled over languages), each with its estimate and
+interval, and the difference and ratio against the reference group of the same system, task,
+language and voice (neutral content; modal phonation; the neutral cell). Items are resampled within
+each group; the interval is Hesterberg's (2015) expanded percentile interval, and each row draws
+from its own random stream, seeded by `base.seed` and the row's key. `coverage_simulation` checks
+the intervals on simulated data with planted values.
 
-The unit of resampling is the item (one stimulus, one output; with repeats, one stimulus
-with all its samples, entering with the mean of its samples' values, so the samples of an
-item are drawn together): within each group the items are drawn with replacement, the group
-and its reference independently (they hold different stimuli). The interval is the expanded
-percentile interval of Hesterberg (2015, "What teachers should know about the bootstrap",
-The American Statistician 69(4), sec. 4.3): the percentile interval taken at the widened
-level alpha' = 2 Phi(-sqrt(n/(n-1)) t_{alpha/2, n-1}), which corrects the percentile
-interval's narrowness at small n (n the group's items and n - 1 df; for a difference or
-ratio the smaller group's n and n + m - 2 df). A group whose items are all equal has no
-bootstrap spread: its interval has zero width and ci_method says 'no spread' (a 0/10 rate is
-not certain to be 0; read such a row with its n). Groups of fewer than 2 items get no
-interval, and status 'not estimable' (voicebias.analysis.status); the others status 'ok',
-with a reason noting a zero-width interval or a missing reference group.
-
-Each row's resamples come from its own random stream, seeded by `base.seed` and the
-row's key, so a row's interval does not change when another system or metric is added.
-
-Why not Fairlearn's MetricFrame: its bootstrap draws rows from the whole frame, so the
-size of each design cell varies between replicates (a small cell can vanish from one),
-while this design fixes the cell sizes; and its difference() and ratio() compare the
-extreme groups (max - min, min / max) rather than each group with a named reference
-group, which is the contrast the papers report.
-
-`coverage_simulation` checks the intervals on simulated data with planted values.
+The rows, the interval, its coverage and why not Fairlearn's MetricFrame: docs/disaggregated.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Counted exclusions: every reply that did not enter an analysis, by stage and reason.
 
-Nothing a system sent is dropped silently. A reply leaves the analyses at one of three
-places, and each place gives it a reason code:
+Nothing a system sent is dropped silently. A reply leaves the analyses at one of three places
+(respond: a failed call or the reply screen; scoring: a non-compliant describe answer;
+acoustic_scoring: audio the instrument cannot measure), each giving it a reason code, and is counted
+once, at the first place that excludes it. `planted_exclusions` turns a reference system's planted
+faults into the reasons they must get, so the audit can show that every planted fault was excluded
+with the right reason and nothing else was.
 
-- respond (the responses table): the call failed (``call_failed``), or the reply screen
-  excluded it (voicebias.systems.screen: ``refusal``, ``no_audio``, ``silent``, ...);
-- scoring: a describe answer that names no gender, or both (``non_compliant``);
-- acoustic_scoring: audio the instrument cannot measure (voicebias.audio's codes, of which
-  ``no_voicing`` is the one the screen cannot see: audio without voiced speech).
-
-A reply is counted once, at the first place that excludes it. A reference system with
-planted faults records each one in its reply's provenance (``planted_fault``), and
-`planted_exclusions` turns them into the reasons they must get, so the audit can show that
-every planted fault was excluded with the right reason and nothing else was.
+The stages and their reason codes: docs/analysis.md, "Counted exclusions".
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Repeats: several answers per item (params.yaml `run.samples_per_item` > 1).
 
-The respond stage then draws k seeded answers per stimulus (voicebias.systems.runner),
-and the responses, scored and acoustic tables carry a `sample` column. The item (one
-system x task x stimulus) stays the unit of every analysis: the samples of an item are
-not independent observations of the design (they share the stimulus, its passage and
-its input recording), so each analysis first reduces them to one value per item, or
-treats the item as the independent unit (docs/repeats.md):
+The respond stage then draws k seeded answers per stimulus, and the responses, scored and acoustic
+tables carry a `sample` column. The item (one system x task x stimulus) stays the unit of every
+analysis: each first reduces an item's samples to one value (`item_means`, item shares), or treats
+the item as the independent unit. `between_sample_variance` reports how much the answers of one
+item vary (the analysis stage's repeats_variance.csv).
 
-- the describe logistic model and the misgender rates take each item's share of its
-  compliant answers (voicebias.analysis.stats), the misaligned-vs-neutral test permutes
-  items, the summarize and injection tables count items by their shares
-  (voicebias.analysis.s2s);
-- the RQ1 models take each item's mean delta over its measured samples (`item_means`,
-  applied in voicebias.analysis.rq1);
-- the disaggregated bootstrap resamples items, each with the mean of its samples
-  (voicebias.analysis.disaggregated).
-
-`between_sample_variance` reports how much the answers of one item vary: per system x
-task x metric, the within-item (between-sample) variance, the between-item variance
-and the within share of their sum, the analysis stage's repeats_variance.csv.
+How each analysis keeps the item as its unit, and the variance table: docs/repeats.md.
 """
 
 from __future__ import annotations

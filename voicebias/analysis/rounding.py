@@ -1,19 +1,12 @@
 """Decisions that do not hinge on the last bits of a computation.
 
-A table's categories (constant measure, no residual variance, singular fit, converged) are
-decided with a margin, so that the same data computed by another BLAS kernel, or perturbed
-by 1e-9 of its values, falls on the same side of every switch:
+A table's categories (constant measure, no residual variance, singular fit, converged) are decided
+with a margin, so that the same data computed by another BLAS kernel, or perturbed by 1e-9 of its
+values, falls on the same side of every switch: a spread is *negligible* below ``REL_SPREAD`` times
+the values' magnitude or below ``ABS_SPREAD``, and a fit is singular when a random-effect SD is
+below ``SINGULAR_THETA`` times the residual SD (lme4's ``isSingular`` tolerance).
 
-- a spread is *negligible* when it is at most ``REL_SPREAD`` (1e-7) times the magnitude of
-  the values it is a spread of: rounding in an output - control difference, or in a sum of
-  a few hundred terms, stays near 1e-15 of that magnitude, far below the margin, and a
-  real measure that varies by less than 1e-7 of its size carries no information a test
-  could use; a spread of at most ``ABS_SPREAD`` (1e-12, in the measure's own units:
-  semitones, SD, octaves, logits) is rounding whatever the values' size (an output - control
-  difference of two equal measures);
-- a random-effect standard deviation is *at its boundary* (a singular fit) when its ratio to
-  the residual standard deviation is below ``SINGULAR_THETA`` (1e-4), lme4's default
-  tolerance in ``isSingular`` (lme4 reference manual, ``isSingular``).
+The margins and why they are safe: docs/reproducibility.md, "Decisions with a margin".
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """RQ1 (voice rendering): does the content stereotype move the rendered voice?
 
-Estimand (S2S paper, sec. 4): the baseline-corrected contrast
-Delta_misaligned - Delta_neutral, per input voice gender, where Delta is output
-minus input on a measure (the femininity composite by default). The predicted
-sign is + for a male voice with feminine content and - for a female voice with
-masculine content; `signed_contrast` multiplies by it, so a positive value always
-means 'toward the stereotype'. Describe is not scored acoustically (its output is
-the judgment word itself); translate changes the phoneme inventory and is
-reported separately (`task_group`).
+Estimand (S2S paper, sec. 4): the baseline-corrected contrast Delta_misaligned - Delta_neutral,
+per input voice gender, where Delta is output minus input on a measure (the femininity composite
+by default); `signed_contrast` is signed so that a positive value always means 'toward the
+stereotype'. Describe is not scored acoustically; translate is reported separately (`task_group`).
+With repeats every function first averages each item's samples
+(voicebias.analysis.repeats.item_means).
 
-Repeats (a `sample` column, run.samples_per_item > 1): every function here first
-averages each item's samples (the deltas of one system x task x stimulus, measured
-samples only, voicebias.analysis.repeats.item_means), so the models see one value per
-item, as without repeats; the samples' spread enters through the item means.
+See docs/rq1.md.
 """
 
 from __future__ import annotations

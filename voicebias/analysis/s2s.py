@@ -1,22 +1,13 @@
 """From scored responses to the audit's tables (RQ2 describe and summarize).
 
-Every function takes a tidy table with the contract column names (system, task,
-lang, pole, voice_gender, judged_gender, ...) and returns a DataFrame, so shared
-outputs can be re-analysed without re-running any system.
+Every function takes a tidy table with the contract column names (system, task, lang, pole,
+voice_gender, judged_gender, ...) and returns a DataFrame, so shared outputs can be re-analysed
+without re-running any system. Summarize, paraphrase and translate follow the pronoun rule: an
+output injects a gendered pronoun when its pronoun_choice is 'male', 'female' or 'both', and
+P(she | content) is taken among outputs that inject exactly one gender; slopes are in percentage
+points. With repeats the item (system x task x stimulus) stays the unit.
 
-Pronoun rule (summarize, paraphrase, translate): an output *injects* a gendered
-third-person pronoun when its pronoun_choice is 'male', 'female' or 'both'
-(scoring.pronoun_choice); the injection rate is the share of ok outputs that
-inject. P(she | content) is taken among outputs that inject exactly one gender
-('male' or 'female'); outputs with both are counted (n_both) but commit to
-neither. Slopes Delta_pp are in percentage points (100 x the difference of two
-proportions); P(she) and rates are proportions.
-
-Repeats (a `sample` column, run.samples_per_item > 1): the item (system x task x
-stimulus) stays the unit. Each item counts once, with the share of its answers that
-do a thing (inject, say 'she', misgender) in place of a 0/1; counts (n_injecting,
-n_both, n_he, n_she, misgendered) are then sums of item shares and n counts items
-(voicebias.analysis.stats for the describe models, docs/repeats.md).
+The pronoun rule and the item shares: docs/analysis.md, "Summarize: the pronoun rule".
 """
 
 from __future__ import annotations

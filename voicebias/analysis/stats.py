@@ -1,18 +1,12 @@
 """Statistics of the audit, each returning a labelled pandas DataFrame.
 
-Describe (RQ2, S2S paper sec. 4): a logistic model of P(judged female) on the
-content ordinal (masculine=0 < neutral=1 < feminine=2) controlling for the true
-voice, reported as the odds ratio per content step. Perfect or quasi-complete
-separation is detected before fitting (linear-programming test of Albert &
-Anderson, 1984) and reported as such, since the maximum-likelihood estimate does
-not exist there.
+Describe (RQ2, S2S paper sec. 4): a logistic model of P(judged female) on the content ordinal
+(masculine=0 < neutral=1 < feminine=2) controlling for the true voice, reported as the odds ratio
+per content step. Separation is detected before fitting (Albert & Anderson, 1984) and reported as
+such, with Firth's estimate in its place. With repeats each item enters with the share of its
+compliant answers (a fractional logit), and the misaligned-vs-neutral test permutes items.
 
-Repeats (a `sample` column: several answers per item, run.samples_per_item > 1): the
-item (stimulus) stays the unit. Each item enters with the mean of its compliant
-answers: the logistic model is fitted to the item shares (a fractional logit: each
-item one binomial observation with its share as outcome, fitted as two weighted rows),
-misgender rates are means of item shares over items, and the misaligned-vs-neutral
-test permutes items (docs/repeats.md).
+See docs/analysis.md, "Describe", and docs/repeats.md.
 """
 
 from __future__ import annotations

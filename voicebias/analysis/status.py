@@ -1,21 +1,13 @@
 """The status of each row an analysis returns: whether its estimate or test could be made.
 
-Every table of an estimate or a test (describe, summarize, RQ1, SC, disaggregated)
-carries two columns, `status` and `reason`, so a degenerate table gives rows that say
-what could not be estimated instead of an exception:
+Every table of an estimate or a test (describe, summarize, RQ1, SC, disaggregated) carries two
+columns, `status` and `reason`, so a degenerate table gives rows that say what could not be
+estimated instead of an exception. `status` is ``ok``, ``separation`` or ``not estimable``;
+`reason` is empty for a plain ``ok`` row and otherwise says why, in words. Older status columns
+keep their values beside these. :class:`NotEstimable` is what a fitter raises for a table it
+cannot estimate.
 
-- ``ok``: the estimate (and its interval or test) was made and is finite;
-- ``separation``: the outcome does not vary within a group the estimate contrasts
-  (complete or quasi-complete separation, a zero cell, every answer one class), so the
-  maximum-likelihood estimate is infinite or undefined; the row carries what can still
-  be estimated (the Firth estimate, an exact test) and `reason` says which;
-- ``not estimable``: no estimate could be made (no data, an empty cell, a constant
-  measure, a rank-deficient design, a fit that did not converge).
-
-`reason` is empty for a plain ``ok`` row and otherwise says why, in words (an ``ok``
-row may carry a note, such as a singular mixed-model fit). Older status columns
-(describe's `fit_status`, RQ1's `warning`, SC's `converged`, the disaggregated
-`ci_method`) keep their values beside these.
+What each status means, per table: docs/status.md.
 """
 
 from __future__ import annotations

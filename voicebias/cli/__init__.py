@@ -1,25 +1,13 @@
 """The `voicebias` command: what users do besides `dvc repro`.
 
-voicebias preflight              what the active profile still needs, in plain words
-voicebias profile NAME           switch params.yaml to a profile (embedded, paper)
-voicebias systems                systems of the active profile and their adapters
-voicebias tasks                  tasks and the languages they run on
-voicebias bank render|lint       the passage bank as markdown for review, or its linter hits
-voicebias analyze describe T     describe statistics from a table alone
-voicebias analyze summarize T    summarize pronoun statistics from a table alone
-voicebias analyze rq1 T...       RQ1 voice-rendering contrasts and mixed models (acoustic tables)
-voicebias analyze sc T... --prompt-measures M
-                                 speech-continuation analyses (scored continuation tables)
-voicebias analyze phonation M    the phonation manipulation check from its measures table
-voicebias measure AUDIO...       acoustic measures of any audio files (CSV, one row per file)
-voicebias fetch [SYSTEM...]      download the hub weights the system cards list, at their revision, and verify them
-voicebias compare RUN_A RUN_B    what changed between two audits' cards (file, folder, git revision or MLflow run)
-voicebias serve SYSTEM...        start OpenAI-compatible servers of open systems (--replicas, --gpus) outside
-                                 DVC and write the endpoints file; voicebias serve --stop ends them
-voicebias verify [REV]           this checkout's outputs against REV's committed ones: identical, same
-                                 results within tolerance, or different results (exit 1)
-voicebias ui                     the command that serves the MLflow UI on 127.0.0.1
-voicebias dev deps [--check]     write (or check) every stage's code deps in dvc.yaml from its imports
+Subcommands: preflight (what the active profile still needs, in plain words), profile, systems,
+tasks, bank render|lint, analyze (describe, summarize, rq1, sc and phonation statistics from a
+table alone), measure (acoustic measures of any audio files), fetch (the hub weights the system
+cards list), serve (servers of open systems outside DVC), compare (two audits' cards), verify (this
+checkout's outputs against a revision's), ui (the MLflow UI command) and dev deps (every stage's
+code deps in dvc.yaml). The larger ones live in their own modules of voicebias.cli.
+
+Every command, what it does and where it is documented: docs/cli.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
 """`voicebias compare RUN_A RUN_B`: what changed between the audit cards of two runs.
 
-Each RUN is resolved to an audit card (reports/report/audit_card.json, docs/audit-card.md),
-trying in this order:
+Each RUN is resolved to an audit card (reports/report/audit_card.json, docs/audit-card.md): a path,
+else a git revision of the repository around the working directory, else an MLflow run id (the
+pipeline parent run's artifact); a RUN none of these resolves is an error (exit status 2).
+`compare_cards(a, b, rtol)` lists the differences, one per changed value, records keyed by system,
+numbers equal within the relative tolerance `rtol`. The report goes to stdout by section (`--json`:
+a list of {path, old, new}); where each card came from goes to stderr. Exit status 0 whether or not
+the cards differ.
 
-1. a path: an audit_card.json file, or a folder holding `audit_card.json` or
-   `reports/report/audit_card.json`;
-2. a git revision of the repository around the working directory: the card committed
-   there (`git show REV:reports/report/audit_card.json`, run in the repository root);
-3. an MLflow run id: the pipeline parent run's artifact `report/audit_card.json` (the
-   report stage's files are logged under report/, voicebias.report.tracking), from the
-   store that `tracking_uri` names: MLFLOW_TRACKING_URI, else the `tracking` section of
-   params.yaml in the repository root (else of profiles/embedded.yaml). A local store
-   that does not exist is not created.
-
-A RUN none of these resolves is an error naming what was tried (exit status 2).
-
-`compare_cards(a, b, rtol)` lists the differences, one per changed value: lists of
-records are keyed by their system (and retention by voice gender and measure), so the
-order of systems in a card is no difference, and a system only one card has is one
-difference (added or removed) at its path. Numbers equal within the relative tolerance
-`rtol` (math.isclose, no absolute tolerance) are equal; everything else compares exactly.
-
-The report goes to stdout, grouped by section (systems, checks, exclusions, planted vs
-recovered, provenance, rules): a verdict as `old -> new`, an estimate with its CI as
-`est [ci_low, ci_high] -> est [ci_low, ci_high]`, with as many digits as it takes to tell
-the two apart. `no differences` when the cards agree; `--json` prints the differences
-as a JSON list of {path, old, new} instead (null for a side that lacks the path). Where
-each card came from goes to stderr. Exit status 0 whether or not the cards differ.
+The resolution order, the matching and the report: docs/audit-card.md, "Comparing two audits".
 """
 
 from __future__ import annotations

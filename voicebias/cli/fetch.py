@@ -1,30 +1,13 @@
 """`voicebias fetch [SYSTEM...] [--dest models/weights] [--dry-run]`: the hub weights of open systems.
 
-Each system card may list, under `weights`, the Hugging Face hub repositories its
-weights come from (voicebias.cards.validate_weights): `repo_id`, `revision`, whether
-the revision is `pinned` (a commit), an optional `subdir` inside the system's weights
-folder, the `files` or `allow_patterns` to take, and an optional `sha256` per file.
-Without names, the systems of the active profile (`run.systems` and `run.sc_systems`)
-are fetched.
+Each system card may list, under `weights`, the Hugging Face hub repositories its weights come from
+(voicebias.cards.validate_weights); without names, the systems of the active profile are fetched,
+each to `<dest>/<name of requires.weights>`. Every file of a repository is downloaded at the commit
+the hub resolved for it and hashed, a file whose hash differs from the card's is deleted, and
+`<dest>/fetched.json` records what was fetched. The token (`HF_TOKEN`) is never printed or written;
+a system that fails leaves the others going, with exit status 1. `--dry-run` downloads nothing.
 
-A system's weights go to `<dest>/<name of requires.weights>`, so that with the default
-destination they land where the card's `requires.weights` (and the preflight) expect
-them. For every repository the first file's HEAD request resolves the revision: the
-commit the hub answers with (its X-Repo-Commit header) is recorded, and every file of
-that repository is then downloaded at that very commit. Each downloaded file is hashed
-(sha256); a file whose hash differs from the card's is deleted and the system fails.
-
-huggingface_hub does the transfers and speaks to `HF_ENDPOINT` (default
-https://huggingface.co) with the token in `HF_TOKEN` (or the one `hf auth login`
-stored); the token is never printed or written. A gated or private repository fails
-its system with the hub's own message and how to get access; the other systems still
-proceed, and the exit status is 1 when any system failed.
-
-`<dest>/fetched.json` records, for every system fetched completely: each repository,
-the revision asked, whether it was pinned, the commit resolved, its folder, and its
-files with their sha256 and size. `--dry-run` resolves the revisions (HEAD requests
-and, for a whole repository, its file list) and prints the plan; it downloads and
-writes nothing.
+See docs/repository-systems.md, "Fetching weights".
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """`voicebias measure AUDIO...`: the acoustic instrument on any audio files.
 
-Each file is read, checked and measured exactly as the pipeline's acoustics stage
-does it (voicebias.instruments.acoustics.measure_files, on all cores): mono, resampled
-to `tts.sample_rate` Hz, refused with the reason codes of voicebias.audio (missing,
-not_audio, truncated, empty, nan, silent, clipped, low_sample_rate, too_long,
-stereo_cancels, no_voicing, too_short; measure_error for any other error in one file,
-which stays that file's row). Formats are those the installed libsndfile reads (WAV,
-FLAC, OGG, MP3 from libsndfile 1.1), at any sample rate.
+Each file is read, checked and measured exactly as the pipeline's acoustics stage does it
+(voicebias.instruments.acoustics.measure_files, on all cores), refused with the reason codes of
+voicebias.audio. `--gender male|female|auto` picks the `acoustics` settings (auto: gender-neutral)
+from params.yaml in the working directory, else profiles/embedded.yaml. One CSV row per file, in
+the order given (file, status, reason, error, note, then the MEASURE_COLUMNS), to stdout or
+`--out`. Exit status 0 when at least one file was measured, 1 when none could be.
 
-Settings: `--gender male|female` takes MeasureSettings.for_gender of the `acoustics`
-section, `--gender auto` (the default) the gender-neutral MeasureSettings.neutral. The
-section comes from params.yaml in the working directory, else from
-profiles/embedded.yaml; stderr says which.
-
-The table holds one row per file, in the order given: `file` (the path as given),
-`status` ('ok' or 'excluded'), `reason` (code), `error` (readable), `note`
-(conversions), then the MEASURE_COLUMNS of voicebias.contract with their units in the
-names. It goes to stdout as CSV, or to `--out` as CSV.
-Each refusal is also printed to stderr with its reason code. Exit status 0 when at
-least one file was measured, 1 when none could be.
+See docs/cli.md, "voicebias measure".
 """
 
 from __future__ import annotations

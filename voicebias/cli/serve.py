@@ -1,34 +1,14 @@
 """`voicebias serve SYSTEM... [--replicas N] [--gpus 0,1,...]`: start the servers of open systems
 outside DVC, and `voicebias serve --stop [SYSTEM...]` to end them.
 
-For every system, N replicas of its server, each on its own port (`--port-base`, then
-one up per replica):
+For every system, N replicas of its server, each on its own port: a **vllm_omni** card's
+`deploy.command` at its pinned revision, or for a **repository** system the shim
+(:mod:`voicebias.serving.shim`) around its driver, in the system's own environment. With `--gpus`
+each replica gets `CUDA_VISIBLE_DEVICES` round-robin. The command waits until every replica is
+healthy, then writes the endpoints file (voicebias.clients.endpoints), keeping other systems'
+entries; `--stop` ends the replicas and removes exactly the URLs it had written.
 
-- a **vllm_omni** card: the card's `deploy.command` (`vllm serve <model> --omni ...`,
-  docs/serving.md) with `<revision>` replaced by the card's pinned revision (a card that is
-  not pinned is refused, as the adapter refuses it), the replica's `--port` and `--host`,
-  and in its environment `VLLM_BATCH_INVARIANT=1` when the card's (or params')
-  `deploy.batch_invariant` is true. `--python` names the environment whose `vllm` runs.
-- a **repository** system (Kimi-Audio, GLM-4-Voice, Step-Audio-2, ...): the shim
-  (:mod:`voicebias.serving.shim`, standard library only) started by its path with the
-  system's own interpreter (params `python`, else `<checkout>/.venv/bin/python`, as
-  voicebias.systems.repository resolves it; `--python` overrides), the checkout as working
-  directory and on PYTHONPATH, the allow-listed environment, and the system's shipped
-  driver with the configuration the repository adapter would hand it. `--driver` (else the
-  system's params `driver`) replaces the shipped driver with a script of one's own speaking
-  the same line protocol. The repository adapter then sends the system's requests to these
-  shims (voicebias.systems.repository, "Served").
-
-With `--gpus`, each replica gets `CUDA_VISIBLE_DEVICES` from that list round-robin
-(`--gpus-per-replica` devices each), across all systems started by the call.
-
-The command waits until every replica's `/health` answers 200 (`--startup-timeout`); a
-replica that exits or never gets healthy stops everything this call started, with the
-tail of its log. Then it writes the endpoints file (voicebias.clients.endpoints:
-`$VOICEBIAS_ENDPOINTS`, else `<cache>/endpoints.json`), keeping the entries of other
-systems, and `<cache>/serve/pids.json`; each replica logs to `<cache>/serve/<system>-<i>.log`.
-`--stop` ends the replicas (SIGTERM to each process group, SIGKILL after `--grace`
-seconds) and removes from the endpoints file exactly the URLs it had written.
+The options, logs and failures: docs/serving.md, "Starting servers: voicebias serve".
 """
 
 from __future__ import annotations

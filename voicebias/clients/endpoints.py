@@ -1,54 +1,15 @@
 """One system's requests shared across several endpoints: a weighted pick, bounded concurrency
 per endpoint, and fail-over away from an endpoint that cannot be reached.
 
-Where an endpoint list comes from (:func:`resolve_endpoints`), the first that names one:
+:func:`resolve_endpoints` takes the list from the untracked endpoints file, else the system's
+params, else its card; endpoints are deploy facts, out of the cache key and every tracked output.
+:class:`EndpointPool` hands each request to one endpoint at a time (a smooth weighted round-robin
+among those up with a free slot), sets aside one that is :class:`Unreachable` and moves the request
+on, and raises :class:`AllEndpointsDown` when every one has been tried. Each endpoint also has a
+circuit breaker (:class:`Breaker`): a call that finds none it may send to raises
+:class:`CircuitOpen` at once. A request stops at the first answer, so none is sent twice.
 
-1. the untracked endpoints file (``$VOICEBIAS_ENDPOINTS``, else ``endpoints.json`` in the
-   cache folder, ``.cache/endpoints.json``), ``{system: [{url, weight, max_concurrency}]}``,
-   which a serving tool writes for the machines it started;
-2. the system's params (``endpoints: [...]`` or one ``base_url``);
-3. the system's card (same keys).
-
-Each endpoint is ``{url, weight (default 1), max_concurrency (default: the system's)}``.
-Endpoints are deploy facts: they decide where a request goes, never what it asks, so
-they stay out of the cache key and out of every tracked output.
-
-:class:`EndpointPool` hands each request to one endpoint at a time:
-
-- among the endpoints that are up and have a free slot, the one a smooth weighted
-  round-robin names (deterministic; over many picks each gets its weight's share);
-  a request waits while every up endpoint is full, so an endpoint never has more than
-  its ``max_concurrency`` requests in flight;
-- a try that raises :class:`Unreachable` (refused or dropped connection, timeout)
-  marks that endpoint down for a cool-down (``cooldown_s``, doubled per consecutive
-  failure, at most ``max_cooldown_s``) and the request moves on to another endpoint
-  that this call has not tried yet; any answer from the server, an HTTP error
-  included, counts as reachable and ends the call;
-- when every endpoint is down, a new call still probes the one whose cool-down ends
-  first (a single endpoint therefore behaves as it always did: one send per call);
-  a call that has tried every endpoint it could raises :class:`AllEndpointsDown`,
-  which the adapter turns into a retryable failure: the runner retries it with
-  backoff and, when the tries are spent, records it as failed with that reason.
-
-Each endpoint also has a circuit breaker (:class:`Breaker`, params ``breaker``):
-
-- ``failures`` consecutive failures to reach it (refused or dropped connections,
-  timeouts; requests already in flight count too) open it: for ``cooldown_s`` no
-  request is sent there, not even as a last resort;
-- when the cool-down is over it is half-open: exactly one request goes there as a
-  probe while every other waits. The probe's answer (any answer, an HTTP error
-  included) closes it; a probe that cannot reach it re-opens it for twice the
-  previous cool-down (at most ``max_cooldown_s``);
-- after ``max_reopens`` re-opens in a row it stays open for the rest of the run.
-
-A call that finds no endpoint it may send to (every one open, or half-open with its
-probe out, or left out by the pre-run check) raises :class:`CircuitOpen` at once,
-without sending: ``retry_after_s`` says when to ask again, and ``final`` that every
-endpoint has given up, so nothing will be sent any more (the runner then records this
-request and every one after it as failed with that reason, voicebias.systems.runner).
-
-A request is sent to one endpoint at a time and stops at the first answer, so the pool
-never sends an answered request again.
+The pick, the cool-downs and the breaker's states: docs/endpoints.md.
 """
 
 from __future__ import annotations

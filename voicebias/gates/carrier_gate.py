@@ -1,28 +1,13 @@
 """Carrier gate (H0): certify that the TTS put no content-driven gender into the inputs.
 
-Per language (S2S paper, App. G):
-- hard criterion: no classifier's argmax flips the intended voice gender on any input;
-- soft criterion: an F-test of content nested within voice on each gender-sensitive
-  measure (the femininity composite is the headline measure), with the directional
-  feminine-minus-masculine contrast and the spread of content cell means set
-  against the male-female separation.
+Per language (S2S paper, App. G), the gate fails on any classifier flip of the intended voice
+gender, and on any gender-sensitive measure whose content effect (an F-test of content within
+voice) is directional toward the stereotype; the secondary channels' directional p-values are
+Holm-adjusted (`p_directional_holm`). An omnibus effect without that direction is reported as
+'benign'; with `strict`, any omnibus effect on the headline composite fails. Inputs with a
+`phonation` column are judged per language x phonation condition.
 
-Verdicts: the gate fails on any flip, and on any measure whose content effect is
-directional toward the stereotype: omnibus F-test and feminine-minus-masculine
-contrast both significant, feminine content more feminine. The headline's
-directional test is taken at alpha; the secondary channels of one language (and
-condition) form a family whose directional p-values are Holm-adjusted
-(`p_directional_holm`) before they can fail the gate, so checking more channels
-does not raise the chance of stopping a clean carrier. An omnibus effect
-without that direction is reported as 'benign' with its numbers, as the paper does
-for its Spanish classifier margin (App. G): on deterministic TTS the within-voice
-variance is tiny, so the text's phonetic make-up alone can reach significance.
-With `strict`, any omnibus content effect on the headline composite fails.
-
-When the inputs carry a `phonation` column (speech-continuation stimuli, each
-prompt rendered modal, breathy, creaky and end-creak), every criterion is applied
-per language x phonation condition, so a leak confined to one condition cannot hide
-in the pooled variance; otherwise the table's phonation column reads 'all'.
+The criteria and verdicts: docs/stimuli.md, "The carrier gate".
 """
 
 from __future__ import annotations

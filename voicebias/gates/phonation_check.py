@@ -1,30 +1,14 @@
 """Manipulation check of the phonation conversion.
 
-Every stimulus of data/phonation/manifest.csv is measured (F0, H1-H2, H1-A3, CPPS:
-voicebias.instruments.acoustics with the analysis settings of its voice gender) over the whole
-file and over each half, and each converted stimulus is compared with its modal
-original:
+Every stimulus of data/phonation/manifest.csv is measured (F0, H1-H2, H1-A3, CPPS) over the whole
+file and over each half, and each converted stimulus is compared with its modal original; the
+expected direction of each change comes from the preset itself. The summary goes to
+reports/phonation/manipulation_check.csv, and the stage fails when a condition moves a measure the
+wrong way on average for any voice, or a voice's converted files are no closer to its modal
+original than the other voice of its gender is. The carrier check is repeated per condition
+(reports/phonation/classifier_flips.csv): any classifier flip fails the stage.
 
-* whole-file change (converted - modal) of H1-H2, H1-A3, CPPS (dB) and F0 (semitones);
-* for presets that ramp in (end-creak): the converted file's second half against its
-  own first half (checked for CPPS and F0 only: the halves also differ in their words),
-  and against the modal file's second half (all measures);
-* speaker similarity (cosine of speaker embeddings, `acoustics.speaker_embedding`)
-  of the converted file to its modal original, set against the similarity between
-  the two voices of the same gender reading the same prompt (modal both).
-
-The expected direction of each change comes from the preset itself (sign of its
-H1-H2, H1-A3 and CPPS targets; creak > 0 means lower F0 and CPPS), so a changed
-preset changes what is checked. The summary (one row per language x voice x
-condition x measure x contrast) goes to reports/phonation/manipulation_check.csv;
-a Great Expectations suite fails the stage when any condition moves a measure the
-wrong way on average for any voice, or when a voice's converted files are on
-average no closer to its modal original than the other voice of its gender is.
-
-The carrier check of the S2S protocol is repeated per phonation condition: every
-gender classifier of `acoustics.classifier` reads every stimulus, flips (margin on
-the wrong side for the intended gender) are tabulated per gender x condition in
-reports/phonation/classifier_flips.csv, and any flip fails the stage.
+The contrasts and the rules: docs/phonation.md, "The manipulation check".
 """
 
 from __future__ import annotations

@@ -1,46 +1,14 @@
 """Acoustic measures of a voice (Praat through parselmouth 0.4.7 / Praat 6.1.38).
 
-One row per file, in one tidy table. Every frame-wise measure is a median over
-voiced frames (Praat's pitch track), so pauses and unvoiced consonants do not pull
-it. Units:
+One row per file, in one tidy table (`measure_files`, `measure_table`): F0, formants and the
+formant index, harmonic levels, CPPS and HNR, each frame-wise measure a median over voiced frames.
+The measure set is `MEASURE_SET`, one `Component` per module (pitch, formants, harmonics, cpps,
+hnr). Settings per voice gender, or gender-neutral ones (`MeasureSettings.neutral`), come from the
+`acoustics` section of params.yaml. Files that cannot be measured stay in the table with status
+'excluded' and a reason code; `too_short` and `measure_error` come from the measuring itself.
 
-- duration_s (s); voiced_fraction (share of pitch frames that are voiced);
-- f0_median_hz (Hz) and f0_median_st (semitones re 100 Hz);
-- f1_hz, f2_hz, f3_hz (Hz; by default a discrete all-pole model of the harmonics
-  below the formant ceiling, El-Jaroudi & Makhoul, 1991, fitted per voiced frame:
-  it holds F1 at high F0, where Praat's Burg analysis is pulled toward a harmonic;
-  `formant_method: burg` restores Burg. Accuracy on synthetic vowels: docs/formants.md);
-- formant_index (octaves relative to adult-male vowel norms: Peterson & Barney,
-  1952, mean F1/F2/F3 over ten American English vowels = 502/1420/2386 Hz), taken
-  per voiced frame and summarised by its median;
-- h1_h2_db, h1_a3_db and their Iseli-corrected versions (dB), cpps_db (dB),
-  hnr_db (dB): see voicebias.instruments.harmonics, .cpps and .harmonicity for the methods.
-
-Settings per voice gender come from the `acoustics` section of params.yaml:
-`pitch_range` (floor, ceiling Hz), `max_formant` (Hz), `time_step` (s),
-`formant_method` ('dap' or 'burg'); gender-neutral settings for voices that may follow
-their input (MeasureSettings.neutral) from `neutral_pitch_range` (Hz),
-`neutral_max_formant` (Hz) and `octave_check_st` (semitones); optional
-`bandwidths` for the Iseli correction ('hawks_miller', default, or 'measured'),
-`cpps_time_step` (s, default 0.002 as in Praat; 0.005 reads within about 0.05 dB
-of it at under a third of the time, 0.01 within about 0.15 dB), and audio checks:
-`max_duration_s`, `max_clipped_fraction`, `silence_dbfs`.
-
-Files that cannot be measured are kept in the table with status 'excluded', a
-short `reason` code and the readable `error` (voicebias.audio lists the codes);
-conversions applied to accepted files (stereo to mono, resampling) are in `note`.
-Two codes come from the measuring itself:
-
-- `too_short`: a signal too short for the pitch analysis to give the MIN_VOICED_FRAMES
-  (3) frames every measure is taken over. Praat's autocorrelation pitch analysis uses a
-  window of PITCH_WINDOW_PERIODS (3) periods of the pitch floor, and its frames are
-  `time_step` apart, so the minimum is 3 / pitch_floor + 2 * time_step (min_duration_s):
-  70 ms at a 60 Hz floor, 50 ms at 100 Hz, with time_step 0.01 s. The other analyses
-  (formants, harmonic levels, CPPS, HNR) are taken at the pitch frames and need no more.
-  Shorter audio is refused before Praat sees it, which would otherwise stop with an
-  error below the window and find fewer than three frames above it.
-- `measure_error`: any other error raised while one file is read or measured; its
-  text is in `error`. It is that file's row: the other files are measured as if alone.
+The unit of every measure, the settings, and the `too_short` rule (MIN_VOICED_FRAMES,
+`min_duration_s`): docs/instrument.md, "The acoustic measures".
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Whisper ASR (transformers) for systems whose output has no text stream.
 
-Loads a Whisper checkpoint from a local folder only (no hub at run time), and fails
-fast with a clear message when the folder is missing or incomplete. The tokenizer
-is checked explicitly: with HF_HUB_OFFLINE=1 a hub name yields an EMPTY
-WhisperTokenizer without any error (REFERENCES.md), which would silently turn every
-transcript into an empty string.
+Loads a Whisper checkpoint from a local folder only (no hub at run time) and fails fast when the
+folder is missing or incomplete; the tokenizer is checked explicitly, since with HF_HUB_OFFLINE=1
+a hub name yields an empty tokenizer without any error. `WhisperASR.transcribe_many` transcribes
+in batches of clips decoded in one language, and a clip's tokens do not depend on its batch.
+Transcripts are cached by the runner per (system call, ASR configuration).
 
-Transcripts are cached by the runner per (system call, ASR configuration), so a new
-ASR model never repeats a system call.
-
-Batches (`WhisperASR.transcribe_many`, `batch_size`: default 8 on a GPU, 1 on the
-CPU): the feature extractor pads (or cuts) every clip to Whisper's 30 s window on
-its own, exactly as for one clip, and Whisper's encoder takes no attention mask
-(transformers keeps the argument only for long-form audio, which this module does
-not use: clips are cut at 30 s as before). A batch holds clips decoded in one
-language, so every row starts from the same decoder prompt and needs no decoder
-padding; rows that finish early are filled with the pad token, which decoding
-drops. A clip's tokens therefore do not depend on its batch, up to float rounding
-in batched matrix products (float16 on a GPU can, rarely, tip a near-tie).
+See docs/instrument.md, "Whisper ASR".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Speaker-gender classifiers returning a graded margin (female minus male).
 
-The margin plays the role of the pre-softmax logit difference z_female - z_male
-(S2S paper, App. F): positive means 'sounds female', and it stays graded where a
-posterior would pin to 0 or 1.
+The margin plays the role of the logit difference z_female - z_male (S2S paper, App. F): positive
+means 'sounds female', and it stays graded where a posterior would pin to 0 or 1. Backends behind
+`GenderClassifier.margins`, imported lazily through REGISTRY: `acoustic_norms` (embedded default,
+from the measured F0 and formant index) and the wav2vec2 classifiers `w2v2_librispeech` and
+`w2v2_commonvoice` (paper profile; local weights only, scored in batches).
 
-Two kinds of backend sit behind one interface (`GenderClassifier.margins`):
-
-- `acoustic_norms` (embedded default): reads the measured F0 and formant index;
-- `w2v2_librispeech`, `w2v2_commonvoice` (paper profile): wav2vec2 sequence
-  classifiers that listen to the audio (16 kHz mono), loaded only from a local
-  folder (`acoustics.classifier_weights.<name>` in params.yaml), never from a hub.
-  They score clips in batches (`acoustics.classifier_batch_size`, default 8):
-  zero-padded with an attention mask for layer-norm feature encoders, of equal
-  lengths only for group-norm ones (`Wav2Vec2GenderClassifier`); a clip's margin
-  does not depend on its batch.
-
-Backends are imported lazily through REGISTRY ("module:Class"), so the embedded
-default never imports torch or transformers.
+See docs/instrument.md, "Speaker-gender classifiers".
 """
 
 from __future__ import annotations

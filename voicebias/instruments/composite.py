@@ -1,20 +1,12 @@
 """The femininity composite: equal-weight mean of z-scored gender-sensitive measures.
 
-Following the S2S paper (sec. 4, RQ1), the composite averages z-scored F0
-(`f0_median_st`, semitones re 100 Hz), the formant index (`formant_index`, octaves
-re adult-male norms) and the margin of every configured speaker-gender classifier
-(`margin_<name>`, z_female - z_male), each with weight 1 / (2 + number of
-classifiers).
+It averages z-scored F0 (semitones re 100 Hz), the formant index (octaves re adult-male norms)
+and every configured classifier's margin, each with weight 1 / (2 + number of classifiers) (S2S
+paper, sec. 4), standardised per language with the mean and SD of that language's input stimuli,
+so inputs and outputs share one scale. Units: SD of the language's input distribution; higher =
+more feminine.
 
-Reference distribution: for each language, the mean and SD (ddof=1) of each measure
-over all input stimuli of that language that were measured ('ok'), both voices
-and all three content poles pooled (60 stimuli per language in the default bank).
-Outputs scored later are standardised with the *inputs'* reference of their
-language, so inputs and outputs share one scale and an output's composite minus
-its input's is a shift in input-SD units. Because both voices are pooled, the
-reference SD is dominated by the male-female separation: +-1 is roughly the
-distance from the middle to either voice. Units: SD of the language's input
-distribution; higher = more feminine.
+See docs/instrument.md, "The femininity composite".
 """
 
 from __future__ import annotations

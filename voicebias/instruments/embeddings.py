@@ -1,29 +1,12 @@
 """Speaker embeddings and cosine similarity (speaker similarity of prompts and outputs).
 
-Two backends behind one interface (`SpeakerEmbedder.embed`), imported lazily:
+Two backends behind `SpeakerEmbedder.embed`, imported lazily: `resemblyzer` (embedded default,
+the GE2E encoder, 256-dim) and `ecapa` (paper profile, SpeechBrain's ECAPA-TDNN, 192-dim, from a
+local folder). `embed_each` embeds several signals (ECAPA in padded batches, every clip getting the
+embedding it gets alone); on the CPU an embedder runs on one thread and `embed_files` spreads the
+files over worker processes, so an embedding is the same on any machine.
 
-- `resemblyzer` (embedded default): the GE2E speaker encoder (Wan et al., 2018)
-  that the `resemblyzer` wheel ships (pretrained.pt, 256-dim, 16 kHz), so it runs
-  offline. Its own preprocessing is applied: loudness normalisation to -30 dBFS
-  and removal of long silences with the WebRTC voice activity detector.
-- `ecapa` (paper profile): SpeechBrain's ECAPA-TDNN (`speechbrain/spkrec-ecapa-voxceleb`,
-  192-dim, 16 kHz), loaded from a local folder holding hyperparams.yaml,
-  embedding_model.ckpt, mean_var_norm_emb.ckpt, classifier.ckpt and
-  label_encoder.txt (`acoustics.speaker_embedding_weights`); nothing is fetched.
-
-Embeddings are returned as float64 arrays; similarities are cosines in [-1, 1].
-
-Several signals at once (`SpeakerEmbedder.embed_each`, used by `embed_files` and
-so by `speaker_similarity`): Resemblyzer embeds them one at a time; ECAPA runs
-padded batches of `batch_size` (default 8 on a GPU, 1 on the CPU, i.e. one at a
-time there), sorted by length, in which every clip gets the embedding it gets
-alone (to float rounding; see `EcapaEmbedder`).
-
-On the CPU an embedder runs PyTorch on one thread (`CPU_THREADS`): the floats of a
-multi-threaded CPU run depend on the number of threads (float32 rounding, ~4e-8 for
-Resemblyzer between one and two), so one thread makes an embedding the same on any
-machine; `embed_files` then spreads the files over forked worker processes, one per
-core, with results identical to one process.
+See docs/instrument.md, "Speaker embeddings".
 """
 
 from __future__ import annotations

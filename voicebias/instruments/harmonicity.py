@@ -1,32 +1,13 @@
 """HNR (component 'hnr' of the measure set): the median over voiced frames of the harmonics-to-noise
-ratio (dB) by forward cross-correlation, as Praat 6.1.38's
-"To Harmonicity (cc)" defines it (Boersma, 1993, IFA Proceedings 17: 97-110), computed
-only at the frames asked for.
+ratio (dB) by forward cross-correlation, as Praat 6.1.38's "To Harmonicity (cc)" defines it
+(Boersma, 1993), computed only at the frames asked for.
 
-Per frame (frames of `time_step` s fitted symmetrically into the sound, each
-analysing two longest periods, 2 / pitch_floor s):
+Each frame's HNR, 10 log10(r / (1 - r)), is taken at its strongest sinc-refined correlation peak r,
+or is -200 dB when the voiceless candidate is at least as strong. Checked frame by frame against
+Praat's own analysis (tests/unit/instruments/test_harmonicity.py); sounds the analysis cannot take
+as a whole are handed to Praat itself.
 
-1. the local mean over one longest period either side of the frame's centre is
-   subtracted; the frame's intensity is its highest absolute value within half a
-   longest period of the centre, relative to the whole sound's (mean-removed) peak;
-2. the normalised cross-correlation r(k) = sum x_j x_{j+k} / sqrt(sum x_j^2 sum x_{j+k}^2)
-   of one longest period (`periods_per_window` of them) against the same stretch k
-   samples later, for k up to that length;
-3. every positive local maximum of r beyond lag 1 is a candidate; each is refined to
-   the maximum of r interpolated by a windowed sinc (depth 700, cut to the points the
-   lag range holds) over its lag +- 1, found by Brent's method with Praat's steps and
-   stopping rule; values above 1 (short windows) are reflected to 1/r;
-4. with Praat's harmonicity settings (voicing threshold and all path costs 0) the
-   frame's value is its strongest candidate, unless the voiceless candidate, of strength
-   max(0, 2 - intensity / silence_threshold), is at least as strong: then the frame is
-   marked -200 dB; otherwise HNR = 10 log10(r / (1 - r)) dB.
-
-Checked frame by frame against Praat's own analysis (tests/unit/instruments/
-test_harmonicity.py); the sinc interpolant is evaluated through Chebyshev expansions
-on each unit interval (exact to rounding) and the candidates are screened on a coarse
-grid before refinement, which is where the time goes in Praat. Sounds the analysis
-cannot take as a whole (shorter than a frame, frames cut by the sound's end, more
-maxima than Praat keeps) are handed to Praat itself.
+The per-frame method: docs/instrument.md, "HNR".
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """Harmonic levels (component 'harmonics' of the measure set): H1-H2 and H1-A3, uncorrected and
 Iseli-corrected (dB).
 
-Harmonic levels follow PraatSauce (Kirby): per analysis frame, a short spectrum
-centred on the frame; H1 is the highest level within f0 +- f0/10, H2 within
-2 f0 +- f0/10 and A3 within F3 +- F3/10 (f0 from Praat's pitch track, F3 from the
-formant track of voicebias.instruments.formants at that frame). The spectrum of each frame is
-computed here with numpy: a Hann window `n_periods` pitch periods long, zero-padded
-eightfold, levels in dB (20 log10 of the magnitude; an arbitrary common reference, so only
-differences such as H1-H2 mean anything) with parabolic interpolation of the peak.
-Six periods put a neighbouring harmonic six bins away, where the Hann window's
-leakage is below -50 dB, so H1-H2 is read to a few hundredths of a dB on a
-stationary voice.
+Levels follow PraatSauce: per voiced frame a Hann-windowed spectrum `n_periods` pitch periods
+long, H1 and H2 the peaks near f0 and 2 f0, A3 the peak near F3 (the formant track of
+voicebias.instruments.formants). Corrected levels remove each formant's boost at the harmonic
+(Iseli, Shue & Alwan, 2007), with Hawks & Miller (1995) bandwidths by default
+(`bandwidths="measured"` takes those of the formant analysis). Medians over voiced frames.
 
-Corrected levels (H1*, H2*, A3*) remove the vocal-tract boost each formant gives
-at the harmonic's frequency (Iseli, Shue & Alwan, 2007, JASA 121(4):2283-2295,
-eq. for a second-order resonator normalised to unit gain at 0 Hz):
-
-    |H_i(f)|^2 = (1 - 2 r cos w_i + r^2)^2 /
-                 ((1 - 2 r cos(w + w_i) + r^2) (1 - 2 r cos(w - w_i) + r^2)),
-    r = exp(-pi B_i / fs), w_i = 2 pi F_i / fs, w = 2 pi f / fs,
-
-with the formant frequencies F_i measured at the frame (voicebias.instruments.formants).
-Bandwidths B_i come by default from the Hawks & Miller (1995, JASA 97(2):1343-1344)
-formula of formant frequency and f0, as in VoiceSauce and PraatSauce, because
-LPC bandwidths are noisy (on a synthetic vowel Burg read B3 = 300 Hz for a true
-140 Hz, moving A3* by 4 dB); `bandwidths="measured"` uses those of the formant analysis instead. As in
-VoiceSauce, H1 and H2 are corrected for F1 and F2, A3 for F1, F2 and F3. Per-frame values are
-summarised by their median over voiced frames.
+The method and the correction's equation: docs/instrument.md, "Harmonic levels: H1-H2 and H1-A3".
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Compiled loops of the acoustic instrument.
 
-The per-frame work that NumPy can only run through large temporary arrays or many small
-calls (peak searches over spectra, the fixed-point iterations of the all-pole fit and
-the roots of its polynomials, banded window means, medians, the polyphase filter, the
-Brent refinement of the harmonicity) is compiled by numba. Each kernel is compiled with
-IEEE arithmetic: no fast-math flags, so LLVM neither reorders a sum nor fuses a
-multiply and an add, whatever vector width it picks, and the few transcendental
-functions it calls come from the C library (numba's use of Intel's SVML is switched off
-in voicebias/__init__.py). No measure goes through a BLAS product, whose kernels (and so
-whose last bits) OpenBLAS picks by processor; only the harmonicity's screening of its
-candidates does, which can matter only to a candidate within rounding of the screening
-margin. So the measures are the same bits on AVX2 and AVX-512 machines
-(tests/unit/instruments/test_acoustics.py), as NumPy's own functions are.
+The per-frame work that NumPy can only run through large temporary arrays or many small calls is
+compiled by numba (`kernel`) with IEEE arithmetic: no fast-math flags, so no sum is reordered and
+no multiply-add fused, and transcendental functions come from the C library. No measure goes
+through a BLAS product (save the harmonicity's screening of its candidates), so the measures are
+the same bits on AVX2 and AVX-512 machines. Compiled code is cached under each module's
+__pycache__.
 
-Compiled code is cached under each module's __pycache__ (numba's file cache), so a
-process compiles a kernel only the first time it runs on a machine; a new checkout
-compiles them all in about ten seconds.
+Why each choice: docs/instrument.md, "Compiled loops".
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """The LLM judge of the speech-continuation study: rubric, validation, retries, backends.
 
-The judge scores a continuation transcript against its prompt transcript on the
-five dimensions of the SC paper's judge rubric (Appendix A; data/judge/rubric.yaml),
-each an integer from 1 to 5. Its only input is the two transcripts: the speaker's
-gender, voice and phonation never reach it (the `judge` method takes nothing else).
-Each reply must be a JSON object holding all five dimensions as integers in range;
-a reply that is not is asked for again, up to `max_attempts` times, after which the
-item is recorded as failed with the last reason. Scores are never guessed or filled in.
+The judge scores a continuation transcript against its prompt transcript on the five dimensions of
+the SC paper's rubric (data/judge/rubric.yaml), each an integer from 1 to 5, and sees nothing but
+the two transcripts. A reply that is not a JSON object with all five scores in range is asked for
+again, up to `max_attempts` times, then the item is recorded as failed; scores are never guessed.
+Backends (`get_judge`): openai_compatible, gemini, local_transformers and lexical_heuristic (the
+embedded default's offline word-list judge). API keys are never written into errors or results.
 
-Backends (`get_judge(params)`, chosen by `backend`):
-
-- ``openai_compatible``: any OpenAI-compatible chat-completions endpoint through the
-  ``openai`` SDK (``base_url``, ``model``: a pinned model name; key from ``api_key_env``;
-  the SDK retries rate limits and 5xx answers up to ``max_retries`` times, honouring
-  Retry-After, before they count as a failure);
-- ``gemini``: Google Gemini's ``generateContent`` method through ``google-genai`` with
-  the key in the ``x-goog-api-key`` header (``model`` pinned; the served ``modelVersion``
-  is recorded with every result; rate limits and 5xx answers are retried with back-off,
-  honouring Retry-After or the server's retryDelay, before they count as a failure);
-- ``local_transformers``: an instruct model in a local folder (``weights``), run with
-  its tokenizer's chat template and greedy decoding, never downloaded; the folder
-  name and a hash of its config.json are recorded as the version;
-- ``lexical_heuristic``: the offline judge of the embedded default, a transparent
-  word-list heuristic, named for what it is (it is not a language model).
-
-Every result names the judge and the model version that produced it. API keys are
-read from the environment (or .env, voicebias.secrets) and never written into errors or results.
+See docs/instrument.md, "The continuation judge".
 """
 
 from __future__ import annotations

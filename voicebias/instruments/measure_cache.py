@@ -1,44 +1,13 @@
 """The measurement cache: each component of the measure set is measured once per audio.
 
-Every stage that measures audio (acoustics, phonation_check, acoustic_scoring,
-sc_scoring, `voicebias measure` when asked) goes through
-:func:`voicebias.instruments.acoustics.measure_files`, which keeps its results here.
-An entry holds one component (voicebias.instruments.acoustics.MEASURE_SET: pitch,
-formants, harmonics, cpps, hnr) of one file and is keyed by
+Every stage that measures audio goes through voicebias.instruments.acoustics.measure_files, which
+keeps its results here: one entry per component of one file, keyed by the file's sha256, the part
+and sample rate read, the settings and code of the component and of those it builds on, and the
+code paths of the numerical libraries, so a changed setting or module re-measures that component
+alone. Entries are JSON files under `<cache_dir>/components/`; one that is malformed is a miss. The
+cache is not a DVC output: deleting it costs time, never results.
 
-- the sha256 of the file's bytes, the part measured (the whole file or one half) and
-  the sample rate it is read at;
-- the settings that component reads, and those of the components it builds on
-  (each Component's `settings` and `inputs`: the formants are taken at the pitch frames,
-  the harmonic levels need both);
-- the code of that component and of its inputs: the whole text of its module and of every
-  instrument module it imports (voicebias.instruments.acoustics.code_files), the reader's
-  (voicebias.audio), and the versions of parselmouth and Praat;
-- the code paths the numerical libraries take (voicebias.codepaths.identity), so a value
-  measured with a machine's native kernels is not served to a run with the fixed ones.
-
-So the same audio is measured once across stages and systems (a system that returns its
-input, or two systems with the same output, cost nothing the second time), and a change
-to one setting or one component's code re-measures that component and those built on
-it, nothing else: a new `cpps_time_step` re-measures CPPS only (the pitch track it
-needs is recomputed, at a few hundredths of a second per file, but not stored as a
-measurement). What reading a file gave (its duration and conversion notes, after the
-audio checks passed) is kept the same way, keyed by the checks' settings. A refusal by
-the reader (missing, unreadable, clipped, ...) is never stored: its message names the
-file, and it costs nothing to find again. A component the signal does not allow (no
-voicing, no formants) is stored as excluded with its reason.
-
-Entries are JSON files under `<cache_dir>/components/<key[:2]>/<key>.json`, written
-atomically (voicebias.cache.JsonCache). An entry that is not JSON, or not of the shape
-its kind has, is a miss, counted in `corrupt` and measured again: a read entry is
-{"duration_s": a float >= 0, "note": text}; a component entry is either
-{"values": {measure: float}} with exactly the component's measures
-(its Component's `measures`), each finite (the voice-quality
-measures may be NaN, the value they take when no frame can be measured), or
-{"excluded": [reason code, message]}. A cached value
-is the float the measurement gave (JSON keeps it exactly), so a table built from the
-cache is byte-identical to one measured afresh. The cache is not a DVC output: deleting
-it costs time, never results.
+The key, the entry shapes and what re-measures: docs/instrument.md, "The measurement cache".
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Stage 'pending_calls': which systems have calls that failed in their last run, so that the next
 `dvc repro` calls them again without `-f`.
 
-DVC records a stage's dependencies after its command ran, so a respond stage cannot mark
-itself out of date by rewriting one of its own dependencies. Instead the runner keeps, per
-system, a ledger of the calls that failed in the system's last run (untracked, in the
-response cache folder: ``<cache>/failed/<system>.json``, written by
-:func:`update_ledger`): the failed cache keys per task and a round counter, which each run
-that ends with failures increments and a run that ends with none resets (the ledger is
-removed). This stage runs on every `dvc repro` (``always_changed: true`` in dvc.yaml, DVC's
-way of reading external state) and writes, for every system of `run.systems` and
-`run.sc_systems`, ``reports/pending_calls/<system>.json``::
+The runner keeps, per system, an untracked ledger of the calls that failed in its last run
+(``<cache>/failed/<system>.json``, :func:`update_ledger`). This stage runs on every `dvc repro`
+(``always_changed: true``) and writes ``reports/pending_calls/<system>.json`` with the failed calls
+and a round counter, on which respond@SYSTEM and sc_continue@SYSTEM depend: while calls stay failed
+the round changes and that system's stage runs again. It imports nothing heavy (no pandas).
 
-    {"failed_calls": <failed calls in the last run>, "round": <its round>, "system": <name>}
-
-respond@SYSTEM and sc_continue@SYSTEM depend on their system's file. With nothing pending
-both numbers are 0, the file never changes and nothing downstream runs again; while calls
-stay failed every run bumps the round, so the next `dvc repro` runs exactly that system's
-stage again, which answers its finished calls from the response cache and sends only the
-failed ones. After the run that leaves none failed, the file goes back to zeros and the
-stage runs once more (every call a cache hit), then stays put.
-
-This module imports nothing heavy (no pandas): the stage runs on every `dvc repro`.
+The ledger, the file and the rounds: docs/systems.md, "Calls that failed are called again".
 """
 
 from __future__ import annotations

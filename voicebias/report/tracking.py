@@ -1,18 +1,12 @@
 """MLflow tracking: one parent run per pipeline state, one child run per system x language x task.
 
-The store (`mlruns/mlflow.db`, artifacts in `mlruns/artifacts/`) is an output of the
-tracking stage: DVC sees it through the state marker `mlruns/pipeline_state.json`, so a
-fresh clone, which has no store, runs the tracking stage and ends with the runs in it.
-A pipeline state (the tracking inputs' bytes and params) is logged once: tracking the
-same state again reuses the finished parent and deletes partial leftovers.
-
-Children, named `<system> / <lang> / <task>`, are created with an explicit parent id
-(the active-run stack is thread-local), carry their own results as metrics (see
-`child_records`) and the same family tags as the parent so the MLflow UI can filter
-and compare them across pipeline runs. The stimulus set and the responses tables are
-dataset inputs with their DVC hashes as digests; the audit card and the report are
-artifacts of the parent. Only parameters, metrics and tags from params.yaml, dvc.lock
+The store (`mlruns/mlflow.db`, artifacts in `mlruns/artifacts/`) is an output of the tracking
+stage, seen by DVC through the state marker `mlruns/pipeline_state.json`; a pipeline state is
+logged once. Children carry their own results as metrics (`child_records`); the audit card and the
+report are artifacts of the parent. Only parameters, metrics and tags from params.yaml, dvc.lock
 and reports/ are logged: never the environment.
+
+See docs/tracking.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """Acoustic scoring of system outputs: the same measures as the inputs, and deltas.
 
-Every output file of a system with one fixed output voice is measured with the
-analysis settings of that voice's gender (card field `output_voice_gender`: male or
-female). Any other output (the field missing, or a voice that may follow the input,
-as voice-preserving systems do) is measured with gender-neutral settings
-(MeasureSettings.neutral: a wide pitch range with the octave check and one formant
-ceiling), so the measure never assumes the gender it is meant to detect. Outputs
-are scored with the same classifiers and placed on the composite scale of their
-source language's input stimuli. The delta of every measure is output minus input
-(S2S paper, sec. 4: each trial is its own control).
+Every output is measured with the analysis settings of its system's fixed output voice gender
+(card field `output_voice_gender`), else with gender-neutral settings (MeasureSettings.neutral), so
+the measure never assumes the gender it is meant to detect; outputs are placed on the composite
+scale of their source language's inputs, and every delta is output minus input. The text-matched
+control (`text_control_table`) renders each transcript in one fixed voice: ctrl_<measure> is that
+control and net_<measure> = out - ctrl. With repeats there is one row per sample.
 
-The text-matched control (`text_control_table`): each output transcript is also
-rendered offline in one fixed voice per output language (params.yaml
-`acoustic_scoring.text_control`, or the card's `text_control` when the card names an
-offline rendering of the system's own output voice) and measured with the output's
-settings; ctrl_<measure> is that control and net_<measure> = out - ctrl. The words of
-a feminine and a masculine passage move F0 and formants a little even in one fixed
-voice, and output - input removes that only as far as the input voices respond to the
-words as the output voice does; net_ removes it as far as the control voice does
-(docs/rq1.md). Measurements are cached by the file's sha256 and the analysis
-settings, so identical outputs of different systems (and controls identical to an
-output) are measured once.
-
-With repeats (a `sample` column in the responses, run.samples_per_item > 1) there is one
-row per system x task x stimulus x sample, the sample column after stimulus_id; each
-sample's delta is its own output minus the common input. The analyses average the
-samples of an item (voicebias.analysis.repeats).
+The settings, the control and the repeats: docs/rq1.md, "Scoring the outputs" and "The control".
 """
 
 from __future__ import annotations

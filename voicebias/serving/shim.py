@@ -1,45 +1,15 @@
 """An OpenAI-compatible chat-completions server around one repository system's driver.
 
-It runs in the system's OWN environment (the interpreter of its checkout), where
-voicebias is not installed: this file imports the Python standard library only and is
-started by its path, ``<python> shim.py --driver <x_driver.py> --config <json> ...``.
-It starts the driver as a worker process speaking the driver line protocol
-(voicebias/systems/drivers/_protocol.py: one ``{"ready": true, "info": ...}`` line, then
-one JSON answer line per JSON request line) and serves:
+It runs in the system's OWN environment (the interpreter of its checkout), where voicebias is not
+installed: this file imports the Python standard library only and is started by its path,
+``<python> shim.py --driver <x_driver.py> --config <json> ...``. It starts the driver as a worker
+speaking the driver line protocol (voicebias/systems/drivers/_protocol.py) and serves ``GET /health``,
+``GET /v1/models`` and ``POST /v1/chat/completions``, handing each request to the driver exactly
+as voicebias.systems.repository does. Input must be 16 kHz mono 16-bit WAV (no resampling); one
+worker answers one request at a time. Binds 127.0.0.1 unless ``--host`` says otherwise.
 
-- ``GET /health``: 200 once the worker is ready, 503 before;
-- ``GET /v1/models``: the one served model: its ``info`` (what the driver reported when it
-  got ready), its ``driver`` (file name and sha256), its ``config`` (the driver's
-  configuration: checkpoint, checkout, weights, device, settings) and the ``python`` that
-  runs it, which the repository adapter checks before its first call;
-- ``POST /v1/chat/completions``: the request the ``openai_compatible`` adapter sends
-  (voicebias/systems/openai_audio.py): the task prompt as the system message, or as a
-  ``text`` part of the user turn; the stimulus as an ``input_audio`` part
-  (``{"data": <base64 WAV>, "format": "wav"}``), or as an ``audio_url`` part holding a
-  ``data:audio/wav;base64,...`` URI (the vLLM-Omni shape); the seed as ``seed``
-  (top level, ``send_seed: true`` in the system's params), default 0. The reply holds one
-  choice whose ``message.audio`` has ``data`` (the driver's output WAV, base64, as the
-  driver wrote it) and ``transcript`` (the driver's text), the shape the adapter parses.
-
-The drivers stay the single place that knows a model's prompt layout, sampling
-defaults and output rate: the shim hands each request to the driver exactly as
-voicebias.systems.repository does (``audio``, ``out``, ``prompt``, ``seed``, and
-``task``, ``lang``, ``target_lang``, ``continuation_s``, ``text_stream`` when the body
-carries them) and adds nothing of its own.
-
-Input audio must be 16 kHz mono 16-bit WAV, the rate the driver protocol takes; the
-shim does not resample (that would put a second resampler between the audit and the
-model), it refuses other input with HTTP 400. Failures, and what the adapter makes of them:
-
-- the driver reports an error for one input: HTTP 422 with the driver's message, which
-  the adapter records as that item's failure at once (not retried, nothing filled in);
-- malformed request or audio: HTTP 400 (recorded as failed);
-- the worker died or did not answer in time: HTTP 503 / 504 (the runner retries; the
-  worker is started again for the next request);
-- the worker is still loading: HTTP 503.
-
-One worker answers one request at a time; concurrent requests wait their turn.
-Binds 127.0.0.1 unless ``--host`` says otherwise.
+The endpoints, the request and reply shapes and the HTTP status of each failure: docs/serving.md,
+"The shim".
 """
 
 from __future__ import annotations

@@ -3,29 +3,13 @@
     seeds -> candidates (writer LLM) -> neutrality lint -> panel ratings (judge LLMs)
           -> top `per_cell` per language x pole, one passage per theme
 
-Seeds are the themes of the shipped bank (with their documented skew) plus an
-optional seeds file. Every judge rates each lint-clean candidate on a 1-7 gender
-coding scale (1 = strongly feminine-coded content, 4 = neither, 7 = strongly
-masculine-coded), names the pole it sees, rates naturalness (1-5) and says whether
-any word reveals the speaker's gender. A candidate's intensity toward its target
-pole is, from the panel's mean coding c:
+Every judge rates each lint-clean candidate's gender coding (1-7), pole, naturalness and any
+speaker-gender cue; a candidate is kept when the panel's majority pole is its target, no judge saw
+a cue and naturalness reaches `min_naturalness`. LLM backends (voicebias.clients.chat): openai,
+gemini, transformers; every reply is cached under .cache/llm, so a re-run is free and reproduces
+the same files.
 
-    masculine (c - 4) / 3,   feminine (4 - c) / 3,   neutral 1 - |c - 4| / 3   (all <= 1)
-
-Candidates are kept only if the panel's majority pole is the target pole, no judge
-saw a speaker-gender cue and mean naturalness reaches `min_naturalness`.
-
-LLM backends (voicebias.clients.chat) share one interface (`ChatBackend.complete`):
-  openai        any OpenAI-compatible chat-completions endpoint (base_url, model,
-                key from the environment variable named by api_key_env)
-  gemini        Google Gemini through google-genai (key from api_key_env)
-  transformers  a local instruct model folder (no download)
-
-Every reply is cached under .cache/llm, keyed by backend, model, messages,
-temperature and seed, so a re-run is free and reproduces the same files. Outputs
-(all under the stage's folder, tracked by DVC): candidates.csv, ratings.csv,
-selection.csv, selection/<lang>.yaml (bank format, review_status 'unreviewed',
-ready to screen and move into data/bank), status.json.
+The rating scale, the intensity formula and the outputs: docs/stimuli.md, "Extending the passage bank".
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
 """Neutrality linters: no word of a passage may reveal the speaker's gender.
 
-The S2S protocol needs passages whose content carries a stereotype while their
-words carry no gender (S2S paper, sec. 3.2 and App. E). Each rule below looks for
-one kind of cue in one language and returns the offending words:
+The S2S protocol needs passages whose content carries a stereotype while their words carry no
+gender (S2S paper, sec. 3.2 and App. E). Each rule looks for one kind of cue in one language
+(English, Spanish, Mandarin: gendered pronouns and nouns, kinship and spouse terms, Spanish
+speaker agreement) or in any language (one theme per passage, one pole per theme) and returns the
+offending words; `lint_text` and `lint_table` apply them. Rules are deliberately lexical and
+explainable: a false alarm is fixed by rewording the passage, or by extending the rule's exception
+list here, with a test.
 
-English
-  en_gendered_pronoun   he, she, him, her, his, hers, himself, herself
-  en_gendered_noun      man, woman, guy, girl, lady, sir, waitress, fireman, ...
-  en_kinship_spouse     husband, wife, girlfriend, mother, son, sister, ...
-Spanish
-  es_third_person_pronoun  él, ella, ellas, nosotras, vosotras, ...
-  es_speaker_agreement  -o/-a adjectives and participles agreeing with the speaker
-                        in first-person frames: estoy cansada, me siento orgulloso,
-                        quedé encantada, llegué empapado, yo misma, ...
-  es_speaker_noun       a determiner or gendered noun for the speaker: soy la
-                        encargada, trabajo como un ..., soy el que ...
-  es_gendered_noun      hombre, mujer, chico, señora, caballero, niña, ...
-  es_kinship_spouse     marido, esposa, novia, madre, hijo, hermana, ...
-Mandarin
-  zh_third_person_pronoun  他, 她 (and 他们, 她们)
-  zh_gendered_noun      男/女 words and gendered person nouns: 男人, 女生, 先生,
-                        小姐, 姑娘, 阿姨, 帅哥, ... ; also for oneself (我是女生)
-  zh_kinship_spouse     丈夫, 妻子, 老公, 老婆, 妈妈, 儿子, 姐姐, ...
-Any language (structure)
-  theme_single          exactly one theme per passage (no list of themes)
-  theme_pole            a theme belongs to one pole in every language
-
-Rules are deliberately lexical and explainable: a hit is a word a reviewer can
-see, and a false alarm is fixed by rewording the passage (or, where the word is
-not gendered, by extending the rule's exception list here, with a test).
+The rules and examples of what each catches: docs/stimuli.md, "The neutrality linter".
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Speech-continuation prompts (SC paper, sec. 2.1) and the voices that read them.
 
-Two prompt sets:
-
-* NOP_set: 150 neutral, open-ended English sentence starters in 15 pragmatic
-  categories x 10, written for this project (data/nop_set/nop_set.yaml).
-* SS_set: the gender subset of Spoken StereoSet (Lin et al., SLT 2024), clips
-  longer than 3 s, read from a local copy of the dataset laid out as released:
-
-      <root>/metadata/gender_v1.0.csv   id, speaker, gender, context, irrelevant,
-                                        stereotypical, anti-stereotypical, labels, annotators
-      <root>/speech/gender/<id>_<speaker>.wav     (id zero-padded to 5 digits)
-
-  Used by the paper profile; never downloaded at run time.
-
-Every prompt is voiced by the study's voices (2 male, 2 female; eSpeak NG in the
-embedded default), resampled to one rate, loudness-normalised, written as FLAC,
-and listed in a manifest validated by Great Expectations. With
-`ss_set.voicing: original` the SS_set clips keep their own (Azure) voice instead.
+Two prompt sets: the NOP_set (150 neutral, open-ended English sentence starters written for this
+project, data/nop_set/nop_set.yaml) and the SS_set (the gender subset of Spoken StereoSet, Lin et
+al., SLT 2024, read from a local copy; paper profile). Every prompt is voiced by the study's voices
+(2 male, 2 female), resampled, loudness-normalised, written as FLAC and listed in a validated
+manifest.
 
     python -m voicebias.stimuli.prompts lint     # neutrality rules on the NOP_set
+
+The SS_set layout and the voicing options: docs/stimuli.md, "Speech-continuation prompts".
 """
 
 from __future__ import annotations

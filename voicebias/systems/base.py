@@ -1,22 +1,14 @@
 """The model contracts of the systems under test.
 
-Two kinds of system, one request/response shape each:
+Two kinds of system, one request/response shape each: a speech-to-speech system (:class:`S2SSystem`)
+takes audio plus a native-language prompt and returns output audio plus its own transcript; a
+continuation system (:class:`ContinuationSystem`) takes an audio prompt and returns a continuation,
+with text when it has a text stream. A call that fails is returned as failed with its reason (or
+raises), never replaced by an invented output; retryable failures raise TransientError, a system
+that cannot run on this machine raises SetupError when built, and :meth:`SystemUnderTest.check`
+asks the servers before the first request. Also here: seeds, deploy provenance, endpoint checks.
 
-- a **speech-to-speech** system (:class:`S2SSystem`) takes audio plus a
-  native-language prompt and returns output audio plus its own transcript;
-- a **continuation** system (:class:`ContinuationSystem`) takes an audio prompt
-  (3-5 s) and returns a continuation (5-8 s), with text when the system has a text
-  stream (otherwise the runner transcribes the output with Whisper, see
-  :mod:`voicebias.instruments.asr`).
-
-A call that fails is returned as a response with status 'failed' and the reason
-(or raises; the runner records the exception as the reason). It is never replaced
-by an invented output. Retryable failures (rate limits, 5xx, timeouts) raise
-:class:`voicebias.errors.TransientError`; a system that cannot run on this machine at all (missing
-checkout, weights, key or package) raises :class:`voicebias.errors.SetupError` when it is built,
-with a message that says what to do. Before the first request of a run the runner
-calls :meth:`SystemUnderTest.check`, where an adapter asks its servers whether they
-answer and take its key, so a run that cannot get anywhere stops in seconds.
+See docs/systems.md, "The contract".
 """
 
 from __future__ import annotations

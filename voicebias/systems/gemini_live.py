@@ -1,32 +1,13 @@
 """Gemini native audio through the Live API (google-genai): fixed voice Kore, output transcription.
 
-One Live session per stimulus, over the API's websocket::
+One Live session per stimulus: the stimulus is sent as 16 kHz PCM between an explicit activity
+start and end (one turn, never cut at a pause), the reply's 24 kHz audio parts are concatenated
+until the turn completes, and the transcript is the API's output transcription. Before the first
+request :meth:`GeminiLiveSystem.check` looks the model up: a refused key, an unknown model or an
+unreachable API stops the run. Sessions go through a one-endpoint EndpointPool for its circuit
+breaker.
 
-    client.aio.live.connect(model=..., config=LiveConnectConfig(
-        response_modalities=["AUDIO"], system_instruction=<native-language task prompt>,
-        speech_config=SpeechConfig(voice_config=VoiceConfig(
-            prebuilt_voice_config=PrebuiltVoiceConfig(voice_name="Kore"))),
-        output_audio_transcription=AudioTranscriptionConfig(),
-        realtime_input_config=RealtimeInputConfig(
-            automatic_activity_detection=AutomaticActivityDetection(disabled=True))))
-
-The stimulus is sent as 16-bit PCM at 16 kHz between an explicit activity start and
-end, so the model hears the whole passage as one turn (automatic voice-activity
-detection could cut a passage at a pause). The reply's audio parts (PCM, 24 kHz) are
-concatenated until the turn completes; the transcript is the Live API's output
-transcription of that audio (the S2S paper's route for Gemini, App. B).
-
-Params: `model` (else the card's checkpoint), `voice` (else the card's), `temperature`,
-`seed_in_config` (send the request seed; default false); runner knobs
-`max_concurrency`, `timeout_s` (whole session, default 120), `retry`, `breaker`,
-`base_url`, `api_key_env` (default GEMINI_API_KEY, then GOOGLE_API_KEY).
-
-Before the first request of a run :meth:`GeminiLiveSystem.check` looks the model up
-(``models.get``, a REST GET of ``models/<model>``): a refused key ("API key not valid",
-401, 403) or a model the API does not know stops the run, and so does an API that
-cannot be reached. Sessions go through a one-endpoint
-:class:`~voicebias.clients.endpoints.EndpointPool`, for its circuit breaker: timeouts
-and failed connections count towards opening it.
+The session config, the params and the check: docs/systems.md, "Gemini Live".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """What a repository-based system's checkout and weights folder must hold, checked without a GPU.
 
-A system card may carry a ``layout`` section naming, relative to the checkout or the
-weights folder, the files its driver imports or loads, under the names the upstream
-repository and its release use:
+A system card may carry a ``layout`` section naming, relative to the checkout or the weights
+folder, the files its driver imports or loads (``checkout``, ``submodules``, ``weights``,
+``hub_copies``). :func:`layout_checks` reports each entry as (ok, plain-words detail); preflight
+shows them, and checks a checkout's or weights folder's contents only when it exists.
 
-    layout:
-      checkout: [flow_inference.py, speech_tokenizer/utils.py]   # files in the checkout
-      submodules: [third_party/Matcha-TTS]                       # git submodules, must be non-empty
-      weights: [glm-4-voice-9b/config.json]                      # files or folders under `weights`
-      hub_copies: [THUDM/glm-4-voice-tokenizer]                  # hub ids the repository loads by name:
-                                                                 # a copy under the checkout or in the
-                                                                 # local Hugging Face cache
-
-:func:`layout_checks` reports each entry as (ok, plain-words detail); preflight shows
-them. Missing checkouts and weights folders are reported by preflight itself, so their
-contents are only checked when they exist.
+The section's format: docs/repository-systems.md, "What the checkout and weights folder must hold".
 """
 
 from __future__ import annotations

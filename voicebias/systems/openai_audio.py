@@ -1,40 +1,13 @@
 """OpenAI audio chat completions (gpt-4o-audio-preview, gpt-audio): audio in, audio + transcript out.
 
-One call per stimulus::
+One call per stimulus: the stimulus as base64 WAV (samples unchanged), the task prompt as the
+system message (`prompt_role: user` puts it in the user turn); the reply's `message.audio` gives
+the output audio and the model's transcript. Calls go through an EndpointPool (one endpoint or
+several, each with a circuit breaker), and before the first request :meth:`OpenAIAudioSystem.check`
+asks every endpoint ``GET /models`` with the key: refused credentials stop the run. The key is read
+from the environment or .env and never stored, logged or echoed.
 
-    client.chat.completions.create(
-        model=..., modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"},
-        messages=[{"role": "system", "content": <native-language task prompt>},
-                  {"role": "user", "content": [{"type": "input_audio",
-                                                "input_audio": {"data": <base64 wav>, "format": "wav"}}]}])
-
-The reply's `message.audio.data` (base64 WAV) is the output audio and
-`message.audio.transcript` the model's own transcript. The stimulus is sent as
-16-bit WAV at its own sample rate, samples unchanged. The task prompt goes in as a
-system message, as in the S2S paper (App. D: "a single native-language system
-prompt"); `prompt_role: user` puts it in the user turn instead, for servers whose
-chat template drops system messages.
-
-Params (params.yaml `systems.<name>`): `model` (else the card's checkpoint), `voice`
-(else the card's output voice per language), `temperature`, `max_completion_tokens`,
-`send_seed` (pass the request seed; default false), `prompt_role`, `extra_body`;
-runner knobs `max_concurrency`, `timeout_s` (default 120), `retry`, `base_url` or
-`endpoints` (several servers of the same model, see :mod:`voicebias.clients.endpoints`),
-`api_key_env` (default OPENAI_API_KEY). The key is read from the environment or
-.env, handed to the client and never stored, logged or echoed: server messages
-are redacted before they are recorded.
-
-Every call goes through an :class:`~voicebias.clients.endpoints.EndpointPool`, one
-endpoint or several: a request goes to one endpoint at a time, an unreachable one
-(refused or dropped connection, timeout) is set aside for a cool-down and the request
-moves to another, and the runner's concurrency is the sum of the endpoints'
-`max_concurrency`. Each endpoint has a circuit breaker (params `breaker`), and before
-the first request of a run :meth:`OpenAIAudioSystem.check` asks every endpoint
-``GET {base_url}/models`` with the key: 401 or 403 stops the run ("credentials refused"),
-and so does an endpoint that cannot be reached when it is the only one (with several,
-the run goes on with those that answer). The answering endpoint's address is kept in the provenance of the
-cache entry (untracked) and left out of the responses table (see
-:data:`voicebias.systems.base.DEPLOY_PROVENANCE`).
+The request, the params and the checks: docs/systems.md, "OpenAI audio chat completions".
 """
 
 from __future__ import annotations

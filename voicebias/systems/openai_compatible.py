@@ -1,23 +1,12 @@
 """Any system served behind an OpenAI-compatible audio chat endpoint that answers in speech.
 
-Same call as :mod:`voicebias.systems.openai_audio` (modalities text + audio, a
-fixed voice, input_audio as base64 WAV), sent to `base_url` from the system's
-params or card, or shared across several servers of the same model named by
-`endpoints: [{url, weight, max_concurrency}, ...]` (params, card, or the untracked
-endpoints file; see :mod:`voicebias.clients.endpoints`). This is how an audit scales
-past one GPU box: point it at the serving infrastructure that already hosts the
-model, and raise `max_concurrency` or add endpoints.
+Same call as voicebias.systems.openai_audio, sent to `base_url` from the system's params or card,
+or shared across several servers named by `endpoints` (voicebias.clients.endpoints). The server
+must return audio (plain vLLM answers in text only; vLLM-Omni speaks); a reply without audio is a
+recorded failure. `base_url` (or `endpoints`) is required and a key optional ('EMPTY' is sent
+without one).
 
-The server must return audio in the reply. Plain vLLM takes audio input but its
-chat endpoint answers in text only; speech output needs a server built for it,
-such as vLLM-Omni (`vllm serve <model> --omni`, e.g. Qwen2.5-Omni). A text-only
-server's replies carry no audio and are recorded as failures.
-
-Differences from the OpenAI adapter: `base_url` (or `endpoints`) is required; a key is optional
-(`api_key_env` names the variable; without one the conventional placeholder
-'EMPTY' is sent, as local vLLM servers accept); a reply without a transcript is
-accepted with none (the runner transcribes it when the system's params name an
-`asr` model); server-specific sampling options go in `extra_body`.
+See docs/systems.md, "Any OpenAI-compatible server".
 """
 
 from __future__ import annotations

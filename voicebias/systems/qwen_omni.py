@@ -1,30 +1,11 @@
 """Qwen2.5-Omni through transformers (native support): speech in, 24 kHz speech and text out.
 
-Loads Qwen2_5OmniForConditionalGeneration and the audio and text parts of
-Qwen2_5OmniProcessor (tokenizer, Whisper feature extractor, chat template) from a
-local folder only (`weights` in params, else the card's requires.weights), at the
-first call that is not a cache hit. The processor's image and video parts are left
-out: this adapter sends neither, and transformers' video processor needs torchvision,
-which the project's dependencies do not include. Per request::
+Loads Qwen2_5OmniForConditionalGeneration and the audio and text parts of Qwen2_5OmniProcessor
+from a local folder only, at the first call that is not a cache hit. The model's own system prompt
+is sent (it speaks only under it), so the native task prompt goes in the user turn after the
+audio; the output voice is a built-in speaker fixed across the audit.
 
-    conversation = [{"role": "system", "content": [{"type": "text", "text": QWEN_SYSTEM}]},
-                    {"role": "user", "content": [{"type": "audio", "audio": <16 kHz samples>},
-                                                 {"type": "text", "text": <native task prompt>}]}]
-    text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-    inputs = processor(text=text, audio=[samples], return_tensors="pt", padding=True)
-    text_ids, audio = model.generate(**inputs, speaker="Chelsie", generation_mode="audio", ...)
-
-The model card asks for its own system prompt whenever audio output is wanted, so the
-native task prompt goes in the user turn after the audio (not as system prompt, as
-for the API systems). The output voice is a built-in speaker (`speaker`, else the
-card's output voice), fixed across the audit; a speaker the checkpoint does not ship
-(its spk_dict.pt) is a setup error.
-
-Params: `speaker`, `thinker_max_new_tokens` (default 512), `temperature` (the text
-stream's sampling temperature; 0 decodes greedily; unset keeps the checkpoint's
-generation defaults), `talker_do_sample`, `talker_max_new_tokens` (caps the speech
-codes; unset keeps the model's default); runner knobs `weights`, `device` (default
-cuda; `cpu` runs in float32), `batch_size`.
+The conversation, the params and the defaults: docs/systems.md, "Qwen2.5-Omni through transformers".
 """
 
 from __future__ import annotations

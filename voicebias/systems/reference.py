@@ -1,40 +1,14 @@
 """Reference systems with planted truth, for the embedded default.
 
-A reference system answers every task in one fixed output voice (eSpeak NG), and
-decides the speaker's gender (describe word, summarize pronoun) by a planted rule,
-so the audit can be checked against a known answer:
+A reference system answers every task in one fixed output voice (eSpeak NG) and decides the
+speaker's gender (describe word, summarize pronoun) by a planted rule ('voice', 'content' or
+'mixed', with a planted error rate and non-compliance rate), so the audit can be checked against a
+known answer. A 'drifting' system also shifts its output F0 toward the content stereotype, and a
+system with `faults` misbehaves as real systems do, each fault recorded as `planted_fault`. Each
+distinct utterance is rendered once (voicebias.tts.render_cache), so the answers are byte-identical
+however they are batched or cached.
 
-- rule 'voice'   : follows the input voice; P(female) = 1 - e (female voice) or e (male);
-- rule 'content' : follows the passage's stereotype pole; P(female) = e (masculine),
-                   `neutral_p_female` (neutral), 1 - e (feminine);
-- rule 'mixed'   : follows content with probability w (`content_weight`), else the voice:
-                   P = w * P_content + (1 - w) * P_voice.
-
-A 'drifting' system (`drift_st` > 0) also moves its output voice toward the content
-stereotype: the output's F0 is raised by `drift_st` semitones for feminine content
-and lowered by as much for masculine content (Praat PSOLA, formants and duration
-kept), which RQ1 must detect.
-
-e is the planted `error_rate`. With probability `noncompliance_rate` the answer names
-no gender (a counted exclusion).
-
-A system with `faults` misbehaves as real systems do, each fault at its planted rate
-(one fault at most per reply, drawn from the request's seed): a spoken refusal,
-text with no audio, empty audio, 10 ms of audio, silence, heavy clipping, audio at
-8 kHz (too low a rate for the formant band), a 5-minute reply (the answer looped),
-and noise in place of speech (not for describe, whose answer is read from its text).
-The fault is recorded in the reply's provenance (`planted_fault`), so the screen's
-exclusions can be set beside the planted ones. `same_answer_tasks` are answered with one
-reply for every item (summarize: always 'she'). Unlike a real system, a reference system reads the
-stimulus labels (pole, voice gender, passage text) from the stimulus table: that is
-how its truth is planted. Readback and paraphrase speak the passage text, translate
-speaks the passage's English gloss, summarize a one-sentence native template.
-
-Each distinct utterance (text, output voice, planted shift) is rendered once: a batch
-renders its distinct utterances on every core, and with a render cache (the respond
-stage's `.cache/renders`, voicebias.tts.render_cache) the renders, with their FLAC
-files, are shared across tasks and systems. A render depends on its utterance alone,
-so the answers are byte-identical whether rendered, read from the cache, batched or not.
+The rules, the faults and what each task speaks: docs/systems.md, "Reference systems with planted truth".
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """A speech-continuation reference system with planted truth (embedded default).
 
-It continues each prompt in the prompt's own eSpeak NG voice, so speaker similarity
-is high by construction, and plants two behaviours the SC analyses must recover:
+It continues each prompt in the prompt's own eSpeak NG voice and plants two behaviours the SC
+analyses must recover: phonation regularisation (the prompt's phonation preset scaled by 1 - r, r
+the planted `regularisation` of the prompt's voice gender) and text framing (a passive sentence
+with the planted probability `passive_rate`, else an agentive one). Like the S2S reference systems
+it reads the stimulus labels from the stimulus table: that is how its truth is planted.
 
-- phonation regularisation: the continuation carries the prompt's phonation preset
-  (voicebias.stimuli.phonation.presets, the SC paper's) scaled by 1 - r, where r is the
-  planted `regularisation` of the prompt's voice gender (0 keeps the prompt's
-  phonation, 1 returns to modal). The SC paper found continuations revert toward
-  modal more strongly for female prompts (sec. 3); the default plants r = 0.3 for
-  male and 0.7 for female prompts, so the retained share of each voice-quality
-  change is 0.7 (male) and 0.3 (female). The scaled preset is applied with the
-  parametric converter (voicebias.stimuli.phonation).
-- text framing: with the planted probability `passive_rate` of the prompt's voice
-  gender, the continuation sentence frames the speaker as passive ("I waited, stuck
-  and unable to ..."), otherwise as agentive ("I decided to ..."). Each sentence
-  also repeats a content word of the prompt, so it stays on topic.
-
-Like the S2S reference systems it reads the stimulus labels (voice, gender,
-phonation, prompt text) from the stimulus table: that is how its truth is planted.
+The planted defaults: docs/systems.md, "The speech-continuation reference system".
 """
 
 from __future__ import annotations

@@ -1,63 +1,15 @@
 """Systems that run from the user's checkout of their own repository, in its own environment.
 
-Kimi-Audio, GLM-4-Voice, Step-Audio-2, SpiritLM, SpeechGPT and VAE-GSLM ship their
-inference code in research repositories with pins that clash with this project
-(Step-Audio-2 pins transformers 4.49, VAE-GSLM old torch, ...). They are never
-imported here: each runs in a subprocess with the interpreter of its own
-environment (`python` in the system's params), with the checkout as working
-directory and on PYTHONPATH.
+Kimi-Audio, GLM-4-Voice, Step-Audio-2, SpiritLM, SpeechGPT and VAE-GSLM are never imported here:
+each runs in a subprocess with the interpreter of its own environment (`python` in the system's
+params), the checkout as working directory and on PYTHONPATH. Three routes: **worker** (a driver
+from voicebias.systems.drivers loads the model once and answers one JSON line per request),
+**command** (one process per request from a command template, run without a shell) and **served**
+(the same driver behind voicebias.serving.shim, reached over HTTP through an EndpointPool). The
+served route hands the driver what the worker route does, so both share one cache key; before the
+first key every endpoint is asked what it runs, and one that breaks that premise is a SetupError.
 
-Three routes:
-
-- **worker** (every shipped system): a small driver script shipped in
-  :mod:`voicebias.systems.drivers` (``<system>_driver.py``, never named like the
-  package it imports, since a script's folder comes first on sys.path; params `driver`
-  names a script of one's own instead) loads the model once and then answers one JSON
-  line per request on stdin/stdout (audio in as a 16 kHz WAV path, audio out as a file
-  path plus the model's text). Model loading happens at the first call that is not a
-  cache hit, so a fully cached re-run never loads it.
-- **command** (any system with `command` in its params, which replaces its driver):
-  one process per request from a command template, for a wrapper of the user's own
-  (docs/repository-systems.md). Placeholders: {audio} (input WAV),
-  {out} (output WAV to write), {text_out} (optional text file), {prompt}, {seed},
-  {continuation_s}, {weights}, {checkout}. The command runs without a shell: a list
-  template is its words, a string template is split into words as a POSIX shell
-  would (`shlex`), and each word is formatted on its own, so a value (a prompt with
-  quotes, `$(...)`, backticks, newlines) reaches the command as one exact argument
-  and is never re-split or interpreted. A string template that cannot be split, or
-  that uses shell syntax (pipes, redirection, `&&`, `;`, `$VAR`, globs), is refused
-  at setup with a pointer to the list form.
-- **served** (any system with endpoints: the endpoints file ``voicebias serve <system>``
-  writes, else params `endpoints` or `base_url`, else the card): the same driver runs
-  behind the shim (:mod:`voicebias.serving.shim`), on this machine or another, and each
-  request goes over HTTP to one endpoint of an
-  :class:`~voicebias.clients.endpoints.EndpointPool` (fail-over, a bound and a circuit
-  breaker per endpoint; the runner's concurrency is the sum of the endpoints' `max_concurrency`). No
-  checkout, environment or weights are needed on this side.
-
-A missing checkout, environment or weights raises :class:`SetupError` with what to
-do; a worker that cannot start raises SetupError with the tail of its stderr (the
-stage stops: nothing could run); a worker that dies or hangs mid-run is restarted
-and the call retried (TransientError); an error the driver reports for one input is
-recorded as that input's failure.
-
-The served route's request carries what the worker route hands the driver: the same
-16 kHz 16-bit WAV bytes, the prompt, the seed, the task, the languages and the
-continuation settings; the shim passes them to the driver unchanged and returns the
-driver's WAV and text, which are read as the worker route reads them. So the answer is
-the same function of the same inputs, and the cache key is the worker route's: a
-cached answer of one route serves the other. Before the first cache key is computed
-every endpoint is asked (``GET /health``, ``GET /v1/models``) what it runs, and an
-endpoint that breaks the premise is a setup error naming it: it must be a voicebias
-shim serving the card's checkpoint, its driver must run with the settings this
-system's params give, and every endpoint must run the same driver code and report the
-same model revision. The one thing the key takes from the servers is the driver: a
-driver other than the shipped one (``voicebias serve --driver``; params `driver` for
-the worker route) puts its sha256 in the key. Where a call was served (`endpoint`)
-stays in the cache entry and out of the responses table. A driver error for one input
-(HTTP 422) is recorded as that input's failure with the driver's message, as in the
-worker route; a reply without audio is a recorded failure; 503, 504 and other 5xx (the
-worker died, hung or is loading) and 429 are retried by the runner.
+The routes, failures and endpoint checks: docs/repository-systems.md, "Three routes".
 """
 
 from __future__ import annotations

@@ -1,52 +1,14 @@
 """Run one system on one task over every stimulus: cached, resumable, retrying, concurrent.
 
-Each call is keyed by a hash of (system card, generation settings, task, prompt,
-stimulus audio sha256, target language, seed; and the sample index for a repeat
-answer, see below). A finished call is stored in the
-cache before it is reported, so an interrupted stage resumes where it stopped and
-no finished call is ever repeated; requests that share a key are sent once.
-Transient failures (429, 5xx, timeouts) are retried with exponential backoff; a
-call that still fails is recorded as failed with its reason, never replaced by an
-invented output, and is tried again on the next run.
+Each call is keyed by a hash of what decides its answer and stored before it is reported, so an
+interrupted stage resumes and no finished call is repeated; transient failures are retried with
+backoff, and a call that still fails is recorded as failed (never filled in) and asked again on
+the next run. Served systems stop early once every endpoint's circuit breaker has given up.
+Replies are screened (voicebias.systems.screen) and the table is built in stimulus-id order from
+the cache entries, so it is byte-identical however the run was served. With repeats
+(`run.samples_per_item` > 1) every stimulus gets k seeded samples.
 
-Before the first request that is not in the cache the system's `check` runs once
-(reachability and credentials; a SetupError stops the run). Served systems send
-through an endpoint pool whose circuit breakers (voicebias.clients.endpoints) fail a
-call fast, without sending, while every endpoint is open: such a call waits for the
-breaker's cool-down and is tried again without spending one of its attempts. Once
-every breaker has given up (`breaker.max_reopens` re-opens in a row) nothing more is
-sent for the system: that request and every one not yet sent are recorded as failed
-with the breaker's reason, so a run against dead or hanging servers ends after a few
-requests, not after requests x attempts x timeout / concurrency.
-
-API systems are called from a thread pool of `max_concurrency` workers; local GPU
-systems get `batch_size` requests per call (the adapter's batching hook). Every
-response carries its provenance in the responses table: the prompt sent, the model
-revision, the adapter's own provenance (settings, seed, served version) and the
-attempts of the call that produced it, read from the cache entry so a cached answer
-reads the same as a fresh one. Latency, UTC timestamps and the address of the endpoint
-that answered stay in the cache entry; this run's call counts, the cache entries it found
-damaged (and called again) and its wall time go to the run log (voicebias.runlog), never
-into a tracked output.
-
-A reply that came back is screened when the table is built (voicebias.systems.screen):
-one the analyses cannot use (no or empty audio, a refusal, audio too short, too long,
-silent, clipped or at too low a rate) gets status `excluded` with its `reason` code and
-a readable `error`, keeps its audio where it has some, and is not asked again. A call
-that failed gets status `failed` and reason `call_failed` (it is asked again next run).
-
-The table has one row per stimulus in stimulus-id order, whatever order the calls
-finished in, and each row is built from its cache entry alone, so the table and the
-output audio are byte-identical however many threads or endpoints served the run.
-
-Repeats (`samples`, params.yaml `run.samples_per_item`): with k > 1 every stimulus gets
-k requests, sample s = 0 .. k-1, sample s seeded with
-`voicebias.systems.base.sample_seed(seed, stimulus_id, s)`. Sample 0 is the request of
-a run without repeats (same seed, same cache key, same output file); a sample s >= 1
-has its own seed and its index in the cache key, and its audio is written to
-<stimulus_id>.sample<s>.flac. The table then has one row per stimulus x sample, ordered
-by (stimulus id, sample), with a `sample` column after stimulus_id; with k = 1 there is
-no such column and the table is that of a run without repeats.
+The cache key, breakers, provenance, table order and repeats: docs/systems.md, "The runner".
 """
 
 from __future__ import annotations

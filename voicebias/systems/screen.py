@@ -1,35 +1,12 @@
 """The reply screen: which replies of a system can enter the analyses, and why the others cannot.
 
-A call that came back is a reply. A reply that cannot be analysed stays in the responses
-table with status ``excluded``, its reason code in ``reason`` (contract.REPLY_REASONS) and a
-readable ``error``; it is counted in every table and the audit card, and it is not asked
-again (asking until a reply is usable would select the replies). The screen reads the reply
-alone, in this order:
+A reply that cannot be analysed stays in the responses table with status ``excluded``, its reason
+code in ``reason`` (contract.REPLY_REASONS) and a readable ``error``; it is counted everywhere and
+not asked again. The screen reads the reply alone (`file_facts` of its audio file, the transcript)
+and applies the limits each time the table is built, so changing a limit re-screens cached replies
+without calling the system. Unvoiced audio is left to the acoustic scoring stage (``no_voicing``).
 
-=================  ==================================================================
-reason             when
-=================  ==================================================================
-no_audio           text came back without audio (a speech system must speak)
-empty_audio        audio with no samples
-refusal            the transcript declines the task (lexicon ``refusal``, data/tasks/lexicon.yaml)
-not_audio, nan     the audio cannot be decoded, or holds NaN or infinite samples
-too_short          shorter than the instrument's shortest analysable sound
-                   (voicebias.audio.min_analysable_s of the neutral pitch floor)
-too_long           longer than ``acoustics.max_duration_s``, or more than
-                   ``run.max_reply_ratio`` times as long as the stimulus it answers
-low_sample_rate    a sample rate whose band stops below the formant ceiling (below twice
-                   the highest ``acoustics.max_formant``)
-silent, clipped    as the instrument refuses them (``acoustics.silence_dbfs``,
-                   ``acoustics.max_clipped_fraction``)
-=================  ==================================================================
-
-Whether the audio holds voiced speech at all is a measurement, not a screen: the acoustic
-scoring stage excludes an unvoiced reply (reason ``no_voicing``) in its own table.
-
-The audio facts the screen reads (`file_facts`: length, rate, level, clipping) are read
-from the reply's audio file as it is written to the responses folder, so they are a
-function of its bytes alone, and the limits are applied each time the table is built:
-changing a limit re-screens cached replies without calling the system again.
+The reason codes and when each applies: docs/systems.md, "The reply screen".
 """
 
 from __future__ import annotations

@@ -1,74 +1,15 @@
 """Speech-to-speech systems served by vLLM-Omni (`vllm serve <model> --omni`), over its chat-completions API.
 
-Plain vLLM answers an omni model's chat in text only; vLLM-Omni runs the model as a
-pipeline of stages (Qwen2.5-Omni and Qwen3-Omni: thinker, talker, code2wav;
-Step-Audio-2: thinker, token2wav) and answers in text and speech. One call per
-stimulus, a raw HTTP POST to ``{base_url}/chat/completions``::
+One raw HTTP POST to ``{base_url}/chat/completions`` per stimulus: the audio as an ``audio_url``
+data URI, the task prompt, ``modalities`` text and audio, and ``sampling_params_list`` (one vLLM
+SamplingParams mapping per stage, each with the item's seed); the reply's text and 24 kHz speech
+come back in two choices, and a reply without audio is a recorded failure. Calls go through an
+EndpointPool. Before the first call every endpoint is asked what it runs (``GET /version``,
+``GET /models``): an unreachable one is left out of the run while another answers, and one that
+refuses the key or serves another model, snapshot or engine is a setup error. What the servers
+report, the deploy settings and the sampling parameters are part of every cache key.
 
-    {"model": <served model id>,
-     "messages": [{"role": "system", "content": [{"type": "text", "text": <card system_prompt>}]},
-                  {"role": "user", "content": [
-                      {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,<16-bit WAV>"}},
-                      {"type": "text", "text": <native-language task prompt>}]}],
-     "modalities": ["text", "audio"],
-     "sampling_params_list": [<stage 0 params + seed>, <stage 1 params + seed>, ...]}
-
-`sampling_params_list` (what the OpenAI SDK sends from ``extra_body``) holds one
-vLLM SamplingParams mapping per stage, in stage order; every stage gets the item's
-own seed, ``item_seed(base.seed, stimulus_id)``. Where the card names no
-`system_prompt`, the task prompt is the system message and the user turn holds the
-audio alone (as for the API systems, the S2S paper's single native-language system
-prompt); `prompt_role: user` puts it after the audio instead. Qwen's models need their
-own system prompt for speech output, so their cards set it and the task prompt goes in
-the user turn. Step-Audio-2 speaks only when the assistant turn is opened with
-``<tts_start>``: its card sets `assistant_prefix`, sent as a final assistant message
-with ``continue_final_message: true`` and ``add_generation_prompt: false``.
-
-The reply carries the text in one choice (``message.content``) and the speech in
-another (``message.audio.data``, base64 WAV; vLLM-Omni writes 24 kHz). The sample rate
-is read from the WAV header. A reply without audio is a recorded failure with the
-model's text as part of the reason, never filled in. Connection failures, timeouts,
-408, 429 and 5xx raise :class:`TransientError` (with the server's Retry-After hint), so
-the runner's retry policy retries them; other HTTP errors fail the item at once.
-
-Calls go through an :class:`~voicebias.clients.endpoints.EndpointPool`, as for the
-OpenAI adapters: the endpoints come from the endpoints file ``voicebias serve`` writes,
-else params `endpoints` or `base_url`, else the card, else the default address; each
-request goes to one endpoint at a time, an unreachable one (refused or dropped
-connection, timeout) is set aside and the request moves to another, and the runner's
-concurrency is the sum of the endpoints' `max_concurrency`.
-
-Before the first call the adapter asks every endpoint what it runs: ``GET /version``
-(vLLM's version; vLLM-Omni serves through vLLM's app and reports no version of its
-own) and ``GET {url}/models`` (the served model ids, their `root` and
-`max_model_len`); the runner asks through :meth:`VLLMOmniSystem.check` before its first
-request, and the cache key needs the answers. An endpoint that cannot be reached is left
-out of the run and named on stderr, as long as another answers (when none does, the run
-stops); one that refuses the key (401, 403), does not serve the card's model, serves it
-from a snapshot other than the card's pinned `revision`, or reports other facts (vLLM
-version, snapshot, context length) than the other endpoints is a setup error naming
-that endpoint. Each endpoint has a circuit breaker (params `breaker`,
-:mod:`voicebias.clients.endpoints`). What the servers report (the snapshot commit read from `root`,
-not the path itself, which is a fact of the machine), the deploy settings (the card's
-`deploy`, with `batch_invariant: true` unless set otherwise, overridden by params
-`deploy`) and the full sampling parameters are part of :meth:`generation_settings`,
-hence of every cache key, beside the card and the base seed the runner already puts
-there. Where a call was served (`endpoint`, and the server's `root` as `served_root`)
-stays in the cache entry and out of the responses table
-(:data:`voicebias.systems.base.DEPLOY_PROVENANCE`).
-
-Card keys (besides the common ones): `revision` (the 40-hex Hugging Face commit the
-server runs, `vllm serve ... --revision <commit>`), `deploy` (how the server was
-started: engine, engine_version, command, batch_invariant, ...), `request`
-(`modalities`, `stages`, `sampling_params_list`, optional `system_prompt`,
-`prompt_role`, `assistant_prefix`). Params: `model` (the served model name, if the
-server was started with ``--served-model-name``), `prompt_role`,
-`sampling_params_list` (replaces the card's), `deploy` (merged over the card's);
-runner knobs `base_url` (default http://127.0.0.1:8091/v1, the port vLLM-Omni's
-examples use) or `endpoints` (several servers of the model, docs/endpoints.md),
-`api_key_env` (when the servers were started with ``--api-key``; one key for all),
-`timeout_s` (default 300), `max_concurrency` (per endpoint), `retry`. docs/serving.md
-has the serve commands.
+The request, card keys, params and cache key: docs/serving.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Kokoro-82M (Apache-2.0) from a local weights folder, through the `kokoro` package.
 
-The folder holds the files of the hexgrad/Kokoro-82M release, fetched once on a
-machine with internet and tracked with DVC:
+The folder holds the files of the hexgrad/Kokoro-82M release (config.json, kokoro-v1_0.pth,
+voices/<voice>.pt), fetched once and tracked with DVC; nothing is downloaded at run time. The first
+letter of a voice names its language, the second its gender (f/m). Synthesis is made repeatable by
+seeding torch from the text and voice before each utterance.
 
-    <weights>/config.json
-    <weights>/kokoro-v1_0.pth
-    <weights>/voices/<voice>.pt     e.g. af_heart, am_michael, ef_dora, em_alex, zf_xiaobei, zm_yunxi
-
-Nothing is downloaded at run time: the model is built from config.json and the
-.pth file, and voices are loaded from their .pt files. The first letter of a
-voice names its language (a: American English, b: British English, e: Spanish,
-z: Mandarin, ...), the second its gender (f/m). Needs `kokoro` (0.9.4) and, for
-Mandarin, `misaki[zh]`; English G2P also needs spaCy's en_core_web_sm installed.
-
-Synthesis is made repeatable by seeding torch from the text and voice before
-each utterance.
+The folder layout and the packages it needs: docs/stimuli.md, "Kokoro voices".
 """
 
 from __future__ import annotations

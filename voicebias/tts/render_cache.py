@@ -1,26 +1,13 @@
 """The render cache: each distinct utterance is rendered once, across tasks and systems.
 
-The reference systems speak few distinct texts: readback and paraphrase both speak the
-passage, both voices of a passage get the same answer text, describe and summarize answer
-with a handful of words and sentences, and every reference system speaks in the same
-output voice. An entry holds what one render gave:
+An entry holds what one render gave: the waveform exactly as the renderer returned it, its sample
+rate, and the FLAC file voicebias.audio.write_audio writes for it, so a hit encodes nothing. It is
+keyed (voicebias.cache.content_key) by everything that decides those bytes: what is rendered, the
+renderer's identity and the writer's. A render that raises is never stored. Entries are
+`<root>/<key[:2]>/<key>.npz`, written atomically; an unreadable entry is a miss. The cache is not a
+DVC output: deleting it costs time, never a different byte.
 
-- the waveform exactly as the renderer returned it (float32) and its sample rate;
-- the FLAC file `voicebias.audio.write_audio` writes for it (the bytes the response
-  cache stores and the respond stage copies out), so a hit encodes nothing.
-
-It is keyed (voicebias.cache.content_key) by everything that decides those bytes: what
-is rendered (text and voice, or the entry a transformation starts from and its settings),
-the renderer's identity (for a TTS backend `cache_identity()`: engine, its library's
-sha256 and package version, settings such as the speaking rate, the source of the code
-that calls it; for a transformation the source of its function and its library's
-version), and the writer's (the source of write_audio and flac_bytes, the soundfile and
-libsndfile versions). A render that raises is never stored: the caller records that
-item as failed and it is tried again on the next run.
-
-Entries are `<root>/<key[:2]>/<key>.npz`, written atomically; an entry that cannot be
-read back is a miss (counted in `corrupt`) and the next `put` replaces it. The cache is
-not a DVC output: deleting it costs time, never a different byte.
+See docs/systems.md, "The render cache".
 """
 
 from __future__ import annotations

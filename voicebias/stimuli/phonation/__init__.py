@@ -1,40 +1,14 @@
 """Phonation conversion: breathy, creaky and end-creak versions of each modal prompt.
 
-Two converters read the same per-frame conditioning (voicebias.stimuli.phonation.presets,
-SD units per 20 ms frame):
+Two converters read the same per-frame conditioning (voicebias.stimuli.phonation.presets, SD units
+per 20 ms frame): ``parametric`` (embedded default), signal processing with Praat (parselmouth),
+numpy and scipy in three steps (creak by PSOLA with jitter and alternating pulses, spectral tilt
+by an STFT gain and a high shelf, aspiration noise), each SD unit given a physical size by
+`ParametricSettings` (``phonation.parametric``); and ``vqvc``, VoiceQualityVC in its own
+environment (voicebias.stimuli.phonation.vqvc). The stage writes data/phonation/manifest.csv and
+the converted audio.
 
-* ``parametric`` (embedded default): signal processing with Praat (parselmouth),
-  numpy and scipy, applied to the modal recording in three steps.
-
-  1. Creak (creak > 0): the pitch contour is rebuilt with one PitchTier point per
-     glottal period, lowered by ``creak_semitones_per_sd`` semitones per SD and
-     perturbed period to period by a log-normal jitter of ``jitter_per_sd`` (relative
-     SD) per SD, then resynthesised with Praat's PSOLA (overlap-add). Every second
-     period is then attenuated by ``alternation_per_sd`` per SD (alternating, damped
-     pulses; capped at ``max_alternation``). Where CPPS is lowered inside creak, the
-     extra aperiodicity is realised as more jitter (``jitter_per_cpps_sd``), since
-     creak is irregular rather than noisy. Jitter is capped low (``max_jitter``):
-     period-to-period jitter of a few per cent smears the high harmonics, which
-     lowers A3 and would raise H1-A3, against the presets' intent.
-  2. Spectral tilt (H1-H2, H1-A3): a zero-phase STFT gain, per 10 ms frame,
-     ``-tilt_db_per_octave_per_sd * h1_h2 * log2(f / tilt_reference_hz)`` between
-     ``tilt_reference_hz`` and ``tilt_max_hz`` (flat outside), so H1-H2 changes by
-     ``tilt_db_per_octave_per_sd`` dB per SD wherever f0 lies above the reference,
-     and H1-A3 by log2(F3 / f0) times that; plus a smooth high shelf (full from
-     ``shelf_hz`` upward) of ``-shelf_db_per_sd * h1_a3`` dB for H1-A3 beyond the tilt.
-  3. Aspiration noise (CPPS < 0 outside creak): Gaussian noise, high-passed at
-     ``noise_highpass_hz``, shaped by the signal's 20 ms RMS envelope (so it rides on
-     the speech, not the pauses), at ``aspiration_per_sd`` x (-CPPS) of the envelope.
-
-  The result keeps the modal file's RMS level (peak-limited below full scale, which
-  is recorded). Strengths are SD units of the presets times the physical scales
-  in ``phonation.parametric`` (params.yaml); the manipulation check reports what
-  each condition actually changed.
-
-* ``vqvc``: VoiceQualityVC in its own environment (voicebias.stimuli.phonation.vqvc).
-
-The stage writes data/phonation/manifest.csv (one row per prompt x voice x
-condition; modal rows point at the sc_stimuli recordings) and the converted audio.
+The three steps and their settings: docs/phonation.md, "The parametric converter".
 """
 
 from __future__ import annotations

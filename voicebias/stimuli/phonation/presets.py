@@ -1,18 +1,12 @@
 """Phonation presets as per-frame voice-quality conditioning (SC paper, sec. 2.1).
 
-VoiceQualityVC (Hfkml/VQVC) conditions a conversion on six voice-quality features per
-20 ms frame, in standard-deviation units: creak, CPPS, H1-H2, pitch, H1-A3 and pitch
-variance (FEATURES, in that order). The SC paper's presets:
+VoiceQualityVC (Hfkml/VQVC) conditions a conversion on six voice-quality features per 20 ms frame,
+in standard-deviation units (FEATURES: creak, CPPS, H1-H2, pitch, H1-A3, pitch variance). The SC
+paper's presets (breathy, creaky, endcreak) live in params.yaml (`phonation.presets`); both
+converters read the same arrays, so a preset means one thing across backends. `conditioning` turns
+one into an (n_frames, 6) array of offsets in SD units.
 
-    breathy   H1-H2 +3, H1-A3 +3, creak -2, CPPS -1           (whole utterance)
-    creaky    creak +2, CPPS -1.5, H1-H2 -2, H1-A3 -2         (whole utterance)
-    endcreak  from the midpoint, a linear ramp to creak +7 and
-              H1-H2, H1-A3, CPPS -2 at the last frame          (0 before the midpoint)
-
-Both converters (the embedded parametric one and the VoiceQualityVC adapter) read the
-same arrays, so a preset means one thing across backends. Presets live in params.yaml
-(`phonation.presets`) and can be changed there; `conditioning` turns one into an
-(n_frames, 6) array of offsets in SD units.
+The presets' values: docs/phonation.md, "Presets".
 """
 
 from __future__ import annotations

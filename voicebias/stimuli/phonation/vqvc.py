@@ -1,72 +1,14 @@
 """VoiceQualityVC adapter: phonation conversion by the user's own VQVC checkout.
 
-VoiceQualityVC (github.com/Hfkml/VQVC) is a FreeVC-style voice converter: WavLM-Large
-content features of the source, a speaker embedding of a reference recording, and six
-extra conditioning tracks (creak, CPPS, H1-H2, pitch, H1-A3, pitch variance), one value
-per 20 ms content frame. The repository has no licence, no package and no command-line
-entry point (its inference is a notebook), and pins old libraries. So nothing of it is
-copied or imported here: the user clones it, builds its environment, and this module
-runs a small driver (:mod:`voicebias.stimuli.phonation.external.vqvc_driver`) with that environment's
-interpreter, in the checkout, over a JSON list of jobs, so the models load once per batch.
+VoiceQualityVC (github.com/Hfkml/VQVC) is a FreeVC-style voice converter conditioned on six
+voice-quality tracks per 20 ms content frame. Nothing of it is copied or imported here: the user
+clones it and builds its environment, and this module runs a small driver
+(:mod:`voicebias.stimuli.phonation.external.vqvc_driver`) with that environment's interpreter, in
+the checkout, over a JSON list of jobs, so the models load once per batch. A preset is used as an
+absolute target in VQVC's SD units (0 = the speaker's average), on top of a per-feature baseline
+(``phonation.vqvc.baseline``), not as an offset from the source's own measures.
 
-How VQVC is driven (learnt from its notebook and model code; described, not copied)
-------------------------------------------------------------------------------------
-Read against Hfkml/VQVC at commit 900d41da58de04039b8bb3221b6b335df8ee7ce7 (README:
-the release checkpoint is G_VQVC.pth; VQVC.ipynb: pitch -1.5 in every conversion).
-
-- ``utils.get_hparams_from_file(config)`` reads the FreeVC-style JSON config; its
-  ``model`` section switches each voice-quality encoder on (all six must be on).
-- The generator is ``models.SynthesizerTrn(filter_length // 2 + 1,
-  segment_size // hop_length, **model_section)``, filled by
-  ``utils.load_checkpoint(path, net, None, True)`` (strict: a config that does not match
-  the checkpoint fails loudly).
-- Content: a WavLM-Large checkpoint (``torch.load`` -> ``cfg`` and ``model`` entries,
-  ``wavlm.WavLM(wavlm.WavLMConfig(cfg))``) and ``utils.get_content(wavlm, wav)`` ->
-  (1, 1024, T), one frame per 320 samples at 16 kHz (20 ms).
-- Speaker: ``speaker_encoder.voice_encoder.SpeakerEncoder(ckpt, device=...)`` and
-  ``embed_utterance(wav)`` on a silence-trimmed reference recording. Here the reference
-  is the source recording itself (the voice keeps its identity; only its quality moves),
-  unless a job names another recording of the same speaker.
-- Conversion: ``net.infer(c, g=g, creaks=, cpps=, h1h2s=, pitches=, h1a3s=,
-  pitch_vars=)``, each track a (1, 1, T) float tensor, T equal to the content length;
-  output (1, 1, samples) at 16 kHz. The prior is sampled, so the driver seeds torch
-  for every item.
-- The WavLM code (``wavlm/``) and the speaker-encoder and WavLM checkpoints are not in
-  the VQVC repository; ``utils.py`` also imports a ``hifigan`` module that is not in
-  it either. It is only needed for a vocoder VQVC does not use at inference, so the
-  driver puts an empty stand-in module in its place when the checkout lacks one.
-
-Conditioning: absolute targets, not offsets from the source
------------------------------------------------------------
-VQVC never sees the source's own voice-quality measurements at inference: the six
-tracks are the only voice-quality input, and the converter re-renders the content with
-whatever values it is given. In training the tracks were the recordings' own per-frame
-measures, normalised to standard-deviation units (the normalisation code is not in the
-repository), so 0 means "this speaker's average" and the notebook drives the model with
-constant absolute values (all 0 except pitch, which it sets to -1.5 in every
-conversion). A preset value is therefore used as the absolute target in those units,
-on top of a per-feature ``baseline`` (``phonation.vqvc.baseline``, SD units; by
-default pitch -1.5 as in the notebook and 0 for the others; a baseline given in the
-params replaces the default feature by feature):
-
-    track[frame, feature] = baseline[feature] + preset offset[frame, feature]
-
-The source's measured features are not added in: doing so would need the training
-normalisation statistics, which are not published, and would change the meaning of
-the paper's presets (breathy = H1-H2 +3 SD *from the average*, not from the source).
-The modal preset gives the baseline alone, so running the modal prompts through VQVC
-as well gives all four conditions the same converter artefacts.
-
-Frames: :func:`build_conditioning` gives ``n_frames(duration)`` = ceil(duration / 20 ms)
-rows; WavLM's content length is about one frame shorter (its first frame needs 25 ms).
-The driver fits the rows to the content length by linear interpolation over relative
-time, which keeps constant presets exact and a ramp's start-of-utterance zeros and
-final target at the first and last content frame; both counts are reported per item.
-
-Params (``phonation.vqvc``; paths relative to the project root unless absolute, the
-config relative to the checkout): repo, python, checkpoint, wavlm, speaker_encoder,
-config, device, baseline, seed, load_timeout_s, item_timeout_s (see
-:class:`VQVCConfig`). The presets come from ``phonation.presets``.
+How VQVC is driven, the conditioning, frames and params: docs/phonation.md, "VoiceQualityVC".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """SpeechGPT driver (0nutation/SpeechGPT): continue an audio prompt with the repository's inference class.
 
-Uses speechgpt/src/infer/cli_infer.py's SpeechGPTInference(model_name_or_path,
-lora_weights, s2u_dir, vocoder_dir, output_dir): called on a list of prompts it turns
-each audio path into mHuBERT units, wraps them in its chat template, generates, and
-renders the answer's units with the unit vocoder, returning (16000, waveform). The
-answer's text, when the model writes one, is the last line of
-<output_dir>/responses.json ("textAnswer").
+Uses speechgpt/src/infer/cli_infer.py's SpeechGPTInference, constructed once: it turns each prompt's
+audio into mHuBERT units, generates, and renders the answer's units with the unit vocoder (16 kHz);
+the answer's text, when the model writes one, is read from <output_dir>/responses.json. `weights`
+is one folder holding the model, the chat LoRA, speech2unit/ and vocoder/. The class sets its own
+generation settings, so the continuation length is the model's, not `continuation_s`.
 
-`weights` is one folder holding SpeechGPT-7B-cm/ (the model), SpeechGPT-7B-com/
-(the chat LoRA, used when `variant` is SpeechGPT-7B-com), speech2unit/ (the mHuBERT
-checkpoint and its k-means) and vocoder/ (vocoder.pt and config.json), the files
-the repository's README downloads. The class sets its own generation settings
-(max_new_tokens 2048, temperature 0.7, top_p 0.8, top_k 50), so the continuation
-length is the model's, not `continuation_s`.
+The weights layout and the settings: docs/repository-systems.md, "SpeechGPT".
 """
 
 import json

@@ -1,18 +1,12 @@
 """SpiritLM driver (facebookresearch/spiritlm): continue an audio prompt, base or expressive.
 
-Uses the repository's API: Spiritlm(<variant>) and generate(output_modality=...,
-interleaved_inputs=[GenerationInput(content=<wav path>, content_type=SPEECH)],
-generation_config=GenerationConfig(...)). With `text_stream: true` the output
-modality is ARBITRARY (interleaved speech and text; text parts are joined as the
-system's own text), else SPEECH. Output audio is 16 kHz. Weights are found by the
-repository itself (its checkpoints/ folder, or SPIRITLM_CHECKPOINTS_DIR set from
-`weights`: spiritlm_model/<variant>/ and speech_tokenizer/ below it).
+Uses the repository's API, Spiritlm(<variant>) and generate(...) on the prompt's audio; with
+`text_stream: true` the output interleaves speech and text, else it is speech alone (16 kHz).
+Weights are found by the repository itself (its checkpoints/ folder, or SPIRITLM_CHECKPOINTS_DIR
+set from `weights`). The token budget is the continuation length times the speech tokenizer's unit
+rate, an upper bound on the speech it buys.
 
-The token budget is the continuation length times the speech tokenizer's unit rate:
-HuBERT units at 24.99 per second, plus for the expressive model (the repository's
-`Spiritlm.is_expressive_model`) pitch units at 12.5 and style units at 1 per second,
-interleaved in the same stream. HuBERT and pitch units are deduplicated, so the
-budget is an upper bound on the speech it buys.
+The calls, the weights and the unit rates: docs/repository-systems.md, "SpiritLM".
 """
 
 import os

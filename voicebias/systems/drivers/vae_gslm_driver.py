@@ -1,21 +1,12 @@
 """VAE-GSLM driver (b04901014/vae-gslm): continue an audio prompt through the repository's two scripts.
 
-The repository has no inference API, only scripts run over a dataset, so each request
-runs them on a one-file dataset, as its README's "Running Inference" section does:
+The repository has no inference API, only scripts run over a dataset, so each request runs them on
+a one-file dataset, as its README's "Running Inference" section does: scripts.hubert_kmeans writes
+the prompt's semantic tokens, then scripts.infer re-synthesises the prompt and continues it; the
+prompt's seconds are cut off, so the reply is the continuation alone (16 kHz). Each request loads
+the models anew.
 
-1. ``python -m scripts.hubert_kmeans -c <kmeans_v200.npy> -m <hubert-large-ll60k>
-   -i metadata.txt -w <folder> -o tokens.txt`` writes the prompt's semantic tokens;
-2. ``python -m scripts.infer -c infer.yaml``, with infer.yaml the repository's
-   configs/infer/speech/vae-gslm.yaml pointed at that dataset, the checkpoints and a
-   fresh output_dir; sample_prior_length is the prompt's duration and sample_length
-   the continuation's (s); min_audio_length 0 so a short prompt is not dropped.
-
-The script writes <output_dir>/1.wav: the prompt re-synthesised, then the
-continuation; the first sample_prior_length seconds are cut off, so the reply is the
-continuation alone (16 kHz). `weights` is one folder holding vae-gslm_ckpt/,
-vocoder_ckpt/ and kmeans_v200.npy (the release files the README links) and
-hubert-large-ll60k/ (a local copy of facebook/hubert-large-ll60k, which the token
-script would otherwise fetch from the hub). Each request loads the models anew.
+The commands, the config and the weights folder: docs/repository-systems.md, "VAE-GSLM".
 """
 
 import os

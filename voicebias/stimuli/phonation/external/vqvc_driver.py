@@ -2,19 +2,13 @@
 
     <vqvc-python> vqvc_driver.py jobs.json        (working directory: the checkout)
 
-Standard library, numpy, soundfile and torch only; voicebias is not importable there.
-It imports the checkout's own modules (utils, models, speaker_encoder, wavlm) from
-`repo` and calls them; nothing of VQVC is copied here. The models load once, then
-every item is converted in turn. After each item the list of statuses so far is
-written to `status_path` as JSON: {"index", "status": "ok", "output", "frames_model",
-"frames_conditioning", "duration_s"} or {"index", "status": "failed", "error"}; an
-item that fails is recorded and the batch goes on. Exit code 0 when the batch ran
-(whatever the items' fates), 2 when the models could not be loaded.
+Standard library, numpy, soundfile and torch only; voicebias is not importable there. It imports
+the checkout's own modules from `repo` and calls them; the models load once, then every item is
+converted in turn, and after each item the statuses so far are written to `status_path` as JSON
+(a failed item is recorded and the batch goes on). Exit code 0 when the batch ran, 2 when the
+models could not be loaded.
 
-jobs.json: {"repo", "config", "checkpoint", "wavlm", "speaker_encoder", "device",
-"sample_rate", "frame_s", "features", "status_path", "items": [{"index", "input",
-"speaker", "conditioning", "output", "seed"}]}. Inputs are 16 kHz mono; each
-conditioning .npy is (frames, 6) in the order of "features".
+The jobs.json and status formats: docs/phonation.md, "The driver".
 """
 
 from __future__ import annotations
