@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from voicebias.errors import ConfigError
+
 LAZY = re.compile(r"^(voicebias(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?::[A-Za-z_][A-Za-z0-9_]*)?$")
 #: a code dep dvc.yaml lists file by file (generated); other entries are written by hand
 CODE_FILE = re.compile(r"^(stages|voicebias)/[^$]*\.py$")
@@ -76,7 +78,7 @@ def stage_commands(dvc_yaml: Path) -> dict[str, tuple[str, list[str]]]:
         body = st.get("do", st)
         m = re.search(r"python -m ([\w.]+)", body["cmd"])
         if not m:
-            raise ValueError(f"stage {name}: cmd does not run a module: {body['cmd']}")
+            raise ConfigError(f"dvc.yaml: stage {name}: cmd does not run a module (python -m ...): {body['cmd']}")
         out[name] = (m.group(1), [str(d) if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])])
     return out
 
@@ -99,7 +101,7 @@ def code_deps(module: str, kept: list[str], root: Path) -> list[str]:
     files = closure(module, root)
     own = module_file(module, root)
     if own is None:
-        raise ValueError(f"module {module} not found under {root}")
+        raise ConfigError(f"dvc.yaml: module {module} (a stage's `python -m`) not found under {root}")
     rest = uncovered(files, kept, root)
     first = [str(own.relative_to(root))]
     if "stages/__init__.py" in rest and first[0] != "stages/__init__.py":
@@ -113,6 +115,10 @@ DEPS_LINE = re.compile(r"^(?P<indent>\s*)deps:\s*$")
 def write_deps(text: str, root: Path) -> str:
     """`text` (dvc.yaml) with each stage's code-file deps rewritten from its imports; every other
     line (other deps, comments, params, outs) as it was."""
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"dvc.yaml is not valid YAML: {' '.join(str(err).split())}") from None
     lines = text.split("\n")
     out: list[str] = []
     stage = module = None
@@ -131,7 +137,7 @@ def write_deps(text: str, root: Path) -> str:
             i += 1
             continue
         if module is None:
-            raise ValueError(f"stage {stage}: deps before a `cmd: python -m` line")
+            raise ConfigError(f"dvc.yaml: stage {stage}: deps before a `cmd: python -m` line")
         out.append(line)
         i += 1
         entries: list[tuple[str, list[str]]] = []  # (dep, its lines: the entry and any nested or comment lines)

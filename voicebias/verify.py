@@ -290,16 +290,21 @@ def outputs_at(lock_text: str) -> list[str]:
     return paths
 
 
-def _committed_files(repo: Path, rev: str) -> Iterator[tuple[str, str, bytes | None]]:
-    """(output, path, bytes) of every file under every output the revision's dvc.lock records."""
+def _lock_at(repo: Path, rev: str) -> tuple[Any, str]:
+    """(DVC file system at the revision, its dvc.lock text); ConfigError naming what is wrong."""
     from dvc.api import DVCFileSystem
 
+    if not Path(repo).is_dir():
+        raise ConfigError(f"cannot read dvc.lock at {rev!r}: {repo} is no folder")
     try:
         fs = DVCFileSystem(str(repo), rev=rev)
-        lock_text = fs.read_text("dvc.lock")
+        return fs, fs.read_text("dvc.lock")
     except Exception as err:  # noqa: BLE001 - a bad revision or a repository without a lock
         raise ConfigError(f"cannot read dvc.lock at {rev!r} in {repo}: {err}") from None
 
+
+def _committed_files(fs: Any, lock_text: str, rev: str) -> Iterator[tuple[str, str, bytes | None]]:
+    """(output, path, bytes) of every file under every output the revision's dvc.lock records."""
     try:
         from dvc_data.index.index import DataIndexDirError
     except ImportError:  # another dvc-data layout: a missing directory then surfaces as FileNotFoundError
@@ -338,7 +343,10 @@ def verify(rev: str = "HEAD", repo: Path = Path("."), progress: bool = True) -> 
 
     repo = Path(repo).resolve()
     results, seen, dirs, uncommitted = [], set(), set(), []
-    for out, rel, committed in tqdm(_committed_files(repo, rev), desc="verify", unit="file", disable=not progress):
+    fs, lock_text = _lock_at(repo, rev)  # before the progress bar: a revision that cannot be read is one line
+    for out, rel, committed in tqdm(
+        _committed_files(fs, lock_text, rev), desc="verify", unit="file", disable=not progress
+    ):
         seen.add(rel)
         if out != rel:
             dirs.add(out)

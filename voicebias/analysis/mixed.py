@@ -373,9 +373,13 @@ def fit_reml_matrices(
                 best = optimize.OptimizeResult(
                     x=free.x, fun=free.fun, success=_at_optimum(free.x, y, X, Gs, bounded=False)
                 )
-    # convergence was decided at the located point, with its margin; the estimate is the polished optimum
+    # convergence is decided with its margin at the located point, or at the polished optimum when the
+    # search stopped short on a flat deviance and Newton's steps reached the optimum from there; the
+    # estimate is the polished optimum
     bounded = not np.any(best.x < 0)
     x = _polish(np.asarray(best.x, float), y, X, Gs, bounded=bounded)
+    if not best.success and not np.array_equal(x, best.x):
+        best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(x, y, X, Gs, bounded=bounded))
     if not nobound:
         x = np.where([singular_ratio(g) for g in x], 0.0, x)
     fun = _reml_objective(x, y, X, Gs)

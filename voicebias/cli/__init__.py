@@ -233,7 +233,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `voicebias` command line: every command and its options."""
     ap = argparse.ArgumentParser(prog="voicebias", description="Gender-bias audit of speech models.")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("preflight", help="what the active (or named) profile still needs")
@@ -272,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--run", action="store_true")
     p.set_defaults(fn=cmd_ui)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return guarded(args.fn, args, stage=args.command)
 
 

@@ -183,3 +183,50 @@ def test_a_measure_constant_up_to_rounding_is_constant(rounding):
     assert m["warning"].str.startswith("no variance").all() and (m["status"] == "not estimable").all()
     c = rq1_contrasts(d)
     assert (c["reason"] == "no variance: the measure is constant in both cells").all()
+
+
+def test_a_reml_search_stopped_short_on_a_flat_deviance_is_converged_once_polished():
+    """A passage variance about a thousand times the residual one (a fixed output voice: the outputs of
+    a passage nearly equal) leaves the REML deviance so flat that the bounded search stops short of
+    the optimum (its slope in log variance ratio above the 1e-3 margin there); Newton's steps from
+    there reach it. The fit is converged, and its variances and effects are lme4's."""
+    from scipy import optimize
+
+    from tests.support.rref import run_r
+    from voicebias.analysis import mixed
+
+    rng = np.random.default_rng(1)
+    passage = np.repeat(np.arange(30), 2)
+    pole = passage % 3
+    X = np.column_stack([np.ones(60), np.tile([0.0, 1.0], 30), pole == 1, pole == 2]).astype(float)
+    y = X @ np.array([0.5, 0.2, 0.1, -0.3]) + rng.normal(0, 0.13, 30)[passage] + rng.normal(0, 0.0039, 60)
+    Gs = [(passage[:, None] == passage[None, :]).astype(float)]
+    located = min(
+        (
+            optimize.minimize(
+                mixed._reml_objective,
+                np.full(1, start),
+                args=(y, X, Gs),
+                method="L-BFGS-B",
+                bounds=[(0.0, None)],
+                options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10},
+            )
+            for start in (0.1, 1.0, 5.0)
+        ),
+        key=lambda r: r.fun,
+    )
+    assert not mixed._at_optimum(located.x, y, X, Gs, bounded=True)  # the search stopped short
+    fit = mixed.fit_reml_matrices(y, X, ["Intercept", "b", "p1", "p2"], {"passage": passage}, nobound=False)
+    assert fit.converged and 300 < fit.vcomp["passage"] / fit.vcomp["residual"] < 3000
+    table = pd.DataFrame({"y": y, "b": X[:, 1], "p1": X[:, 2], "p2": X[:, 3], "passage": passage})
+    ref = run_r(
+        "suppressMessages(library(lme4))\n"
+        "m <- lmer(y ~ b + p1 + p2 + (1 | passage), table, REML = TRUE, "
+        "control = lmerControl(optimizer = 'bobyqa', optCtrl = list(rhobeg = 1e-3, rhoend = 1e-12)))\n"
+        "vc <- as.data.frame(VarCorr(m)); emit('vc', vc$vcov); emit('b', fixef(m)); "
+        "emit('se', sqrt(diag(as.matrix(vcov(m)))))",
+        table=table,
+    )
+    assert fit.vcomp.to_numpy() == pytest.approx(ref["vc"], rel=1e-6)
+    assert fit.params.to_numpy() == pytest.approx(ref["b"], rel=1e-8, abs=1e-12)
+    assert fit.bse.to_numpy() == pytest.approx(ref["se"], rel=1e-6)

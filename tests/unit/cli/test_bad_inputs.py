@@ -118,6 +118,21 @@ CASES = [
     ),
     ("fetch-unknown-system", ["fetch", "nosuch_system", "--dry-run"], None, ["nosuch_system"]),
     ("serve-unknown-system", ["serve", "nosuch_system"], None, ["nosuch_system"]),
+    ("verify-not-a-repository", ["verify", "HEAD"], None, ["dvc.lock", "not a git repository"]),
+    ("verify-missing-folder", ["verify", "--repo", "no/such/folder"], None, ["no/such/folder"]),
+    ("dev-deps-missing-folder", ["dev", "deps", "--repo", "no/such/folder"], None, ["no/such/folder", "dvc.yaml"]),
+    (
+        "dev-deps-yaml-syntax",
+        ["dev", "deps"],
+        lambda r: (r / "dvc.yaml").write_text("stages: [\n", encoding="utf-8"),
+        ["dvc.yaml", "not valid YAML"],
+    ),
+    (
+        "dev-deps-stage-without-module",
+        ["dev", "deps", "--check"],
+        lambda r: (r / "dvc.yaml").write_text("stages:\n  x:\n    cmd: make\n    deps:\n      - a\n", encoding="utf-8"),
+        ["stage x", "python -m"],
+    ),
 ]
 
 
@@ -200,3 +215,12 @@ def test_the_respond_stage_behind_a_failed_carrier_gate_is_one_line(tmp_path):
         timeout=300,
     )
     assert_one_line(res, ["voicebias respond voice_faithful:", "has not passed"])
+
+
+def test_every_command_has_a_bad_input_case():
+    import argparse
+
+    from voicebias.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) - {argv[0] for _, argv, _, _ in CASES} == set()
