@@ -14,6 +14,7 @@ E2E_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
 E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twice for the fresh clone)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Tests under tests/e2e carry the e2e marker, the longer per-test timeout and one xdist group;
     slow simulation studies run only when the -m expression names them (pytest -m slow)."""

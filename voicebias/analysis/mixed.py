@@ -111,6 +111,9 @@ def _reml_objective(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np
 
 
 FREE_MARGIN = 1e-6
+#: a bounded component whose removal raises the REML deviance by no more than this share of it is at
+#: its boundary (rounding in the deviance is about 1e-15 of it; 1e-12 keeps a margin of a thousand)
+BOUNDARY_MARGIN = 1e-12
 # The REML optimum is located when the deviance's derivative in each log variance ratio is
 # below this (a located optimum gives about 1e-6 or less; a search stopped on the way, 1e-2 and
 # more). The decision looks at where the search ended, not at the optimiser's own stopping flag,
@@ -381,7 +384,17 @@ def fit_reml_matrices(
     if not best.success and not np.array_equal(x, best.x):
         best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(x, y, X, Gs, bounded=bounded))
     if not nobound:
-        x = np.where([singular_ratio(g) for g in x], 0.0, x)
+        # at the boundary (a singular fit): a standard deviation under lme4's isSingular tolerance, or a
+        # component whose removal raises the REML deviance by rounding only (BOUNDARY_MARGIN of its size):
+        # near the boundary the search and Newton's steps place it anywhere below about 1e-8 of the
+        # residual variance, on the last bits of the data
+        f_x = _reml_objective(x, y, X, Gs)
+        for j, g in enumerate(x):
+            zero = x.copy()
+            zero[j] = 0.0
+            if singular_ratio(g) or _reml_objective(zero, y, X, Gs) <= f_x + BOUNDARY_MARGIN * max(1.0, abs(f_x)):
+                x = zero
+                f_x = min(f_x, _reml_objective(x, y, X, Gs))
     fun = _reml_objective(x, y, X, Gs)
     n, p = X.shape
     llf = -0.5 * (fun + (n - p) * (1 + np.log(2 * np.pi / (n - p))))
