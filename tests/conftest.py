@@ -14,16 +14,27 @@ E2E_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
 E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twice for the fresh clone)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist (-n), one worker runs every end-to-end test (they share one scratch pipeline
+    run, built once per worker that needs it), sent first as the longest unit, while the other
+    workers take the unit-test modules."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EndToEndTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/e2e" if nodeid.startswith("tests/e2e/") else super()._split_scope(nodeid)
+
+    return EndToEndTogether(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests under tests/e2e carry the e2e marker, the longer per-test timeout and one xdist group;
-    slow simulation studies run only when the -m expression names them (pytest -m slow)."""
+    """Tests under tests/e2e carry the e2e marker and the longer per-test timeout; slow
+    simulation studies run only when the -m expression names them (pytest -m slow)."""
     for item in items:
         if str(item.fspath).startswith(E2E_DIR + os.sep):
             item.add_marker(pytest.mark.e2e)
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
-            # one xdist worker runs them all, so the session's scratch pipeline is built once
-            item.add_marker(pytest.mark.xdist_group("pipeline"))
     if "slow" not in (config.option.markexpr or ""):
         slow = [item for item in items if item.get_closest_marker("slow")]
         if slow:
