@@ -78,6 +78,8 @@ class MeasureSettings:
     formant_method: str = _schema_default("formant_method")
     # > 0: fold pitch frames an octave off the track's median back (tolerance, semitones).
     octave_check_st: float = 0.0
+    # the stretch measured: whole, voiced, nucleus, steady or span:<start>:<end> (voicebias.instruments.regions)
+    region: str = "whole"
 
     @classmethod
     def for_gender(cls, params: dict[str, Any], gender: str) -> "MeasureSettings":
@@ -158,7 +160,7 @@ class Component:
 #: the measure set, in the order a file is measured: every other component is taken at the
 #: pitch frames, and the harmonic levels at the formants too
 MEASURE_SET = (
-    Component("pitch", pitch, ("pitch_floor", "pitch_ceiling", "time_step", "octave_check_st")),
+    Component("pitch", pitch, ("pitch_floor", "pitch_ceiling", "time_step", "octave_check_st", "region")),
     Component("formants", formants, ("max_formant", "formant_method"), ("pitch",)),
     Component("harmonics", harmonics, ("bandwidths",), ("pitch", "formants")),
     Component("cpps", cpps, ("cpps_time_step",), ("pitch",)),
@@ -246,7 +248,13 @@ def min_duration_s(settings: MeasureSettings) -> float:
 
 
 def check_settings(settings: MeasureSettings) -> None:
-    """ConfigError for a formant method or bandwidth source the instrument does not know."""
+    """ConfigError for a formant method, bandwidth source or region the instrument does not know."""
+    from voicebias.instruments.regions import parse
+
+    try:
+        parse(settings.region)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if settings.bandwidths not in ("hawks_miller", "measured"):
         raise ConfigError(f"acoustics.bandwidths must be 'hawks_miller' or 'measured', not '{settings.bandwidths}'")
     if settings.formant_method not in ("dap", "burg"):

@@ -1,7 +1,8 @@
 """F0 (component 'pitch' of the measure set): Praat's pitch track, with an optional octave check.
 
 Measures: voiced_fraction (share of pitch frames that are voiced), f0_median_hz (Hz) and
-f0_median_st (semitones re 100 Hz), medians over the voiced frames.
+f0_median_st (semitones re 100 Hz), medians over the voiced frames of the measured region
+(voicebias.instruments.regions).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from voicebias.audio import AudioError
+from voicebias.instruments.regions import region_mask
 from voicebias.instruments.units import hz_to_semitones
 
 #: the measures this component gives (voicebias.contract.MEASURE_COLUMNS)
@@ -46,13 +48,17 @@ def measure(a: Any) -> dict[str, float]:
 
 def pitch_track(snd, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(all frame times, voiced mask, voiced times, voiced f0 in Hz) of Praat's pitch track of `snd`
-    with the settings `s` (time step, pitch floor and ceiling, octave check); AudioError when fewer
-    than three frames are voiced."""
+    with the settings `s` (time step, pitch floor and ceiling, octave check), the voiced frames
+    those of the region `s.region`; AudioError when fewer than three frames are voiced."""
     pitch = snd.to_pitch(s.time_step, s.pitch_floor, s.pitch_ceiling)
     f0 = pitch.selected_array["frequency"]
     voiced = f0 > 0
     if voiced.sum() < 3:
         raise AudioError("no voiced frames found: silent, noise-only or non-speech audio", code="no_voicing")
+    if s.region != "whole":
+        voiced = region_mask(snd, pitch.xs(), voiced, s)
+        if voiced.sum() < 3:
+            raise AudioError(f"fewer than three voiced frames in the region '{s.region}'", code="no_voicing")
     f0_voiced = f0[voiced]
     if s.octave_check_st > 0:
         f0_voiced, _ = correct_octave_jumps(f0_voiced, s.octave_check_st)

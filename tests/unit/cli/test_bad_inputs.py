@@ -99,6 +99,24 @@ CASES = [
         ["--out", "data"],
     ),
     (
+        "measure-textgrid-not-a-textgrid",
+        ["measure", "tone.wav", "--tier", "vowels"],
+        lambda r: (_tone(r / "tone.wav", 1.0), (r / "tone.TextGrid").write_text("not a TextGrid\n")),
+        ["tone.TextGrid", "not a TextGrid Praat can read"],
+    ),
+    (
+        "measure-textgrid-no-such-tier",
+        ["measure", "tone.wav", "--tier", "vowels"],
+        lambda r: (
+            _tone(r / "tone.wav", 1.0),
+            (r / "tone.TextGrid").write_text(
+                'File type = "ooTextFile"\nObject class = "TextGrid"\n\n0\n1\n<exists>\n1\n'
+                '"IntervalTier"\n"words"\n0\n1\n1\n0\n1\n"a"\n'
+            ),
+        ),
+        ["no tier 'vowels'", "words"],
+    ),
+    (
         "compare-not-utf8",
         ["compare", "a.json", "b.json"],
         lambda r: ((r / "a.json").write_bytes(b'{"s2s": [], "x": "\xe9"}'), (r / "b.json").write_text('{"s2s": []}')),
@@ -193,7 +211,7 @@ def test_measure_reports_a_bad_file_as_its_row_and_its_line(tmp_path, given, rea
     res = run_cli(root, ["measure", given])
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert f"voicebias measure: {given}: refused ({reason}): {words}" in res.stderr
-    assert f"\n{given},excluded,{reason}," in res.stdout
+    assert f"\n{given},whole,,,,excluded,{reason}," in res.stdout
 
 
 def test_the_respond_stage_behind_a_failed_carrier_gate_is_one_line(tmp_path):

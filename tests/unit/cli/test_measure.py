@@ -76,7 +76,7 @@ def bad(tmp_path_factory, vowels):
 
 
 def test_table_columns_are_the_pipeline_status_and_measure_columns():
-    assert TABLE_COLUMNS == ["file", *STATUS_COLUMNS, *MEASURE_COLUMNS]
+    assert TABLE_COLUMNS == ["file", "region", "label", "start_s", "end_s", *STATUS_COLUMNS, *MEASURE_COLUMNS]
 
 
 def test_gendered_settings_read_known_vowels_wav_44k_and_flac_16k(vowels, capsys, tmp_path):
