@@ -3,7 +3,7 @@
 The margin plays the role of the logit difference z_female - z_male (S2S paper, App. F): positive
 means 'sounds female', and it stays graded where a posterior would pin to 0 or 1. Backends behind
 `GenderClassifier.margins`, imported lazily through REGISTRY: `acoustic_norms` (embedded default,
-from the measured F0 and formant index) and the wav2vec2 classifiers `w2v2_librispeech` and
+from the measured F0 and F3, with a calibrated probability) and the wav2vec2 classifiers `w2v2_librispeech` and
 `w2v2_commonvoice` (paper profile; local weights only, scored in batches).
 
 See docs/instrument.md, "Speaker-gender classifiers".
@@ -67,41 +67,83 @@ class GenderClassifier(ABC):
         """
 
 
+#: Speaking-F0 norms of adult read speech: 120 Hz (men) and 210 Hz (women), the typical values
+#: Traunmueller & Eriksson (1995) give from the published production data.
+READ_SPEECH_F0_HZ = {"male": 120.0, "female": 210.0}
+#: Between-speaker spreads and F3 norms from the published measurement table of Hillenbrand et al.
+#: (1995, vowdata.dat), per talker over the 12 vowels (geometric means), for the 35 men and 38 women
+#: who are not among the test talkers of tests/fixtures/real (tests/unit/instruments/test_real_voices.py
+#: recomputes them): F0 SD in semitones, F3 mean (Hz) and SD (octaves).
+VOWEL_TABLE_NORMS = {
+    "male": {"f0_sd_st": 2.4495, "f3_hz": 2487.85, "f3_sd_oct": 0.05430},
+    "female": {"f0_sd_st": 1.6456, "f3_hz": 2846.69, "f3_sd_oct": 0.06525},
+}
+#: The slope a of the calibrated log-odds a * LLR (Platt scaling through the origin, so the equal-prior
+#: boundary stays where the norms put it), by maximum likelihood on the 857 tokens of those 73 talkers
+#: that have F0 and F3: one token's LLR overstates the evidence about five-fold.
+CALIBRATION_SLOPE = 0.2088
+
+
+@dataclass(frozen=True)
+class Norm:
+    """One sex's class-conditional normal: F0 (semitones re 100 Hz) and log2 F3 (octaves), independent."""
+
+    f0_st: float
+    f0_sd_st: float
+    log2_f3: float
+    f3_sd_oct: float
+
+    def loglik(self, f0_st: np.ndarray, log2_f3: np.ndarray) -> np.ndarray:
+        """Log density (nats, up to the constant both classes share) of the measured values."""
+        return (
+            -0.5 * ((f0_st - self.f0_st) / self.f0_sd_st) ** 2
+            - np.log(self.f0_sd_st)
+            - 0.5 * ((log2_f3 - self.log2_f3) / self.f3_sd_oct) ** 2
+            - np.log(self.f3_sd_oct)
+        )
+
+
+def _norm(sex: str) -> Norm:
+    t = VOWEL_TABLE_NORMS[sex]
+    return Norm(
+        f0_st=float(hz_to_semitones(READ_SPEECH_F0_HZ[sex])),
+        f0_sd_st=t["f0_sd_st"],
+        log2_f3=float(np.log2(t["f3_hz"])),
+        f3_sd_oct=t["f3_sd_oct"],
+    )
+
+
 @dataclass
 class AcousticNormsClassifier(GenderClassifier):
-    """Gaussian class-conditional classifier on F0 and the formant index.
+    """Gaussian class-conditional classifier on the median F0 and the median F3, with equal priors.
 
-    Class means are adult vowel norms from Peterson & Barney (1952, Table II,
-    averaged over ten vowels): F0 132 Hz (men) vs 223 Hz (women); F1/F2/F3
-    502/1420/2386 Hz vs 625/1694/2783 Hz, i.e. a formant index of 0 vs 0.264
-    octaves. The within-gender spreads (`f0_sd_st`, `formant_sd_oct`) are set
-    parameters, not estimates. The margin is the log-likelihood ratio
-    log p(x|female) - log p(x|male) with equal priors, in nats.
+    F0 carries the read-speech norms (READ_SPEECH_F0_HZ); F3 stands for vocal-tract length, because
+    the higher formants move least with what is said (Lammert & Narayanan, 2015) and the median F3 of
+    read speech sits where the vowel table's does, while F1 and F2 are centralised in running speech.
+    The margin is the calibrated log-odds CALIBRATION_SLOPE * (log p(x|female) - log p(x|male)), and
+    `probability` its posterior P(female) = 1 / (1 + exp(-margin)). Norms and calibration:
+    docs/accuracy.md, "The acoustic-norms classifier".
     """
 
-    f0_sd_st: float = 2.0
-    formant_sd_oct: float = 0.06
     name: str = "acoustic_norms"
 
-    MALE = {"f0_st": float(hz_to_semitones(132.0)), "formant_index": 0.0}
-    FEMALE = {
-        "f0_st": float(hz_to_semitones(223.0)),
-        "formant_index": float(np.mean(np.log2(np.array([625.0, 1694.0, 2783.0]) / np.array([502.0, 1420.0, 2386.0])))),
-    }
+    MALE = _norm("male")
+    FEMALE = _norm("female")
 
     def margins(
         self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None, sample_rate: int = 16000
     ) -> np.ndarray:
         f0 = measures["f0_median_st"].to_numpy(float)
-        fi = measures["formant_index"].to_numpy(float)
+        f3 = np.log2(measures["f3_hz"].to_numpy(float))
+        return CALIBRATION_SLOPE * self.log_likelihood_ratio(f0, f3)
 
-        def loglik(c: dict[str, float]) -> np.ndarray:
-            return (
-                -0.5 * ((f0 - c["f0_st"]) / self.f0_sd_st) ** 2
-                - 0.5 * ((fi - c["formant_index"]) / self.formant_sd_oct) ** 2
-            )
+    def log_likelihood_ratio(self, f0_st: np.ndarray, log2_f3: np.ndarray) -> np.ndarray:
+        """log p(x|female) - log p(x|male) (nats) of F0 (semitones re 100 Hz) and log2 F3."""
+        return self.FEMALE.loglik(f0_st, log2_f3) - self.MALE.loglik(f0_st, log2_f3)
 
-        return loglik(self.FEMALE) - loglik(self.MALE)
+    def probability(self, measures: pd.DataFrame) -> np.ndarray:
+        """P(female | F0, F3) under the norms, equal priors."""
+        return 1.0 / (1.0 + np.exp(-self.margins(measures)))
 
 
 def label_indices(id2label: dict[Any, str], labels: dict[str, int] | None = None) -> tuple[int, int]:

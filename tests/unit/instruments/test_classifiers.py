@@ -10,7 +10,6 @@ from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSe
 
 from voicebias.instruments.acoustics import add_margins
 from voicebias.instruments.classifiers import (
-    AcousticNormsClassifier,
     Wav2Vec2GenderClassifier,
     get_classifier,
     label_indices,
@@ -157,6 +156,7 @@ def test_pipeline_reads_classifier_weights_from_params(tmp_path, male_first):
             "status": ["ok", "excluded", "ok"],
             "f0_median_st": [3.0, np.nan, 12.0],
             "formant_index": [0.0, np.nan, 0.25],
+            "f3_hz": [2450.0, np.nan, 2900.0],
         }
     )
     params = {
@@ -171,22 +171,6 @@ def test_pipeline_reads_classifier_weights_from_params(tmp_path, male_first):
     np.testing.assert_allclose(out["margin_w2v2_librispeech"].to_numpy()[[0, 2]], expected, atol=1e-5)
     assert np.isnan(out.loc[1, "margin_w2v2_librispeech"])  # excluded files get no margin
     assert out.loc[0, "margin_acoustic_norms"] < 0 < out.loc[2, "margin_acoustic_norms"]
-
-
-def test_acoustic_norms_margin_is_the_log_likelihood_ratio():
-    clf = AcousticNormsClassifier()
-    # at the female norm the margin is +half the squared standardised distance, at the male norm minus it
-    d2 = ((clf.FEMALE["f0_st"] - clf.MALE["f0_st"]) / clf.f0_sd_st) ** 2 + (
-        (clf.FEMALE["formant_index"] - clf.MALE["formant_index"]) / clf.formant_sd_oct
-    ) ** 2
-    df = pd.DataFrame(
-        {
-            "f0_median_st": [clf.FEMALE["f0_st"], clf.MALE["f0_st"]],
-            "formant_index": [clf.FEMALE["formant_index"], clf.MALE["formant_index"]],
-        }
-    )
-    np.testing.assert_allclose(clf.margins(df), [d2 / 2, -d2 / 2])
-    assert get_classifier("acoustic_norms").needs_audio is False
 
 
 def test_composite_takes_several_classifiers_with_equal_weights():
