@@ -6,15 +6,16 @@ import numpy as np
 import pandas as pd
 
 
-def gate_inputs(leak_st=0.0, flip=None, seed=3):
-    """60 inputs per language with no content effect, or a planted pitch leak for feminine content."""
+def gate_inputs(leak_st=0.0, flip=None, seed=3, noise_st=0.3):
+    """60 inputs per language with no content effect, or a planted pitch leak for feminine content
+    (Spanish); `noise_st`: the within-voice SD of F0 (semitones)."""
     rng = np.random.default_rng(seed)
     rows = []
     for lang in ("en", "es"):
         for pole in ("masculine", "neutral", "feminine"):
             for voice, f0 in (("male", 4.0), ("female", 13.0)):
                 for i in range(10):
-                    st = f0 + rng.normal(0, 0.3) + (leak_st if pole == "feminine" and lang == "es" else 0.0)
+                    st = f0 + rng.normal(0, noise_st) + (leak_st if pole == "feminine" and lang == "es" else 0.0)
                     margin = (st - 8.5) * 3
                     sid = f"{lang}-{pole}-{i:02d}-{voice}"
                     if sid == flip:

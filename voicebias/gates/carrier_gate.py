@@ -4,7 +4,9 @@ Per language (S2S paper, App. G), the gate fails on any classifier flip of the i
 gender, and on any gender-sensitive measure whose content effect (an F-test of content within
 voice) is directional toward the stereotype; the secondary channels' directional p-values are
 Holm-adjusted (`p_directional_holm`). An omnibus effect without that direction is reported as
-'benign'; with `strict`, any omnibus effect on the headline composite fails. Inputs with a
+'benign', and a directional one whose feminine-minus-masculine contrast is under NEGLIGIBLE_SHARE
+of the male-female separation on that measure as 'negligible'; with `strict`, any omnibus effect
+on the headline composite fails. Inputs with a
 `phonation` column are judged per language x phonation condition.
 
 The criteria and verdicts: docs/stimuli.md, "The carrier gate".
@@ -39,6 +41,15 @@ GATE_COLUMNS = [
     "verdict",
     "at_fault",
 ]
+
+
+#: A directional content contrast under this share of the male-female voice separation on the same
+#: measure is 'negligible', not a leak: on deterministic TTS the within-voice variance is so small that
+#: the F-test finds differences far below anything that can move a classification (the S2S paper, App. G,
+#: rules its Spanish margin effect benign partly for being <= 0.007 logits against a 13-logit separation).
+NEGLIGIBLE_SHARE = 0.01
+#: the verdicts that let the pipeline go on
+PASSING = ("pass", "benign", "negligible")
 
 
 def holm(p: list[float]) -> list[float]:
@@ -143,8 +154,11 @@ def carrier_gate(
             res = {**results[m], "p_directional_holm": adjusted[m]}
             significant = res["p_content"] < alpha
             toward_stereotype = res["p_directional_holm"] < alpha and res["fem_minus_masc"] > 0
-            if significant and (toward_stereotype or (strict and m == headline)):
+            negligible = abs(res["fem_minus_masc"]) < NEGLIGIBLE_SHARE * abs(res["voice_separation"])
+            if significant and strict and m == headline:
                 verdict = "fail"
+            elif significant and toward_stereotype:
+                verdict = "negligible" if negligible else "fail"
             else:
                 verdict = "benign" if significant else "pass"
             rows.append(
@@ -185,7 +199,7 @@ def require_gate(table: pd.DataFrame, flips: pd.DataFrame) -> ValidationReport:
             table,
             "carrier_gate",
             [
-                E.ExpectColumnValuesToBeInSet(column="verdict", value_set=["pass", "benign"]),
+                E.ExpectColumnValuesToBeInSet(column="verdict", value_set=list(PASSING)),
                 E.ExpectColumnValuesToBeBetween(column="flips", min_value=0, max_value=0),
             ],
         )

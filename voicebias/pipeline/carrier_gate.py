@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from voicebias.gates.carrier_gate import carrier_gate, require_gate
+from voicebias.gates.carrier_gate import PASSING, carrier_gate, require_gate
 
 
 def run_stage(params: dict[str, Any], *, measures_path: Path, out_dir: Path) -> pd.DataFrame:
@@ -32,7 +32,7 @@ def run_stage(params: dict[str, Any], *, measures_path: Path, out_dir: Path) -> 
     write_json(
         out_dir / "metrics.json",
         {
-            "passed": bool(table["verdict"].isin(["pass", "benign"]).all()),
+            "passed": bool(table["verdict"].isin(PASSING).all()),
             "flips": int(len(flips)),
             "excluded_stimuli": int(len(excluded)),
             "composite_p": {

@@ -144,3 +144,27 @@ def test_a_directional_effect_fails_only_toward_the_stereotype(leak_st, verdict)
     assert np.sign(es["fem_minus_masc"]) == np.sign(leak_st)
     assert es["verdict"] == verdict
     assert table.set_index(["lang", "measure"]).loc[("en", "composite"), "verdict"] == "pass"
+
+
+@pytest.mark.parametrize(
+    "leak_st, strict, verdict", [(0.05, False, "negligible"), (0.2, False, "fail"), (0.05, True, "fail")]
+)
+def test_a_directional_effect_under_one_percent_of_the_voice_separation_is_negligible(leak_st, strict, verdict):
+    """On near-deterministic audio (0.01 st within-voice spread) feminine content 0.05 st higher is
+    significant and toward the stereotype, but 0.6 % of the 9 st separation between the voices:
+    'negligible', which lets the pipeline go on; 0.2 st (2.2 %) fails, and `strict` fails any
+    effect on the headline."""
+    from voicebias.gates.carrier_gate import NEGLIGIBLE_SHARE, require_gate
+
+    inputs = gate_inputs(leak_st=leak_st, noise_st=0.01)
+    table, flips = carrier_gate(inputs, ["clf"], 0.05, "composite", ["f0_median_st"], strict=strict)
+    es = table.set_index(["lang", "measure"]).loc[("es", "composite")]
+    assert es["p_content"] < 1e-6 and es["p_directional"] < 1e-6 and es["fem_minus_masc"] > 0
+    share = es["fem_minus_masc"] / es["voice_separation"]
+    assert (share < NEGLIGIBLE_SHARE) == (leak_st == 0.05)
+    assert es["verdict"] == verdict
+    if verdict == "negligible":
+        require_gate(table, flips)  # passes
+    else:
+        with pytest.raises(Exception, match="carrier gate failed"):
+            require_gate(table, flips)
