@@ -328,6 +328,12 @@ def poles_to_formants(a: np.ndarray, ceiling: float, n: int = 3) -> tuple[np.nda
     freq, bw = _pole_frequencies(roots, float(ceiling))
     in_band = (roots.imag > 0) & (freq > 50.0) & (freq < ceiling - 50.0)
     formant_like = in_band & (freq > DAP_MIN_FORMANT_HZ) & (bw < DAP_MAX_BANDWIDTH_HZ)
+    # The model has one pole pair for the glottal source: where every pole pair looks like a
+    # formant, the source's has strayed among them (at high F0, near F2), and the broadest goes.
+    strayed = formant_like.sum(axis=1) >= DAP_ORDER // 2
+    if strayed.any():
+        broadest = np.argmax(np.where(formant_like, bw, -np.inf), axis=1)
+        formant_like[np.flatnonzero(strayed), broadest[strayed]] = False
     rank = np.where(formant_like, freq, np.where(in_band, freq + 2 * ceiling, np.inf))
     chosen = np.argsort(rank, axis=1)[:, :n]
     freq = np.where(np.isfinite(np.take_along_axis(rank, chosen, 1)), np.take_along_axis(freq, chosen, 1), np.nan)

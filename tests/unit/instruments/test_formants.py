@@ -199,3 +199,21 @@ def test_polynomial_roots_of_a_double_root_and_an_undefined_row():
     # a double root is defined only to about the square root of the rounding
     assert np.abs(found[0][:, None] - double[None, :]).min(axis=0).max() < 1e-6
     assert np.isnan(found[1]).all()
+
+
+# Hillenbrand et al. (1995) mean F1-F4 of men's /ɑ/, /ʌ/, /u/ (published table, every man); F5 = 1.2 F4
+HILLENBRAND_MEN_BACK = {"ah": (756, 1309, 2535, 3684), "uh": (621, 1181, 2548, 3564), "uw": (380, 992, 2355, 3378)}
+
+
+@pytest.mark.parametrize("vowel", sorted(HILLENBRAND_MEN_BACK))
+@pytest.mark.parametrize("f0", [240.0, 270.0, 300.0])
+def test_f3_of_mens_back_vowels_holds_at_high_f0(vowel, f0):
+    """At high F0 the model's source pole pair can stray among the formants near F2, where it
+    was read as F3 (F3 of a man's /ɑ/ at 240 Hz read 47 % low); the broadest of six formant-like
+    pole pairs is taken as the source's, and F3 holds within 5 %."""
+    from tests.fakes.stimuli import synthetic_vowel
+
+    f1, f2, f3, f4 = HILLENBRAND_MEN_BACK[vowel]
+    x = synthetic_vowel(f0, (f1, f2, f3, f4, 1.2 * f4))
+    m = measure_signal(x, 16000, MeasureSettings(60, 500, 5500, 0.01, voice_quality=False, octave_check_st=2))
+    assert m["f3_hz"] == pytest.approx(f3, rel=0.05)
