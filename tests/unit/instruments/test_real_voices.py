@@ -50,7 +50,7 @@ def test_at_the_published_steady_state_f0_and_formants_match_per_group(group):
 @pytest.mark.parametrize("group", real.GROUPS)
 def test_the_steady_option_brings_whole_tokens_to_the_steady_state_level(group):
     """`--region steady` on whole /hVd/ tokens: F0 within 5 % for at least 90 % and F2 within 10 %
-    for at least 80 % of each group, where the whole token gives 79-89 % and 67-79 %."""
+    for at least 80 % of each group, where the whole token gives 79-89 % and 66-79 %."""
     steady = real.accuracy(real.hillenbrand_table("steady")).loc[group]
     whole = real.accuracy(real.hillenbrand_table("whole")).loc[group]
     assert steady["f0"] >= 0.90 and steady["f2"] >= 0.80, steady
@@ -183,10 +183,18 @@ def test_the_classifier_holds_on_real_speakers_of_each_sex(name, minimum):
 
 
 def test_the_probability_is_calibrated_and_the_tables_in_the_docs_are_the_measured_ones():
+    from scipy import stats
+
     rel = real.reliability()
     filled = rel[rel["n"] >= 10]
     assert len(filled) >= 5
-    assert ((filled["predicted"] - filled["observed"]).abs() <= 0.1).all(), rel
+    # each bin's count of women lies in the central 95 % of Binomial(n, mean predicted P(female))
+    low, high = stats.binom.interval(0.95, filled["n"].astype(int), filled["predicted"])
+    women = (filled["observed"] * filled["n"]).round()
+    assert ((women >= low) & (women <= high)).all(), rel
+    # and the large bins within 0.05 of it
+    big = filled[filled["n"] >= 100]
+    assert len(big) == 2 and ((big["predicted"] - big["observed"]).abs() <= 0.05).all(), rel
     text = DOC.read_text(encoding="utf-8")
     for table in real.classifier_markdown().split("\n\n"):  # accuracy, reliability, misjudged files
         assert table in text, "docs/accuracy.md: rerun `python -m tests.support.real`"
