@@ -250,6 +250,9 @@ class Acoustics(Section):
     classifier: ClassifierName | list[ClassifierName] = "acoustic_norms"
     classifier_weights: dict[ClassifierName, str] = {}
     classifier_batch_size: PositiveInt | None = None
+    #: the class order of a checkpoint whose config names its labels generically (LABEL_0, LABEL_1),
+    #: from its model card: {name: {female: i, male: j}}
+    classifier_labels: dict[ClassifierName, dict[Gender, Annotated[int, Field(ge=0)]]] = {}
     bandwidths: Literal["hawks_miller", "measured"] = "hawks_miller"
     cpps_time_step: Annotated[float, Field(gt=0.0)] = 0.002
     max_duration_s: Annotated[float, Field(gt=0.0)] = 600.0
@@ -259,6 +262,16 @@ class Acoustics(Section):
     speaker_embedding_weights: str | None = None
     #: ECAPA clips per padded batch (default 8 on a GPU, 1 on the CPU); embeddings do not depend on it
     speaker_embedding_batch_size: PositiveInt | None = None
+
+    @field_validator("classifier_labels")
+    @classmethod
+    def _both_labels(cls, v: dict) -> dict:
+        for name, order in v.items():
+            if set(order) != set(GENDERS) or len(set(order.values())) != 2:
+                raise ValueError(
+                    f"classifier_labels.{name} needs distinct class indices for female and male, got {order}"
+                )
+        return v
 
 
 class TextControl(Section):

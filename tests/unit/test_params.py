@@ -185,3 +185,18 @@ def test_consumers_take_their_defaults_from_the_schema():
     assert RetryPolicy.from_params({}) == RetryPolicy() == RetryPolicy(**Retry().model_dump())
     with pytest.raises(ParamsError, match="retry.max_attempt"):
         RetryPolicy.from_params({"retry": {"max_attempt": 3}})
+
+
+def test_a_stated_label_order_is_validated_as_the_classifier_reads_it():
+    """acoustics.classifier_labels (read by voicebias.instruments.acoustics.add_margins for checkpoints
+    with generic label names) is part of the schema: a complete order passes, a partial or repeated one
+    is refused with its path, and an unknown classifier name too."""
+    raw = copy.deepcopy(EMBEDDED)
+    raw["acoustics"]["classifier_labels"] = {"w2v2_commonvoice": {"female": 1, "male": 0}}
+    assert validate_params(raw)["acoustics"]["classifier_labels"] == {"w2v2_commonvoice": {"female": 1, "male": 0}}
+    raw["acoustics"]["classifier_labels"] = {"w2v2_commonvoice": {"female": 0}}
+    assert "acoustics.classifier_labels" in problems(raw)
+    raw["acoustics"]["classifier_labels"] = {"w2v2_commonvoice": {"female": 0, "male": 0}}
+    assert "distinct class indices" in problems(raw)
+    raw["acoustics"]["classifier_labels"] = {"w2v2_libri": {"female": 0, "male": 1}}
+    assert "acoustics.classifier_labels" in problems(raw)
