@@ -70,6 +70,12 @@ F0_HZ = "f0_median_hz"
 F0_ST = "f0_median_st"
 F1, F2, F3 = "f1_hz", "f2_hz", "f3_hz"
 FORMANT_INDEX = "formant_index"
+F4 = "f4_hz"
+VTL_INDEX = "vtl_index"
+#: F4 and the vocal-tract index: NaN where a file has no fourth formant below the ceiling
+UPPER_FORMANT_MEASURES = (F4, VTL_INDEX)
+#: the composite's choice of formant term (params acoustics.formant_term)
+FORMANT_TERMS = (FORMANT_INDEX, VTL_INDEX)
 H1_H2 = "h1_h2_db"
 H1_H2_CORRECTED = "h1_h2_corrected_db"
 H1_A3 = "h1_a3_db"
@@ -80,7 +86,19 @@ HNR = "hnr_db"
 #: voice-quality measures (voicebias.instruments.harmonics, .cpps, .harmonicity)
 VOICE_QUALITY_MEASURES = [H1_H2, H1_H2_CORRECTED, H1_A3, H1_A3_CORRECTED, CPPS, HNR]
 #: every acoustic measure of a file (voicebias.instruments.acoustics)
-MEASURE_COLUMNS = [DURATION, VOICED_FRACTION, F0_HZ, F0_ST, F1, F2, F3, FORMANT_INDEX, *VOICE_QUALITY_MEASURES]
+MEASURE_COLUMNS = [
+    DURATION,
+    VOICED_FRACTION,
+    F0_HZ,
+    F0_ST,
+    F1,
+    F2,
+    F3,
+    FORMANT_INDEX,
+    F4,
+    VTL_INDEX,
+    *VOICE_QUALITY_MEASURES,
+]
 #: the voice-quality measures of the SC study (manipulation check, continuation scoring, preservation)
 SC_MEASURES = (H1_H2, H1_A3, CPPS)
 #: the instrument's components (voicebias.instruments.acoustics.COMPONENTS) the SC stages

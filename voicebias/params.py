@@ -247,6 +247,9 @@ class Acoustics(Section):
     neutral_pitch_range: tuple[float, float] = (60.0, 500.0)
     neutral_max_formant: Annotated[float, Field(gt=0.0)] = 5500.0
     octave_check_st: Annotated[float, Field(ge=0.0, lt=6.0)] = 2.0
+    #: the femininity composite's formant term: vtl_index (F3-F4, robust to F0) or formant_index
+    #: (F1-F3, the S2S paper's, sec. 4); docs/instrument.md, "The femininity composite"
+    formant_term: Literal["vtl_index", "formant_index"] = "vtl_index"
     classifier: ClassifierName | list[ClassifierName] = "acoustic_norms"
     classifier_weights: dict[ClassifierName, str] = {}
     classifier_batch_size: PositiveInt | None = None

@@ -202,8 +202,59 @@ def accuracy_markdown() -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # pragma: no cover - prints the docs tables
-    print(accuracy_markdown(), classifier_markdown(), sep="\n\n")
+def published_f4() -> pd.DataFrame:
+    """token and published_f4 (Hz; NaN where not measurable) of every token of Hillenbrand et al.'s
+    published measurement table (orig_vowdata.dat; reference.csv has F0-F3 only)."""
+    rows = []
+    for line in (HILLENBRAND / "orig_vowdata.dat").read_text(encoding="latin-1").splitlines():
+        parts = line.split()
+        if len(parts) == 16 and parts[0][:1] in "mwbg" and parts[0][1:3].isdigit():
+            rows.append({"token": parts[0], "published_f4": float(parts[6])})
+    return pd.DataFrame(rows).replace(0.0, np.nan)
+
+
+def upper_formant_table() -> pd.DataFrame:
+    """The whole tokens (`hillenbrand_table('whole')`) with the published F4, the vocal-tract index
+    of the published F3 and F4 (published_vtl) and the measured index's error (vtl_error, octaves)."""
+    from voicebias.instruments.formants import vtl_index
+
+    t = hillenbrand_table("whole").merge(published_f4(), on="token", how="left", validate="one_to_one")
+    t["published_vtl"] = vtl_index(t["published_f3"], t["published_f4"])
+    t["vtl_error"] = t["vtl_index"] - t["published_vtl"]
+    return t
+
+
+def separation(table: pd.DataFrame, col: str) -> float:
+    """The probability that a woman's token reads higher on `col` than a man's (AUC, ties half)."""
+    from scipy.stats import mannwhitneyu
+
+    a = table.loc[table["group"] == "women", col].dropna()
+    b = table.loc[table["group"] == "men", col].dropna()
+    return float(mannwhitneyu(a, b).statistic / (len(a) * len(b)))
+
+
+def upper_formant_markdown() -> str:
+    """The F4 / vocal-tract index table of docs/accuracy.md (whole tokens, gender settings)."""
+    t = upper_formant_table()
+    lines = [
+        "| group | tokens with a published F4 | F4 within 10 % | median F4 error "
+        "| median abs. vocal-tract index error (oct) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for g in GROUPS:
+        d = t[(t["group"] == g) & t["published_f4"].notna()]
+        err = d["f4_hz"] / d["published_f4"] - 1
+        lines.append(
+            f"| {g} | {len(d)} | {100 * (err.abs() <= 0.10).mean():.1f} % | {100 * err.median():+.1f} % | "
+            f"{d['vtl_error'].abs().median():.3f} |"
+        )
+    lines += [
+        "",
+        "| index | women above men (AUC, 240 adult tokens) |",
+        "|---|---:|",
+        *(f"| {c} | {separation(t, c):.3f} |" for c in ("vtl_index", "formant_index", "f3_hz")),
+    ]
+    return "\n".join(lines)
 
 
 def vowel_table() -> pd.DataFrame:
@@ -247,3 +298,7 @@ def calibration_slope(norms_margin) -> float:
     llr = norms_margin(12 * np.log2(t["f0"].to_numpy() / 100), np.log2(t["f3"].to_numpy()))
     fit = sm.Logit((t["sex"] == "F").to_numpy(float), llr.reshape(-1, 1)).fit(disp=0)
     return float(fit.params[0])
+
+
+if __name__ == "__main__":  # pragma: no cover - prints the docs tables
+    print(accuracy_markdown(), upper_formant_markdown(), classifier_markdown(), sep="\n\n")

@@ -127,7 +127,7 @@ def rq1_contrasts(acoustic: pd.DataFrame, measure: str = "delta_composite") -> p
 
 MIXED_FORMULA = "y ~ C(pole, Treatment('neutral')) * C(voice_gender)"
 STEREOTYPE_STEP = {"masculine": -1.0, "neutral": 0.0, "feminine": 1.0}
-UNITS = {"delta_composite": "SD", "delta_f0_median_st": "st", "delta_formant_index": "oct"}
+UNITS = {"delta_composite": "SD", "delta_f0_median_st": "st", "delta_formant_index": "oct", "delta_vtl_index": "oct"}
 
 
 def units_of(measure: str) -> str:

@@ -19,7 +19,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from voicebias.contract import CPPS, F0_ST, H1_A3, H1_H2, SC_COMPONENTS, SC_MEASURES
+from voicebias.contract import (
+    CPPS,
+    F0_HZ,
+    F0_ST,
+    F1,
+    F2,
+    F3,
+    F4,
+    FORMANT_INDEX,
+    H1_A3,
+    H1_H2,
+    SC_COMPONENTS,
+    SC_MEASURES,
+    VTL_INDEX,
+)
 from voicebias.instruments.acoustics import MeasureSettings, measure_files
 from voicebias.validation import ValidationReport, expectations, require_valid
 
@@ -74,9 +88,7 @@ def measure_stimuli(
                 row.update(measure_status="excluded", measure_error=f"{m['reason']}: {m['error']}")
                 break
             if part == "whole":  # what the gender classifiers read (F0, formants)
-                row.update(
-                    {k: m[k] for k in ("f0_median_hz", "f0_median_st", "f1_hz", "f2_hz", "f3_hz", "formant_index")}
-                )
+                row.update({k: m[k] for k in (F0_HZ, F0_ST, F1, F2, F3, FORMANT_INDEX, F4, VTL_INDEX)})
             for col in (*SC_MEASURES, F0_ST):
                 row[f"{col}_{part}"] = m[col]
         rows.append(row)

@@ -230,7 +230,12 @@ class _Analysis:
         """(F1-F3 tracks at the voiced frames, measured bandwidths or None), Hz: voicebias.instruments.formants."""
         if self._formants is None:
             self._formants = formant_tracks(self)
-        return self._formants
+        return self._formants[:2]
+
+    def f4(self) -> np.ndarray:
+        """The F4 track at the voiced frames (Hz, NaN where none was found): voicebias.instruments.formants."""
+        self.formants()
+        return self._formants[2]
 
 
 def pitch_frames(n_samples: int, sr: int, settings: MeasureSettings) -> int:

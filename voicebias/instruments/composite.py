@@ -1,6 +1,7 @@
 """The femininity composite: equal-weight mean of z-scored gender-sensitive measures.
 
-It averages z-scored F0 (semitones re 100 Hz), the formant index (octaves re adult-male norms)
+It averages z-scored F0 (semitones re 100 Hz), one formant term (params acoustics.formant_term:
+the vocal-tract index from F3-F4 or the formant index over F1-F3, octaves re adult-male norms)
 and every configured classifier's margin, each with weight 1 / (2 + number of classifiers) (S2S
 paper, sec. 4), standardised per language with the mean and SD of that language's input stimuli,
 so inputs and outputs share one scale. Units: SD of the language's input distribution; higher =
@@ -14,15 +15,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from voicebias.contract import FORMANT_TERMS
 from voicebias.errors import ConfigError, NotFound
 
 REFERENCE_COLUMNS = ["lang", "measure", "mean", "sd", "n"]
 
 
-def composite_measures(classifiers: list[str] | str) -> list[str]:
-    """The measures the composite averages: F0, formant index, one margin per classifier."""
+def composite_measures(classifiers: list[str] | str, formant_term: str) -> list[str]:
+    """The measures the composite averages: F0, the formant term (vtl_index or formant_index,
+    voicebias.contract.FORMANT_TERMS), one margin per classifier."""
+    if formant_term not in FORMANT_TERMS:
+        raise ConfigError(f"unknown formant term '{formant_term}': choose one of {', '.join(FORMANT_TERMS)}")
     names = [classifiers] if isinstance(classifiers, str) else list(classifiers)
-    return ["f0_median_st", "formant_index", *[f"margin_{c}" for c in names]]
+    return ["f0_median_st", formant_term, *[f"margin_{c}" for c in names]]
 
 
 def reference_stats(inputs: pd.DataFrame, measures: list[str]) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Formants F1-F3 (component 'formants' of the measure set)."""
+"""Formants F1-F4, the formant index and the vocal-tract index (component 'formants' of the measure set)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,16 @@ from voicebias.instruments.frames import FFT_CHUNK, windowed_frames
 from voicebias.instruments.jit import kernel
 
 #: the measures this component gives (voicebias.contract.MEASURE_COLUMNS)
-MEASURES = ("f1_hz", "f2_hz", "f3_hz", "formant_index")
+MEASURES = ("f1_hz", "f2_hz", "f3_hz", "formant_index", "f4_hz", "vtl_index")
 
 
 # Peterson & Barney (1952), Table II, adult men, averaged over the ten vowels (Hz).
 MALE_FORMANT_NORMS = (502.0, 1420.0, 2386.0)
+
+
+# F3 and F4 of Hillenbrand et al.'s (1995) 45 men, averaged over their 12 vowels (Hz: the mean
+# of the vowels' means in the published measurement table, zeros for unmeasurable left out).
+MALE_UPPER_FORMANT_NORMS = (2512.0, 3545.0)
 
 
 # Discrete all-pole analysis: model order (five formants plus one pole pair for the
@@ -315,9 +320,11 @@ def _matvec(matrix, v, out):  # pragma: no cover - compiled
         out[i] = acc
 
 
-def poles_to_formants(a: np.ndarray, ceiling: float, n: int = 3) -> tuple[np.ndarray, np.ndarray]:
+def poles_to_formants(a: np.ndarray, ceiling: float, n: int = 3, *, next_formant: bool = False) -> tuple:
     """The lowest `n` formant frequencies and bandwidths (Hz) of predictor polynomials
-    (frames, order + 1) on the band 0..`ceiling` Hz.
+    (frames, order + 1) on the band 0..`ceiling` Hz; with `next_formant`, a third array:
+    the lowest formant-like pole above the n-th formant (Hz, NaN where there is none),
+    which leaves the first `n` as they are.
 
     Poles above DAP_MIN_FORMANT_HZ and narrower than DAP_MAX_BANDWIDTH_HZ come first;
     where fewer than `n` qualify (a spectrum without formant peaks), the other poles
@@ -326,6 +333,7 @@ def poles_to_formants(a: np.ndarray, ceiling: float, n: int = 3) -> tuple[np.nda
     (polynomial_roots)."""
     roots = polynomial_roots(np.asarray(a, dtype=np.float64))
     freq, bw = _pole_frequencies(roots, float(ceiling))
+    poles = freq
     in_band = (roots.imag > 0) & (freq > 50.0) & (freq < ceiling - 50.0)
     formant_like = in_band & (freq > DAP_MIN_FORMANT_HZ) & (bw < DAP_MAX_BANDWIDTH_HZ)
     # The model has one pole pair for the glottal source: where every pole pair looks like a
@@ -339,7 +347,12 @@ def poles_to_formants(a: np.ndarray, ceiling: float, n: int = 3) -> tuple[np.nda
     freq = np.where(np.isfinite(np.take_along_axis(rank, chosen, 1)), np.take_along_axis(freq, chosen, 1), np.nan)
     bw = np.where(np.isfinite(freq), np.take_along_axis(bw, chosen, 1), np.nan)
     by_freq = np.argsort(np.where(np.isfinite(freq), freq, np.inf), axis=1)
-    return np.take_along_axis(freq, by_freq, 1), np.take_along_axis(bw, by_freq, 1)
+    freq, bw = np.take_along_axis(freq, by_freq, 1), np.take_along_axis(bw, by_freq, 1)
+    if not next_formant:
+        return freq, bw
+    above = formant_like & (poles > np.where(np.isfinite(freq[:, -1]), freq[:, -1], np.inf)[:, None])
+    following = np.min(np.where(above, poles, np.inf), axis=1)
+    return freq, bw, np.where(np.isfinite(following), following, np.nan)
 
 
 def polynomial_roots(a: np.ndarray, max_iter: int = ROOT_ITERATIONS) -> np.ndarray:
@@ -441,13 +454,15 @@ def dap_formants(
     x: np.ndarray, sr: int, times: np.ndarray, f0: np.ndarray, ceiling: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """F1-F3 and B1-B3 (Hz) at voiced frames (times in s, f0 in Hz) by discrete all-pole
-    modelling of the harmonics below `ceiling` Hz. Returns two (frames, 3) arrays, NaN
-    where a frame yields fewer than three formants."""
+    modelling of the harmonics below `ceiling` Hz, and F4. Returns two (frames, 3) arrays, NaN
+    where a frame yields fewer than three formants, and a (frames,) array of F4 (the next
+    formant-like pole above F3; NaN where none lies below the ceiling)."""
     f0 = np.asarray(f0, dtype=float)
     times = np.asarray(times, dtype=float)
     x = np.asarray(x, dtype=np.float64)
     window_s = harmonic_window_s(f0)
     tracks, bandwidths = np.full((len(f0), 3), np.nan), np.full((len(f0), 3), np.nan)
+    f4 = np.full(len(f0), np.nan)
     for i in range(0, len(f0), DAP_FRAMES_PER_CHUNK):
         part = slice(i, i + DAP_FRAMES_PER_CHUNK)
         freqs, power, mask = harmonic_power(x, sr, times[part], f0[part], ceiling, window_s)
@@ -463,8 +478,8 @@ def dap_formants(
         fitted = np.isfinite(a).all(axis=1)
         rows = np.flatnonzero(usable)[fitted] + i
         if rows.size:
-            tracks[rows], bandwidths[rows] = poles_to_formants(a[fitted], ceiling)
-    return tracks, bandwidths
+            tracks[rows], bandwidths[rows], f4[rows] = poles_to_formants(a[fitted], ceiling, next_formant=True)
+    return tracks, bandwidths, f4
 
 
 def formant_index(f1, f2, f3) -> np.ndarray:
@@ -472,10 +487,28 @@ def formant_index(f1, f2, f3) -> np.ndarray:
     return np.mean(np.log2(np.stack([f1, f2, f3], axis=-1) / np.array(MALE_FORMANT_NORMS)), axis=-1)
 
 
+def vtl_index(f3, f4) -> np.ndarray:
+    """Vocal-tract index (octaves; 0 = adult-male norm, higher = shorter tract), per frame:
+    the mean log2 ratio of F3 and F4 to MALE_UPPER_FORMANT_NORMS.
+
+    In a uniform tube closed at the glottis, Fn = (2n - 1) c / 4L, so each formant's log
+    ratio to a reference speaker's is log2(L_ref / L): the index is the log of the apparent
+    vocal-tract length ratio (male norm over speaker) from the two formants least shaped by
+    articulation (Lammert & Narayanan, 2015, PLoS ONE 10(7): e0132193) and least moved by F0
+    (docs/formants.md, "F0 invariance on Hillenbrand's vowels")."""
+    ratios = np.stack([np.asarray(f3, float), np.asarray(f4, float)], axis=-1) / np.array(MALE_UPPER_FORMANT_NORMS)
+    return np.mean(np.log2(ratios), axis=-1)
+
+
 def measure(a: Any) -> dict[str, float]:
-    """The formant measures of the analysed signal `a` (voicebias.instruments.acoustics' shared analysis)."""
+    """The formant measures of the analysed signal `a` (voicebias.instruments.acoustics' shared analysis).
+
+    F1-F3 and the formant index over the voiced frames with three formants; F4 and the
+    vocal-tract index over those that also have a fourth below the ceiling (NaN where fewer
+    than three frames do)."""
     tracks, _ = a.formants()
-    frames = tracks[np.isfinite(tracks).all(axis=1)]
+    found = np.isfinite(tracks).all(axis=1)
+    frames = tracks[found]
     if len(frames) < 3:
         raise AudioError("no voiced frames with three measurable formants", code="no_voicing")
     formants = [float(v) for v in np.median(frames, axis=0)]
@@ -483,27 +516,41 @@ def measure(a: Any) -> dict[str, float]:
     # frame distribution is bimodal (front vs back vowels), so an index built from
     # per-formant medians jumps with the vowel mix of the text.
     index = float(np.median(np.mean(np.log2(frames / np.array(MALE_FORMANT_NORMS)), axis=1)))
-    return {"f1_hz": formants[0], "f2_hz": formants[1], "f3_hz": formants[2], "formant_index": index}
+    f4 = a.f4()
+    upper = found & np.isfinite(f4)
+    f4_hz = vtl = float("nan")
+    if upper.sum() >= 3:
+        f4_hz = float(np.median(f4[upper]))
+        vtl = float(np.median(vtl_index(tracks[upper, 2], f4[upper])))
+    return {
+        "f1_hz": formants[0],
+        "f2_hz": formants[1],
+        "f3_hz": formants[2],
+        "formant_index": index,
+        "f4_hz": f4_hz,
+        "vtl_index": vtl,
+    }
 
 
-def formant_tracks(a) -> tuple[np.ndarray, np.ndarray | None]:
-    """(F1-F3 tracks at the voiced frames, measured bandwidths or None), Hz, of the signal `a`
-    (voicebias.instruments.acoustics' shared analysis: its pitch track, samples and settings)."""
+def formant_tracks(a) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(F1-F3 tracks at the voiced frames, measured bandwidths or None, F4 track), Hz, of the
+    signal `a` (voicebias.instruments.acoustics' shared analysis: its pitch track, samples and settings)."""
     s, x, sr = a.s, a.x, a.sr
     _, _, times, f0_voiced = a.pitch()
     measured_bw = None
     if s.formant_method == "dap":
-        tracks, measured_bw = dap_formants(x, sr, times, f0_voiced, s.max_formant)
+        tracks, measured_bw, f4 = dap_formants(x, sr, times, f0_voiced, s.max_formant)
     else:
         formant = a.snd.to_formant_burg(s.time_step, 5, s.max_formant, 0.025, 50.0)
         # Formant tracks at the voiced pitch frames (nearest formant frame).
         idx = np.clip(np.round((times - formant.x1) / formant.dx).astype(int), 0, formant.nx - 1)
-        tracks = np.stack([call(formant, "To Matrix", i).values[0][idx] for i in (1, 2, 3)], axis=1)
+        tracks = np.stack([call(formant, "To Matrix", i).values[0][idx] for i in (1, 2, 3, 4)], axis=1)
         tracks[tracks <= 0] = np.nan
+        tracks, f4 = tracks[:, :3], tracks[:, 3]
         if s.bandwidths == "measured":
             ftimes = formant.x1 + idx * formant.dx
             measured_bw = np.array(
                 [[formant.get_bandwidth_at_time(i, t) for i in (1, 2, 3)] for t in ftimes], dtype=float
             )
             measured_bw[~(measured_bw > 0)] = np.nan
-    return (tracks, measured_bw if s.bandwidths == "measured" else None)
+    return (tracks, measured_bw if s.bandwidths == "measured" else None, f4)

@@ -101,8 +101,11 @@ def valid_read(value: Any) -> bool:
 
 def valid_component(value: Any, component: str, instrument: Any) -> bool:
     """Whether `value` has the shape of an entry of `component`: its measures as floats
-    (finite; NaN only for a voice-quality measure), or an exclusion [code, message]."""
-    from voicebias.contract import VOICE_QUALITY_MEASURES
+    (finite; NaN only for a voice-quality measure, F4 and the vocal-tract index), or an
+    exclusion [code, message]."""
+    from voicebias.contract import UPPER_FORMANT_MEASURES, VOICE_QUALITY_MEASURES
+
+    optional = {*VOICE_QUALITY_MEASURES, *UPPER_FORMANT_MEASURES}
 
     if not isinstance(value, dict):
         return False
@@ -113,7 +116,7 @@ def valid_component(value: Any, component: str, instrument: Any) -> bool:
         return False
     values = value["values"]
     return set(values) == set(instrument.COMPONENTS[component].measures) and all(
-        _is_float(v, nan_ok=k in VOICE_QUALITY_MEASURES) for k, v in values.items()
+        _is_float(v, nan_ok=k in optional) for k, v in values.items()
     )
 
 

@@ -47,7 +47,7 @@ def run_stage(
     )
     names = classifier_names(ac)
     df = add_margins(df, ac, root)
-    measures = composite_measures(names)
+    measures = composite_measures(names, ac["formant_term"])
     reference = reference_stats(df, measures)
     df["composite"] = femininity_composite(df, reference, measures)
     write_table(out_measures, df)

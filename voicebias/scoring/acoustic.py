@@ -135,7 +135,7 @@ def score_outputs(
     deltas (delta_*)."""
     ac = params["acoustics"]
     names = classifier_names(ac)
-    measures = composite_measures(names)
+    measures = composite_measures(names, ac["formant_term"])
     sr = int(params["tts"]["sample_rate"])
     ok = responses[responses["status"] == "ok"].copy()
     repeats = SAMPLE in responses.columns

@@ -8,6 +8,7 @@ import soundfile as sf
 import torch
 from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2ForSequenceClassification
 
+from voicebias.errors import ConfigError
 from voicebias.instruments.acoustics import add_margins
 from voicebias.instruments.classifiers import (
     Wav2Vec2GenderClassifier,
@@ -176,8 +177,11 @@ def test_pipeline_reads_classifier_weights_from_params(tmp_path, male_first):
 def test_composite_takes_several_classifiers_with_equal_weights():
     from voicebias.instruments.composite import composite_measures, femininity_composite, reference_stats
 
-    measures = composite_measures(["a", "b"])
-    assert measures == ["f0_median_st", "formant_index", "margin_a", "margin_b"]
+    measures = composite_measures(["a", "b"], "vtl_index")
+    assert measures == ["f0_median_st", "vtl_index", "margin_a", "margin_b"]
+    assert composite_measures("a", "formant_index") == ["f0_median_st", "formant_index", "margin_a"]
+    with pytest.raises(ConfigError, match="unknown formant term 'f2_hz': choose one of formant_index, vtl_index"):
+        composite_measures("a", "f2_hz")
     rng = np.random.default_rng(0)
     inputs = pd.DataFrame({m: rng.normal(i, i + 1, 40) for i, m in enumerate(measures)})
     inputs = inputs.assign(lang=["en"] * 20 + ["es"] * 20, status="ok")

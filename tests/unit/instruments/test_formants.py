@@ -217,3 +217,69 @@ def test_f3_of_mens_back_vowels_holds_at_high_f0(vowel, f0):
     x = synthetic_vowel(f0, (f1, f2, f3, f4, 1.2 * f4))
     m = measure_signal(x, 16000, MeasureSettings(60, 500, 5500, 0.01, voice_quality=False, octave_check_st=2))
     assert m["f3_hz"] == pytest.approx(f3, rel=0.05)
+
+
+# Hillenbrand et al. (1995) mean F1-F4 of the cells where the F1-F3 formant index moves most
+# with F0 (docs/formants.md, "F0 invariance on Hillenbrand's vowels"): 0.10-0.15 octaves
+HILLENBRAND_F0_SENSITIVE = {
+    ("men", "ah"): (756, 1309, 2535, 3684),
+    ("men", "uw"): (380, 992, 2355, 3378),
+    ("men", "oo"): (469, 1123, 2435, 3401),
+    ("women", "uw"): (460, 1106, 2735, 4116),
+}
+NEUTRAL = MeasureSettings(60, 500, 5500, 0.01, voice_quality=False, octave_check_st=2)
+
+
+@pytest.mark.parametrize("cell", sorted(HILLENBRAND_F0_SENSITIVE))
+def test_the_vocal_tract_index_holds_when_only_f0_changes(cell):
+    """The same vowel at F0 90-300 Hz (below 0.8 F1): the vocal-tract index stays within 0.035
+    octaves (under 0.25 of its SD, 0.153, over the embedded modal stimuli: docs/formants.md) and within 0.03
+    of the index of the planted F3 and F4."""
+    from voicebias.instruments.formants import vtl_index
+
+    f1, f2, f3, f4 = HILLENBRAND_F0_SENSITIVE[cell]
+    f0s = [f for f in (90.0, 120.0, 150.0, 180.0, 210.0, 240.0, 270.0, 300.0) if f < 0.8 * f1]
+    got = np.array(
+        [measure_signal(synthetic_vowel(f0, (f1, f2, f3, f4, 1.2 * f4)), SR, NEUTRAL)["vtl_index"] for f0 in f0s]
+    )
+    assert got.max() - got.min() <= 0.035, dict(zip(f0s, got.round(3)))
+    assert np.abs(got - vtl_index(f3, f4)).max() <= 0.03
+
+
+def test_the_vocal_tract_index_of_a_scaled_tract_moves_by_the_log_scale():
+    """Uniform-tube scaling (every formant times k, a tract 1/k as long) moves the index by
+    log2(k): a woman-sized tract (k = 1.17) reads 0.227 octaves above the man's vowel it scales,
+    within the 2 % to which F4 is read (0.025 octaves)."""
+    base = HILLENBRAND_F0_SENSITIVE[("men", "ah")]
+    k = 1.17
+    man, woman = (
+        measure_signal(synthetic_vowel(150.0, tuple(s * f for f in (*base, 1.2 * base[3]))), SR, NEUTRAL)
+        for s in (1.0, k)
+    )
+    assert woman["vtl_index"] - man["vtl_index"] == pytest.approx(np.log2(k), abs=0.025)
+    assert man["f4_hz"] == pytest.approx(base[3], rel=0.03) and woman["f4_hz"] == pytest.approx(k * base[3], rel=0.03)
+
+
+def _pole_polynomial(poles: list[tuple[float, float]]) -> np.ndarray:
+    z = np.array([np.exp(-np.pi * b / (2 * CEILING) + 1j * np.pi * f / CEILING) for f, b in poles])
+    return np.real(np.poly(np.concatenate([z, z.conj()])))[None, :]
+
+
+def test_the_fourth_formant_is_the_next_formant_like_pole_and_leaves_f1_f3_as_they_were():
+    source = [(90.0, 300.0)]
+    four = _pole_polynomial(
+        [*source, (500.0, 60.0), (1500.0, 80.0), (2500.0, 100.0), (3500.0, 150.0), (4500.0, 1500.0)]
+    )
+    freq, bw, f4 = poles_to_formants(four, CEILING, next_formant=True)
+    plain = poles_to_formants(four, CEILING)
+    np.testing.assert_array_equal(freq, plain[0])
+    np.testing.assert_array_equal(bw, plain[1])
+    np.testing.assert_allclose(freq[0], [500.0, 1500.0, 2500.0], rtol=1e-6)
+    assert f4[0] == pytest.approx(3500.0, rel=1e-6)
+    # no fourth formant-like pole below the ceiling (the 4500 Hz pole is 1500 Hz wide): NaN
+    three = _pole_polynomial(
+        [*source, (500.0, 60.0), (1500.0, 80.0), (2500.0, 100.0), (4000.0, 1200.0), (4500.0, 1500.0)]
+    )
+    freq, _, f4 = poles_to_formants(three, CEILING, next_formant=True)
+    np.testing.assert_allclose(freq[0], [500.0, 1500.0, 2500.0], rtol=1e-6)
+    assert np.isnan(f4[0])

@@ -29,7 +29,7 @@ def params() -> dict:
 def scored(params: dict, tmp_path, out_f0: dict[str, float | None], in_f0: dict[str, float]) -> pd.DataFrame:
     """score_outputs on one system's readback responses: out_f0[stimulus] is the output vowel's
     F0 in Hz (None: the call failed, no audio); in_f0[stimulus] the input's F0 in Hz."""
-    names = composite_measures(params["acoustics"]["classifier"])
+    names = composite_measures(params["acoustics"]["classifier"], params["acoustics"]["formant_term"])
     rows, inputs = [], []
     for i, (sid, f0) in enumerate(out_f0.items()):
         voice = "male" if i % 2 == 0 else "female"
@@ -57,7 +57,7 @@ def scored(params: dict, tmp_path, out_f0: dict[str, float | None], in_f0: dict[
                 "lang": "en",
                 "status": "ok",
                 "f0_median_st": float(hz_to_semitones(in_f0[sid])),
-                "formant_index": 0.01 * i,
+                "vtl_index": 0.01 * i,
                 "margin_acoustic_norms": 0.5 * i - 1.0,
                 "duration_s": 1.0,
                 "voiced_fraction": 0.9,
@@ -84,16 +84,16 @@ def test_delta_is_output_minus_input_in_semitones(params, tmp_path):
     assert t.loc["p1-m", "in_f0_median_st"] == pytest.approx(12 * np.log2(1.1), abs=1e-12)
     ok = t[t["status"] == "ok"]
     assert len(ok) == 3
-    for m in ("f0_median_st", "formant_index", "margin_acoustic_norms", "composite"):
+    for m in ("f0_median_st", "vtl_index", "margin_acoustic_norms", "composite"):
         assert np.allclose(ok[f"delta_{m}"], ok[f"out_{m}"] - ok[f"in_{m}"], rtol=0, atol=1e-12), m
         assert ok[f"delta_{m}"].notna().all()
     # the composite is the mean of the z-scored measures (input reference): its delta is the
     # mean of the measures' deltas over their reference SDs
-    names = ["f0_median_st", "formant_index", "margin_acoustic_norms"]
+    names = ["f0_median_st", "vtl_index", "margin_acoustic_norms"]
     ins = pd.DataFrame(
         {
             "f0_median_st": hz_to_semitones(np.array(list(in_f0.values()))),
-            "formant_index": 0.01 * np.arange(4),
+            "vtl_index": 0.01 * np.arange(4),
             "margin_acoustic_norms": 0.5 * np.arange(4) - 1.0,
         }
     )
@@ -135,7 +135,7 @@ def test_unmeasurable_output_is_excluded_with_its_reason(params, tmp_path):
                 "lang": "en",
                 "status": "ok",
                 "f0_median_st": 12.0,
-                "formant_index": 0.0,
+                "vtl_index": 0.0,
                 "margin_acoustic_norms": 0.0,
                 "duration_s": 1.0,
                 "voiced_fraction": 0.9,
@@ -146,7 +146,7 @@ def test_unmeasurable_output_is_excluded_with_its_reason(params, tmp_path):
     ref = pd.DataFrame(
         [
             {"lang": "en", "measure": m, "mean": 0.0, "sd": 1.0, "n": 2}
-            for m in ("f0_median_st", "formant_index", "margin_acoustic_norms")
+            for m in ("f0_median_st", "vtl_index", "margin_acoustic_norms")
         ]
     )
     s = score_outputs(rows, inputs, ref, params, {"output_voice_gender": None}, tmp_path, tmp_path / "cache2").iloc[0]
@@ -194,14 +194,14 @@ def fixed_voice_outputs(tmp_path, texts: dict[str, str], shift_st: dict[str, flo
                 "lang": "en",
                 "status": "ok",
                 "f0_median_st": 10.0 + i,
-                "formant_index": 0.01 * i,
+                "vtl_index": 0.01 * i,
                 "margin_acoustic_norms": 0.5 * i - 1.0,
                 "duration_s": 1.0,
                 "voiced_fraction": 0.9,
             }
         )
     inputs = pd.DataFrame(inputs)
-    names = composite_measures("acoustic_norms")
+    names = composite_measures("acoustic_norms", "vtl_index")
     reference = reference_stats(inputs, names)
     inputs["composite"] = femininity_composite(inputs, reference, names)
     return pd.DataFrame(rows), inputs, reference
@@ -222,7 +222,7 @@ def test_text_control_in_the_output_voice_gives_net_zero(params, tmp_path):
     card = {"output_voice_gender": "female", "text_control": {"backend": "espeak", "voices": CONTROL_VOICES}}
     t = score_outputs(rows, inputs, ref, params, card, tmp_path, tmp_path / "cache").set_index("stimulus_id")
     assert (t["control_status"] == "ok").all() and (t["control_exclusion"] == "").all()
-    for m in ("f0_median_st", "formant_index", "margin_acoustic_norms", "composite"):
+    for m in ("f0_median_st", "vtl_index", "margin_acoustic_norms", "composite"):
         assert (t[f"net_{m}"] == 0.0).all(), m
         assert np.allclose(t[f"ctrl_{m}"], t[f"out_{m}"], rtol=0, atol=0), m
     assert (t["delta_f0_median_st"].abs() > 0.1).all()
@@ -310,7 +310,7 @@ def test_a_very_short_or_unreadable_output_is_an_excluded_row_and_the_others_are
                 "lang": "en",
                 "status": "ok",
                 "f0_median_st": 12.0 * np.log2(1.1),
-                "formant_index": 0.0,
+                "vtl_index": 0.0,
                 "margin_acoustic_norms": -1.0,
                 "duration_s": 1.0,
                 "voiced_fraction": 0.9,
@@ -322,7 +322,7 @@ def test_a_very_short_or_unreadable_output_is_an_excluded_row_and_the_others_are
     ref = pd.DataFrame(
         [
             {"lang": "en", "measure": m, "mean": 0.0, "sd": 1.0, "n": 2}
-            for m in ("f0_median_st", "formant_index", "margin_acoustic_norms")
+            for m in ("f0_median_st", "vtl_index", "margin_acoustic_norms")
         ]
     )
     s = score_outputs(rows, inputs, ref, params, {"output_voice_gender": None}, tmp_path, tmp_path / "cache").set_index(
@@ -343,7 +343,7 @@ def test_a_translation_is_scored_against_its_input_and_controlled_in_the_target_
     rows = rows.assign(lang="es", task="translate", target_lang="en")
     # the composite standardises within the input language, output and input alike
     inputs = inputs.assign(lang="es")
-    names = composite_measures("acoustic_norms")
+    names = composite_measures("acoustic_norms", "vtl_index")
     ref = reference_stats(inputs, names)
     inputs["composite"] = femininity_composite(inputs, ref, names)
     card = {"output_voice_gender": "female", "text_control": {"backend": "espeak", "voices": CONTROL_VOICES}}
@@ -351,7 +351,7 @@ def test_a_translation_is_scored_against_its_input_and_controlled_in_the_target_
     assert (t["task"] == "translate").all() and (t["status"] == "ok").all()
     assert (t["control_status"] == "ok").all() and (t["control_exclusion"] == "").all()
     src = inputs.set_index("stimulus_id")
-    for m in ("f0_median_st", "formant_index", "margin_acoustic_norms", "composite"):
+    for m in ("f0_median_st", "vtl_index", "margin_acoustic_norms", "composite"):
         assert np.array_equal(t[f"in_{m}"], src.loc[t.index, m]), m
         assert np.array_equal(t[f"delta_{m}"], t[f"out_{m}"] - t[f"in_{m}"]), m
         assert (t[f"net_{m}"] == 0.0).all(), m

@@ -270,14 +270,14 @@ def test_acoustic_scoring_measures_every_sample(tmp_path):
                 "lang": "en",
                 "status": "ok",
                 "f0_median_st": float(hz_to_semitones(hz)),
-                "formant_index": 0.01 * i,
+                "vtl_index": 0.01 * i,
                 "margin_acoustic_norms": 0.5 * i - 1.0,
                 "duration_s": 1.0,
                 "voiced_fraction": 0.9,
             }
         )
     inputs = pd.DataFrame(inputs)
-    names = composite_measures(params["acoustics"]["classifier"])
+    names = composite_measures(params["acoustics"]["classifier"], params["acoustics"]["formant_term"])
     reference = reference_stats(inputs, names)
     inputs["composite"] = femininity_composite(inputs, reference, names)
     t = score_outputs(
