@@ -72,8 +72,8 @@ F1, F2, F3 = "f1_hz", "f2_hz", "f3_hz"
 FORMANT_INDEX = "formant_index"
 F4 = "f4_hz"
 VTL_INDEX = "vtl_index"
-#: F4 and the vocal-tract index: NaN where a file has no fourth formant below the ceiling
-UPPER_FORMANT_MEASURES = (F4, VTL_INDEX)
+#: F4: NaN where a file has no fourth formant below the ceiling (voicebias.instruments.formants)
+OPTIONAL_FORMANT_MEASURES = (F4,)
 #: the composite's choice of formant term (params acoustics.formant_term)
 FORMANT_TERMS = (FORMANT_INDEX, VTL_INDEX)
 H1_H2 = "h1_h2_db"

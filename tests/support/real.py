@@ -155,6 +155,14 @@ def reliability() -> pd.DataFrame:
     return out
 
 
+def spiegelhalter_z() -> float:
+    """Spiegelhalter's (1986, Stat. Med. 5: 421-433) z of P(female) over both sets: sum (y - p)(1 - 2p)
+    over sqrt(sum (1 - 2p)^2 p (1 - p)); standard normal when the probabilities are calibrated."""
+    c = pd.concat([classified(librispeech_table()), classified(hillenbrand_adults_neutral())], ignore_index=True)
+    p, y = c["p_female"].to_numpy(float), (c["sex"] == "F").to_numpy(float)
+    return float(np.sum((y - p) * (1 - 2 * p)) / np.sqrt(np.sum((1 - 2 * p) ** 2 * p * (1 - p))))
+
+
 def classifier_markdown() -> str:
     """The accuracy and reliability tables of docs/accuracy.md."""
     acc = classifier_accuracy()
@@ -167,7 +175,7 @@ def classifier_markdown() -> str:
             f"| {max(b.left, 0.0):.1f}-{b.right:.1f} | {int(r['n'])} | "
             + (f"{r['predicted']:.3f} | {r['observed']:.3f} |" if r["n"] else "- | - |")
         )
-    lines += ["", "| set | misjudged (sex, F0 Hz, F3 Hz, P(female)) |", "|---|---|"]
+    lines += ["", "| set | misjudged (sex, F0 Hz, vocal-tract index, P(female)) |", "|---|---|"]
     for name, table, key in (
         ("librispeech", librispeech_table(), "speaker"),
         ("hillenbrand adults", hillenbrand_adults_neutral(), "token"),
@@ -177,7 +185,7 @@ def classifier_markdown() -> str:
         lines.append(
             f"| {name} | "
             + "; ".join(
-                f"{getattr(r, key)} ({r.sex}, {r.f0_median_hz:.0f}, {r.f3_hz:.0f}, {r.p_female:.2f})"
+                f"{getattr(r, key)} ({r.sex}, {r.f0_median_hz:.0f}, {r.vtl_index:+.3f}, {r.p_female:.2f})"
                 for r in wrong.itertuples()
             )
             + " |"
@@ -259,12 +267,12 @@ def upper_formant_markdown() -> str:
 
 def vowel_table() -> pd.DataFrame:
     """The adult tokens of Hillenbrand et al.'s published measurement table (orig_vowdata.dat) whose
-    talkers are not test talkers here: token, sex (F/M), talker, f0 and F3 (Hz; NaN where not measurable)."""
+    talkers are not test talkers here: token, sex (F/M), talker, f0, F3 and F4 (Hz; NaN where not measurable)."""
     rows = []
     for line in (HILLENBRAND / "orig_vowdata.dat").read_text(encoding="latin-1").splitlines():
         parts = line.split()
         if len(parts) == 16 and parts[0][:1] in "mw" and parts[0][1:3].isdigit():
-            rows.append({"token": parts[0], "f0": float(parts[2]), "f3": float(parts[5])})
+            rows.append({"token": parts[0], "f0": float(parts[2]), "f3": float(parts[5]), "f4": float(parts[6])})
     table = pd.DataFrame(rows).replace(0.0, np.nan)
     table["talker"] = table["token"].str[:3]
     table["sex"] = np.where(table["token"].str[0] == "w", "F", "M")
@@ -273,17 +281,20 @@ def vowel_table() -> pd.DataFrame:
 
 def vowel_table_norms() -> dict[str, dict[str, float]]:
     """Per sex, over the talkers of `vowel_table` (each talker's mean over its vowels): the SD of F0
-    (semitones), the geometric mean F3 (Hz) and the SD of log2 F3 (octaves), and the number of talkers."""
+    (semitones), the mean and SD of the vocal-tract index of the published F3 and F4 (octaves; tokens
+    with both), and the number of talkers."""
+    from voicebias.instruments.formants import vtl_index
+
     t = vowel_table()
     t["f0_st"] = 12 * np.log2(t["f0"] / 100)
-    t["log2_f3"] = np.log2(t["f3"])
-    per = t.groupby(["sex", "talker"])[["f0_st", "log2_f3"]].mean()
+    t["vtl"] = np.where(t["f4"].notna(), vtl_index(t["f3"], t["f4"]), np.nan)
+    per = t.groupby(["sex", "talker"])[["f0_st", "vtl"]].mean()
     out = {}
     for sex, g in per.groupby(level="sex"):
         out["female" if sex == "F" else "male"] = {
             "f0_sd_st": float(g["f0_st"].std(ddof=1)),
-            "f3_hz": float(2 ** g["log2_f3"].mean()),
-            "f3_sd_oct": float(g["log2_f3"].std(ddof=1)),
+            "vtl_index": float(g["vtl"].mean()),
+            "vtl_sd_oct": float(g["vtl"].std(ddof=1)),
             "talkers": len(g),
         }
     return out
@@ -291,11 +302,14 @@ def vowel_table_norms() -> dict[str, dict[str, float]]:
 
 def calibration_slope(norms_margin) -> float:
     """The slope a of P(female) = 1 / (1 + exp(-a * LLR)), by maximum likelihood (logistic regression
-    through the origin) on the tokens of `vowel_table`; `norms_margin(f0_st, log2_f3)` gives the LLR."""
+    through the origin) on the tokens of `vowel_table` with F0, F3 and F4; `norms_margin(f0_st, vtl)`
+    gives the LLR."""
     import statsmodels.api as sm
 
-    t = vowel_table().dropna(subset=["f0", "f3"])
-    llr = norms_margin(12 * np.log2(t["f0"].to_numpy() / 100), np.log2(t["f3"].to_numpy()))
+    from voicebias.instruments.formants import vtl_index
+
+    t = vowel_table().dropna(subset=["f0", "f3", "f4"])
+    llr = norms_margin(12 * np.log2(t["f0"].to_numpy() / 100), vtl_index(t["f3"].to_numpy(), t["f4"].to_numpy()))
     fit = sm.Logit((t["sex"] == "F").to_numpy(float), llr.reshape(-1, 1)).fit(disp=0)
     return float(fit.params[0])
 

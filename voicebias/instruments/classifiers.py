@@ -3,8 +3,9 @@
 The margin plays the role of the logit difference z_female - z_male (S2S paper, App. F): positive
 means 'sounds female', and it stays graded where a posterior would pin to 0 or 1. Backends behind
 `GenderClassifier.margins`, imported lazily through REGISTRY: `acoustic_norms` (embedded default,
-from the measured F0 and F3, with a calibrated probability) and the wav2vec2 classifiers `w2v2_librispeech` and
-`w2v2_commonvoice` (paper profile; local weights only, scored in batches).
+from the measured F0 and vocal-tract index, with a calibrated probability) and the wav2vec2
+classifiers `w2v2_librispeech` and `w2v2_commonvoice` (paper profile; local weights only, scored
+in batches).
 
 See docs/instrument.md, "Speaker-gender classifiers".
 """
@@ -70,36 +71,38 @@ class GenderClassifier(ABC):
 #: Speaking-F0 norms of adult read speech: 120 Hz (men) and 210 Hz (women), the typical values
 #: Traunmueller & Eriksson (1995) give from the published production data.
 READ_SPEECH_F0_HZ = {"male": 120.0, "female": 210.0}
-#: Between-speaker spreads and F3 norms from the published measurement table of Hillenbrand et al.
-#: (1995, vowdata.dat), per talker over the 12 vowels (geometric means), for the 35 men and 38 women
-#: who are not among the test talkers of tests/fixtures/real (tests/unit/instruments/test_real_voices.py
-#: recomputes them): F0 SD in semitones, F3 mean (Hz) and SD (octaves).
+#: Between-speaker spreads and vocal-tract norms from the published measurement table of Hillenbrand
+#: et al. (1995, vowdata.dat), per talker over the 12 vowels, for the 35 men and 38 women who are not
+#: among the test talkers of tests/fixtures/real (tests/unit/instruments/test_real_voices.py recomputes
+#: them): F0 SD in semitones; mean and SD (octaves) of the vocal-tract index of the published F3 and F4
+#: (voicebias.instruments.formants.vtl_index, tokens with both).
 VOWEL_TABLE_NORMS = {
-    "male": {"f0_sd_st": 2.4495, "f3_hz": 2487.85, "f3_sd_oct": 0.05430},
-    "female": {"f0_sd_st": 1.6456, "f3_hz": 2846.69, "f3_sd_oct": 0.06525},
+    "male": {"f0_sd_st": 2.4495, "vtl_index": -0.013110, "vtl_sd_oct": 0.055554},
+    "female": {"f0_sd_st": 1.6456, "vtl_index": 0.201462, "vtl_sd_oct": 0.050657},
 }
 #: The slope a of the calibrated log-odds a * LLR (Platt scaling through the origin, so the equal-prior
-#: boundary stays where the norms put it), by maximum likelihood on the 857 tokens of those 73 talkers
-#: that have F0 and F3: one token's LLR overstates the evidence about five-fold.
-CALIBRATION_SLOPE = 0.2088
+#: boundary stays where the norms put it), by maximum likelihood on the 727 tokens of those 73 talkers
+#: that have F0, F3 and F4: one token's LLR overstates the evidence about five-fold.
+CALIBRATION_SLOPE = 0.2070
 
 
 @dataclass(frozen=True)
 class Norm:
-    """One sex's class-conditional normal: F0 (semitones re 100 Hz) and log2 F3 (octaves), independent."""
+    """One sex's class-conditional normal: F0 (semitones re 100 Hz) and the vocal-tract index
+    (octaves), independent."""
 
     f0_st: float
     f0_sd_st: float
-    log2_f3: float
-    f3_sd_oct: float
+    vtl: float
+    vtl_sd_oct: float
 
-    def loglik(self, f0_st: np.ndarray, log2_f3: np.ndarray) -> np.ndarray:
+    def loglik(self, f0_st: np.ndarray, vtl: np.ndarray) -> np.ndarray:
         """Log density (nats, up to the constant both classes share) of the measured values."""
         return (
             -0.5 * ((f0_st - self.f0_st) / self.f0_sd_st) ** 2
             - np.log(self.f0_sd_st)
-            - 0.5 * ((log2_f3 - self.log2_f3) / self.f3_sd_oct) ** 2
-            - np.log(self.f3_sd_oct)
+            - 0.5 * ((vtl - self.vtl) / self.vtl_sd_oct) ** 2
+            - np.log(self.vtl_sd_oct)
         )
 
 
@@ -108,18 +111,19 @@ def _norm(sex: str) -> Norm:
     return Norm(
         f0_st=float(hz_to_semitones(READ_SPEECH_F0_HZ[sex])),
         f0_sd_st=t["f0_sd_st"],
-        log2_f3=float(np.log2(t["f3_hz"])),
-        f3_sd_oct=t["f3_sd_oct"],
+        vtl=t["vtl_index"],
+        vtl_sd_oct=t["vtl_sd_oct"],
     )
 
 
 @dataclass
 class AcousticNormsClassifier(GenderClassifier):
-    """Gaussian class-conditional classifier on the median F0 and the median F3, with equal priors.
+    """Gaussian class-conditional classifier on the median F0 and the vocal-tract index, with equal priors.
 
-    F0 carries the read-speech norms (READ_SPEECH_F0_HZ); F3 stands for vocal-tract length, because
-    the higher formants move least with what is said (Lammert & Narayanan, 2015) and the median F3 of
-    read speech sits where the vowel table's does, while F1 and F2 are centralised in running speech.
+    F0 carries the read-speech norms (READ_SPEECH_F0_HZ); the vocal-tract index (F3 and F4,
+    voicebias.instruments.formants.vtl_index) stands for vocal-tract length, because the higher
+    formants move least with what is said (Lammert & Narayanan, 2015) and read speech sits where the
+    vowel table does on them, while F1 and F2 are centralised in running speech.
     The margin is the calibrated log-odds CALIBRATION_SLOPE * (log p(x|female) - log p(x|male)), and
     `probability` its posterior P(female) = 1 / (1 + exp(-margin)). Norms and calibration:
     docs/accuracy.md, "The acoustic-norms classifier".
@@ -134,15 +138,15 @@ class AcousticNormsClassifier(GenderClassifier):
         self, measures: pd.DataFrame, audio: Sequence[np.ndarray] | None = None, sample_rate: int = 16000
     ) -> np.ndarray:
         f0 = measures["f0_median_st"].to_numpy(float)
-        f3 = np.log2(measures["f3_hz"].to_numpy(float))
-        return CALIBRATION_SLOPE * self.log_likelihood_ratio(f0, f3)
+        vtl = measures["vtl_index"].to_numpy(float)
+        return CALIBRATION_SLOPE * self.log_likelihood_ratio(f0, vtl)
 
-    def log_likelihood_ratio(self, f0_st: np.ndarray, log2_f3: np.ndarray) -> np.ndarray:
-        """log p(x|female) - log p(x|male) (nats) of F0 (semitones re 100 Hz) and log2 F3."""
-        return self.FEMALE.loglik(f0_st, log2_f3) - self.MALE.loglik(f0_st, log2_f3)
+    def log_likelihood_ratio(self, f0_st: np.ndarray, vtl: np.ndarray) -> np.ndarray:
+        """log p(x|female) - log p(x|male) (nats) of F0 (semitones re 100 Hz) and the vocal-tract index."""
+        return self.FEMALE.loglik(f0_st, vtl) - self.MALE.loglik(f0_st, vtl)
 
     def probability(self, measures: pd.DataFrame) -> np.ndarray:
-        """P(female | F0, F3) under the norms, equal priors."""
+        """P(female | F0, vocal-tract index) under the norms, equal priors."""
         return 1.0 / (1.0 + np.exp(-self.margins(measures)))
 
 

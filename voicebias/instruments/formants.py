@@ -489,23 +489,25 @@ def formant_index(f1, f2, f3) -> np.ndarray:
 
 def vtl_index(f3, f4) -> np.ndarray:
     """Vocal-tract index (octaves; 0 = adult-male norm, higher = shorter tract), per frame:
-    the mean log2 ratio of F3 and F4 to MALE_UPPER_FORMANT_NORMS.
+    the mean log2 ratio of F3 and F4 to MALE_UPPER_FORMANT_NORMS; F3's alone where F4 is NaN.
 
     In a uniform tube closed at the glottis, Fn = (2n - 1) c / 4L, so each formant's log
     ratio to a reference speaker's is log2(L_ref / L): the index is the log of the apparent
     vocal-tract length ratio (male norm over speaker) from the two formants least shaped by
     articulation (Lammert & Narayanan, 2015, PLoS ONE 10(7): e0132193) and least moved by F0
     (docs/formants.md, "F0 invariance on Hillenbrand's vowels")."""
-    ratios = np.stack([np.asarray(f3, float), np.asarray(f4, float)], axis=-1) / np.array(MALE_UPPER_FORMANT_NORMS)
-    return np.mean(np.log2(ratios), axis=-1)
+    r3 = np.log2(np.asarray(f3, float) / MALE_UPPER_FORMANT_NORMS[0])
+    r4 = np.log2(np.asarray(f4, float) / MALE_UPPER_FORMANT_NORMS[1])
+    return np.where(np.isfinite(r4), (r3 + r4) / 2, r3)
 
 
 def measure(a: Any) -> dict[str, float]:
     """The formant measures of the analysed signal `a` (voicebias.instruments.acoustics' shared analysis).
 
     F1-F3 and the formant index over the voiced frames with three formants; F4 and the
-    vocal-tract index over those that also have a fourth below the ceiling (NaN where fewer
-    than three frames do)."""
+    vocal-tract index over those that also have a fourth below the ceiling. Where fewer than
+    three frames do (band-limited audio), F4 is NaN and the vocal-tract index is F3's alone
+    over the frames with three formants, so that one estimator makes each file's median."""
     tracks, _ = a.formants()
     found = np.isfinite(tracks).all(axis=1)
     frames = tracks[found]
@@ -516,12 +518,14 @@ def measure(a: Any) -> dict[str, float]:
     # frame distribution is bimodal (front vs back vowels), so an index built from
     # per-formant medians jumps with the vowel mix of the text.
     index = float(np.median(np.mean(np.log2(frames / np.array(MALE_FORMANT_NORMS)), axis=1)))
-    f4 = a.f4()
-    upper = found & np.isfinite(f4)
-    f4_hz = vtl = float("nan")
+    f4 = a.f4()[found]
+    upper = np.isfinite(f4)
     if upper.sum() >= 3:
         f4_hz = float(np.median(f4[upper]))
-        vtl = float(np.median(vtl_index(tracks[upper, 2], f4[upper])))
+        vtl = float(np.median(vtl_index(frames[upper, 2], f4[upper])))
+    else:
+        f4_hz = float("nan")
+        vtl = float(np.median(vtl_index(frames[:, 2], np.full(len(frames), np.nan))))
     return {
         "f1_hz": formants[0],
         "f2_hz": formants[1],

@@ -101,11 +101,10 @@ def valid_read(value: Any) -> bool:
 
 def valid_component(value: Any, component: str, instrument: Any) -> bool:
     """Whether `value` has the shape of an entry of `component`: its measures as floats
-    (finite; NaN only for a voice-quality measure, F4 and the vocal-tract index), or an
-    exclusion [code, message]."""
-    from voicebias.contract import UPPER_FORMANT_MEASURES, VOICE_QUALITY_MEASURES
+    (finite; NaN only for a voice-quality measure and F4), or an exclusion [code, message]."""
+    from voicebias.contract import OPTIONAL_FORMANT_MEASURES, VOICE_QUALITY_MEASURES
 
-    optional = {*VOICE_QUALITY_MEASURES, *UPPER_FORMANT_MEASURES}
+    optional = {*VOICE_QUALITY_MEASURES, *OPTIONAL_FORMANT_MEASURES}
 
     if not isinstance(value, dict):
         return False

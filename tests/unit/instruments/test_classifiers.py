@@ -158,6 +158,7 @@ def test_pipeline_reads_classifier_weights_from_params(tmp_path, male_first):
             "f0_median_st": [3.0, np.nan, 12.0],
             "formant_index": [0.0, np.nan, 0.25],
             "f3_hz": [2450.0, np.nan, 2900.0],
+            "vtl_index": [0.0, np.nan, 0.2],
         }
     )
     params = {
