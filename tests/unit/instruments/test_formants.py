@@ -283,3 +283,34 @@ def test_the_fourth_formant_is_the_next_formant_like_pole_and_leaves_f1_f3_as_th
     freq, _, f4 = poles_to_formants(three, CEILING, next_formant=True)
     np.testing.assert_allclose(freq[0], [500.0, 1500.0, 2500.0], rtol=1e-6)
     assert np.isnan(f4[0])
+
+
+class _Tracks:
+    """The two tracks formants.measure reads from the shared analysis, set by hand."""
+
+    def __init__(self, f3: np.ndarray, f4: np.ndarray):
+        n = len(f3)
+        self.tracks = np.column_stack([np.full(n, 500.0), np.full(n, 1500.0), f3])
+        self._f4 = f4
+
+    def formants(self):
+        return self.tracks, None
+
+    def f4(self):
+        return self._f4
+
+
+def test_the_vocal_tract_index_is_taken_over_the_frames_with_f4_or_from_f3_alone_per_file():
+    from voicebias.instruments.formants import MALE_UPPER_FORMANT_NORMS, measure
+
+    n3, n4 = MALE_UPPER_FORMANT_NORMS
+    f3 = np.array([n3 * 2**0.1] * 6 + [n3 * 2**0.3] * 4)  # the last four frames have no F4
+    f4 = np.array([n4 * 2**0.2] * 6 + [np.nan] * 4)
+    m = measure(_Tracks(f3, f4))
+    # over the six frames with F4 only: (0.1 + 0.2) / 2, not a median over a mix of estimators
+    assert m["vtl_index"] == pytest.approx(0.15, abs=1e-12) and m["f4_hz"] == pytest.approx(n4 * 2**0.2)
+    # two frames with F4 are too few: F4 is NaN and the index is F3's alone over every frame
+    f4[2:6] = np.nan
+    m = measure(_Tracks(f3, f4))
+    assert np.isnan(m["f4_hz"]) and m["vtl_index"] == pytest.approx(np.median(np.log2(f3 / n3)), abs=1e-12)
+    assert m["f3_hz"] == pytest.approx(np.median(f3))
