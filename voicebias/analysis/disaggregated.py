@@ -1,12 +1,15 @@
-"""Disaggregated results: every rate and mean by group, with item-level bootstrap intervals.
+"""Disaggregated results: every rate and mean by group, with score intervals for rates and
+item-level bootstrap intervals for means.
 
 One tidy table for both studies (`disaggregate`): one row per group x metric (system x task x
 language x voice gender x condition, also pooled over languages), each with its estimate and
 interval, and the difference and ratio against the reference group of the same system, task,
-language and voice (neutral content; modal phonation; the neutral cell). Items are resampled within
-each group; the interval is Hesterberg's (2015) expanded percentile interval, and each row draws
-from its own random stream, seeded by `base.seed` and the row's key. `coverage_simulation` checks
-the intervals on simulated data with planted values.
+language and voice (neutral content; modal phonation; the neutral cell). A rate gets Wilson's
+interval, its difference Newcombe's and its ratio Koopman's (`score_row`), which keep their width
+at 0/n and n/n. For a mean, items are resampled within each group; the interval is Hesterberg's
+(2015) expanded percentile interval, and each row draws from its own random stream, seeded by
+`base.seed` and the row's key. `coverage_simulation` checks the intervals on simulated data with
+planted values; `rate_coverage` gives the rate intervals' exact coverage.
 
 The rows, the interval, its coverage and why not Fairlearn's MetricFrame: docs/disaggregated.md.
 """
@@ -21,6 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from voicebias.analysis.intervals import koopman_ratio, newcombe_difference, wilson
 from voicebias.analysis.repeats import has_repeats, item_means
 from voicebias.analysis.rounding import is_constant
 from voicebias.analysis.rq1 import ACOUSTIC_TASKS
@@ -42,6 +46,8 @@ SC_JUDGE = (
 #: metrics whose ratio to the reference group is read (rates and positive scales); for
 #: signed measures (deltas, dB) only the difference is given
 RATIO_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate", "speaker_similarity", *SC_JUDGE})
+#: metrics whose items are 0/1 (item shares with repeats): score intervals (`score_row`)
+RATE_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate"})
 
 KEYS = ["study", "system", "task", "lang", "voice_gender", "condition_factor", "condition", "metric"]
 COLUMNS = [
@@ -79,7 +85,7 @@ def expanded_alpha(n: int, confidence: float, df: float | None = None) -> float:
     difference of two (n then the smaller group's size).
 
     >>> round(expanded_alpha(10, 0.95), 4), round(expanded_alpha(1000, 0.95), 4)
-    (0.0171, 0.0499)
+    (0.0171, 0.0496)
     """
     alpha = 1.0 - confidence
     t = stats.t.ppf(1.0 - alpha / 2.0, n - 1 if df is None else df)
@@ -115,7 +121,7 @@ def bootstrap_row(
 
     >>> r = bootstrap_row(np.array([0., 1, 1, 0, 1, 1, 1, 0, 1, 1]), np.array([0., 0, 1, 0, 0, 0, 1, 0, 0, 0]),
     ...                   np.random.default_rng(1), 2000, 0.95, ratio=True)
-    >>> r["estimate"], r["diff"], round(r["ratio"], 3), r["ci_method"]
+    >>> r["estimate"], round(r["diff"], 12), round(r["ratio"], 3), r["ci_method"]
     (0.7, 0.5, 3.5, 'expanded percentile')
     >>> bool(r["ci_low"] < 0.7 < r["ci_high"]) and bool(r["diff_ci_low"] < 0.5 < r["diff_ci_high"])
     True
@@ -160,6 +166,64 @@ def bootstrap_row(
             q = np.where(ref_reps > 0, reps / np.where(ref_reps > 0, ref_reps, 1.0), np.inf)
         r = _interval(q, k, confidence, both_spread, df=n + m - 2)
         row.update(ratio=est / ref_est, ratio_ci_low=r.low, ratio_ci_high=r.high)
+    return row
+
+
+def score_row(values: np.ndarray, ref: np.ndarray | None, confidence: float, ratio: bool) -> dict[str, Any]:
+    """Estimate, difference and ratio against `ref` of a rate (items 0/1, or item shares in [0, 1]
+    with repeats), with score intervals: Wilson for the rate, Newcombe's hybrid score interval for
+    the difference, Koopman's for the ratio (given when the reference rate is above 0). Successes
+    are the sum of the item values; a group of fewer than 2 items gets no interval (as
+    `bootstrap_row`).
+
+    >>> r = score_row(np.array([0., 1, 1, 0, 1, 1, 1, 0, 1, 1]), np.array([0., 0, 1, 0, 0, 0, 1, 0, 0, 0]),
+    ...               0.95, ratio=True)
+    >>> r["estimate"], round(r["diff"], 12), round(r["ratio"], 12), r["ci_method"]
+    (0.7, 0.5, 3.5, 'wilson')
+    >>> [round(r[k], 4) for k in ("ci_low", "ci_high", "diff_ci_low", "diff_ci_high")]
+    [0.3968, 0.8922, 0.0665, 0.7398]
+    >>> [round(r[k], 3) for k in ("ratio_ci_low", "ratio_ci_high")]
+    [1.151, 12.887]
+    """
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    k = float(values.sum())
+    est = k / n if n else np.nan
+    row: dict[str, Any] = {"n": n, "estimate": est}
+    if n < 2:
+        row.update(ci_low=np.nan, ci_high=np.nan, ci_method="n<2")
+    else:
+        lo, hi = wilson(k, n, confidence)
+        row.update(ci_low=lo, ci_high=hi, ci_method="wilson")
+    for key in (
+        "ref_n",
+        "ref_estimate",
+        "diff",
+        "diff_ci_low",
+        "diff_ci_high",
+        "ratio",
+        "ratio_ci_low",
+        "ratio_ci_high",
+    ):
+        row[key] = np.nan
+    if ref is None:
+        return row
+    ref = np.asarray(ref, dtype=float)
+    m = len(ref)
+    row["ref_n"] = m
+    if not n or not m:
+        return row
+    k_ref = float(ref.sum())
+    ref_est = k_ref / m
+    row.update(ref_estimate=ref_est, diff=est - ref_est)
+    if n < 2 or m < 2:
+        return row
+    rlo, rhi = wilson(k_ref, m, confidence)
+    _, dlo, dhi = newcombe_difference(est, row["ci_low"], row["ci_high"], ref_est, rlo, rhi)
+    row.update(diff_ci_low=dlo, diff_ci_high=dhi)
+    if ratio and ref_est > 0:
+        q, qlo, qhi = koopman_ratio(k, n, k_ref, m, confidence)
+        row.update(ratio=q, ratio_ci_low=qlo, ratio_ci_high=qhi)
     return row
 
 
@@ -300,12 +364,14 @@ def disaggregate(items: pd.DataFrame, resamples: int = 2000, confidence: float =
         ref = by_level.get(ref_level)
         for level, values in by_level.items():
             full = {**meta, "condition": level}
-            rng = _rng(seed, [full[k] for k in KEYS])
             use_ref = ref is not None and level not in (ref_level, "all")
-            row = bootstrap_row(
-                values, ref if use_ref else None, rng, resamples, confidence, ratio=meta["metric"] in RATIO_METRICS
-            )
-            kind = "rate" if meta["metric"] in ("misgender_rate", "p_she", "injection_rate") else "mean"
+            with_ratio = meta["metric"] in RATIO_METRICS
+            kind = "rate" if meta["metric"] in RATE_METRICS else "mean"
+            if kind == "rate":
+                row = score_row(values, ref if use_ref else None, confidence, ratio=with_ratio)
+            else:
+                rng = _rng(seed, [full[k] for k in KEYS])
+                row = bootstrap_row(values, ref if use_ref else None, rng, resamples, confidence, ratio=with_ratio)
             rows.append(
                 {
                     **full,
@@ -342,9 +408,11 @@ def coverage_simulation(
 
     Four planted settings at n items per group (and n in the reference group): a mean of
     normal items (mean 0.3, SD 1) against a reference of mean 0 (difference 0.3); and a
-    rate of 0.6 against a reference rate of 0.3 (difference 0.3, ratio 2). Returns one
-    row per quantity: setting, quantity, n, planted, runs, covered, coverage and
-    median_width (of the finite intervals).
+    rate of 0.6 against a reference rate of 0.3 (difference 0.3, ratio 2), each with the
+    intervals the table gives it (bootstrap for the mean, score intervals for the rate;
+    `rate_coverage` has the rate intervals' exact coverage). Returns one row per quantity:
+    setting, quantity, n, planted, runs, covered, coverage and median_width (of the finite
+    intervals).
     """
     rng = np.random.default_rng(seed)
     settings = {
@@ -366,7 +434,10 @@ def coverage_simulation(
         hits = {q: 0 for q in planted}
         widths = {q: [] for q in planted}
         for _ in range(runs):
-            r = bootstrap_row(draw(n), draw_ref(n), rng, resamples, confidence, ratio)
+            if name == "rate":
+                r = score_row(draw(n), draw_ref(n), confidence, ratio)
+            else:
+                r = bootstrap_row(draw(n), draw_ref(n), rng, resamples, confidence, ratio)
             for q, truth in planted.items():
                 prefix = "" if q == "estimate" else f"{q}_"
                 lo, hi = r[f"{prefix}ci_low"], r[f"{prefix}ci_high"]
@@ -387,3 +458,71 @@ def coverage_simulation(
                 }
             )
     return pd.DataFrame(rows)
+
+
+def rate_coverage(
+    rates: Iterable[float] = (0.05, 0.1, 0.5, 0.8, 0.95),
+    sizes: Iterable[int] = (10, 30),
+    reference: float = 0.3,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """Exact coverage of the rate intervals of `score_row`, summed over the binomial distribution of
+    the successes (no simulation): for each planted rate p and n items per group, Wilson's interval
+    of p, Newcombe's of p - `reference` and Koopman's of p / `reference`, the reference group holding
+    n items at rate `reference`.
+
+    Returns one row per rate x n x quantity (rate, difference, ratio): planted, coverage, reported
+    (the probability that an interval is given: a ratio needs a reference rate above 0; coverage is
+    conditional on it) and mean_width (of the intervals given).
+    """
+    rows = []
+    for n in sizes:
+        ks = np.arange(n + 1)
+        rows_k = [score_row(np.r_[np.ones(k), np.zeros(n - k)], None, confidence, ratio=False) for k in ks]
+        pair = {
+            (k1, k2): score_row(
+                np.r_[np.ones(k1), np.zeros(n - k1)], np.r_[np.ones(k2), np.zeros(n - k2)], confidence, True
+            )
+            for k1 in ks
+            for k2 in ks
+        }
+        w_ref = stats.binom.pmf(ks, n, reference)
+        for p in rates:
+            w = stats.binom.pmf(ks, n, p)
+            rate = [(w[k], r["ci_low"], r["ci_high"]) for k, r in zip(ks, rows_k)]
+            joint = [(w[k1] * w_ref[k2], r) for (k1, k2), r in pair.items()]
+            parts = {
+                "rate": (p, rate),
+                "difference": (p - reference, [(q, r["diff_ci_low"], r["diff_ci_high"]) for q, r in joint]),
+                "ratio": (p / reference, [(q, r["ratio_ci_low"], r["ratio_ci_high"]) for q, r in joint]),
+            }
+            for quantity, (planted, cells) in parts.items():
+                given = [(q, lo, hi) for q, lo, hi in cells if np.isfinite(lo) and np.isfinite(hi)]
+                mass = sum(q for q, _, _ in given)
+                covered = sum(q for q, lo, hi in given if lo <= planted <= hi)
+                rows.append(
+                    {
+                        "rate": p,
+                        "n": n,
+                        "quantity": quantity,
+                        "planted": planted,
+                        "coverage": covered / mass,
+                        "reported": mass,
+                        "mean_width": sum(q * (hi - lo) for q, lo, hi in given) / mass,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def rate_coverage_markdown() -> str:
+    """`rate_coverage()` as the table of docs/disaggregated.md: coverage per rate and n items."""
+    cov = rate_coverage()
+    by = cov.set_index(["n", "rate", "quantity"])["coverage"]
+    lines = [
+        "| n per group | rate | rate (Wilson) | difference from 0.3 (Newcombe) | ratio to 0.3 (Koopman) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for n, rate in cov[["n", "rate"]].drop_duplicates().itertuples(index=False):
+        cells = " | ".join(f"{by[(n, rate, q)]:.3f}" for q in ("rate", "difference", "ratio"))
+        lines.append(f"| {n} | {rate:g} | {cells} |")
+    return "\n".join(lines)

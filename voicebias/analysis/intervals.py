@@ -3,17 +3,18 @@
 `wilson` is the score interval of one binomial proportion (Wilson 1927), the interval R's
 ``prop.test(k, n, correct = FALSE)`` prints; `newcombe_difference` the hybrid score interval of
 a difference of two independent proportions built from the two Wilson intervals (Newcombe 1998,
-method 10). Both keep their width at 0/n and n/n, where a Wald interval collapses to a point.
-See docs/status.md for how the analysis tables use them.
+method 10); `koopman_ratio` the score interval of a ratio of two independent proportions
+(Koopman 1984). All keep their width at 0/n and n/n, where a Wald interval collapses to a point.
+See docs/status.md and docs/disaggregated.md for how the analysis tables use them.
 """
 
 from __future__ import annotations
 
 import math
 
-from scipy import stats
+from scipy import optimize, stats
 
-__all__ = ["z_value", "wilson", "newcombe_difference"]
+__all__ = ["z_value", "wilson", "newcombe_difference", "koopman_ratio"]
 
 
 def z_value(confidence: float = 0.95) -> float:
@@ -100,3 +101,72 @@ def newcombe_difference(
     """
     d = p1 - p2
     return d, d - math.sqrt((p1 - lo1) ** 2 + (hi2 - p2) ** 2), d + math.sqrt((hi1 - p1) ** 2 + (p2 - lo2) ** 2)
+
+
+def _koopman_statistic(theta: float, k1: float, n1: int, k2: float, n2: int) -> float:
+    """Score statistic of H0: p1 = theta p2 (Pearson's chi-square of the two samples with the
+    proportions at their maximum-likelihood values under H0)."""
+    num = (k1 / n1 - theta * k2 / n2) ** 2
+    if num == 0.0:
+        return 0.0
+    # under H0, p2 is the smaller root of theta (n1 + n2) p^2 - (theta (n1 + k2) + k1 + n2) p + k1 + k2
+    b = theta * (n1 + k2) + k1 + n2
+    c = k1 + k2
+    p2 = 2.0 * c / (b + math.sqrt(max(b * b - 4.0 * theta * (n1 + n2) * c, 0.0)))
+    p1 = theta * p2
+    var = p1 * (1.0 - p1) / n1 + theta * theta * p2 * (1.0 - p2) / n2
+    return num / var if var > 0 else math.inf
+
+
+def koopman_ratio(k1: float, n1: int, k2: float, n2: int, confidence: float = 0.95) -> tuple[float, float, float]:
+    """p1 / p2 (p1 = k1 / n1, p2 = k2 / n2) with Koopman's (1984) score interval.
+
+    The interval holds every ratio theta that the score test of p1 = theta p2 does not reject:
+    chi-square(theta) <= z^2. The bound is 0 where k1 = 0 and infinite where k2 = 0; with
+    k1 = k2 = 0 the ratio is NaN and the interval (0, inf). k may be a sum of item shares.
+
+    Parameters
+    ----------
+    k1, n1, k2, n2 : float, int
+        Successes and trials of each sample (0 <= k <= n, n >= 1).
+    confidence : float
+        Coverage of the interval.
+
+    Returns
+    -------
+    tuple
+        (p1 / p2, low, high).
+
+    Examples
+    --------
+    >>> [round(v, 3) for v in koopman_ratio(36, 40, 16, 80)]  # Koopman (1984), Biometrics 40: 513
+    [4.5, 2.94, 7.152]
+    >>> [round(v, 4) for v in koopman_ratio(10, 10, 10, 10)]  # n1 / (n1 + z^2), (n2 + z^2) / n2
+    [1.0, 0.7225, 1.3841]
+    """
+    if not (0 <= k1 <= n1 and 0 <= k2 <= n2 and n1 >= 1 and n2 >= 1):
+        raise ValueError(f"koopman_ratio needs 0 <= k <= n and n >= 1, got {k1}/{n1} and {k2}/{n2}")
+    z2 = z_value(confidence) ** 2
+    p1, p2 = k1 / n1, k2 / n2
+    if k1 == 0 and k2 == 0:
+        return math.nan, 0.0, math.inf
+    ratio = p1 / p2 if k2 > 0 else math.inf
+
+    def excess(log_theta: float) -> float:
+        return _koopman_statistic(math.exp(log_theta), k1, n1, k2, n2) - z2
+
+    # the statistic is 0 at the estimate and grows toward 0 and infinity: bracket each side by doubling
+    centre = math.log(ratio) if math.isfinite(ratio) and ratio > 0 else math.log((k1 + 0.5) / n1 / ((k2 + 0.5) / n2))
+
+    def bound(direction: float) -> float:
+        step = 1.0
+        while excess(centre + direction * step) < 0:
+            step *= 2.0
+            if step > 2048:
+                return math.inf if direction > 0 else 0.0
+        lo, hi = sorted((centre, centre + direction * step))
+        return math.exp(optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=4 * 2.220446049250313e-16))
+
+    low = 0.0 if k1 == 0 else bound(-1.0)
+    high = math.inf if k2 == 0 else bound(1.0)
+    return ratio, low, high

@@ -311,7 +311,7 @@ def planted_table(pvr: pd.DataFrame) -> pd.DataFrame:
 
 
 def misgender_cells(rates: pd.DataFrame, dis: pd.DataFrame | None) -> pd.DataFrame:
-    """Describe misgender rate per system x language x cell type with its 95 % bootstrap CI
+    """Describe misgender rate per system x language x cell type with its 95 % Wilson CI
     (the disaggregated table's cell-type rows; without it, the rates with no interval)."""
     if dis is not None:
         d = dis[
@@ -382,7 +382,7 @@ def fig_misgender(cells: pd.DataFrame, path: Path) -> None:
     ax.set_xticklabels(systems)
     ax.set_ylabel("misgender rate (describe)")
     ax.set_ylim(0, 1.05)
-    ax.set_title("Misgender rate by cell, 95% item-bootstrap CI")
+    ax.set_title("Misgender rate by cell, 95% Wilson CI")
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     plt.tight_layout()
     plt.savefig(path, dpi=110)

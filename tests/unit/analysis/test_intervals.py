@@ -28,3 +28,30 @@ def test_no_trials_is_no_interval_and_the_level_is_checked():
     assert z_value(0.95) == pytest.approx(1.959963984540054, abs=1e-12)
     with pytest.raises(ValueError):
         z_value(1.0)
+
+
+def test_koopman_ratio_of_the_published_example_and_the_closed_form_at_all_successes():
+    from voicebias.analysis.intervals import koopman_ratio
+
+    # Koopman (1984), Biometrics 40: 513-517: 36/40 against 16/80, 95 %: 2.94 to 7.15
+    r, lo, hi = koopman_ratio(36, 40, 16, 80)
+    assert r == pytest.approx(4.5) and lo == pytest.approx(2.94, abs=5e-3) and hi == pytest.approx(7.15, abs=5e-3)
+    # n1/n1 against n2/n2: the score equation gives n1 / (n1 + z^2) and (n2 + z^2) / n2
+    z2 = z_value(0.95) ** 2
+    r, lo, hi = koopman_ratio(10, 10, 20, 20)
+    assert (
+        r == 1.0 and lo == pytest.approx(10 / (10 + z2), rel=1e-10) and hi == pytest.approx((20 + z2) / 20, rel=1e-10)
+    )
+
+
+def test_koopman_ratio_at_none_and_all():
+    from voicebias.analysis.intervals import koopman_ratio
+
+    r, lo, hi = koopman_ratio(0, 10, 3, 10)
+    assert r == 0.0 and lo == 0.0 and 0.5 < hi < 2.0
+    r, lo, hi = koopman_ratio(3, 10, 0, 10)
+    assert math.isinf(r) and math.isinf(hi) and 0.5 < lo < 2.0
+    r, lo, hi = koopman_ratio(0, 10, 0, 10)
+    assert math.isnan(r) and lo == 0.0 and math.isinf(hi)
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        koopman_ratio(11, 10, 3, 10)

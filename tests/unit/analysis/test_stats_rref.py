@@ -486,3 +486,50 @@ emit("dpp_female", 100 * (byv["female", "feminine"] - byv["female", "masculine"]
     assert ours["delta_pp"] == pytest.approx(ref["dpp"], rel=1e-12)
     assert ours["delta_pp_male_voice"] == pytest.approx(ref["dpp_male"], rel=1e-12)
     assert ours["delta_pp_female_voice"] == pytest.approx(ref["dpp_female"], rel=1e-12)
+
+
+# Koopman's score interval in R, written from its definition: the maximum-likelihood p2 under
+# H0 p1 = theta p2 by optimize() on the log likelihood (not the closed-form root voicebias uses),
+# Pearson's statistic with those proportions, and its z^2 crossings by uniroot() on log theta.
+KOOPMAN_R = r"""
+koopman <- function(x1, n1, x2, n2, conf = 0.95) {
+  z2 <- qchisq(conf, 1)
+  stat <- function(lth) {
+    th <- exp(lth)
+    ll <- function(p2) x1 * log(th * p2) + (n1 - x1) * log1p(-th * p2) + x2 * log(p2) + (n2 - x2) * log1p(-p2)
+    p2 <- optimize(ll, c(1e-12, min(1, 1 / th) - 1e-12), maximum = TRUE, tol = 1e-14)$maximum
+    p1 <- th * p2
+    (x1 / n1 - th * x2 / n2)^2 / (p1 * (1 - p1) / n1 + th^2 * p2 * (1 - p2) / n2)
+  }
+  est <- log((x1 / n1) / (x2 / n2))
+  lo <- uniroot(function(l) stat(l) - z2, c(est - 20, est), tol = 1e-13)$root
+  hi <- uniroot(function(l) stat(l) - z2, c(est, est + 20), tol = 1e-13)$root
+  exp(c(lo, hi))
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "x1,n1,x2,n2", [(36, 40, 16, 80), (7, 10, 3, 10), (3, 30, 12, 30), (15, 20, 1, 20), (2.5, 10, 3, 10)]
+)
+def test_koopman_ratio_interval_matches_r(x1, n1, x2, n2):
+    from voicebias.analysis.intervals import koopman_ratio
+
+    ref = run_r(KOOPMAN_R + f"ci <- koopman({x1}, {n1}, {x2}, {n2}); emit('lo', ci[1]); emit('hi', ci[2])")
+    _, lo, hi = koopman_ratio(x1, n1, x2, n2)
+    assert lo == pytest.approx(ref["lo"], rel=1e-6) and hi == pytest.approx(ref["hi"], rel=1e-6)
+
+
+def test_exact_coverage_of_the_wilson_interval_matches_r():
+    from voicebias.analysis.disaggregated import rate_coverage
+
+    got = rate_coverage(rates=(0.1, 0.8), sizes=(10, 30)).query("quantity == 'rate'").set_index(["rate", "n"])
+    ref = run_r(
+        "cov <- function(p, n) { k <- 0:n; ok <- sapply(k, function(x) {\n"
+        "  ci <- prop.test(x, n, correct = FALSE)$conf.int; ci[1] <= p && p <= ci[2] })\n"
+        "  sum(dbinom(k, n, p)[ok]) }\n"
+        "emit('c', c(cov(0.1, 10), cov(0.1, 30), cov(0.8, 10), cov(0.8, 30)))"
+    )
+    want = dict(zip([(0.1, 10), (0.1, 30), (0.8, 10), (0.8, 30)], ref["c"]))
+    for key, value in want.items():
+        assert got.loc[key, "coverage"] == pytest.approx(value, abs=1e-12), key
