@@ -506,8 +506,8 @@ def measure(a: Any) -> dict[str, float]:
 
     F1-F3 and the formant index over the voiced frames with three formants; F4 and the
     vocal-tract index over those that also have a fourth below the ceiling. Where fewer than
-    three frames do (band-limited audio), F4 is NaN and the vocal-tract index is F3's alone
-    over the frames with three formants, so that one estimator makes each file's median."""
+    three frames do, F4 is NaN and the vocal-tract index is F3's alone over the frames with
+    three formants, so that one estimator makes each file's median."""
     tracks, _ = a.formants()
     found = np.isfinite(tracks).all(axis=1)
     frames = tracks[found]
