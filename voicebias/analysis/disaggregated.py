@@ -50,6 +50,17 @@ RATIO_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate", "speaker
 RATE_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate"})
 
 KEYS = ["study", "system", "task", "lang", "voice_gender", "condition_factor", "condition", "metric"]
+#: the columns against the reference group (NaN where there is none)
+REF_COLUMNS = (
+    "ref_n",
+    "ref_estimate",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+)
 COLUMNS = [
     *KEYS,
     "kind",
@@ -59,14 +70,7 @@ COLUMNS = [
     "ci_high",
     "ci_method",
     "reference",
-    "ref_n",
-    "ref_estimate",
-    "diff",
-    "diff_ci_low",
-    "diff_ci_high",
-    "ratio",
-    "ratio_ci_low",
-    "ratio_ci_high",
+    *REF_COLUMNS,
     *STATUS_COLUMNS,
 ]
 
@@ -134,20 +138,7 @@ def bootstrap_row(
     reps = _means(values, rng, resamples) if n else np.array([np.nan])
     iv = _interval(reps, n, confidence, spread)
     row.update(ci_low=iv.low, ci_high=iv.high, ci_method=iv.method)
-    nan = {
-        k: np.nan
-        for k in (
-            "ref_n",
-            "ref_estimate",
-            "diff",
-            "diff_ci_low",
-            "diff_ci_high",
-            "ratio",
-            "ratio_ci_low",
-            "ratio_ci_high",
-        )
-    }
-    row.update(nan)
+    row.update(dict.fromkeys(REF_COLUMNS, np.nan))
     if ref is None:
         return row
     ref = np.asarray(ref, dtype=float)
@@ -195,17 +186,7 @@ def score_row(values: np.ndarray, ref: np.ndarray | None, confidence: float, rat
     else:
         lo, hi = wilson(k, n, confidence)
         row.update(ci_low=lo, ci_high=hi, ci_method="wilson")
-    for key in (
-        "ref_n",
-        "ref_estimate",
-        "diff",
-        "diff_ci_low",
-        "diff_ci_high",
-        "ratio",
-        "ratio_ci_low",
-        "ratio_ci_high",
-    ):
-        row[key] = np.nan
+    row.update(dict.fromkeys(REF_COLUMNS, np.nan))
     if ref is None:
         return row
     ref = np.asarray(ref, dtype=float)
