@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
+from voicebias.analysis.glmm import fit_binomial_glmm
 from voicebias.analysis.intervals import wilson
 from voicebias.analysis.stats import (
     FISHER_COLUMNS,
     OR_COLUMNS,
+    describe_design,
+    detect_separation,
     fisher_misaligned_vs_neutral,
     misgender_rates,
     odds_ratio_per_step,
     permutation_misaligned_vs_neutral,
 )
-from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
+from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import SAMPLE
 
 
@@ -41,6 +45,147 @@ def describe_odds_ratios(scored: pd.DataFrame, confidence: float = 0.95) -> pd.D
     return out.rename(columns={"scope": "lang"})[
         ["system", "lang", *[c for c in out.columns if c not in ("system", "scope")]]
     ]
+
+
+#: fewest voices of each gender for which a voice-gender effect is tested (with fewer it is one
+#: voice against another: estimated and printed, no p-value)
+MIN_VOICES_PER_GENDER = 3
+
+GLMM_COLUMNS = [
+    "system",
+    "lang",
+    "term",
+    "n",
+    "n_excluded",
+    "voices_male",
+    "voices_female",
+    "passages",
+    "coef",
+    "se",
+    "odds_ratio",
+    "ci_low",
+    "ci_high",
+    "df",
+    "p_value",
+    "sd_voice",
+    "sd_passage",
+    "generalises_over",
+    *STATUS_COLUMNS,
+]
+
+_GLMM_TERMS = ("content_step", "voice_female")
+
+
+def describe_glmm_scope(g: pd.DataFrame, system: str, scope: str, confidence: float = 0.95) -> pd.DataFrame:
+    """The describe mixed model of one system and scope: two rows, content_step and voice_female.
+
+    logit P(judged female) = b0 + b1 content_step + b2 voice_female + voice + passage, with
+    crossed random intercepts for the input voice (voice_id) and the passage (passage_id), fitted
+    by Laplace (voicebias.analysis.glmm, lme4's glmer criterion). With repeats (a sample column)
+    every answer is a row and the item (stimulus) gets a random intercept too.
+
+    Each term is tested on its between-within degrees of freedom: content_step on the passages,
+    voice_female on the voices (t reference). voice_female is tested only with at least
+    MIN_VOICES_PER_GENDER voices of each gender: with fewer its estimate is one voice against
+    another, printed with reason 'not testable' and no p-value or CI. `generalises_over` says
+    what the row's conclusion holds across. Degenerate tables give rows with a status: no
+    compliant answer, one content pole or one voice gender, one outcome, or separation (the
+    maximum-likelihood estimate does not exist; describe_odds_ratios has Firth's estimate).
+    """
+    d = describe_design(g)
+    n, n_excl = int(len(d)), int(len(g) - len(d))
+    missing = [c for c in ("voice_id", "passage_id") if c not in d.columns]
+    if missing:  # an older or hand-made table: the design cannot be told
+        d = d.assign(**{c: np.nan for c in missing})
+    vm = int(d.loc[d["voice_female"] == 0, "voice_id"].nunique()) if len(d) else 0
+    vf = int(d.loc[d["voice_female"] == 1, "voice_id"].nunique()) if len(d) else 0
+    npass = int(d["passage_id"].nunique()) if len(d) else 0
+    base = {
+        "system": system,
+        "lang": scope,
+        "n": n,
+        "n_excluded": n_excl,
+        "voices_male": vm,
+        "voices_female": vf,
+        "passages": npass,
+    }
+    empty = dict.fromkeys(
+        ["coef", "se", "odds_ratio", "ci_low", "ci_high", "df", "p_value", "sd_voice", "sd_passage"], np.nan
+    )
+
+    def failed(reason: str) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {**base, "term": t, **empty, "generalises_over": "", "status": NOT_ESTIMABLE, "reason": reason}
+                for t in _GLMM_TERMS
+            ],
+            columns=GLMM_COLUMNS,
+        )
+
+    if n == 0:
+        return failed("no compliant answer")
+    if missing or d[["voice_id", "passage_id"]].isna().any().any():
+        return failed("the table does not name each answer's voice_id and passage_id: no mixed model")
+    if d["content_step"].nunique() < 2 or vm == 0 or vf == 0:
+        return failed("only one content pole or one voice gender among the compliant answers")
+    X = np.column_stack([np.ones(n), d["content_step"].to_numpy(float), d["voice_female"].to_numpy(float)])
+    y = d["y"].to_numpy(float)
+    if len(np.unique(y)) < 2:
+        return failed(f"every compliant answer is '{'female' if y[0] == 1 else 'male'}'")
+    sep = detect_separation(X, y)
+    if sep != "none":
+        return failed(
+            f"{sep} separation: the mixed model's maximum-likelihood estimate does not exist "
+            "(describe_odds_ratios reports Firth's estimate)"
+        )
+    groups = {"voice": d["voice_id"].astype(str), "passage": d["passage_id"].astype(str)}
+    if SAMPLE in d.columns:
+        groups["item"] = d["stimulus_id"].astype(str)
+    try:
+        fit = fit_binomial_glmm(y, X, ["(Intercept)", *_GLMM_TERMS], groups)
+    except NotEstimable as exc:
+        return failed(str(exc))
+    rows = []
+    sds = {"sd_voice": float(fit.theta["voice"]), "sd_passage": float(fit.theta["passage"])}
+    for term in _GLMM_TERMS:
+        b, se, df = float(fit.params[term]), float(fit.bse[term]), float(fit.between_df[term])
+        row = {**base, "term": term, "coef": b, "se": se, "odds_ratio": float(np.exp(b)), "df": df, **sds}
+        reason = ""
+        if term == "voice_female" and min(vm, vf) < MIN_VOICES_PER_GENDER:
+            row.update(ci_low=np.nan, ci_high=np.nan, p_value=np.nan)
+            row["generalises_over"] = f"these {vm + vf} voices ({vm} male, {vf} female)"
+            reason = (
+                f"not testable: {min(vm, vf)} voice(s) of one gender (< {MIN_VOICES_PER_GENDER}); the estimate "
+                "compares these voices, not voice genders"
+            )
+        else:
+            q = stats.t.ppf(0.5 + confidence / 2, df) if df > 0 else np.nan
+            row.update(
+                ci_low=float(np.exp(b - q * se)),
+                ci_high=float(np.exp(b + q * se)),
+                p_value=float(2 * stats.t.sf(abs(b / se), df)) if df > 0 else np.nan,
+            )
+            row["generalises_over"] = (
+                f"{npass} passages (random)"
+                if term == "content_step"
+                else f"{vm + vf} voices ({vm} male, {vf} female; random)"
+            )
+        if fit.boundary:
+            reason = "; ".join(x for x in (reason, f"random-intercept SD estimated 0: {', '.join(fit.boundary)}") if x)
+        if not fit.converged:
+            reason = "; ".join(x for x in (reason, "the optimiser reported no convergence") if x)
+        rows.append({**row, "status": OK, "reason": reason})
+    return pd.DataFrame(rows, columns=GLMM_COLUMNS)
+
+
+def describe_glmm(scored: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """The describe mixed model (`describe_glmm_scope`) per system, pooled (ALL) and per language."""
+    d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
+    parts = []
+    for system, g in d.groupby("system"):
+        parts.append(describe_glmm_scope(g, str(system), "ALL", confidence))
+        parts += [describe_glmm_scope(gl, str(system), str(lang), confidence) for lang, gl in g.groupby("lang")]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=GLMM_COLUMNS)
 
 
 def describe_misgender(scored: pd.DataFrame, confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -312,6 +457,7 @@ def planted_vs_recovered(
     pooled: pd.DataFrame | None = None,
     mixed: pd.DataFrame | None = None,
     f0_measure: str = "delta_f0_median_st",
+    glmm: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Set every reference system's planted truth beside what the audit recovered.
 
@@ -328,6 +474,9 @@ def planted_vs_recovered(
     rows carry `tolerance` (F0_TOLERANCE_ST) and `within_tolerance`: the estimate is
     within the instrument's F0 accuracy of the planted shift. With repeats every
     quantity is estimated on items (the tables passed in are item-level already).
+    With `glmm` (describe_glmm) the planted odds ratio per step is also set beside the
+    mixed model's content-step estimate (quantity odds_ratio_per_step_mixed): the reference
+    systems plant no passage or voice variation, so both fits estimate the same odds ratio.
     """
     rows = []
     for system, truth in planted.items():
@@ -350,6 +499,23 @@ def planted_vs_recovered(
                 "fit_status": o["fit_status"],
             }
         )
+        if glmm is not None and len(glmm):
+            gm = glmm[(glmm["system"] == system) & (glmm["lang"] == "ALL") & (glmm["term"] == "content_step")]
+            if len(gm):
+                gm = gm.iloc[0]
+                ok = gm["status"] == OK and bool(np.isfinite(gm["ci_low"]))
+                rows.append(
+                    {
+                        "system": system,
+                        "quantity": "odds_ratio_per_step_mixed",
+                        "planted": orp,
+                        "recovered": gm["odds_ratio"],
+                        "ci_low": gm["ci_low"],
+                        "ci_high": gm["ci_high"],
+                        "planted_in_ci": bool(gm["ci_low"] <= orp <= gm["ci_high"]) if ok else None,
+                        "fit_status": "ok" if ok else str(gm["reason"]),
+                    }
+                )
         r = rates[(rates["system"] == system) & (rates["lang"] == "ALL")].set_index("cell_type")
         for ct, p in truth["misgender_rate"].items():
             # with repeats misgendered is a sum of item shares and n counts items: the Wilson interval of

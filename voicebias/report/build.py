@@ -92,6 +92,31 @@ def odds_table(odds: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def glmm_table(glmm: pd.DataFrame) -> pd.DataFrame:
+    """The describe mixed model (describe_glmm.csv): one row per system x scope x term, the OR with its
+    CI, df and p, the random-intercept SDs, what the row generalises over, and why a cell is empty."""
+    rows = []
+    for r in glmm.to_dict("records"):
+        ok = r["status"] == "ok"
+        has_ci = ok and np.isfinite(r["ci_low"])
+        rows.append(
+            {
+                "system": r["system"],
+                "scope": r["lang"],
+                "term": r["term"],
+                "OR [95% CI]": f"{_fmt(r['odds_ratio'], 2)} [{_fmt(r['ci_low'], 2)}, {_fmt(r['ci_high'], 2)}]"
+                if has_ci
+                else (_fmt(r["odds_ratio"], 2) if ok else "–"),
+                "df": _fmt(r["df"], 0) if has_ci else "–",
+                "p": _p(r["p_value"]) if has_ci else "–",
+                "SD voice / passage": f"{_fmt(r['sd_voice'], 2)} / {_fmt(r['sd_passage'], 2)}" if ok else "–",
+                "generalises over": r["generalises_over"] if isinstance(r["generalises_over"], str) else "–",
+                "note": r["reason"] if isinstance(r["reason"], str) else "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def misgender_table(rates: pd.DataFrame) -> pd.DataFrame:
     """S2S paper Table 2 describe block: aligned and neutral pooled, misaligned by language."""
     rows = []
@@ -785,6 +810,8 @@ def build_report(
         if (analysis_dir / "rq1_significance_counts.csv").exists():
             sections["rq1_significance"] = Section(read_table(analysis_dir / "rq1_significance_counts.csv"))
     sections["describe_odds"] = Section(odds_table(odds), "odds_ratio_forest.png")
+    if (analysis_dir / "describe_glmm.csv").exists():
+        sections["describe_glmm"] = Section(glmm_table(read_table(analysis_dir / "describe_glmm.csv")))
     sections["describe_misgender"] = Section(misgender_table(rates), "misgender_by_cell.png")
     sections["describe_fisher"] = Section(fisher_table(fisher))
     sections["summarize_pronouns"] = Section(pronoun_table(pron))

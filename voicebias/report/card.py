@@ -129,6 +129,31 @@ def odds_estimate(row: dict[str, Any] | pd.Series) -> dict[str, Any]:
     return {"odds_ratio": None, "ci_low": None, "ci_high": None, "source": None}
 
 
+def mixed_odds_estimate(glmm: pd.DataFrame | None, system: str) -> dict[str, Any]:
+    """The OR per content step of the describe mixed model (describe_glmm.csv, lang ALL), used for the
+    verdict when its status is 'ok' and its CI finite: odds_ratio, ci_low, ci_high, source ('mixed' or
+    None) and generalises_over (what the passages and voices random effects let the estimate hold over)."""
+    none = {"odds_ratio": None, "ci_low": None, "ci_high": None, "source": None, "generalises_over": None}
+    if glmm is None or not len(glmm):
+        return none
+    g = glmm[(glmm["system"] == system) & (glmm["lang"] == "ALL")].set_index("term")
+    if "content_step" not in g.index:
+        return none
+    r = g.loc["content_step"]
+    if r["status"] != "ok" or not _finite(r["odds_ratio"], r["ci_low"], r["ci_high"]):
+        return none
+    over = [str(r["generalises_over"])]
+    if "voice_female" in g.index:
+        over.append(str(g.loc["voice_female", "generalises_over"]))
+    return {
+        "odds_ratio": _num(r["odds_ratio"]),
+        "ci_low": _num(r["ci_low"]),
+        "ci_high": _num(r["ci_high"]),
+        "source": "mixed",
+        "generalises_over": "; ".join(x for x in over if x and x != "nan"),
+    }
+
+
 def drift_fit_verdict(ci_low: Any, ci_high: Any, margin: float = DRIFT_MARGIN_ST) -> str:
     """One language x task fit's verdict from the 95 % CI of the stereotype-signed F0 effect (st, closed).
 
@@ -342,16 +367,23 @@ def audit_card(
     mixed = _read(analysis_dir / "rq1_mixed_models.csv")
     comp = _read(analysis_dir / "compliance.csv")
     excluded = _read(analysis_dir / "exclusions.csv")
+    glmm = _read(analysis_dir / "describe_glmm.csv")
     s2s = []
     for system in dict.fromkeys(odds["system"]):
         o = odds[(odds["system"] == system) & (odds["lang"] == "ALL")]
         row = o.iloc[0].to_dict() if len(o) else {}
-        est = odds_estimate(row)
+        paper = odds_estimate(row)
+        mixed_est = mixed_odds_estimate(glmm, system)
+        est = mixed_est if mixed_est["source"] is not None else paper
         entry = {
             "system": system,
             "invariance": {
                 "verdict": invariance_verdict(est["ci_low"], est["ci_high"], content_min_or),
                 **est,
+                "generalises_over": mixed_est["generalises_over"]
+                if mixed_est["source"] is not None
+                else "these voices and passages (fixed)",
+                "paper": paper,
                 "fit_status": row.get("fit_status"),
                 "n": _num(row.get("n")),
                 "n_excluded": _num(row.get("n_excluded")),
@@ -470,6 +502,7 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
     rows = []
     for s in card["s2s"]:
         inv, mg, dr = s["invariance"], s["misgender"], s["drift"]
+        paper = inv.get("paper") or inv
         summ = s["summarize"] or {}
         mis, ali, diff = mg.get("misaligned", {}), mg.get("aligned", {}), mg.get("difference_pp", {})
         fits = dr["fits"]
@@ -478,7 +511,10 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
                 "system": s["system"],
                 "describe": inv["verdict"],
                 "OR per content step [95% CI]": _ci(inv["odds_ratio"], inv["ci_low"], inv["ci_high"])
-                + (" (Firth)" if inv["source"] == "firth" else ""),
+                + {"firth": " (Firth)", "mixed": " (mixed model)"}.get(inv["source"], ""),
+                "generalises over": inv.get("generalises_over") or "–",
+                "paper's OR [95% CI]": _ci(paper.get("odds_ratio"), paper.get("ci_low"), paper.get("ci_high"))
+                + (" (Firth)" if paper.get("source") == "firth" else ""),
                 "misgender misaligned [95% CI]": _ci(mis.get("rate"), mis.get("ci_low"), mis.get("ci_high"), 3),
                 "misgender aligned [95% CI]": _ci(ali.get("rate"), ali.get("ci_low"), ali.get("ci_high"), 3),
                 "misaligned − aligned (pp) [95% CI]": _ci(diff.get("est"), diff.get("ci_low"), diff.get("ci_high"), 1),
