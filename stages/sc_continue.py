@@ -17,6 +17,7 @@ if __name__ == "__main__":
         system=a.system,
         manifest_path=config.PHONATION_MANIFEST,
         check_metrics=config.CHECK_METRICS,
+        excluded_path=config.PHONATION_EXCLUDED,
         out_dir=config.continuations_dir(a.system),
         stats_path=config.continuation_report(a.system),
         cache_dir=config.RESPONSE_CACHE,

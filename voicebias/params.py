@@ -221,6 +221,9 @@ class Phonation(Section):
     presets: dict[Condition, Preset]
     parametric: Parametric = Parametric()
     vqvc: VQVC | None = None
+    #: the largest share of stimuli the manipulation check may exclude (classifier flips, unmeasurable
+    #: files), each counted with its reason; above it the check stops the run
+    max_excluded_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.02
 
 
 class Generate(Section):

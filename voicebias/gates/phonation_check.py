@@ -6,7 +6,10 @@ expected direction of each change comes from the preset itself. The summary goes
 reports/phonation/manipulation_check.csv, and the stage fails when a condition moves a measure the
 wrong way on average for any voice, or a voice's converted files are no closer to its modal
 original than the other voice of its gender is. The carrier check is repeated per condition
-(reports/phonation/classifier_flips.csv): any classifier flip fails the stage.
+(reports/phonation/classifier_flips.csv). A stimulus a classifier hears as the other gender, or one
+that cannot be measured, is a counted exclusion with its reason (reports/phonation/excluded_stimuli.csv;
+no system hears it) as long as the excluded share stays within `phonation.max_excluded_fraction`;
+above it the stage fails.
 
 The contrasts and the rules: docs/phonation.md, "The manipulation check".
 """
@@ -283,6 +286,55 @@ def classifier_flips(
     )
     table["flips"] = table["flips"].astype(int)
     return long, table
+
+
+EXCLUSION_COLUMNS = ["stimulus_id", "lang", "voice_gender", "voice_id", "phonation", "reason", "detail"]
+
+
+def stimulus_exclusions(measured: pd.DataFrame, margins: pd.DataFrame) -> pd.DataFrame:
+    """One row per excluded stimulus, with its first reason: the measurement's reason code when a part
+    of it cannot be measured, else 'classifier_flip' when a gender classifier hears the other gender
+    (detail: classifier and margin, > 0 female). Ordered as the manifest."""
+    rows = []
+    flipped = margins[margins["flipped"]]
+    first_flip = {sid: g.iloc[0] for sid, g in flipped.groupby("stimulus_id", sort=False)}
+    for r in measured.itertuples(index=False):
+        if r.measure_status != "ok":
+            code, _, msg = str(r.measure_error).partition(": ")
+            reason, detail = code, msg
+        elif r.stimulus_id in first_flip:
+            f = first_flip[r.stimulus_id]
+            reason, detail = "classifier_flip", f"{f['classifier']} margin {f['margin']:+.2f}"
+        else:
+            continue
+        rows.append(
+            {
+                "stimulus_id": r.stimulus_id,
+                "lang": r.lang,
+                "voice_gender": r.voice_gender,
+                "voice_id": r.voice_id,
+                "phonation": r.phonation,
+                "reason": reason,
+                "detail": detail,
+            }
+        )
+    return pd.DataFrame(rows, columns=EXCLUSION_COLUMNS)
+
+
+def validate_exclusions(excluded: pd.DataFrame, n_stimuli: int, max_fraction: float) -> None:
+    """Stop (ValidationFailed) when more than `max_fraction` of the stimuli are excluded, naming them."""
+    from voicebias.validation import ValidationFailed
+
+    if n_stimuli and len(excluded) > max_fraction * n_stimuli:
+        by_reason = excluded["reason"].value_counts().sort_index()
+        raise ValidationFailed(
+            f"phonation check: {len(excluded)} of {n_stimuli} stimuli excluded "
+            f"({len(excluded) / n_stimuli:.1%} > phonation.max_excluded_fraction {max_fraction:.1%}; "
+            + ", ".join(f"{k} {v}" for k, v in by_reason.items())
+            + "): "
+            + ", ".join(f"{r.stimulus_id} ({r.reason} {r.detail})" for r in excluded.head(20).itertuples())
+            + (" ..." if len(excluded) > 20 else "")
+        )
 
 
 def validate_check(summary: pd.DataFrame) -> ValidationReport:

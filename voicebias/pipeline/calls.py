@@ -50,6 +50,7 @@ def run_system(
     label_for: Callable[[str], str],
     samples: int,
     annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
+    exclude: frozenset[str] = frozenset(),
 ) -> dict[str, pd.DataFrame]:
     """Build system `system_name` from `adapters` once and run it on each of `tasks` in turn over the
     stimuli of `manifest_path`, `samples` answers per stimulus, once `gate_metrics` records that
@@ -59,7 +60,8 @@ def run_system(
     `stats_path_for(task)`; `label_for(task)` names it in the run log and the progress line;
     `context()` returns what the system is built with besides the stimulus table and root (read
     once the gate has passed);
-    `annotate(system, system params)` returns tracked facts added to each record. The
+    `annotate(system, system params)` returns tracked facts added to each record; stimuli whose
+    stimulus_id is in `exclude` (a gate's counted exclusions) are not sent. The
     system's `check` runs once, before the first call any task sends (not at all when every
     call is cached). A task whose failed calls exceed `run.max_failed_fraction` of its
     requests raises StageFailed once every task has run and the ledger of failed calls is
@@ -75,6 +77,8 @@ def run_system(
     if not read_json(gate_metrics).get("passed"):
         raise StageFailed(f"{gate} has not passed; no system may hear these stimuli")
     manifest = read_table(manifest_path)
+    if exclude:
+        manifest = manifest[~manifest["stimulus_id"].astype(str).isin(exclude)].reset_index(drop=True)
     sys_params = params["systems"].get(system_name)
     if sys_params is None:
         raise NotFound(f"params.yaml has no 'systems.{system_name}' section")

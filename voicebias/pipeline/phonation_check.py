@@ -12,8 +12,10 @@ from voicebias.gates.phonation_check import (
     measure_stimuli,
     paired_changes,
     speaker_similarities,
+    stimulus_exclusions,
     summarise,
     validate_check,
+    validate_exclusions,
     validate_flips,
 )
 from voicebias.stimuli.phonation.presets import presets_from_params
@@ -29,7 +31,9 @@ def run_stage(
     measure_cache: Path | None = None,
     embedding_cache: Path | None = None,
 ) -> pd.DataFrame:
-    """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics."""
+    """Stage 'phonation_check': measures, similarities, summary table, GE gate, metrics, and the
+    per-stimulus exclusions (excluded_stimuli.csv): the stage fails when a condition moves a measure
+    the wrong way or more than phonation.max_excluded_fraction of the stimuli are excluded."""
     from voicebias.instruments.embeddings import embedder_from_params
     from voicebias.io import read_table, write_json, write_table
 
@@ -47,15 +51,21 @@ def run_stage(
     write_table(out_dir / "between_voice_similarity.csv", between)
     write_table(out_dir / "manipulation_check.csv", summary)
     write_table(out_dir / "classifier_flips.csv", flips)
-    excluded = measured[measured["measure_status"] != "ok"]
+    excluded = stimulus_exclusions(measured, margins)
+    write_table(out_dir / "excluded_stimuli.csv", excluded)
+    max_fraction = float(params["phonation"]["max_excluded_fraction"])
     wrong = summary[~summary["ok"]]
+    n = int(len(manifest))
     metrics: dict[str, Any] = {
-        "stimuli": int(len(manifest)),
+        "stimuli": n,
         "excluded": int(len(excluded)),
+        "excluded_by_reason": {str(k): int(v) for k, v in excluded["reason"].value_counts().sort_index().items()},
+        "excluded_fraction": round(len(excluded) / n, 6) if n else 0.0,
+        "max_excluded_fraction": max_fraction,
         "checked_cells": int((summary["expected_sign"] != 0).sum()),
         "wrong_direction": int(len(wrong)),
         "classifier_flips": int(flips["flips"].sum()),
-        "passed": bool(wrong.empty) and int(flips["flips"].sum()) == 0,
+        "passed": bool(wrong.empty) and len(excluded) <= max_fraction * n,
     }
     whole = summary[summary["contrast"].isin(["converted_vs_modal", "second_half_vs_modal_second_half"])]
     for (ph, measure, contrast), s in whole.groupby(["phonation", "measure", "contrast"]):
@@ -68,5 +78,6 @@ def run_stage(
     }
     write_json(metrics_path, metrics)
     validate_check(summary)
-    validate_flips(margins)
+    validate_exclusions(excluded, n, max_fraction)
+    validate_flips(margins[~margins["stimulus_id"].isin(excluded["stimulus_id"])])  # none left in
     return summary

@@ -31,6 +31,14 @@ def _planted_truth(system: Any, sys_params: dict[str, Any]) -> dict[str, Any]:
     return {"planted_truth": planted_truth(sys_params)}
 
 
+def _excluded(path: Path | None) -> frozenset[str]:
+    from voicebias.io import read_table
+
+    if path is None or not Path(path).exists():
+        return frozenset()
+    return frozenset(read_table(Path(path))["stimulus_id"].astype(str))
+
+
 def run_stage(
     params: dict[str, Any],
     *,
@@ -41,9 +49,11 @@ def run_stage(
     stats_path: Path,
     cache_dir: Path,
     root: Path,
+    excluded_path: Path | None = None,
 ) -> pd.DataFrame:
     """Stage 'sc_continue': continuation system `system`, built from the continuation registry,
-    over the phonation stimuli (cached, resumable)."""
+    over the phonation stimuli (cached, resumable) less those the manipulation check excluded
+    (`excluded_path`, reports/phonation/excluded_stimuli.csv: counted there, heard by no system)."""
     from voicebias.pipeline.calls import run_system
     from voicebias.systems.continuation import CONTINUATION_ADAPTERS
 
@@ -68,5 +78,6 @@ def run_stage(
         label_for=lambda _: f"sc_continue@{system}",
         annotate=_planted_truth,
         samples=1,
+        exclude=_excluded(excluded_path),
     )
     return tables[CONTINUE_TASK.name]

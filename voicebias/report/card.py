@@ -398,6 +398,7 @@ def audit_card(
         "sc": {},
         "carrier_gate_excluded_stimuli": (gate_metrics or {}).get("excluded_stimuli"),
         "phonation_excluded": (check_metrics or {}).get("excluded"),
+        "phonation_excluded_by_reason": (check_metrics or {}).get("excluded_by_reason"),
     }
     if comp is not None:
         for system, g in comp.groupby("system", sort=False):
@@ -616,7 +617,9 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
             "calls": "–",
             "failed calls": "–",
             "non-compliant (excluded)": _f(exc["phonation_excluded"]),
-            "excluded replies, by reason": "–",
+            "excluded replies, by reason": by_reason({"excluded": exc.get("phonation_excluded_by_reason")})
+            if exc.get("phonation_excluded_by_reason") is not None
+            else "–",
         },
     ]
     tables["card_exclusions"] = pd.DataFrame(ex_rows).map(str)

@@ -514,3 +514,12 @@ def test_continue_stage_runs_through_the_respond_runner(tmp_path, monkeypatch):
     runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in runs] == ["sc_continue@continuation_reference"] * 2
     assert (runs[0]["calls"], runs[1]["calls"], runs[1]["cache_hits"]) == (2, 0, 2)
+
+    # a stimulus the manipulation check excluded is heard by no system: not sent, not in the table
+    write_table(
+        tmp_path / "excluded.csv",
+        pd.DataFrame([{"stimulus_id": "p1-female-breathy", "reason": "classifier_flip", "detail": "x"}]),
+    )
+    kept = continue_stage(params, system="continuation_reference", excluded_path=tmp_path / "excluded.csv", **args)
+    assert list(kept["stimulus_id"]) == ["p1-male-modal"]
+    assert json.loads((tmp_path / "stats.json").read_text())["requests"] == 1

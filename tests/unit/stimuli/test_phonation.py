@@ -412,3 +412,45 @@ def test_conversions_on_every_core_equal_one_by_one(tmp_path):
     assert "file not found" in outs[2][-1][0]["error"]
     assert pd.DataFrame([r for r, _ in outs[2]]).equals(pd.DataFrame([r for r, _ in outs[1]]))
     assert [b for _, b in outs[2]] == [b for _, b in outs[1]]
+
+
+def test_a_flip_or_an_unmeasurable_file_is_a_counted_exclusion_up_to_the_limit(tmp_path, x):
+    """Per-stimulus policy: the male-sounding 'female' file is excluded as classifier_flip, the
+    100 ms file as too_short (its halves cannot be measured), the good one kept; with 2 of 3
+    excluded a limit of 0.7 lets the check go on, 0.5 stops it, naming both with their reasons."""
+    from voicebias.audio import write_audio
+    from voicebias.gates.phonation_check import (
+        classifier_flips,
+        measure_stimuli,
+        stimulus_exclusions,
+        validate_exclusions,
+    )
+
+    write_audio(tmp_path / "a.flac", x, SR)
+    write_audio(tmp_path / "short.flac", x[: SR // 10], SR)
+    man = pd.DataFrame(
+        {
+            "stimulus_id": ["m-modal", "f-breathy", "m-short"],
+            "lang": ["en"] * 3,
+            "voice_gender": ["male", "female", "male"],
+            "voice_id": ["v1", "v2", "v1"],
+            "phonation": ["modal", "breathy", "creaky"],
+            "path": ["a.flac", "a.flac", "short.flac"],
+        }
+    )
+    acoustics = {
+        "pitch_range": {"male": [60, 300], "female": [60, 500]},
+        "max_formant": {"male": 5000, "female": 5000},
+        "time_step": 0.01,
+        "classifier": "acoustic_norms",
+        "cpps_time_step": 0.005,
+    }
+    measured = measure_stimuli(man, acoustics, tmp_path, workers=1)
+    margins, _ = classifier_flips(measured, acoustics, tmp_path)
+    ex = stimulus_exclusions(measured, margins)
+    assert ex["stimulus_id"].tolist() == ["f-breathy", "m-short"]
+    assert ex["reason"].tolist() == ["classifier_flip", "too_short"]
+    assert ex.iloc[0]["detail"].startswith("acoustic_norms margin -")
+    validate_exclusions(ex, 3, 0.7)
+    with pytest.raises(ValidationFailed, match=r"2 of 3 stimuli excluded .*classifier_flip 1, too_short 1.*f-breathy"):
+        validate_exclusions(ex, 3, 0.5)
