@@ -39,19 +39,21 @@ class RemlFit:
         term_columns: dict[str, list[int]],
     ) -> None:
         self.y, self.X, self.names, self.term_columns = y, X, names, term_columns
-        self.G = {name: (codes[:, None] == codes[None, :]).astype(float) for name, codes in groups.items()}
+        self.codes = {name: np.asarray(c, int) for name, c in groups.items()}
+        self.design = _Design(y, X, list(self.codes.values()))
         self.converged, self.llf = converged, llf
         n, p = X.shape
-        H = np.eye(n) + sum(g * G for g, G in zip(gamma, self.G.values()))
-        Hi = np.linalg.inv(H)
-        XtHiX = X.T @ Hi @ X
-        beta = np.linalg.solve(XtHiX, X.T @ Hi @ y)
-        r = y - X @ beta
-        s2 = float(r @ Hi @ r) / (n - p)
+        D = self.design
+        pt, ZtPZ, ZtPy, rss = D.projected(gamma)
+        Ct = np.linalg.inv(pt["XtHiX"])
+        beta = Ct @ pt["XtHiy"]
+        s2 = float(rss) / (n - p)
         self.s2 = s2
         self.vcomp = pd.Series([s2 * g for g in gamma] + [s2], index=[*groups, "residual"], dtype=float)
-        self.Vi = Hi / s2
-        self.C = np.linalg.inv(X.T @ self.Vi @ X)
+        self._Ct, self._M, self._ZtPZ = Ct, pt["M"], ZtPZ
+        # B = H^-1 X, n x p
+        self._B = X - D.Z @ (pt["M"] @ D.ZtX)
+        self.C = s2 * Ct
         self.params = pd.Series(beta, index=names)
         self._vc_cov = self._variance_covariance()
 
@@ -63,22 +65,43 @@ class RemlFit:
     def bse(self) -> pd.Series:
         return pd.Series(np.sqrt(np.diag(self.C)), index=self.names)
 
-    def _active(self) -> list[tuple[str, np.ndarray]]:
-        """Every variance component with its Z Z' matrix (none is held fixed: see `fit_reml`)."""
-        return [*self.G.items(), ("residual", np.eye(len(self.y)))]
+    def _hinv(self, v: np.ndarray) -> np.ndarray:
+        """H^-1 v (Woodbury)."""
+        D = self.design
+        return v - D.Z @ (self._M @ (D.Z.T @ v))
+
+    def _p(self, v: np.ndarray) -> np.ndarray:
+        """P v on the H scale, P = H^-1 - B (X'H^-1 X)^-1 B', B = H^-1 X."""
+        return self._hinv(v) - self._B @ (self._Ct @ (self._B.T @ v))
 
     def _variance_covariance(self) -> np.ndarray:
-        """Inverse observed REML information of the active variance components:
-        I_ij = y' P V_i P V_j P y - tr(P V_i P V_j) / 2, P = V^-1 - V^-1 X C X' V^-1."""
-        P = self.Vi - self.Vi @ self.X @ self.C @ self.X.T @ self.Vi
-        act = self._active()
-        PV = [P @ M for _, M in act]
-        Py = P @ self.y
-        m = len(act)
+        """Inverse observed REML information of the variance components (each random intercept,
+        then the residual): I_ij = y' P V_i P V_j P y - tr(P V_i P V_j) / 2, P = V^-1 - V^-1 X C X' V^-1,
+        with V_i = Z_i Z_i' (I for the residual), all by Woodbury on the random-effect columns."""
+        D, s2 = self.design, self.s2
+        blocks = D.blocks
+        py = self._p(self.y) / s2  # P y on the V scale
+        us = [D.Z[:, b] @ (D.Z[:, b].T @ py) for b in blocks] + [py]
+        pus = [self._p(u) / s2 for u in us]
+        m = len(us)
+        PZ = self._p(D.Z)  # H-scale P Z, n x q
+        # tr(P_H V_i P_H V_j) on the H scale, then / s2^2
+        tr = np.empty((m, m))
+        for i in range(m - 1):
+            for j in range(i, m - 1):
+                tr[i, j] = tr[j, i] = float(np.sum(self._ZtPZ[blocks[i], blocks[j]] ** 2))
+            tr[i, m - 1] = tr[m - 1, i] = float(np.sum(PZ[:, blocks[i]] ** 2))
+        M, ZtZ, B, Ct = self._M, D.ZtZ, self._B, self._Ct
+        MZ = M @ ZtZ
+        tr_h2 = D.n - 2 * float(np.trace(MZ)) + float(np.sum(MZ * MZ.T))
+        BtHB = B.T @ self._hinv(B)
+        CB = Ct @ (B.T @ B)
+        tr[m - 1, m - 1] = tr_h2 - 2 * float(np.sum(Ct * BtHB.T)) + float(np.sum(CB * CB.T))
+        tr /= s2**2
         info = np.empty((m, m))
         for i in range(m):
             for j in range(i, m):
-                info[i, j] = info[j, i] = Py @ act[i][1] @ PV[j] @ Py - 0.5 * np.sum(PV[i] * PV[j].T)
+                info[i, j] = info[j, i] = float(us[i] @ pus[j]) - 0.5 * tr[i, j]
         return np.linalg.pinv(info)
 
     def satterthwaite_df(self, contrast: np.ndarray) -> float:
@@ -86,28 +109,94 @@ class RemlFit:
         = l'C X' V^-1 V_i V^-1 X C l, A the inverse observed REML information."""
         c = np.asarray(contrast, float)
         v = float(c @ self.C @ c)
-        w = self.Vi @ self.X @ self.C @ c
-        g = np.array([float(w @ M @ w) for _, M in self._active()])
+        w = self._B @ (self._Ct @ c)  # V^-1 X C c
+        zw = self.design.Z.T @ w
+        g = np.array([float(zw[b] @ zw[b]) for b in self.design.blocks] + [float(w @ w)])
         denom = float(g @ self._vc_cov @ g)
         return float(2 * v * v / denom) if denom > 0 else float("nan")  # NaN: no df (degenerate information)
 
 
-def _reml_objective(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray]) -> float:
-    n, p = X.shape
-    H = np.eye(n) + sum(g * G for g, G in zip(gamma, Gs))
-    try:
-        L = np.linalg.cholesky(H)
-    except np.linalg.LinAlgError:
+class _Design:
+    """The pieces of y = X beta + Z u + e that REML needs, reduced to the random-effect columns
+    (q = total levels): with H = I + Z diag(g) Z', Woodbury gives H^-1 = I - Z M Z' with
+    M = diag(g) (I + Z'Z diag(g))^-1, so every quadratic form and log-determinant is a q x q
+    computation, whatever the number of observations n."""
+
+    def __init__(self, y: np.ndarray, X: np.ndarray, codes: list[np.ndarray]) -> None:
+        self.y, self.X = y, X
+        self.n, self.p = X.shape
+        sizes = [int(np.max(c)) + 1 if len(c) else 0 for c in codes]
+        q = int(sum(sizes))
+        Z = np.zeros((self.n, q))
+        start = 0
+        self.blocks: list[slice] = []
+        for c, s in zip(codes, sizes):
+            Z[np.arange(self.n), start + np.asarray(c, int)] = 1.0
+            self.blocks.append(slice(start, start + s))
+            start += s
+        self.Z = Z
+        self.col_group = np.concatenate([np.full(s, j) for j, s in enumerate(sizes)]) if sizes else np.zeros(0, int)
+        self.ZtZ = Z.T @ Z
+        self.ZtX, self.Zty = Z.T @ X, Z.T @ y
+        self.XtX, self.Xty, self.yty = X.T @ X, X.T @ y, float(y @ y)
+        lam, U = np.linalg.eigh(self.ZtZ)
+        self.R = np.sqrt(np.clip(lam, 0.0, None))[:, None] * U.T  # Z'Z = R'R
+
+    def parts(self, gamma: np.ndarray) -> dict | None:
+        """M, the eigenvalues of R diag(g) R' (H's non-unit eigenvalues less 1) and the H^-1 forms;
+        None where H is not positive definite."""
+        g = np.asarray(gamma, float)[self.col_group]
+        ev = np.linalg.eigvalsh((self.R * g) @ self.R.T) if len(g) else np.zeros(0)
+        if len(ev) and ev.min() <= -1.0 + 1e-12:
+            return None
+        q = len(g)
+        A = np.eye(q) + self.ZtZ * g[None, :]
+        try:
+            M = g[:, None] * np.linalg.solve(A, np.eye(q))
+        except np.linalg.LinAlgError:
+            return None
+        M = (M + M.T) / 2
+        XtHiX = self.XtX - self.ZtX.T @ M @ self.ZtX
+        XtHiy = self.Xty - self.ZtX.T @ M @ self.Zty
+        ytHiy = self.yty - float(self.Zty @ M @ self.Zty)
+        return {"M": M, "ev": ev, "logdet": float(np.sum(np.log1p(ev))), "XtHiX": XtHiX, "XtHiy": XtHiy, "ytHiy": ytHiy}
+
+    def cond(self, gamma: np.ndarray) -> float:
+        part = self.parts(gamma)
+        if part is None:
+            return float("inf")
+        e = np.concatenate([[1.0], 1.0 + part["ev"]])
+        return float(e.max() / e.min())
+
+    def projected(self, gamma: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, float]:
+        """(parts, Z'PZ, Z'Py, y'Py) with P = H^-1 - H^-1 X (X'H^-1 X)^-1 X'H^-1."""
+        pt = self.parts(gamma)
+        M = pt["M"]
+        ZtHiZ = self.ZtZ - self.ZtZ @ M @ self.ZtZ
+        ZtHiX = self.ZtX - self.ZtZ @ M @ self.ZtX
+        ZtHiy = self.Zty - self.ZtZ @ M @ self.Zty
+        Ct = np.linalg.inv(pt["XtHiX"])
+        beta = Ct @ pt["XtHiy"]
+        ZtPZ = ZtHiZ - ZtHiX @ Ct @ ZtHiX.T
+        ZtPy = ZtHiy - ZtHiX @ beta
+        yPy = pt["ytHiy"] - float(pt["XtHiy"] @ beta)
+        return pt, ZtPZ, ZtPy, yPy
+
+
+def _reml_objective(gamma: np.ndarray, D: _Design) -> float:
+    """REML deviance (up to a constant) in the variance ratios, residual variance profiled out:
+    log det H + log det X'H^-1 X + (n - p) log(y'Py); 1e300 where H is not positive definite."""
+    pt = D.parts(gamma)
+    if pt is None:
         return 1e300
-    Li = np.linalg.inv(L)
-    Xs, ys = Li @ X, Li @ y
-    XtX = Xs.T @ Xs
-    sign, logdet_x = np.linalg.slogdet(XtX)
+    sign, logdet_x = np.linalg.slogdet(pt["XtHiX"])
     if sign <= 0:
         return 1e300
-    beta = np.linalg.solve(XtX, Xs.T @ ys)
-    rss = float(np.sum((ys - Xs @ beta) ** 2))
-    return 2 * np.sum(np.log(np.diag(L))) + logdet_x + (n - p) * np.log(rss)
+    beta = np.linalg.solve(pt["XtHiX"], pt["XtHiy"])
+    rss = pt["ytHiy"] - float(pt["XtHiy"] @ beta)
+    if not rss > 0:
+        return 1e300
+    return pt["logdet"] + logdet_x + (D.n - D.p) * np.log(rss)
 
 
 FREE_MARGIN = 1e-6
@@ -121,11 +210,11 @@ BOUNDARY_MARGIN = 1e-12
 GRADIENT_TOL = 1e-3
 
 
-def _at_optimum(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray], bounded: bool) -> bool:
+def _at_optimum(gamma: np.ndarray, D: _Design, bounded: bool) -> bool:
     """The KKT conditions of the REML problem at gamma, by central differences in log gamma
     (forward differences in gamma at the bound gamma_j = 0, where the derivative must not be
     negative), to GRADIENT_TOL."""
-    f0 = _reml_objective(gamma, y, X, Gs)
+    f0 = _reml_objective(gamma, D)
     if not np.isfinite(f0) or f0 >= 1e299:
         return False
     for j, g in enumerate(gamma):
@@ -133,46 +222,41 @@ def _at_optimum(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.nda
             h = 1e-6
             up = gamma.copy()
             up[j] = g + h
-            if (_reml_objective(up, y, X, Gs) - f0) / h < -GRADIENT_TOL:
+            if (_reml_objective(up, D) - f0) / h < -GRADIENT_TOL:
                 return False
             continue
         h = 1e-4 * max(abs(g), 1e-8)
         up, down = gamma.copy(), gamma.copy()
         up[j], down[j] = g + h, g - h
-        d = (_reml_objective(up, y, X, Gs) - _reml_objective(down, y, X, Gs)) / (2 * h) * abs(g)
+        d = (_reml_objective(up, D) - _reml_objective(down, D)) / (2 * h) * abs(g)
         if not np.isfinite(d) or abs(d) > GRADIENT_TOL:
             return False
     return True
 
 
-def _reml_derivatives(
-    gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
+def _reml_derivatives(gamma: np.ndarray, D: _Design) -> tuple[np.ndarray, np.ndarray]:
     """Gradient and Hessian of `_reml_objective` in the variance ratios, analytically:
     with H = I + sum_j gamma_j G_j, P = H^-1 - H^-1 X (X'H^-1 X)^-1 X'H^-1, q = y'Py,
     a_j = y'P G_j P y and b_jk = y'P G_j P G_k P y, the deviance's derivatives are
     g_j = tr(P G_j) - (n - p) a_j / q and
-    H_jk = -tr(P G_j P G_k) + (n - p) (2 b_jk / q - a_j a_k / q^2)."""
-    n, p = X.shape
-    Hi = np.linalg.inv(np.eye(n) + sum(g * G for g, G in zip(gamma, Gs)))
-    HiX = Hi @ X
-    P = Hi - HiX @ np.linalg.solve(X.T @ HiX, HiX.T)
-    Py = P @ y
-    q = float(y @ Py)
-    PG = [P @ G for G in Gs]
-    GPy = [G @ Py for G in Gs]
-    a = np.array([float(Py @ v) for v in GPy])
-    grad = np.array([float(np.trace(M)) for M in PG]) - (n - p) * a / q
-    m = len(Gs)
+    H_jk = -tr(P G_j P G_k) + (n - p) (2 b_jk / q - a_j a_k / q^2); with G_j = Z_j Z_j' each is
+    a form in Z'PZ and Z'Py."""
+    _, ZtPZ, ZtPy, q = D.projected(gamma)
+    r = D.n - D.p
+    bl = D.blocks
+    a = np.array([float(ZtPy[b] @ ZtPy[b]) for b in bl])
+    grad = np.array([float(np.trace(ZtPZ[b, b])) for b in bl]) - r * a / q
+    m = len(bl)
     hess = np.empty((m, m))
     for j in range(m):
         for k in range(j, m):
-            b = float(GPy[j] @ P @ GPy[k])
-            hess[j, k] = hess[k, j] = -float(np.sum(PG[j] * PG[k].T)) + (n - p) * (2 * b / q - a[j] * a[k] / q**2)
+            blk = ZtPZ[bl[j], bl[k]]
+            b = float(ZtPy[bl[j]] @ blk @ ZtPy[bl[k]])
+            hess[j, k] = hess[k, j] = -float(np.sum(blk * blk)) + r * (2 * b / q - a[j] * a[k] / q**2)
     return grad, hess
 
 
-def _polish(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray], bounded: bool) -> np.ndarray:
+def _polish(gamma: np.ndarray, D: _Design, bounded: bool) -> np.ndarray:
     """Newton steps from a located REML optimum with the analytic derivatives, over the components
     not held at the bound (gamma_j > 1e-8 when `bounded`), until the step is rounding: the optimiser
     stops where its tolerances let it, which differs between machines in the sixth digit; the
@@ -182,9 +266,9 @@ def _polish(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray
     free = np.array([not bounded or g > 1e-8 for g in x])
     if not free.any():
         return x
-    f = _reml_objective(x, y, X, Gs)
+    f = _reml_objective(x, D)
     for _ in range(30):
-        grad, hess = _reml_derivatives(x, y, X, Gs)
+        grad, hess = _reml_derivatives(x, D)
         try:
             step = -np.linalg.solve(hess[np.ix_(free, free)], grad[free])
         except np.linalg.LinAlgError:
@@ -193,7 +277,7 @@ def _polish(gamma: np.ndarray, y: np.ndarray, X: np.ndarray, Gs: list[np.ndarray
         nxt[free] += step
         if (bounded and np.any(nxt < 0)) or not np.all(np.isfinite(nxt)):
             return x
-        f_next = _reml_objective(nxt, y, X, Gs)
+        f_next = _reml_objective(nxt, D)
         if f_next >= 1e299 or f_next > f + 1e-9 * max(1.0, abs(f)):
             return x
         x, f = nxt, f_next
@@ -338,64 +422,62 @@ def fit_reml_matrices(
     y, X = np.asarray(y, float), np.asarray(X, float)
     if X.shape[0] - X.shape[1] < 1:
         raise NotEstimable("no residual degrees of freedom: more fixed effects than observations")
-    Gs = [(np.asarray(c)[:, None] == np.asarray(c)[None, :]).astype(float) for c in codes.values()]
+    D = _Design(y, X, [np.asarray(c, int) for c in codes.values()])
+    m = len(codes)
     best = None
     # first the bounded fit (gamma >= 0, as lme4), then released from the bound: Nelder-Mead over the whole
     # region where H = I + sum gamma_j G_j is positive definite (the objective refuses the rest)
     for start in (0.1, 1.0, 5.0):
         res = optimize.minimize(
             _reml_objective,
-            np.full(len(Gs), start),
-            args=(y, X, Gs),
+            np.full(m, start),
+            args=(D,),
             method="L-BFGS-B",
-            bounds=[(0.0, None)] * len(Gs),
+            bounds=[(0.0, None)] * m,
             options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10},
         )
         if best is None or res.fun < best.fun:
             best = res
     assert best is not None
-    best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(best.x, y, X, Gs, bounded=True))
+    best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(best.x, D, bounded=True))
     if nobound:
         free = optimize.minimize(
             _reml_objective,
             best.x,
-            args=(y, X, Gs),
+            args=(D,),
             method="Nelder-Mead",
             options={
                 "xatol": 1e-10,
                 "fatol": 1e-13,
-                "maxiter": 4000 * max(len(Gs), 1),
-                "initial_simplex": best.x + np.vstack([np.zeros(len(Gs)), 0.05 * np.eye(len(Gs))]),
+                "maxiter": 4000 * max(m, 1),
+                "initial_simplex": best.x + np.vstack([np.zeros(m), 0.05 * np.eye(m)]),
             },
         )
         # released from the bound only when that improves the REML deviance by a margin (1e-6), not by
         # rounding, and away from the edge of the region (V singular)
         if free.fun < best.fun - FREE_MARGIN:
-            H = np.eye(len(y)) + sum(g * G for g, G in zip(free.x, Gs))
-            if np.linalg.cond(H) < 1e10:
-                best = optimize.OptimizeResult(
-                    x=free.x, fun=free.fun, success=_at_optimum(free.x, y, X, Gs, bounded=False)
-                )
+            if D.cond(free.x) < 1e10:
+                best = optimize.OptimizeResult(x=free.x, fun=free.fun, success=_at_optimum(free.x, D, bounded=False))
     # convergence is decided with its margin at the located point, or at the polished optimum when the
     # search stopped short on a flat deviance and Newton's steps reached the optimum from there; the
     # estimate is the polished optimum
     bounded = not np.any(best.x < 0)
-    x = _polish(np.asarray(best.x, float), y, X, Gs, bounded=bounded)
+    x = _polish(np.asarray(best.x, float), D, bounded=bounded)
     if not best.success and not np.array_equal(x, best.x):
-        best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(x, y, X, Gs, bounded=bounded))
+        best = optimize.OptimizeResult(x=best.x, fun=best.fun, success=_at_optimum(x, D, bounded=bounded))
     if not nobound:
         # at the boundary (a singular fit): a standard deviation under lme4's isSingular tolerance, or a
         # component whose removal raises the REML deviance by rounding only (BOUNDARY_MARGIN of its size):
         # near the boundary the search and Newton's steps place it anywhere below about 1e-8 of the
         # residual variance, on the last bits of the data
-        f_x = _reml_objective(x, y, X, Gs)
+        f_x = _reml_objective(x, D)
         for j, g in enumerate(x):
             zero = x.copy()
             zero[j] = 0.0
-            if singular_ratio(g) or _reml_objective(zero, y, X, Gs) <= f_x + BOUNDARY_MARGIN * max(1.0, abs(f_x)):
+            if singular_ratio(g) or _reml_objective(zero, D) <= f_x + BOUNDARY_MARGIN * max(1.0, abs(f_x)):
                 x = zero
-                f_x = min(f_x, _reml_objective(x, y, X, Gs))
-    fun = _reml_objective(x, y, X, Gs)
+                f_x = min(f_x, _reml_objective(x, D))
+    fun = _reml_objective(x, D)
     n, p = X.shape
     llf = -0.5 * (fun + (n - p) * (1 + np.log(2 * np.pi / (n - p))))
     return RemlFit(

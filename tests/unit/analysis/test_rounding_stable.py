@@ -43,14 +43,13 @@ def test_the_convergence_flag_reads_the_deviance_where_the_search_ended():
     cells = cells.rename(columns={"h1_h2_db": "y"})
     fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
     assert fit.converged
-    y, X = fit.y, fit.X
-    Gs = list(fit.G.values())
+    D = fit.design
     gamma = np.array([fit.vcomp["voice"] / fit.vcomp["residual"]])
-    assert _at_optimum(gamma, y, X, Gs, bounded=True)
+    assert _at_optimum(gamma, D, bounded=True)
     # a search stopped at a tenth of the optimum's variance ratio is not an optimum
     far = gamma * 0.1 if gamma[0] > 1e-6 else np.array([1.0])
-    slope = (_reml_objective(far * 1.0001, y, X, Gs) - _reml_objective(far / 1.0001, y, X, Gs)) / 2e-4
-    assert abs(slope) > GRADIENT_TOL and not _at_optimum(far, y, X, Gs, bounded=True)
+    slope = (_reml_objective(far * 1.0001, D) - _reml_objective(far / 1.0001, D)) / 2e-4
+    assert abs(slope) > GRADIENT_TOL and not _at_optimum(far, D, bounded=True)
 
 
 def _cells(seed: int, noise: float = 0.3):
@@ -65,14 +64,14 @@ def test_the_analytic_reml_derivatives_are_the_deviances():
 
     cells = _cells(3)
     fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
-    y, X, Gs = fit.y, fit.X, list(fit.G.values())
+    D = fit.design
     for gamma in (np.array([0.3]), np.array([2.0]), np.array([17.0])):
-        grad, hess = _reml_derivatives(gamma, y, X, Gs)
+        grad, hess = _reml_derivatives(gamma, D)
         h = 1e-5 * gamma[0]
-        up, down = _reml_objective(gamma + h, y, X, Gs), _reml_objective(gamma - h, y, X, Gs)
+        up, down = _reml_objective(gamma + h, D), _reml_objective(gamma - h, D)
         assert grad[0] == pytest.approx((up - down) / (2 * h), rel=1e-6, abs=1e-8)
-        g_up, _ = _reml_derivatives(gamma + h, y, X, Gs)
-        g_down, _ = _reml_derivatives(gamma - h, y, X, Gs)
+        g_up, _ = _reml_derivatives(gamma + h, D)
+        g_down, _ = _reml_derivatives(gamma - h, D)
         assert hess[0, 0] == pytest.approx((g_up[0] - g_down[0]) / (2 * h), rel=1e-5)
 
 
@@ -84,10 +83,10 @@ def test_the_polished_optimum_is_the_same_from_wherever_the_search_stopped(seed,
 
     cells = _cells(seed, noise)
     fit = fit_reml("y ~ C(voice_gender, Sum) * C(phonation, Sum)", cells, {"voice": cells["voice_id"]})
-    y, X, Gs = fit.y, fit.X, list(fit.G.values())
+    D = fit.design
     gamma = np.array([fit.vcomp["voice"] / fit.vcomp["residual"]])
     assert gamma[0] > 0
-    a = _polish(gamma * (1 + 1e-4), y, X, Gs, bounded=True)
-    b = _polish(gamma * (1 - 1e-4), y, X, Gs, bounded=True)
+    a = _polish(gamma * (1 + 1e-4), D, bounded=True)
+    b = _polish(gamma * (1 - 1e-4), D, bounded=True)
     assert a[0] == pytest.approx(b[0], rel=1e-11) and a[0] == pytest.approx(gamma[0], rel=1e-9)
-    assert abs(_reml_derivatives(a, y, X, Gs)[0][0]) * a[0] < 1e-8
+    assert abs(_reml_derivatives(a, D)[0][0]) * a[0] < 1e-8

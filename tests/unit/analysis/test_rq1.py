@@ -200,13 +200,13 @@ def test_a_reml_search_stopped_short_on_a_flat_deviance_is_converged_once_polish
     pole = passage % 3
     X = np.column_stack([np.ones(60), np.tile([0.0, 1.0], 30), pole == 1, pole == 2]).astype(float)
     y = X @ np.array([0.5, 0.2, 0.1, -0.3]) + rng.normal(0, 0.13, 30)[passage] + rng.normal(0, 0.0039, 60)
-    Gs = [(passage[:, None] == passage[None, :]).astype(float)]
+    D = mixed._Design(y, X, [passage])
     located = min(
         (
             optimize.minimize(
                 mixed._reml_objective,
                 np.full(1, start),
-                args=(y, X, Gs),
+                args=(D,),
                 method="L-BFGS-B",
                 bounds=[(0.0, None)],
                 options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10},
@@ -215,7 +215,7 @@ def test_a_reml_search_stopped_short_on_a_flat_deviance_is_converged_once_polish
         ),
         key=lambda r: r.fun,
     )
-    assert not mixed._at_optimum(located.x, y, X, Gs, bounded=True)  # the search stopped short
+    assert not mixed._at_optimum(located.x, D, bounded=True)  # the search stopped short
     fit = mixed.fit_reml_matrices(y, X, ["Intercept", "b", "p1", "p2"], {"passage": passage}, nobound=False)
     assert fit.converged and 300 < fit.vcomp["passage"] / fit.vcomp["residual"] < 3000
     table = pd.DataFrame({"y": y, "b": X[:, 1], "p1": X[:, 2], "p2": X[:, 3], "passage": passage})
