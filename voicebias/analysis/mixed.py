@@ -51,6 +51,10 @@ class RemlFit:
         self.s2 = s2
         self.vcomp = pd.Series([s2 * g for g in gamma] + [s2], index=[*groups, "residual"], dtype=float)
         self._Ct, self._M, self._ZtPZ = Ct, pt["M"], ZtPZ
+        # a component estimated at exactly 0 (a bounded, singular fit) is held at its boundary: in
+        # lmerTest's parametrisation (SDs) the covariance of the fixed effects does not move with it
+        # there, so it takes no part in the Satterthwaite df
+        self._free_blocks = [b for b, g in zip(self.design.blocks, gamma) if g != 0]
         # B = H^-1 X, n x p
         self._B = X - D.Z @ (pt["M"] @ D.ZtX)
         self.C = s2 * Ct
@@ -79,7 +83,7 @@ class RemlFit:
         then the residual): I_ij = y' P V_i P V_j P y - tr(P V_i P V_j) / 2, P = V^-1 - V^-1 X C X' V^-1,
         with V_i = Z_i Z_i' (I for the residual), all by Woodbury on the random-effect columns."""
         D, s2 = self.design, self.s2
-        blocks = D.blocks
+        blocks = self._free_blocks
         py = self._p(self.y) / s2  # P y on the V scale
         us = [D.Z[:, b] @ (D.Z[:, b].T @ py) for b in blocks] + [py]
         pus = [self._p(u) / s2 for u in us]
@@ -111,7 +115,7 @@ class RemlFit:
         v = float(c @ self.C @ c)
         w = self._B @ (self._Ct @ c)  # V^-1 X C c
         zw = self.design.Z.T @ w
-        g = np.array([float(zw[b] @ zw[b]) for b in self.design.blocks] + [float(w @ w)])
+        g = np.array([float(zw[b] @ zw[b]) for b in self._free_blocks] + [float(w @ w)])
         denom = float(g @ self._vc_cov @ g)
         return float(2 * v * v / denom) if denom > 0 else float("nan")  # NaN: no df (degenerate information)
 
@@ -146,27 +150,41 @@ class _Design:
         """M, the eigenvalues of R diag(g) R' (H's non-unit eigenvalues less 1) and the H^-1 forms;
         None where H is not positive definite."""
         g = np.asarray(gamma, float)[self.col_group]
-        ev = np.linalg.eigvalsh((self.R * g) @ self.R.T) if len(g) else np.zeros(0)
-        if len(ev) and ev.min() <= -1.0 + 1e-12:
-            return None
         q = len(g)
-        A = np.eye(q) + self.ZtZ * g[None, :]
-        try:
-            M = g[:, None] * np.linalg.solve(A, np.eye(q))
-        except np.linalg.LinAlgError:
-            return None
-        M = (M + M.T) / 2
+        if q and np.all(g >= 0):
+            # H's non-unit eigenvalues less 1 are those of S = sqrt(g) Z'Z sqrt(g) >= 0: a Cholesky of I + S
+            # gives log det H and M = sqrt(g) (I + S)^-1 sqrt(g)
+            r = np.sqrt(g)
+            try:
+                L = np.linalg.cholesky(np.eye(q) + r[:, None] * self.ZtZ * r[None, :])
+            except np.linalg.LinAlgError:
+                return None
+            Li = np.linalg.solve(L, np.diag(r))
+            M = Li.T @ Li
+            logdet = 2 * float(np.sum(np.log(np.diag(L))))
+            ev = None
+        else:
+            ev = np.linalg.eigvalsh((self.R * g) @ self.R.T) if q else np.zeros(0)
+            if q and ev.min() <= -1.0 + 1e-12:
+                return None
+            A = np.eye(q) + self.ZtZ * g[None, :]
+            try:
+                M = g[:, None] * np.linalg.solve(A, np.eye(q))
+            except np.linalg.LinAlgError:
+                return None
+            M = (M + M.T) / 2
+            logdet = float(np.sum(np.log1p(ev)))
         XtHiX = self.XtX - self.ZtX.T @ M @ self.ZtX
         XtHiy = self.Xty - self.ZtX.T @ M @ self.Zty
         ytHiy = self.yty - float(self.Zty @ M @ self.Zty)
-        return {"M": M, "ev": ev, "logdet": float(np.sum(np.log1p(ev))), "XtHiX": XtHiX, "XtHiy": XtHiy, "ytHiy": ytHiy}
+        return {"M": M, "ev": ev, "logdet": logdet, "XtHiX": XtHiX, "XtHiy": XtHiy, "ytHiy": ytHiy}
 
     def cond(self, gamma: np.ndarray) -> float:
-        part = self.parts(gamma)
-        if part is None:
-            return float("inf")
-        e = np.concatenate([[1.0], 1.0 + part["ev"]])
-        return float(e.max() / e.min())
+        """Condition number of H."""
+        g = np.asarray(gamma, float)[self.col_group]
+        ev = np.linalg.eigvalsh((self.R * g) @ self.R.T) if len(g) else np.zeros(0)
+        e = np.concatenate([[1.0], 1.0 + ev])
+        return float(e.max() / e.min()) if e.min() > 0 else float("inf")
 
     def projected(self, gamma: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, float]:
         """(parts, Z'PZ, Z'Py, y'Py) with P = H^-1 - H^-1 X (X'H^-1 X)^-1 X'H^-1."""
@@ -232,6 +250,15 @@ def _at_optimum(gamma: np.ndarray, D: _Design, bounded: bool) -> bool:
         if not np.isfinite(d) or abs(d) > GRADIENT_TOL:
             return False
     return True
+
+
+def _reml_gradient(gamma: np.ndarray, D: _Design) -> np.ndarray:
+    """Gradient of `_reml_objective` (see `_reml_derivatives`); zeros where H is not positive definite."""
+    if D.parts(gamma) is None:
+        return np.zeros(len(gamma))
+    _, ZtPZ, ZtPy, q = D.projected(gamma)
+    a = np.array([float(ZtPy[b] @ ZtPy[b]) for b in D.blocks])
+    return np.array([float(np.trace(ZtPZ[b, b])) for b in D.blocks]) - (D.n - D.p) * a / q
 
 
 def _reml_derivatives(gamma: np.ndarray, D: _Design) -> tuple[np.ndarray, np.ndarray]:
@@ -432,6 +459,7 @@ def fit_reml_matrices(
             _reml_objective,
             np.full(m, start),
             args=(D,),
+            jac=_reml_gradient,
             method="L-BFGS-B",
             bounds=[(0.0, None)] * m,
             options={"maxiter": 1000, "ftol": 1e-14, "gtol": 1e-10},
@@ -553,7 +581,9 @@ def _plain_term(term: str) -> str:
     return re.sub(r"C\((\w+)(?:, *\w+)?\)", r"\1", term)
 
 
-def type3_f_tests(fit: RemlFit, min_df: float = 3.0, rename: dict[str, str] | None = None) -> pd.DataFrame:
+def type3_f_tests(
+    fit: RemlFit, min_df: float = 3.0, rename: dict[str, str] | None = None, units: str = "2 voices per gender"
+) -> pd.DataFrame:
     """Type-III F test per fixed term of a sum-to-zero coded `fit_reml` model.
 
     Each term's columns are tested jointly (`f_test`, Satterthwaite df). A term whose
@@ -570,6 +600,8 @@ def type3_f_tests(fit: RemlFit, min_df: float = 3.0, rename: dict[str, str] | No
         Fewest denominator df for which a p-value is reported.
     rename : dict, optional
         Term name -> label (default: the factor names without ``C(..., Sum)``).
+    units : str
+        What the design replicates, named in the note of a term that is not testable.
 
     Returns
     -------
@@ -609,7 +641,7 @@ def type3_f_tests(fit: RemlFit, min_df: float = 3.0, rename: dict[str, str] | No
         elif np.isfinite(res["den_df"]):
             note = (
                 f"not testable: {res['den_df']:.1f} denominator df (< {min_df:g}); the error stratum has too few "
-                "independent units (2 voices per gender)"
+                f"independent units ({units})"
             )
         else:
             note = "not testable: its error variance is estimated as 0 (degenerate fit), so no df"
