@@ -295,30 +295,33 @@ def planted_vs_recovered(
                         "recovered_ok": bool(lo <= truth["passive_rate"][g] <= hi),
                     }
                 )
-        t = vq_type3[(vq_type3["measure"] == H1_H2)]
-        term = t[
-            t["term"].str.contains("source")
-            & t["term"].str.contains("voice_gender")
-            & t["term"].str.contains("phonation")
-            & ~t["term"].str.contains("system")
-        ]
-        if len(term):
-            p = float(term["p_value"].iloc[0])
-            fem_less = bool(truth["retention"]["female"] < truth["retention"]["male"])
-            rf = ret[(ret["system"] == s) & (ret["measure"] == H1_H2)].set_index("voice_gender")["retention"]
-            rows.append(
-                {
-                    "system": s,
-                    "quantity": f"source_x_gender_x_phonation_p_{H1_H2}",
-                    "planted": np.nan,
-                    "recovered": p,
-                    "ci_low": np.nan,
-                    "ci_high": np.nan,
-                    "recovered_ok": bool(
-                        p < 0.05 and ((rf.get("female", np.nan) < rf.get("male", np.nan)) == fem_less)
-                    ),
-                }
-            )
+        from voicebias.analysis.sc_stats import GENERALISING_MODEL
+
+        for model, suffix in (("continuation - prompt", ""), (GENERALISING_MODEL, "_voices_and_prompts_random")):
+            t = vq_type3[(vq_type3["measure"] == H1_H2) & (vq_type3["model"] == model)]
+            term = t[
+                t["term"].str.contains("source")
+                & t["term"].str.contains("voice_gender")
+                & t["term"].str.contains("phonation")
+                & ~t["term"].str.contains("system")
+            ]
+            if len(term):
+                p = float(term["p_value"].iloc[0])
+                fem_less = bool(truth["retention"]["female"] < truth["retention"]["male"])
+                rf = ret[(ret["system"] == s) & (ret["measure"] == H1_H2)].set_index("voice_gender")["retention"]
+                rows.append(
+                    {
+                        "system": s,
+                        "quantity": f"source_x_gender_x_phonation_p_{H1_H2}{suffix}",
+                        "planted": np.nan,
+                        "recovered": p,
+                        "ci_low": np.nan,
+                        "ci_high": np.nan,
+                        "recovered_ok": bool(
+                            p < 0.05 and ((rf.get("female", np.nan) < rf.get("male", np.nan)) == fem_less)
+                        ),
+                    }
+                )
     return pd.DataFrame(
         rows, columns=["system", "quantity", "planted", "recovered", "ci_low", "ci_high", "recovered_ok"]
     )

@@ -224,6 +224,9 @@ def voice_quality_models(
     Prompt-to-prompt variation in the continuation shift is averaged within cells;
     with the same prompts in every cell it cancels from every term except the
     overall 'source' shift, whose test therefore generalises over voices, not prompts.
+    Beside it, with a prompt_id column, the model over voices and prompts
+    (model GENERALISING_MODEL, `_generalising_model`): every continuation a row, prompts
+    and their interactions random, so prompt x system variation enters the system terms' error.
 
     Parameters
     ----------
@@ -283,9 +286,12 @@ def voice_quality_models(
             male   breathy     sys  prompt    -1.090 3.997    0.000
             male     modal     sys  prompt    -0.100 3.997    0.371
     >>> print(out["fits"][["model", "n_cells", "n_obs", "converged"]].to_string(index=False))
-                    model  n_cells  n_obs  converged
-    continuation - prompt        8     16       True
-                   prompt        8     16       True
+                                               model  n_cells  n_obs  converged
+                               continuation - prompt        8     16       True
+    continuation - prompt, voices and prompts random        0      0      False
+                                              prompt        8     16       True
+    >>> print(out["fits"]["reason"].iloc[1])
+    no continuation paired with a measured prompt that names its prompt_id
     """
     t3, contrasts, fits = [], [], []
 
@@ -344,6 +350,9 @@ def voice_quality_models(
             except np.linalg.LinAlgError as exc:  # a singular covariance of the fixed effects
                 fit, problem = None, f"singular covariance of the fixed effects: {exc}"
         fits.append(fit_row(m, "continuation - prompt", cells, fit, problem))
+        t3_g, fit_g = _generalising_model(vq, m, min_df)
+        t3 += t3_g
+        fits.append(fit_g)
         pr = vq[(vq["source"] == "prompt")].dropna(subset=[m]).drop_duplicates("stimulus_id")
         pr = pr[pr["stimulus_id"].isin(vq.loc[vq["source"] == "continuation", "stimulus_id"])]
         pcells = pr.groupby(["voice_id", "voice_gender", "phonation"], as_index=False).agg(y=(m, "mean"), n=(m, "size"))
@@ -391,6 +400,112 @@ def voice_quality_models(
         "fits": pd.DataFrame(
             fits, columns=["measure", "model", "n_cells", "n_obs", "converged", "variance_components", *STATUS_COLUMNS]
         ),
+    }
+
+
+#: the model over voices and prompts (every continuation a row; see `_generalising_model`)
+GENERALISING_MODEL = "continuation - prompt, voices and prompts random"
+
+
+def prompt_differences(vq: pd.DataFrame, measure: str, key: str = "stimulus_id") -> pd.DataFrame:
+    """Continuation minus prompt per stimulus and system, one row each (the rows that
+    `continuation_differences` averages to cells; the unit of the model over voices and prompts).
+
+    Parameters
+    ----------
+    vq : DataFrame
+        One row per measured recording (see `continuation_differences`) with prompt_id.
+    measure : str
+        Column to difference.
+    key : str
+        Column pairing a continuation with its prompt.
+
+    Returns
+    -------
+    DataFrame
+        system, prompt_id, voice_id, voice_gender, phonation and d, ordered by system, voice,
+        phonation and prompt.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> vq = pd.DataFrame({"stimulus_id": ["a", "a", "b", "b"], "prompt_id": ["p1", "p1", "p2", "p2"],
+    ...                    "source": ["prompt", "continuation"] * 2, "system": [None, "s", None, "s"],
+    ...                    "voice_id": "f1", "voice_gender": "female", "phonation": "breathy",
+    ...                    "h1_h2_db": [4.0, 3.5, 5.0, 4.2]})
+    >>> print(prompt_differences(vq, "h1_h2_db").round(2).to_string(index=False))
+    system prompt_id voice_id voice_gender phonation    d
+         s        p1       f1       female   breathy -0.5
+         s        p2       f1       female   breathy -0.8
+    """
+    prompts = vq[vq["source"] == "prompt"].dropna(subset=[measure]).drop_duplicates(key)
+    cont = vq[vq["source"] == "continuation"].dropna(subset=[measure])
+    pair = cont.merge(prompts[[key, measure]].rename(columns={measure: "_prompt"}), on=key, how="inner")
+    pair["d"] = pair[measure] - pair["_prompt"]
+    cols = ["system", "prompt_id", "voice_id", "voice_gender", "phonation", "d"]
+    return (
+        pair[cols].sort_values(["system", "voice_id", "phonation", "prompt_id"], kind="stable").reset_index(drop=True)
+    )
+
+
+def _generalising_model(vq: pd.DataFrame, m: str, min_df: float) -> tuple[list[pd.DataFrame], dict]:
+    """The voice-quality model that generalises over voices and prompts: every continuation a row,
+
+        d ~ system * voice_gender * phonation + (1 | voice) + (1 | voice:phonation) + (1 | prompt)
+            + (1 | prompt:phonation) [+ (1 | voice:system) + (1 | voice:phonation:system) + (1 | prompt:system)]
+
+    (the bracket with two or more systems), REML bounded at 0 as lme4, type-III F tests with
+    Satterthwaite df (lmerTest's). The prompt x system and voice x system variation enters the error of
+    the system terms, so a system claim holds for prompts and voices like these, not only for these.
+    Returns its type-III rows and its fits row."""
+    rows = prompt_differences(vq, m) if "prompt_id" in vq.columns else pd.DataFrame()
+    base = {"measure": m, "model": GENERALISING_MODEL, "n_cells": 0, "n_obs": int(len(rows))}
+
+    def failed(reason: str) -> tuple[list[pd.DataFrame], dict]:
+        return [], {
+            **base,
+            "converged": False,
+            "variance_components": f"not estimable: {reason}",
+            "status": NOT_ESTIMABLE,
+            "reason": reason,
+        }
+
+    if rows.empty or rows["prompt_id"].isna().all():
+        return failed("no continuation paired with a measured prompt that names its prompt_id")
+    rows = rows.dropna(subset=["prompt_id"])
+    base["n_cells"] = int(rows.groupby(["system", "voice_id", "phonation"]).ngroups)
+    if is_constant(rows["d"].to_numpy(float)):
+        return failed("no variance: continuation - prompt is the same in every row")
+    factors = [f for f in ("system", "voice_gender", "phonation") if rows[f].nunique() > 1]
+    v, p, ph, sy = (rows[c].astype(str) for c in ("voice_id", "prompt_id", "phonation", "system"))
+    groups = {"voice": v, "voice:phonation": v + ":" + ph, "prompt": p, "prompt:phonation": p + ":" + ph}
+    if rows["system"].nunique() > 1:
+        groups.update(
+            {
+                "voice:system": v + ":" + sy,
+                "voice:phonation:system": v + ":" + ph + ":" + sy,
+                "prompt:system": p + ":" + sy,
+            }
+        )
+    if rows["prompt_id"].nunique() < 2:
+        return failed("one prompt only: no prompt variance to generalise over")
+    try:
+        fit = fit_reml(_factorial_formula("d", factors), rows, groups, nobound=False)
+    except (NotEstimable, np.linalg.LinAlgError) as exc:
+        return failed(f"{exc} ({rows['voice_id'].nunique()} voices, {rows['prompt_id'].nunique()} prompts)")
+    per_gender = rows.groupby("voice_gender")["voice_id"].nunique()
+    units = f"{int(per_gender.min())} voices per gender, {rows['prompt_id'].nunique()} prompts"
+    rename = {"Intercept": "source", **{t: "source:" + _plain_term(t) for t in fit.term_columns if t != "Intercept"}}
+    try:
+        t3 = type3_f_tests(fit, min_df, rename, units=units).assign(measure=m, model=GENERALISING_MODEL)
+    except np.linalg.LinAlgError as exc:
+        return failed(f"singular covariance of the fixed effects: {exc}")
+    return [t3], {
+        **base,
+        "converged": fit.converged,
+        "variance_components": "; ".join(f"{k}={val:.4g}" for k, val in fit.vcomp.items()),
+        "status": OK if fit.converged else NOT_ESTIMABLE,
+        "reason": "" if fit.converged else "the REML optimisation did not converge",
     }
 
 
