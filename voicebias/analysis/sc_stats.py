@@ -200,7 +200,7 @@ def continuation_differences(vq: pd.DataFrame, measure: str, key: str = "stimulu
 
 
 def voice_quality_models(
-    vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, min_df: float = 3.0
+    vq: pd.DataFrame, measures: Iterable[str] = SC_MEASURES, min_df: float = 3.0, prompts_random: bool = True
 ) -> dict[str, pd.DataFrame]:
     """Voice-quality preservation per measure: REML mixed models on the honest unit, type-III F tests, Tukey contrasts.
 
@@ -237,6 +237,9 @@ def voice_quality_models(
         Measures to model (one set of models each; absent measures are skipped).
     min_df : float
         Fewest denominator df for which a p-value is reported (`type3_f_tests`).
+    prompts_random : bool
+        Whether to fit the model over voices and prompts beside the cell-mean model (the
+        pipeline always does; a study of the cell-mean model alone may skip it).
 
     Returns
     -------
@@ -350,9 +353,10 @@ def voice_quality_models(
             except np.linalg.LinAlgError as exc:  # a singular covariance of the fixed effects
                 fit, problem = None, f"singular covariance of the fixed effects: {exc}"
         fits.append(fit_row(m, "continuation - prompt", cells, fit, problem))
-        t3_g, fit_g = _generalising_model(vq, m, min_df)
-        t3 += t3_g
-        fits.append(fit_g)
+        if prompts_random:
+            t3_g, fit_g = _generalising_model(vq, m, min_df)
+            t3 += t3_g
+            fits.append(fit_g)
         pr = vq[(vq["source"] == "prompt")].dropna(subset=[m]).drop_duplicates("stimulus_id")
         pr = pr[pr["stimulus_id"].isin(vq.loc[vq["source"] == "continuation", "stimulus_id"])]
         pcells = pr.groupby(["voice_id", "voice_gender", "phonation"], as_index=False).agg(y=(m, "mean"), n=(m, "size"))

@@ -30,7 +30,9 @@ def null_rates(n_systems: int, n_datasets: int, seed0: int = 0) -> tuple[pd.Seri
     rejected: dict[str, list[bool]] = {}
     families = []
     for i in range(n_datasets):
-        res = voice_quality_models(simulate_vq(n_systems, seed=seed0 + 7919 * n_systems + i), measures=["h1_h2_db"])
+        res = voice_quality_models(
+            simulate_vq(n_systems, seed=seed0 + 7919 * n_systems + i), measures=["h1_h2_db"], prompts_random=False
+        )
         t3 = res["type3"]
         for r in t3[(t3["model"] == "continuation - prompt") | (t3["term"] == "voice_gender:phonation")].itertuples():
             if r.testable:
@@ -53,7 +55,7 @@ def coverage(n_systems: int, n_datasets: int, seed0: int = 0) -> tuple[float, in
             system_offsets=OFFSETS[:n_systems],
             voice_shift_sd=0.0,
         )
-        c = voice_quality_models(vq, measures=["h1_h2_db"])["contrasts"]
+        c = voice_quality_models(vq, measures=["h1_h2_db"], prompts_random=False)["contrasts"]
         off = {f"sys{k + 1}": OFFSETS[k] for k in range(n_systems)}
         for r in c.itertuples():
             truth = planted_contrast(r.voice_gender, r.phonation, RETENTION, off[r.level_a])
