@@ -276,6 +276,12 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
             if not f["firth_ci_low"] <= r.planted <= f["firth_ci_high"]:
                 misses.append((r.system, r.quantity))
             continue
+        if r.quantity == "odds_ratio_per_step_mixed" and r.fit_status != "ok":
+            # the mixed model says why it has no estimate (separation, or a passage SD the Laplace
+            # approximation sends off on near-separated answers); the paper's fit above stands
+            assert flag is None and not has_ci, r
+            assert "separation" in r.fit_status or "diverged" in r.fit_status, r
+            continue
         assert has_ci and np.isfinite(r.recovered) and flag is not None, r
         assert flag == bool(r.ci_low <= r.planted <= r.ci_high), r
         tol = getattr(r, "tolerance", np.nan)
@@ -284,7 +290,8 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
             # (the reference voices are deterministic, so its CI can be narrower than that)
             assert abs(r.recovered - r.planted) <= tol and str(r.within_tolerance) == "True", r
         else:
-            assert within_twice(r.planted, r.recovered, r.ci_low, r.ci_high, log=r.quantity == "odds_ratio_per_step"), r
+            is_or = r.quantity.startswith("odds_ratio_per_step")
+            assert within_twice(r.planted, r.recovered, r.ci_low, r.ci_high, log=is_or), r
         checked += 1
         if not flag and not np.isfinite(tol):
             misses.append((r.system, r.quantity))

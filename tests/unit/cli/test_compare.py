@@ -81,10 +81,10 @@ PLANTED_PATHS = [
 
 PLANTED_TEXT = """\
 == speech-to-speech systems
-  content_driven: OR per content step 30.2 [10.99, 82.95] -> 31 [10.99, 82.95]
-  mixed: invariance mixed -> content-driven
-  mixed: OR per content step 3.59 [2.14, 6.024] -> 9.8 [3.1, 30.2]
-  qwen_omni: added (invariance voice-faithful, OR per content step 1.857 [0.7174, 4.806], RQ1 drift no drift detected)
+  content_driven: OR per content step 30.2 [10.84, 84.13] -> 31 [10.84, 84.13]
+  mixed: invariance inconclusive -> content-driven
+  mixed: OR per content step 4.77 [2.043, 11.14] -> 9.8 [3.1, 30.2]
+  qwen_omni: added (invariance voice-faithful, OR per content step 1.857 [0.708, 4.87], RQ1 drift no drift detected)
 
 == exclusions
   s2s qwen_omni: added (calls 840, describe_calls 180, failed 2, non_compliant 5)
@@ -99,7 +99,9 @@ def test_the_planted_changes_and_nothing_else_are_reported(base, planted):
     diffs = compare_cards(base, planted)
     assert sorted(d.path for d in diffs) == sorted(PLANTED_PATHS)
     got = {d.path: d for d in diffs}
-    assert got["s2s/mixed/invariance/verdict"] == Difference("s2s/mixed/invariance/verdict", "mixed", "content-driven")
+    assert got["s2s/mixed/invariance/verdict"] == Difference(
+        "s2s/mixed/invariance/verdict", "inconclusive", "content-driven"
+    )
     assert got["s2s/content_driven/invariance/odds_ratio"].new == 31.0
     added = got["s2s/qwen_omni"]
     assert added.old is ABSENT and added.new["invariance"]["verdict"] == "voice-faithful" and "system" not in added.new
@@ -111,10 +113,10 @@ def test_removed_is_the_mirror_of_added(base, planted):
     assert sorted(d.path for d in diffs) == sorted(PLANTED_PATHS)
     text = format_differences(diffs, planted, base)
     assert (
-        "  qwen_omni: removed (was invariance voice-faithful, OR per content step 1.857 [0.7174, 4.806], "
+        "  qwen_omni: removed (was invariance voice-faithful, OR per content step 1.857 [0.708, 4.87], "
         "RQ1 drift no drift detected)" in text
     )
-    assert "  mixed: invariance content-driven -> mixed" in text
+    assert "  mixed: invariance content-driven -> inconclusive" in text
 
 
 def test_identical_cards_and_a_reordered_card_have_no_differences(base):
@@ -166,7 +168,7 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
 
 == planted vs recovered
   s2s not_recovered: [drifting: misgender_rate_aligned] -> [drifting: misgender_rate_aligned, mixed: odds_ratio]
-  s2s recovered: 32 -> 31
+  s2s recovered: 36 -> 31
 
 == provenance
   model_revisions drifting revision: reference-2 -> reference-3
@@ -176,9 +178,9 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
 
 def test_a_change_below_the_shown_digits_gets_the_digits_to_show_it(base):
     b = copy.deepcopy(base)
-    _system(b, "mixed")["invariance"]["odds_ratio"] = 3.590302164 * (1 + 1e-6)
+    _system(b, "mixed")["invariance"]["odds_ratio"] = 4.769948355 * (1 + 1e-6)
     assert format_differences(compare_cards(base, b), base, b).splitlines()[1:] == [
-        "  mixed: OR per content step 3.5903 [2.13992, 6.02372] -> 3.59031 [2.13992, 6.02372]"
+        "  mixed: OR per content step 4.7699 [2.0432, 11.136] -> 4.77 [2.0432, 11.136]"
     ]
 
 
@@ -192,7 +194,7 @@ def test_cli_prints_the_report_or_json_and_exits_0(base, planted, tmp_path, caps
     assert rc == 0 and sorted(got) == sorted(PLANTED_PATHS)
     assert got["s2s/mixed/invariance/odds_ratio"] == {
         "path": "s2s/mixed/invariance/odds_ratio",
-        "old": 3.590302164,
+        "old": 4.769948355,
         "new": 9.8,
     }
     assert got["s2s/qwen_omni"]["old"] is None and got["s2s/qwen_omni"]["new"]["invariance"]["odds_ratio"]
