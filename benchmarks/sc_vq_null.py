@@ -8,7 +8,7 @@ conditions x 2 systems, no average system or gender difference in d = continuati
 voice x phonation, prompt and prompt x phonation SDs 0.3/0.2/0.3/0.2 dB, voice x system and
 voice x phonation x system 0.1 dB, residual 0.4 dB. Printed: the share of designs in which
 source:system and source:voice_gender reach p < .05, for the model over voices and prompts
-(sc_stats.GENERALISING_MODEL) and the cell-mean model with prompts fixed; docs/sc.md quotes it.
+(sc_stats.GENERALISING_MODEL) and the cell-mean model with prompts fixed; docs/analysis.md quotes it.
 """
 
 from __future__ import annotations
