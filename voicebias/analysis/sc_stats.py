@@ -136,6 +136,16 @@ def _factorial_formula(y: str, factors: list[str]) -> str:
     return f"{y} ~ " + ("*".join(f"C({f}, Sum)" for f in factors) if factors else "1")
 
 
+def _paired(vq: pd.DataFrame, measure: str, key: str) -> pd.DataFrame:
+    """Each continuation with its prompt's `measure` (each prompt measured once): the continuation
+    rows with d = continuation - prompt."""
+    prompts = vq[vq["source"] == "prompt"].dropna(subset=[measure]).drop_duplicates(key)
+    cont = vq[vq["source"] == "continuation"].dropna(subset=[measure])
+    pair = cont.merge(prompts[[key, measure]].rename(columns={measure: "_prompt"}), on=key, how="inner")
+    pair["d"] = pair[measure] - pair["_prompt"]
+    return pair
+
+
 def continuation_differences(vq: pd.DataFrame, measure: str, key: str = "stimulus_id") -> pd.DataFrame:
     """Continuation minus prompt per stimulus and system, averaged to voice x system x phonation cells.
 
@@ -190,10 +200,7 @@ def continuation_differences(vq: pd.DataFrame, measure: str, key: str = "stimulu
        sys       m2         male   breathy -1.08  2
        sys       m2         male     modal  0.01  2
     """
-    prompts = vq[vq["source"] == "prompt"].dropna(subset=[measure]).drop_duplicates(key)
-    cont = vq[vq["source"] == "continuation"].dropna(subset=[measure])
-    pair = cont.merge(prompts[[key, measure]].rename(columns={measure: "_prompt"}), on=key, how="inner")
-    pair["d"] = pair[measure] - pair["_prompt"]
+    pair = _paired(vq, measure, key)
     return pair.groupby(["system", "voice_id", "voice_gender", "phonation"], as_index=False).agg(
         d=("d", "mean"), n=("d", "size")
     )
@@ -442,10 +449,7 @@ def prompt_differences(vq: pd.DataFrame, measure: str, key: str = "stimulus_id")
          s        p1       f1       female   breathy -0.5
          s        p2       f1       female   breathy -0.8
     """
-    prompts = vq[vq["source"] == "prompt"].dropna(subset=[measure]).drop_duplicates(key)
-    cont = vq[vq["source"] == "continuation"].dropna(subset=[measure])
-    pair = cont.merge(prompts[[key, measure]].rename(columns={measure: "_prompt"}), on=key, how="inner")
-    pair["d"] = pair[measure] - pair["_prompt"]
+    pair = _paired(vq, measure, key)
     cols = ["system", "prompt_id", "voice_id", "voice_gender", "phonation", "d"]
     return (
         pair[cols].sort_values(["system", "voice_id", "phonation", "prompt_id"], kind="stable").reset_index(drop=True)
