@@ -132,8 +132,25 @@ class Bank(Section):
 
 
 class GenderVoices(Section):
-    male: str
-    female: str
+    """The voices of one language, per gender, in order of use (one name is a list of one)."""
+
+    male: list[str]
+    female: list[str]
+
+    @field_validator("male", "female", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("male", "female")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("needs at least one voice")
+        repeated = sorted({v for v in value if value.count(v) > 1})
+        if repeated:
+            raise ValueError(f"names a voice more than once: {', '.join(repeated)}")
+        return value
 
 
 class TTS(Section):
@@ -141,9 +158,24 @@ class TTS(Section):
     sample_rate: PositiveInt = 16000
     target_rms_dbfs: float = -23.0
     voices: dict[Lang, GenderVoices]
+    #: how many of each list's voices read the passages (the first N; null: all of them)
+    voices_per_gender: PositiveInt | None = None
     rate_wpm: PositiveInt = 160
     options: dict[str, Any] = {}
     requires: Requirements = Requirements()
+
+    @model_validator(mode="after")
+    def _enough_voices(self) -> "TTS":
+        n = self.voices_per_gender
+        if n is not None:
+            for lang, voices in self.voices.items():
+                for gender in GENDERS:
+                    listed = getattr(voices, gender)
+                    if len(listed) < n:
+                        raise ValueError(
+                            f"voices_per_gender is {n}, but tts.voices.{lang}.{gender} lists {len(listed)} voice(s)"
+                        )
+        return self
 
 
 class SSSet(Section):
@@ -380,6 +412,8 @@ class ReferenceParams(SystemParams):
     neutral_p_female: Prob = 0.5
     content_weight: Prob | None = None
     drift_st: float = 0.0
+    #: planted between-voice variation: input voice (voice_id) -> its own error rate, in place of error_rate
+    voice_error_rates: dict[str, Prob] = {}
     #: planted misbehaviour: the probability of each faulty reply (voicebias.systems.reference.FAULTS)
     faults: dict[Literal[FAULTS], Prob] = {}
     #: tasks answered with one and the same reply for every item

@@ -33,8 +33,14 @@ def test_committed_profiles_validate():
     assert full["phonation"]["prompts_per_category"] is None and full["base"]["profile"] == "sc_full"
     assert full["sc_stimuli"]["nop_categories"] * full["sc_stimuli"]["nop_per_category"] == 150
     assert len(full["phonation"]["conditions"]) * sum(len(v) for v in full["sc_stimuli"]["voices"].values()) == 16
-    assert {k: v for k, v in full.items() if k not in ("phonation", "base")} == {
-        k: v for k, v in embedded.items() if k not in ("phonation", "base")
+    # the paper's two voices per gender (the embedded default has three)
+    assert {g: len(v) for g, v in full["sc_stimuli"]["voices"].items()} == {"male": 2, "female": 2}
+    assert {g: len(v) for g, v in embedded["sc_stimuli"]["voices"].items()} == {"male": 3, "female": 3}
+    assert {k: v for k, v in full.items() if k not in ("phonation", "base", "sc_stimuli")} == {
+        k: v for k, v in embedded.items() if k not in ("phonation", "base", "sc_stimuli")
+    }
+    assert {k: v for k, v in full["sc_stimuli"].items() if k != "voices"} == {
+        k: v for k, v in embedded["sc_stimuli"].items() if k != "voices"
     }
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from voicebias.stimuli.passages import synthesize_stimuli, validate_manifest
+from voicebias.stimuli.passages import synthesize_stimuli, validate_manifest, voices_in_use
 
 
 def run_stage(params: dict[str, Any], *, passages_path: Path, out_dir: Path, root: Path) -> pd.DataFrame:
@@ -23,7 +23,11 @@ def run_stage(params: dict[str, Any], *, passages_path: Path, out_dir: Path, roo
         out_dir / "backend.json",
         {
             **manifest.attrs.get("backend", {}),
-            "voices": params["tts"]["voices"],
+            # the voices that read passages (the first tts.voices_per_gender of each list)
+            "voices": {
+                lang: {g: voices_in_use(params["tts"], lang, g) for g in ("male", "female")}
+                for lang in sorted(set(manifest["lang"]))
+            },
             "sample_rate": int(params["tts"]["sample_rate"]),
             "target_rms_dbfs": float(params["tts"]["target_rms_dbfs"]),
         },

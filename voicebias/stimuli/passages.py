@@ -1,4 +1,12 @@
-"""Voiced passages: every passage read by one male and one female voice per language.
+"""Voiced passages: every passage read by one male and one female voice of its language.
+
+With several voices per gender (tts.voices lists them, tts.voices_per_gender says how many
+are used) the voices take turns: a language's passages, in pole order and then by id, are
+read by the listed voices in rotation, so each voice reads the same number of passages
+(to one) and every pole in near-equal shares, and voice is crossed with content and nested
+in gender. Each passage is still read once per voice gender, so the number of stimuli, and
+the cost of everything downstream, does not grow with the number of voices
+(docs/stimuli.md, "Voices").
 
 Audio is synthesised, resampled to one declared rate (tts.sample_rate, Hz),
 loudness-normalised to one RMS level (tts.target_rms_dbfs, dBFS) and written as
@@ -29,6 +37,47 @@ _PATH_OPTIONS = ("weights", "cache_dir")
 
 def stimulus_id(passage_id: str, voice_gender: str) -> str:
     return f"{passage_id}-{voice_gender}"
+
+
+def voices_in_use(tts_params: dict[str, Any], lang: str, gender: str) -> list[str]:
+    """The voices of `lang` and `gender` that read passages: the first tts.voices_per_gender listed.
+
+    >>> tts = {"voices": {"en": {"male": ["a", "b", "c"], "female": "d"}}, "voices_per_gender": 2}
+    >>> voices_in_use(tts, "en", "male")
+    ['a', 'b']
+    """
+    listed = (tts_params["voices"].get(lang) or {}).get(gender)
+    if listed is None:
+        raise NotFound(f"tts.voices has no {gender} voice for language '{lang}'")
+    listed = [listed] if isinstance(listed, str) else list(listed)
+    n = tts_params.get("voices_per_gender")
+    if n is not None and len(listed) < int(n):
+        raise ConfigError(f"tts.voices_per_gender is {n}, but tts.voices.{lang}.{gender} lists {len(listed)} voice(s)")
+    return listed if n is None else listed[: int(n)]
+
+
+def assign_voices(passages: pd.DataFrame, tts_params: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """The voice reading each (passage_id, voice gender): the language's voices in rotation.
+
+    A language's passages are ordered by pole (masculine, neutral, feminine) and id; the k-th
+    is read by voice k mod n of each gender. The rotation runs on across poles, so with 30
+    passages and 3 voices each voice reads 10, and 3 or 4 of every pole.
+
+    >>> p = pd.DataFrame({"passage_id": ["en-f-1", "en-m-1", "en-m-2"], "lang": "en",
+    ...                   "pole": ["feminine", "masculine", "masculine"]})
+    >>> v = assign_voices(p, {"voices": {"en": {"male": ["m1", "m2"], "female": ["f1", "f2"]}}})
+    >>> v[("en-m-1", "male")], v[("en-m-2", "female")], v[("en-f-1", "male")]
+    ('m1', 'f2', 'm1')
+    """
+    order = {pole: i for i, pole in enumerate(POLES)}
+    out: dict[tuple[str, str], str] = {}
+    for lang, g in passages.groupby("lang", sort=True):
+        ranked = sorted(zip(g["pole"].map(order), g["passage_id"]))
+        for gender in GENDERS:
+            voices = voices_in_use(tts_params, lang, gender)
+            for k, (_, pid) in enumerate(ranked):
+                out[(pid, gender)] = voices[k % len(voices)]
+    return out
 
 
 def make_backend(tts_params: dict[str, Any], root: Path) -> TTSBackend:
@@ -95,20 +144,20 @@ def render_utterances(
 
 
 def synthesize_stimuli(passages: pd.DataFrame, tts_params: dict[str, Any], out_dir: Path, root: Path) -> pd.DataFrame:
-    """Synthesise every passage x voice gender; returns the manifest (paths relative to root)."""
+    """Synthesise every passage x voice gender, in the voices `assign_voices` gives; returns the
+    manifest (paths relative to root)."""
     backend = make_backend(tts_params, root)
     sr_out = int(tts_params["sample_rate"])
     target = float(tts_params["target_rms_dbfs"])
     out_dir.mkdir(parents=True, exist_ok=True)
     for lang in sorted(set(passages["lang"])):
-        voices = tts_params["voices"].get(lang) or {}
         for gender in GENDERS:
-            if gender not in voices:
-                raise NotFound(f"tts.voices has no {gender} voice for language '{lang}'")
-            check_voice_gender(backend, voices[gender], gender, f"tts.voices.{lang}.{gender}")
+            for voice in voices_in_use(tts_params, lang, gender):
+                check_voice_gender(backend, voice, gender, f"tts.voices.{lang}.{gender}")
+    assigned = assign_voices(passages, tts_params)
     rows = []
     jobs = [(p, g) for p in passages.itertuples(index=False) for g in GENDERS]
-    voices = [tts_params["voices"][p.lang][gender] for p, gender in jobs]
+    voices = [assigned[(p.passage_id, gender)] for p, gender in jobs]
     paths = [out_dir / f"{stimulus_id(p.passage_id, gender)}.flac" for p, gender in jobs]
     rendered = render_utterances(
         backend,
