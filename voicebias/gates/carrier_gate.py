@@ -65,28 +65,44 @@ def holm(p: list[float]) -> list[float]:
     return out.tolist()
 
 
+def voice_column(df: pd.DataFrame) -> str:
+    """The column naming the voice a stimulus is read in: voice_id when the table has it
+    (several voices per gender are distinct voices), else voice_gender (one voice each)."""
+    return "voice_id" if "voice_id" in df and df["voice_id"].notna().all() else "voice_gender"
+
+
 def most_shifted(g: pd.DataFrame, measure: str, k: int = 5) -> str:
     """The k feminine-content stimuli whose value, centred on their voice's mean, is
     highest: where a stereotype leak into the carrier shows first."""
-    d = g[["stimulus_id", "voice_gender", "pole", measure]].dropna()
-    centred = d[measure] - d.groupby("voice_gender")[measure].transform("mean")
+    voice = voice_column(g)
+    d = g[list(dict.fromkeys(["stimulus_id", "voice_gender", voice, "pole", measure]))].dropna()
+    centred = d[measure] - d.groupby(voice)[measure].transform("mean")
     fem = d.assign(c=centred)[d["pole"] == "feminine"].sort_values("c", ascending=False)
     return ", ".join(fem["stimulus_id"].head(k))
 
 
 def content_within_voice_test(df: pd.DataFrame, measure: str) -> dict[str, float]:
-    """F-test of pole nested in voice: y ~ voice  vs  y ~ voice + voice:pole."""
-    d = df[["voice_gender", "pole", measure]].dropna().rename(columns={measure: "y"})
-    reduced = smf.ols("y ~ C(voice_gender)", data=d).fit()
-    full = smf.ols("y ~ C(voice_gender) + C(voice_gender):C(pole)", data=d).fit()
+    """F-test of pole nested in voice: y ~ voice  vs  y ~ voice + voice:pole.
+
+    The voice is `voice_column(df)`: with several voices per gender each voice is its own
+    block, so a difference between voices that read different shares of a pole is not
+    taken for a content effect.
+    """
+    voice = voice_column(df)
+    d = df[list(dict.fromkeys(["voice_gender", voice, "pole", measure]))].dropna()
+    d = d.rename(columns={measure: "y", voice: "voice"})
+    if voice == "voice_gender":
+        d["voice_gender"] = d["voice"]
+    reduced = smf.ols("y ~ C(voice)", data=d).fit()
+    full = smf.ols("y ~ C(voice) + C(voice):C(pole)", data=d).fit()
     table = anova_lm(reduced, full)
     F, p = float(table["F"].iloc[1]), float(table["Pr(>F)"].iloc[1])
     # Directional contrast, averaged over voices: feminine minus masculine content,
     # Welch t on voice-centred values.
-    centred = d["y"] - d.groupby("voice_gender")["y"].transform("mean")
+    centred = d["y"] - d.groupby("voice")["y"].transform("mean")
     fem, masc = centred[d["pole"] == "feminine"], centred[d["pole"] == "masculine"]
     t = stats.ttest_ind(fem, masc, equal_var=False)
-    cells = d.groupby(["voice_gender", "pole"])["y"].mean()
+    cells = d.groupby(["voice", "pole"])["y"].mean()
     spread = float(max(cells[v].max() - cells[v].min() for v in cells.index.get_level_values(0).unique()))
     voice_means = d.groupby("voice_gender")["y"].mean()
     separation = float(voice_means.get("female", np.nan) - voice_means.get("male", np.nan))
@@ -191,11 +207,87 @@ def carrier_gate(
     return table[GATE_COLUMNS], flips
 
 
-def require_gate(table: pd.DataFrame, flips: pd.DataFrame) -> ValidationReport:
-    """Great Expectations suite over the gate table; raises with the stimuli and measures at fault."""
+VOICE_COLUMNS = [
+    "lang",
+    "phonation",
+    "voice_gender",
+    "voice_id",
+    "n",
+    "flips",
+    "f0_median_st",
+    "fem_minus_masc",
+    "p_directional",
+    "p_directional_holm",
+    "voice_separation",
+    "verdict",
+    "at_fault",
+]
+
+
+def voice_certificates(
+    inputs: pd.DataFrame, classifiers: list[str], alpha: float, headline: str = "composite"
+) -> pd.DataFrame:
+    """One row per language x condition x voice: is this voice certified as a carrier?
+
+    A voice fails on any stimulus a classifier hears as the other gender, and when its own
+    feminine-minus-masculine contrast on the headline measure (Welch t over its stimuli of
+    the two poles) is toward the stereotype at `alpha` after Holm adjustment over the
+    language's voices, unless that contrast is under NEGLIGIBLE_SHARE of the language's
+    male-female separation ('negligible'). The language-level test of `carrier_gate` pools
+    the voices; this table says which voice a leak or a flip belongs to.
+    """
+    ok = inputs[inputs["status"] == "ok"].copy()
+    if "phonation" not in ok or ok["phonation"].isna().all():
+        ok["phonation"] = "all"
+    if "voice_id" not in ok:
+        ok["voice_id"] = ok["voice_gender"]
+    rows = []
+    for (lang, phonation), g in ok.groupby(["lang", "phonation"], sort=True):
+        means = g.groupby("voice_gender")[headline].mean()
+        separation = float(means.get("female", np.nan) - means.get("male", np.nan))
+        block = []
+        for (gender, voice), v in g.groupby(["voice_gender", "voice_id"], sort=True):
+            flipped = np.zeros(len(v), dtype=bool)
+            for c in classifiers:
+                flipped |= np.where(v[f"margin_{c}"] > 0, "female", "male") != v["voice_gender"].to_numpy()
+            fem = v.loc[v["pole"] == "feminine", headline].dropna()
+            masc = v.loc[v["pole"] == "masculine", headline].dropna()
+            p = float(stats.ttest_ind(fem, masc, equal_var=False).pvalue) if min(len(fem), len(masc)) >= 2 else np.nan
+            block.append(
+                {
+                    "lang": lang,
+                    "phonation": phonation,
+                    "voice_gender": gender,
+                    "voice_id": voice,
+                    "n": int(len(v)),
+                    "flips": int(flipped.sum()),
+                    "f0_median_st": float(v["f0_median_st"].mean()) if "f0_median_st" in v else np.nan,
+                    "fem_minus_masc": float(fem.mean() - masc.mean()) if len(fem) and len(masc) else np.nan,
+                    "p_directional": p,
+                    "voice_separation": separation,
+                    "at_fault": ", ".join(v.loc[flipped, "stimulus_id"]),
+                }
+            )
+        for row, p_holm in zip(block, holm([r["p_directional"] for r in block])):
+            row["p_directional_holm"] = p_holm
+            toward = p_holm < alpha and row["fem_minus_masc"] > 0
+            negligible = abs(row["fem_minus_masc"]) < NEGLIGIBLE_SHARE * abs(separation)
+            if row["flips"]:
+                row["verdict"] = "fail"
+            elif toward:
+                row["verdict"] = "negligible" if negligible else "fail"
+            else:
+                row["verdict"] = "pass"
+            rows.append(row)
+    return pd.DataFrame(rows, columns=VOICE_COLUMNS)
+
+
+def require_gate(table: pd.DataFrame, flips: pd.DataFrame, voices: pd.DataFrame | None = None) -> ValidationReport:
+    """Great Expectations suite over the gate table (and the per-voice certificates, when
+    given); raises with the stimuli, measures and voices at fault."""
     E = expectations()
     try:
-        return require_valid(
+        report = require_valid(
             table,
             "carrier_gate",
             [
@@ -203,9 +295,24 @@ def require_gate(table: pd.DataFrame, flips: pd.DataFrame) -> ValidationReport:
                 E.ExpectColumnValuesToBeBetween(column="flips", min_value=0, max_value=0),
             ],
         )
+        if voices is not None and len(voices):
+            require_valid(
+                voices,
+                "carrier_gate_voices",
+                [E.ExpectColumnValuesToBeInSet(column="verdict", value_set=list(PASSING))],
+            )
+        return report
     except Exception as exc:
         failed = table[table["verdict"] == "fail"]
         lines = [str(exc), "carrier gate failed; the pipeline stops before any system runs:"]
+        if voices is not None:
+            for r in voices[voices["verdict"] == "fail"].itertuples():
+                where_ = r.lang if r.phonation == "all" else f"{r.lang}, {r.phonation}"
+                lines.append(
+                    f"  [{where_}] voice {r.voice_id} ({r.voice_gender}) not certified: {r.flips} flips"
+                    f"{' (' + r.at_fault + ')' if r.at_fault else ''}, feminine-masculine on the headline "
+                    f"{r.fem_minus_masc:+.3f} (Holm p={r.p_directional_holm:.3g})"
+                )
         for r in failed.itertuples():
             where_ = r.lang if r.phonation == "all" else f"{r.lang}, {r.phonation}"
             if r.measure.startswith("hard"):

@@ -7,11 +7,12 @@ from typing import Any
 
 import pandas as pd
 
-from voicebias.gates.carrier_gate import PASSING, carrier_gate, require_gate
+from voicebias.gates.carrier_gate import PASSING, carrier_gate, require_gate, voice_certificates
 
 
 def run_stage(params: dict[str, Any], *, measures_path: Path, out_dir: Path) -> pd.DataFrame:
-    """Stage 'carrier_gate': write the gate table and stop (exit non-zero) when it fails."""
+    """Stage 'carrier_gate': write the gate table and the per-voice certificates, and stop
+    (exit non-zero) when either fails."""
     from voicebias.io import read_table, write_json, write_table
 
     inputs = read_table(measures_path)
@@ -26,13 +27,17 @@ def run_stage(params: dict[str, Any], *, measures_path: Path, out_dir: Path) -> 
         secondary,
         strict=bool(params["carrier_gate"]["strict"]),
     )
+    voices = voice_certificates(inputs, names, float(params["carrier_gate"]["alpha"]), "composite")
     write_table(out_dir / "gate.csv", table)
     write_table(out_dir / "flips.csv", flips)
+    write_table(out_dir / "voices.csv", voices)
     excluded = inputs[inputs["status"] != "ok"]
     write_json(
         out_dir / "metrics.json",
         {
-            "passed": bool(table["verdict"].isin(PASSING).all()),
+            "passed": bool(table["verdict"].isin(PASSING).all() and voices["verdict"].isin(PASSING).all()),
+            "voices": int(len(voices)),
+            "voices_certified": int(voices["verdict"].isin(PASSING).sum()),
             "flips": int(len(flips)),
             "excluded_stimuli": int(len(excluded)),
             "composite_p": {
@@ -41,5 +46,5 @@ def run_stage(params: dict[str, Any], *, measures_path: Path, out_dir: Path) -> 
             },
         },
     )
-    require_gate(table, flips)
+    require_gate(table, flips, voices)
     return table
