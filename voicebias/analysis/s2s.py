@@ -226,6 +226,87 @@ def describe_misgender(scored: pd.DataFrame, confidence: float = 0.95) -> tuple[
     )
 
 
+BY_VOICE_COLUMNS = [
+    "system",
+    "lang",
+    "voice_gender",
+    "voice_id",
+    "n",
+    "n_excluded",
+    "misgendered",
+    "rate",
+    "ci_low",
+    "ci_high",
+    *STATUS_COLUMNS,
+]
+
+
+def describe_by_voice(scored: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Misgender rate of each input voice: describe answers naming the other gender than the voice's.
+
+    One row per system x language x voice (voice_id), over all its content poles, with a
+    Wilson interval at `confidence`: the between-voice variation the describe mixed model
+    absorbs in its voice intercepts, voice by voice. Counts are of items: n the stimuli with
+    a compliant answer, misgendered the sum of their misgendered shares (one answer each
+    without repeats), n_excluded those without one.
+
+    Parameters
+    ----------
+    scored : DataFrame
+        Scored answers: system, task, status, stimulus_id, lang, voice_gender, voice_id,
+        judged_gender (and `sample` with repeats).
+    confidence : float
+        Coverage of the intervals.
+
+    Returns
+    -------
+    DataFrame
+        BY_VOICE_COLUMNS; status 'not estimable' for a voice without a compliant answer.
+
+    Examples
+    --------
+    >>> d = pd.DataFrame({"system": "s", "task": "describe", "status": "ok", "lang": "en",
+    ...                   "stimulus_id": ["a", "b", "c", "d"], "voice_gender": "female",
+    ...                   "voice_id": ["v1", "v1", "v1", "v2"],
+    ...                   "judged_gender": ["female", "male", "none", "female"]})
+    >>> print(describe_by_voice(d)[["voice_id", "n", "n_excluded", "misgendered", "rate"]].to_string(index=False))
+    voice_id  n  n_excluded  misgendered  rate
+          v1  2           1          1.0   0.5
+          v2  1           0          0.0   0.0
+    """
+    d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
+    rows = []
+    for (system, lang, gender, voice), g in d.groupby(["system", "lang", "voice_gender", "voice_id"], sort=True):
+        compliant = g["judged_gender"].isin(["male", "female"])
+        wrong = (g["judged_gender"] != gender) & compliant
+        per_item = (
+            pd.DataFrame({"item": g["stimulus_id"], "c": compliant, "w": wrong})
+            .groupby("item")
+            .agg(c=("c", "sum"), w=("w", "sum"))
+        )
+        answered = per_item[per_item["c"] > 0]
+        n = int(len(answered))
+        k = float((answered["w"] / answered["c"]).sum())
+        lo, hi = wilson(k, n, confidence)
+        rows.append(
+            {
+                "system": system,
+                "lang": lang,
+                "voice_gender": gender,
+                "voice_id": voice,
+                "n": n,
+                "n_excluded": int(len(per_item) - n),
+                "misgendered": k,
+                "rate": k / n if n else np.nan,
+                "ci_low": lo,
+                "ci_high": hi,
+                "status": OK if n else NOT_ESTIMABLE,
+                "reason": "" if n else "no compliant answer",
+            }
+        )
+    return pd.DataFrame(rows, columns=BY_VOICE_COLUMNS)
+
+
 INJECTING = ("male", "female", "both")
 POLES = ("masculine", "neutral", "feminine")
 
@@ -458,6 +539,7 @@ def planted_vs_recovered(
     mixed: pd.DataFrame | None = None,
     f0_measure: str = "delta_f0_median_st",
     glmm: pd.DataFrame | None = None,
+    by_voice: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Set every reference system's planted truth beside what the audit recovered.
 
@@ -476,7 +558,10 @@ def planted_vs_recovered(
     quantity is estimated on items (the tables passed in are item-level already).
     With `glmm` (describe_glmm) the planted odds ratio per step is also set beside the
     mixed model's content-step estimate (quantity odds_ratio_per_step_mixed): the reference
-    systems plant no passage or voice variation, so both fits estimate the same odds ratio.
+    systems plant no passage variation and voice variation independent of content, so both
+    fits estimate the same odds ratio. With `by_voice` (describe_by_voice) each voice planted
+    with its own error rate (`voice_misgender_rate` in the truth) is set beside its own
+    misgender rate (quantity misgender_rate_voice:<voice_id>, Wilson interval).
     """
     rows = []
     for system, truth in planted.items():
@@ -547,6 +632,25 @@ def planted_vs_recovered(
                         "ci_high": w[2],
                         "planted_in_ci": bool(w[1] <= truth["content_weight"] <= w[2]),
                         "fit_status": "ok",
+                    }
+                )
+        if by_voice is not None and len(by_voice):
+            for voice, p in (truth.get("voice_misgender_rate") or {}).items():
+                v = by_voice[(by_voice["system"] == system) & (by_voice["voice_id"] == voice)]
+                if v.empty:
+                    continue
+                v = v.iloc[0]
+                found = v["status"] == OK
+                rows.append(
+                    {
+                        "system": system,
+                        "quantity": f"misgender_rate_voice:{voice}",
+                        "planted": p,
+                        "recovered": v["rate"],
+                        "ci_low": v["ci_low"],
+                        "ci_high": v["ci_high"],
+                        "planted_in_ci": bool(v["ci_low"] <= p <= v["ci_high"]) if found else None,
+                        "fit_status": "ok" if found else str(v["reason"]),
                     }
                 )
         if pooled is not None and len(pooled):

@@ -6,6 +6,7 @@ import pandas as pd
 
 from voicebias.analysis.s2s import (
     compliance,
+    describe_by_voice,
     describe_glmm,
     describe_misgender,
     describe_odds_ratios,
@@ -43,6 +44,7 @@ def run_stage(
     odds = describe_odds_ratios(scored, conf)
     glmm = describe_glmm(scored, conf)
     rates, fisher = describe_misgender(scored, conf)
+    by_voice = describe_by_voice(scored, conf)
     pron = summarize_pronouns(scored)
     pron_lang = summarize_pronouns(scored, by_language=True)
     controls = injection_controls(scored)
@@ -64,13 +66,21 @@ def run_stage(
     planted_excluded = exclusions_vs_planted(excluded, planted_exclusions(scored, planted))
     f0 = "net_f0_median_st" if acoustic_paths and "net_f0_median_st" in acoustic else "delta_f0_median_st"
     pvr = planted_vs_recovered(
-        odds, rates, planted, rq1_tables.get("rq1_pooled"), rq1_tables.get("rq1_mixed_models"), f0_measure=f0, glmm=glmm
+        odds,
+        rates,
+        planted,
+        rq1_tables.get("rq1_pooled"),
+        rq1_tables.get("rq1_mixed_models"),
+        f0_measure=f0,
+        glmm=glmm,
+        by_voice=by_voice,
     )
     for name, df in [
         *rq1_tables.items(),
         ("describe_odds_ratios", odds),
         ("describe_glmm", glmm),
         ("describe_misgender", rates),
+        ("describe_by_voice", by_voice),
         ("describe_fisher", fisher),
         ("summarize_pronouns", pron),
         ("summarize_pronouns_by_lang", pron_lang),

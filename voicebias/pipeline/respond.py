@@ -66,18 +66,19 @@ def run_stage(
         label_for=lambda task: f"respond@{system}-{task}",
         samples=samples_per_item(params),
     )
-    truth = planted_truth(system, params["systems"][system])
+    truth = planted_truth(system, params["systems"][system], read_table(manifest_path))
     if truth is not None:
         write_json(planted_truth_path, truth)
     return tables
 
 
-def planted_truth(system: str, sys_params: dict) -> dict | None:
-    """A reference system's planted truth in the analysis' units (None for a system under audit)."""
+def planted_truth(system: str, sys_params: dict, stimuli: pd.DataFrame | None = None) -> dict | None:
+    """A reference system's planted truth in the analysis' units (None for a system under audit);
+    `stimuli`, the stimulus manifest, weights it by the design (voicebias.systems.reference.planted_truth)."""
     from voicebias.cards import load_card
 
     if load_card(system)["adapter"] != "reference":
         return None
     from voicebias.systems.reference import planted_truth as reference_truth
 
-    return reference_truth(sys_params)
+    return reference_truth(sys_params, stimuli)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from voicebias.contract import FAULTS, GENDERS, POLE_ORDINAL, POLES
+from voicebias.errors import ConfigError
 from voicebias.parallel import ItemFailed, ProcessBatched
 from voicebias.systems.base import S2SRequest, S2SResponse, S2SSystem
 from voicebias.tts import get_backend
@@ -68,10 +69,15 @@ OVERLONG_S = 300.0
 LOW_SAMPLE_RATE = 8000
 
 
-def planted_p_female(params: dict[str, Any], pole: str, voice_gender: str) -> float:
-    """The planted probability that the system calls this speaker female."""
+def planted_p_female(params: dict[str, Any], pole: str, voice_gender: str, voice_id: str | None = None) -> float:
+    """The planted probability that the system calls this speaker female.
+
+    `voice_error_rates` plants between-voice variation: a voice named there is misjudged from
+    its voice at its own rate instead of `error_rate` (the content rule is unchanged).
+    """
     e = float(params["error_rate"])
-    p_voice = 1 - e if voice_gender == "female" else e
+    e_voice = float((params.get("voice_error_rates") or {}).get(voice_id, e)) if voice_id is not None else e
+    p_voice = 1 - e_voice if voice_gender == "female" else e_voice
     p_content = {"masculine": e, "neutral": float(params["neutral_p_female"]), "feminine": 1 - e}[pole]
     rule = params["rule"]
     if rule == "voice":
@@ -84,12 +90,19 @@ def planted_p_female(params: dict[str, Any], pole: str, voice_gender: str) -> fl
     raise ValueError(f"unknown reference rule '{rule}'; expected one of {RULES}")
 
 
-def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
+def planted_truth(params: dict[str, Any], stimuli: pd.DataFrame | None = None) -> dict[str, Any]:
     """Planted describe behaviour in the analysis' own units.
 
     The odds ratio per content step is the population value: the logistic model
     P(female) ~ content step + voice fitted to the planted cell probabilities of a
-    balanced design (NaN/inf when the planted table is separable).
+    balanced design (NaN/inf when the planted table is separable). Planted voice effects
+    (`voice_error_rates`) do not depend on content, so they leave it unchanged within a voice,
+    which is what the mixed model's content step estimates.
+
+    With the stimulus manifest (`stimuli`: pole, voice_gender, voice_id per stimulus) the
+    misgender rates are the means of the planted probabilities over the stimuli of each cell
+    type, so a planted voice counts with its share of the design, and `voice_misgender_rate`
+    gives each planted voice's expected misgender rate over its own stimuli.
     """
     cells = pd.DataFrame(
         [(p, v, planted_p_female(params, p, v)) for p in POLES for v in GENDERS],
@@ -120,6 +133,30 @@ def planted_truth(params: dict[str, Any]) -> dict[str, Any]:
     ]
     nc = float(params["noncompliance_rate"])
     truth["misgender_rate"] = misg.groupby("cell_type")["p_wrong"].mean().to_dict()
+    planted_voices = dict(params.get("voice_error_rates") or {})
+    if planted_voices:
+        truth["voice_error_rates"] = planted_voices
+    if stimuli is not None and len(stimuli):
+        each = stimuli[["pole", "voice_gender", "voice_id"]].copy()
+        p_f = np.array(
+            [planted_p_female(params, r.pole, r.voice_gender, r.voice_id) for r in each.itertuples()], dtype=float
+        )
+        each["p_wrong"] = np.where(each["voice_gender"] == "female", 1 - p_f, p_f)
+        each["cell_type"] = np.where(
+            each["pole"] == "neutral",
+            "neutral",
+            np.where((each["pole"] == "feminine") == (each["voice_gender"] == "female"), "aligned", "misaligned"),
+        )
+        truth["misgender_rate"] = each.groupby("cell_type")["p_wrong"].mean().to_dict()
+        unused = sorted(set(planted_voices) - set(each["voice_id"]))
+        if unused:
+            raise ConfigError(
+                f"voice_error_rates names {', '.join(unused)}, which read(s) no stimulus; the stimuli are read by "
+                f"{', '.join(sorted(set(each['voice_id'])))}"
+            )
+        truth["voice_misgender_rate"] = {
+            v: float(each.loc[each["voice_id"] == v, "p_wrong"].mean()) for v in sorted(planted_voices)
+        }
     truth["noncompliance_rate"] = nc
     truth["error_rate"] = float(params["error_rate"])
     truth["content_weight"] = float(params["content_weight"]) if params["rule"] == "mixed" else None
@@ -166,7 +203,7 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
         rng = _rng(request.seed, self.name, request.stimulus_id, request.task)
         if rng.random() < float(self.params["noncompliance_rate"]):
             return None
-        p = planted_p_female(self.params, stim["pole"], stim["voice_gender"])
+        p = planted_p_female(self.params, stim["pole"], stim["voice_gender"], stim.get("voice_id"))
         return "female" if rng.random() < p else "male"
 
     def fault(self, request: S2SRequest) -> str | None:
