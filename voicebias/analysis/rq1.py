@@ -183,9 +183,12 @@ def _cell_design(g: pd.DataFrame, exog: np.ndarray) -> np.ndarray:
 def rq1_mixed_models(
     acoustic: pd.DataFrame, measure: str = "delta_composite", confidence: float = 0.95
 ) -> pd.DataFrame:
-    """Per system x language x task: measure ~ content * voice + (1 | passage), REML.
+    """Per system x language x task: measure ~ content * voice + (1 | passage) [+ (1 | voice_id)], REML.
 
-    The random intercept is per passage (the utterance voiced by both voices).
+    The random intercept is per passage (the utterance voiced by both voices) and, when a
+    gender has more than one input voice (several voices per gender, docs/stimuli.md), also
+    per input voice (`voice_id`), so the effects generalise over voices as well as passages;
+    `random_effects` and `voices_per_gender` say which model each row is.
     Reports, in this order of interest, two 1-df effects from the fitted cell
     means (`effect_weights`), each with estimate, SE, Satterthwaite df, CI and
     t-test p (columns <effect>_est, _se, _df, _ci_low, _ci_high, _p, in `units`:
@@ -239,6 +242,13 @@ def rq1_mixed_models(
             converged=False,
             warning="",
         )
+        # input voices as a random intercept too, when a gender has more than one voice (with one
+        # voice each the voice is the fixed voice-gender effect)
+        with_voices = (
+            "voice_id" in g and g["voice_id"].notna().all() and g["voice_id"].nunique() > g["voice_gender"].nunique()
+        )
+        row["random_effects"] = "passage + voice" if with_voices else "passage"
+        row["voices_per_gender"] = int(g.groupby("voice_gender")["voice_id"].nunique().min()) if "voice_id" in g else 1
         if g["passage_id"].nunique() < 3:
             row["warning"] = "too few passages"
             rows.append(row)
@@ -296,8 +306,11 @@ def rq1_mixed_models(
             beta = ols
             cov = np.full((exog.shape[1], exog.shape[1]), np.nan)
         else:
+            random = {"passage": pd.factorize(g["passage_id"])[0]}
+            if with_voices:
+                random["voice"] = pd.factorize(g["voice_id"])[0]
             try:
-                fit = fit_reml_matrices(y, exog, names, {"passage": pd.factorize(g["passage_id"])[0]}, nobound=False)
+                fit = fit_reml_matrices(y, exog, names, random, nobound=False)
                 theta, converged = fit.vcomp.to_numpy(float), fit.converged
                 beta, cov = fit.params.to_numpy(float), fit.C
             except np.linalg.LinAlgError as exc:
@@ -305,6 +318,8 @@ def rq1_mixed_models(
                 rows.append(row)
                 continue
         singular = theta[0] == 0.0
+        # every variance component at 0: the fit is the fixed-effects model, and its residual df is the df
+        all_zero = bool(np.all(theta[:-1] == 0.0)) if fit is not None else singular
         between_df = float(g["passage_id"].nunique() - g["pole"].nunique())
         if no_residual:
             converged = True
@@ -313,6 +328,8 @@ def rq1_mixed_models(
             msgs = [] if converged else ["REML optimum not located"]
         if singular:
             msgs = ["singular fit (passage variance 0)", *msgs]
+        if with_voices and fit is not None and theta[1] == 0.0:
+            msgs = ["voice variance 0", *msgs]
         cells = _CELLS
         if _has_every_cell(g):
             cell_X = _cell_design(g, exog)
@@ -332,7 +349,7 @@ def rq1_mixed_models(
                 try:
                     df = (
                         float(len(g) - len(names))
-                        if singular
+                        if all_zero
                         else between_df
                         if no_residual
                         else fit.satterthwaite_df(L)
@@ -366,7 +383,7 @@ def rq1_mixed_models(
             if not inter:
                 raise np.linalg.LinAlgError("no within-passage variance")
             chi2 = float(b @ np.linalg.solve(R @ cov @ R.T, b))
-            den_df = float(len(g) - len(names)) if singular else f_test(fit, R)["den_df"]
+            den_df = float(len(g) - len(names)) if all_zero else f_test(fit, R)["den_df"]
             f_stat = chi2 / len(inter)
             row.update(
                 chi2_interaction=chi2,
@@ -405,6 +422,8 @@ MIXED_COLUMNS = [
     "p_interaction",
     "converged",
     "warning",
+    "random_effects",
+    "voices_per_gender",
     *STATUS_COLUMNS,
 ]
 

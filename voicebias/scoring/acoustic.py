@@ -151,6 +151,8 @@ def score_outputs(
         "lang",
         "pole",
         "voice_gender",
+        # the input voice, for the RQ1 models' voice random effect (absent from older response tables)
+        *(["voice_id"] if "voice_id" in ok.columns else []),
     ]
     ok["path"] = [str(root / p) for p in ok["output_audio"]]
     ok["sha256"] = ok["output_sha256"]
