@@ -8,12 +8,26 @@ from typing import Any
 from voicebias import config
 from voicebias.io import read_json, write_json
 from voicebias.report.build import build_report
-from voicebias.report.card import audit_card, card_context, render_card_md
+from voicebias.report.card import audit_card, card_context, render_card_md, voice_design
 from voicebias.report.provenance import collect_provenance
 
 
 def _metrics(path: Path | None) -> dict[str, Any] | None:
     return read_json(path) if path is not None and Path(path).is_file() else None
+
+
+def _table(path: Path):
+    from voicebias.io import read_table
+
+    return read_table(path) if Path(path).is_file() else None
+
+
+def _sc_voices(params: dict[str, Any]) -> dict[str, list[str]] | None:
+    """The SC prompt voices of params (sc_stimuli.voices), or None when the run has no SC study."""
+    if not (params.get("run") or {}).get("sc_systems"):
+        return None
+    voices = (params.get("sc_stimuli") or {}).get("voices")
+    return {g: list(v) for g, v in voices.items()} if voices else None
 
 
 def run_stage(
@@ -40,6 +54,7 @@ def run_stage(
         _metrics(Path(gate_dir) / "metrics.json"),
         _metrics(Path(phonation_dir) / "check_metrics.json" if phonation_dir is not None else None),
         provenance,
+        voices=voice_design(_table(Path(gate_dir) / "voices.csv"), _sc_voices(params)),
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "audit_card.json", card)

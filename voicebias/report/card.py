@@ -354,11 +354,13 @@ def audit_card(
     provenance: dict[str, Any],
     content_min_or: float = CONTENT_DRIVEN_MIN_OR,
     drift_margin_st: float = DRIFT_MARGIN_ST,
+    voices: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The audit card of one run, from its tables alone (no clock, no environment): a JSON-able dict.
 
     S2S systems are those of describe_odds_ratios.csv; continuation systems those of sc/retention.csv.
-    Tables that are absent leave their entries empty (None) rather than failing.
+    Tables that are absent leave their entries empty (None) rather than failing. `voices`
+    (`voice_design`) names the voices each study's stimuli are read in.
     """
     analysis_dir = Path(analysis_dir)
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
@@ -475,8 +477,34 @@ def audit_card(
             "sc": _planted(sc_pvr),
         },
         "exclusions": exclusions,
+        "voices": voices or {"s2s": [], "sc": []},
         "provenance": dict(provenance),
     }
+
+
+def voice_design(certificates: pd.DataFrame | None, sc_voices: dict[str, list[str]] | None) -> dict[str, Any]:
+    """The voices of the run, for the card: per language and gender the S2S input voices with how
+    many the carrier gate certified (reports/carrier_gate/voices.csv), and the SC prompt voices.
+
+    >>> cert = pd.DataFrame({"lang": ["en", "en"], "phonation": "all", "voice_gender": ["male", "male"],
+    ...                      "voice_id": ["en+m1", "en+m2"], "verdict": ["pass", "negligible"]})
+    >>> voice_design(cert, {"male": ["en-us+m3"], "female": ["en-us+f3"]})["s2s"]
+    [{'lang': 'en', 'voice_gender': 'male', 'voices': ['en+m1', 'en+m2'], 'certified': 2}]
+    """
+    s2s = []
+    if certificates is not None and len(certificates):
+        c = certificates[certificates["phonation"].astype(str) == "all"]
+        for (lang, gender), g in c.groupby(["lang", "voice_gender"], sort=True):
+            s2s.append(
+                {
+                    "lang": lang,
+                    "voice_gender": gender,
+                    "voices": sorted(g["voice_id"].astype(str)),
+                    "certified": int(g["verdict"].isin(("pass", "benign", "negligible")).sum()),
+                }
+            )
+    sc = [{"voice_gender": g, "voices": list(v)} for g, v in (sc_voices or {}).items()]
+    return {"s2s": s2s, "sc": sc}
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -631,6 +659,30 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
             else [{"item": k, "value": _prov(v)}]
         )
     tables["card_provenance"] = pd.DataFrame(prov, columns=["item", "value"])
+    design = card.get("voices") or {"s2s": [], "sc": []}
+    voice_rows = [
+        {
+            "study": "speech-to-speech",
+            "language": v["lang"],
+            "voice gender": v["voice_gender"],
+            "voices": ", ".join(v["voices"]),
+            "number": str(len(v["voices"])),
+            "certified by the carrier gate": f"{v['certified']} of {len(v['voices'])}",
+        }
+        for v in design["s2s"]
+    ] + [
+        {
+            "study": "speech continuation",
+            "language": "en",
+            "voice gender": v["voice_gender"],
+            "voices": ", ".join(v["voices"]),
+            "number": str(len(v["voices"])),
+            "certified by the carrier gate": "– (manipulation check)",
+        }
+        for v in design["sc"]
+    ]
+    if voice_rows:
+        tables["card_voices"] = pd.DataFrame(voice_rows)
     return tables
 
 
@@ -664,6 +716,7 @@ def render_card_md(card: dict[str, Any]) -> str:
 
 __all__ = [
     "audit_card",
+    "voice_design",
     "render_card_md",
     "card_tables",
     "invariance_verdict",
