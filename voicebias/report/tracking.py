@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -265,15 +266,26 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _key(part: Any) -> str:
+    """A key part MLflow accepts (alphanumerics, _, -, ., space, : and /): a voice name such as
+    'es+Annie' becomes 'es_Annie'."""
+    return re.sub(r"[^\w\-. :/]", "_", str(part))
+
+
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as one level, keys joined with '.' and made MLflow-safe (`_key`).
+
+    >>> _flat({"a": {"es+Annie": 0.4, "on": True}, "b": 2})
+    {'a.es_Annie': 0.4, 'a.on': 1.0, 'b': 2}
+    """
     out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(_flat(v, f"{prefix}{_key(k)}."))
         elif isinstance(v, bool):
-            out[f"{prefix}{k}"] = float(v)
+            out[f"{prefix}{_key(k)}"] = float(v)
         else:
-            out[f"{prefix}{k}"] = v
+            out[f"{prefix}{_key(k)}"] = v
     return out
 
 
