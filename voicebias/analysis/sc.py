@@ -253,6 +253,8 @@ def planted_vs_recovered(
 ) -> pd.DataFrame:
     """For reference continuation systems (`truths`: system -> planted truth, as recorded
     by the continue stage): planted retention and passive rate by gender beside the estimates.
+    The passive rate's unit is the prompt x voice (one framing drawn for all its phonation
+    conditions), with a Wilson interval over those units.
 
     Retention is judged on H1-H2, whose change the parametric converter makes linear
     in preset strength (a tilt in dB); CPPS responds non-linearly to added noise and
@@ -281,8 +283,13 @@ def planted_vs_recovered(
                 )
             sg = scored[(scored["system"] == s) & (scored["voice_gender"] == g) & (scored["judge_status"] == "ok")]
             if len(sg) and "agency_competence" in sg:
-                passive = (sg["agency_competence"].astype(float) <= 2).to_numpy()
-                k, n = int(passive.sum()), len(passive)
+                # the unit is the prompt x voice: its phonation conditions continue the same text
+                # (the reference system draws the framing once per prompt and voice), so the four
+                # judged copies of one draw are one observation, not four; k sums the units' shares
+                passive = (sg["agency_competence"].astype(float) <= 2).astype(float)
+                units = [c for c in ("prompt_id", "voice_id") if c in sg]
+                shares = passive.groupby([sg[c] for c in units]).mean() if units else passive
+                k, n = float(shares.sum()), len(shares)
                 lo, hi = wilson(k, n)
                 rows.append(
                     {
