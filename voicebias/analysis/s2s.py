@@ -253,8 +253,8 @@ def describe_by_voice(scored: pd.DataFrame, confidence: float = 0.95) -> pd.Data
     Parameters
     ----------
     scored : DataFrame
-        Scored answers: system, task, status, stimulus_id, lang, voice_gender, voice_id,
-        judged_gender (and `sample` with repeats).
+        Scored answers: system, task, status, stimulus_id, lang, voice_gender, voice_id (without
+        it each gender is one voice), judged_gender (and `sample` with repeats).
     confidence : float
         Coverage of the intervals.
 
@@ -275,6 +275,8 @@ def describe_by_voice(scored: pd.DataFrame, confidence: float = 0.95) -> pd.Data
           v2  1           0          0.0   0.0
     """
     d = scored[(scored["task"] == "describe") & (scored["status"] == "ok")]
+    if "voice_id" not in d:  # a table that does not name its voices: one voice per gender
+        d = d.assign(voice_id=d["voice_gender"])
     rows = []
     for (system, lang, gender, voice), g in d.groupby(["system", "lang", "voice_gender", "voice_id"], sort=True):
         compliant = g["judged_gender"].isin(["male", "female"])
