@@ -84,14 +84,14 @@ PLANTED_TEXT = """\
   content_driven: OR per content step 30.2 [10.84, 84.13] -> 31 [10.84, 84.13]
   mixed: invariance inconclusive -> content-driven
   mixed: OR per content step 4.77 [2.043, 11.14] -> 9.8 [3.1, 30.2]
-  qwen_omni: added (invariance voice-faithful, OR per content step 1.857 [0.708, 4.87], RQ1 drift no drift detected)
+  qwen_omni: added (invariance voice-faithful, OR per content step 1.565 [0.7219, 3.392], RQ1 drift no drift detected)
 
 == exclusions
   s2s qwen_omni: added (calls 840, describe_calls 180, failed 2, non_compliant 5)
 
 == provenance
   model_revisions qwen_omni: added (checkpoint Qwen/Qwen2.5-Omni-7B, revision r1)
-  stimulus_set_sha256: 697623ab67ac74fcfd9fd41b19627c8c295f94a4ba1c03cdb91681d4e1a12658 -> \
+  stimulus_set_sha256: 4dba6d8666d5cfda60b00d58012da17be4fce0a5bd5ca05288d1508de502ffeb -> \
 ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"""
 
 
@@ -113,7 +113,7 @@ def test_removed_is_the_mirror_of_added(base, planted):
     assert sorted(d.path for d in diffs) == sorted(PLANTED_PATHS)
     text = format_differences(diffs, planted, base)
     assert (
-        "  qwen_omni: removed (was invariance voice-faithful, OR per content step 1.857 [0.708, 4.87], "
+        "  qwen_omni: removed (was invariance voice-faithful, OR per content step 1.565 [0.7219, 3.392], "
         "RQ1 drift no drift detected)" in text
     )
     assert "  mixed: invariance content-driven -> inconclusive" in text
@@ -156,7 +156,7 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
   drifting: misgender rate aligned 0.1167 [0.05768, 0.2218] -> 0.2 [0.05768, 0.2218]
 
 == continuation systems
-  continuation_reference: retention male h1_h2_db 0.7034 [0.6962, 0.7108] -> 0.5 [0.6962, 0.7108]
+  continuation_reference: retention male h1_h2_db 0.7006 [0.6949, 0.7064] -> 0.5 [0.6949, 0.7064]
 
 == checks
   carrier_gate verdict: passed -> failed
@@ -168,7 +168,7 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
 
 == planted vs recovered
   s2s not_recovered: [drifting: misgender_rate_aligned] -> [drifting: misgender_rate_aligned, mixed: odds_ratio]
-  s2s recovered: 36 -> 31
+  s2s recovered: 37 -> 31
 
 == provenance
   model_revisions drifting revision: reference-2 -> reference-3
@@ -178,7 +178,7 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
 
 def test_a_change_below_the_shown_digits_gets_the_digits_to_show_it(base):
     b = copy.deepcopy(base)
-    _system(b, "mixed")["invariance"]["odds_ratio"] = 4.769948355 * (1 + 1e-6)
+    _system(b, "mixed")["invariance"]["odds_ratio"] = 4.769945485 * (1 + 1e-6)
     assert format_differences(compare_cards(base, b), base, b).splitlines()[1:] == [
         "  mixed: OR per content step 4.7699 [2.0432, 11.136] -> 4.77 [2.0432, 11.136]"
     ]
@@ -194,7 +194,7 @@ def test_cli_prints_the_report_or_json_and_exits_0(base, planted, tmp_path, caps
     assert rc == 0 and sorted(got) == sorted(PLANTED_PATHS)
     assert got["s2s/mixed/invariance/odds_ratio"] == {
         "path": "s2s/mixed/invariance/odds_ratio",
-        "old": 4.769948355,
+        "old": 4.769945485,
         "new": 9.8,
     }
     assert got["s2s/qwen_omni"]["old"] is None and got["s2s/qwen_omni"]["new"]["invariance"]["odds_ratio"]

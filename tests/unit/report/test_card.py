@@ -359,7 +359,33 @@ PROV = {
 def card(tmp_path):
     analysis = make_analysis(tmp_path / "analysis")
     sc = make_sc(tmp_path / "sc")
-    return C.audit_card(analysis, sc, GATE, CHECK, PROV)
+    return C.audit_card(analysis, sc, GATE, CHECK, PROV, voices=C.voice_design(CERTIFICATES, SC_VOICES))
+
+
+#: the carrier gate's per-voice certificates of a run with 2 voices per gender in English, one of them failing
+CERTIFICATES = pd.DataFrame(
+    {
+        "lang": "en",
+        "phonation": "all",
+        "voice_gender": ["female", "female", "male", "male"],
+        "voice_id": ["en-us+f3", "en-us+Andrea", "en-us+m3", "en-us+michel"],
+        "verdict": ["pass", "negligible", "pass", "fail"],
+    }
+)
+SC_VOICES = {"male": ["en-us+m3", "en-us+michel", "en-us+paul"], "female": ["en-us+f3", "en-us+Andrea", "en-us+Annie"]}
+
+
+def test_the_card_names_the_voices_and_how_many_the_gate_certified(card):
+    assert card["voices"]["s2s"] == [
+        {"lang": "en", "voice_gender": "female", "voices": ["en-us+Andrea", "en-us+f3"], "certified": 2},
+        {"lang": "en", "voice_gender": "male", "voices": ["en-us+m3", "en-us+michel"], "certified": 1},
+    ]
+    table = C.card_tables(card)["card_voices"]
+    assert list(table["certified by the carrier gate"]) == ["2 of 2", "1 of 2", "– (manipulation check)"] + [
+        "– (manipulation check)"
+    ]
+    assert table.iloc[2]["voices"] == "en-us+m3, en-us+michel, en-us+paul" and table.iloc[2]["number"] == "3"
+    assert "| speech continuation |" in C.render_card_md(card).replace("  ", " ")
 
 
 def test_card_names_each_reference_system(card):
@@ -434,7 +460,9 @@ def test_a_summarize_ci_is_shown_when_the_table_has_one(tmp_path):
 
 
 def test_card_is_deterministic_json_without_wall_clock(card, tmp_path):
-    again = C.audit_card(tmp_path / "analysis", tmp_path / "sc", GATE, CHECK, PROV)
+    again = C.audit_card(
+        tmp_path / "analysis", tmp_path / "sc", GATE, CHECK, PROV, voices=C.voice_design(CERTIFICATES, SC_VOICES)
+    )
     text = json.dumps(card, sort_keys=True, allow_nan=True)
     assert text == json.dumps(again, sort_keys=True, allow_nan=True)
     md = C.render_card_md(card)
