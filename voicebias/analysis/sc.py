@@ -176,12 +176,15 @@ def judge_score_table(scored: pd.DataFrame, dims: list[str]) -> pd.DataFrame:
 
 
 def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> dict[str, pd.DataFrame]:
-    """Stepwise beta regression of each rescaled judge dimension on phonation x gender x system.
+    """Stepwise beta regression of each rescaled judge dimension on phonation x gender x system (the
+    SC paper's analysis), and beside it the model over voices and prompts (`judge_mixed_model`:
+    'mixed' and 'mixed_fits').
 
     One row per judged continuation; the prompt (same text under every voice,
     condition and system) is the cluster of the robust SEs, and terms with
-    voice_gender are estimated but not tested (2 voices per gender; see
-    `sc_stats.beta_regression_stepwise`). The factors are those with two or more
+    voice_gender are estimated but not tested (gender varies between voices and the beta
+    regression has no voice effect; see `sc_stats.beta_regression_stepwise`; the mixed model
+    tests them on the voices). The factors are those with two or more
     levels among the dimension's judged rows.
 
     A dimension the data cannot support (constant scores, fewer than 2 prompts, an
@@ -193,11 +196,32 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
     'coefficients' rows have status 'ok' when the estimate and its SE are finite (the
     note saying why a p is withheld).
     """
-    from voicebias.analysis.sc_stats import beta_regression_stepwise, rescale_scores
+    from voicebias.analysis.sc_stats import (
+        JUDGE_MIXED_MODEL,
+        beta_regression_stepwise,
+        judge_mixed_model,
+        rescale_scores,
+    )
 
     ok = scored[scored["judge_status"] == "ok"].copy()
     steps, coefs, kept, fits = [], [], [], []
+    mixed, mixed_fits = [], []
     for d in dims:
+        try:
+            t3, fit_row = judge_mixed_model(ok, d)
+            mixed.append(t3)
+            mixed_fits.append(fit_row)
+        except (NotEstimable, np.linalg.LinAlgError) as exc:
+            mixed_fits.append(
+                {
+                    "dimension": d,
+                    "model": JUDGE_MIXED_MODEL,
+                    "n": int(ok[d].notna().sum()),
+                    "converged": False,
+                    "status": NOT_ESTIMABLE,
+                    "reason": str(exc),
+                }
+            )
         sub = ok.dropna(subset=[d]).copy()
         sub["y"] = rescale_scores(sub[d].astype(float))
         if sub[d].nunique() < 2:
@@ -245,6 +269,33 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
         ),
         "kept_interactions": cat(kept, ["term", "testable", "dimension"]),
         "fits": pd.DataFrame(fits, columns=["dimension", "n", *STATUS_COLUMNS, "llf"]),
+        "mixed": cat(
+            mixed,
+            [
+                "term",
+                "f_value",
+                "num_df",
+                "den_df",
+                "p_value",
+                "testable",
+                "note",
+                "dimension",
+                "model",
+                *STATUS_COLUMNS,
+            ],
+        ),
+        "mixed_fits": pd.DataFrame(
+            mixed_fits,
+            columns=[
+                "dimension",
+                "model",
+                "n",
+                "converged",
+                "variance_components",
+                "generalises_over",
+                *STATUS_COLUMNS,
+            ],
+        ),
     }
 
 
@@ -385,6 +436,8 @@ def analyse(
         "judge_beta_coefficients": jm["coefficients"],
         "judge_beta_kept": jm["kept_interactions"],
         "judge_beta_fits": jm["fits"],
+        "judge_mixed_type3": jm["mixed"],
+        "judge_mixed_fits": jm["mixed_fits"],
     }
     if truths:
         out["planted_vs_recovered"] = planted_vs_recovered(truths, ret, common, models["type3"])

@@ -710,6 +710,10 @@ def sc_sections(
             )
         ),
     )
+    if (sc_dir / "judge_mixed_type3.csv").exists():
+        mixed = read_table(sc_dir / "judge_mixed_type3.csv")
+        cols = ["dimension", "term", "f_value", "num_df", "den_df", "p_value", "note"]
+        sections["sc_judge_mixed"] = Section(mixed[cols].map(lambda v: _fmt(v) if isinstance(v, float) else v))
     if (sc_dir / "planted_vs_recovered.csv").exists():
         pvr = read_table(sc_dir / "planted_vs_recovered.csv")
         sections["sc_planted"] = Section(pvr.map(lambda v: _fmt(v) if isinstance(v, float) else v))
