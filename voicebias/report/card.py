@@ -562,6 +562,14 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
             }
         )
     tables = {"card_s2s": pd.DataFrame(rows)}
+    sc_voices = {v["voice_gender"]: len(v["voices"]) for v in (card.get("voices") or {}).get("sc", [])}
+
+    def retention_scope(r: dict[str, Any]) -> str:
+        # the retention CI resamples prompts (clusters) and keeps the voices as they are
+        n_v = sc_voices.get(r["voice_gender"])
+        prompts = f"{_f(r['n_prompts'], 0)} prompts (resampled)" if _finite(r.get("n_prompts")) else "prompts"
+        return f"{prompts}; these {n_v} voices" if n_v else prompts
+
     sc_rows = [
         {
             "system": s["system"],
@@ -569,6 +577,7 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
             "measure": r["measure"],
             "retention [95% CI]": _ci(r["retention"], r["ci_low"], r["ci_high"], 3),
             "prompts": _f(r["n_prompts"], 0),
+            "generalises over": retention_scope(r),
         }
         for s in card["sc"]
         for r in s["retention"]

@@ -386,6 +386,9 @@ def test_the_card_names_the_voices_and_how_many_the_gate_certified(card):
     ]
     assert table.iloc[2]["voices"] == "en-us+m3, en-us+michel, en-us+paul" and table.iloc[2]["number"] == "3"
     assert "| speech continuation |" in C.render_card_md(card).replace("  ", " ")
+    # the retention CI resamples prompts and keeps these voices
+    sc = C.card_tables(card)["card_sc"]
+    assert set(sc["generalises over"]) <= {f"{n} prompts (resampled); these 3 voices" for n in sc["prompts"]}
 
 
 def test_card_names_each_reference_system(card):
