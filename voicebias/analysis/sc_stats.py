@@ -673,6 +673,12 @@ def judge_mixed_model(df: pd.DataFrame, dimension: str, min_df: float = 3.0) -> 
     rename = {t: _plain_term(t) for t in fit.term_columns}
     t3 = type3_f_tests(fit, min_df, rename, units=units)
     t3 = t3[t3["term"] != "Intercept"].assign(dimension=dimension, model=JUDGE_MIXED_MODEL).reset_index(drop=True)
+    # a term along which the scores do not vary at all (a continuation text shared by a prompt's
+    # phonation conditions) has F at rounding level: no test, as in the beta regression
+    flat = np.array([negligible(abs(float(f)), 1.0) for f in t3["f_value"]], dtype=bool)
+    t3.loc[flat, ["p_value"]] = np.nan
+    t3.loc[flat, "testable"] = False
+    t3.loc[flat, "note"] = "not testable: the scores do not vary along this term (F at rounding level)"
     tested = t3["p_value"].notna() & np.isfinite(t3["f_value"].astype(float))
     t3["status"] = np.where(tested, OK, NOT_ESTIMABLE)
     t3["reason"] = np.where(

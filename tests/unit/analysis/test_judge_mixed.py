@@ -102,3 +102,14 @@ def test_tables_it_cannot_model_say_why():
         judge_mixed_model(df.assign(agency=3.0), "agency")
     with pytest.raises(NotEstimable, match="1 voice"):
         judge_mixed_model(df[df["voice_id"] == "m0"], "agency")
+
+
+def test_a_term_the_scores_do_not_vary_along_is_not_tested():
+    """The same continuation text in every phonation condition of a prompt x voice: phonation has F 0."""
+    df = judged(3)
+    same = df.groupby(["voice_id", "prompt_id"])["agency"].transform("first")
+    t3 = judge_mixed_model(df.assign(agency=same), "agency")[0].set_index("term")
+    for term in ("phonation", "voice_gender:phonation"):
+        assert not t3.loc[term, "testable"] and np.isnan(t3.loc[term, "p_value"])
+        assert t3.loc[term, "status"] == "not estimable" and "do not vary" in t3.loc[term, "reason"]
+    assert t3.loc["voice_gender", "testable"] and np.isfinite(t3.loc["voice_gender", "p_value"])
