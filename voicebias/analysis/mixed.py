@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.linalg import solve_triangular
 
 from voicebias.analysis.status import NotEstimable
 
@@ -145,10 +146,21 @@ class _Design:
         self.XtX, self.Xty, self.yty = X.T @ X, X.T @ y, float(y @ y)
         lam, U = np.linalg.eigh(self.ZtZ)
         self.R = np.sqrt(np.clip(lam, 0.0, None))[:, None] * U.T  # Z'Z = R'R
+        #: the last `parts` computed, by its gamma: the optimiser asks for the deviance and its
+        #: gradient at the same point, and each needs the same q x q factorisation
+        self._last: tuple[bytes, dict | None] | None = None
 
     def parts(self, gamma: np.ndarray) -> dict | None:
         """M, the eigenvalues of R diag(g) R' (H's non-unit eigenvalues less 1) and the H^-1 forms;
         None where H is not positive definite."""
+        key = np.asarray(gamma, float).tobytes()
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        out = self._parts(gamma)
+        self._last = (key, out)
+        return out
+
+    def _parts(self, gamma: np.ndarray) -> dict | None:
         g = np.asarray(gamma, float)[self.col_group]
         q = len(g)
         if q and np.all(g >= 0):
@@ -159,7 +171,8 @@ class _Design:
                 L = np.linalg.cholesky(np.eye(q) + r[:, None] * self.ZtZ * r[None, :])
             except np.linalg.LinAlgError:
                 return None
-            Li = np.linalg.solve(L, np.diag(r))
+            # L^-1 diag(r) by forward substitution (L is lower triangular)
+            Li = solve_triangular(L, np.eye(q), lower=True) * r[None, :]
             M = Li.T @ Li
             logdet = 2 * float(np.sum(np.log(np.diag(L))))
             ev = None
@@ -253,12 +266,24 @@ def _at_optimum(gamma: np.ndarray, D: _Design, bounded: bool) -> bool:
 
 
 def _reml_gradient(gamma: np.ndarray, D: _Design) -> np.ndarray:
-    """Gradient of `_reml_objective` (see `_reml_derivatives`); zeros where H is not positive definite."""
-    if D.parts(gamma) is None:
+    """Gradient of `_reml_objective` (see `_reml_derivatives`); zeros where H is not positive definite.
+
+    Only the diagonal of Z'PZ enters (its trace over each block), so it is formed row by row from
+    A = Z'Z M, one q x q product, not as the full matrix `_Design.projected` builds."""
+    pt = D.parts(gamma)
+    if pt is None:
         return np.zeros(len(gamma))
-    _, ZtPZ, ZtPy, q = D.projected(gamma)
+    A = D.ZtZ @ pt["M"]
+    ZtHiX = D.ZtX - A @ D.ZtX
+    ZtHiy = D.Zty - A @ D.Zty
+    Ct = np.linalg.inv(pt["XtHiX"])
+    beta = Ct @ pt["XtHiy"]
+    # diag(Z'H^-1 Z) = diag(Z'Z) - rowsum(A * Z'Z) (Z'Z is symmetric); diag of Z'H^-1 X C X'H^-1 Z likewise
+    diag = np.diag(D.ZtZ) - np.einsum("ij,ij->i", A, D.ZtZ) - np.einsum("ij,ij->i", ZtHiX @ Ct, ZtHiX)
+    ZtPy = ZtHiy - ZtHiX @ beta
+    q = pt["ytHiy"] - float(pt["XtHiy"] @ beta)
     a = np.array([float(ZtPy[b] @ ZtPy[b]) for b in D.blocks])
-    return np.array([float(np.trace(ZtPZ[b, b])) for b in D.blocks]) - (D.n - D.p) * a / q
+    return np.array([float(np.sum(diag[b])) for b in D.blocks]) - (D.n - D.p) * a / q
 
 
 def _reml_derivatives(gamma: np.ndarray, D: _Design) -> tuple[np.ndarray, np.ndarray]:
