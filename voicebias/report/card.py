@@ -294,6 +294,7 @@ def _drift(mixed: pd.DataFrame | None, system: str, margin: float) -> dict[str, 
         "est_max": None,
         "ci_low_min": None,
         "ci_high_max": None,
+        "generalises_over": None,
     }
     if mixed is None:
         return none
@@ -321,7 +322,18 @@ def _drift(mixed: pd.DataFrame | None, system: str, margin: float) -> dict[str, 
         "est_max": max(est) if est else None,
         "ci_low_min": min(float(r["stereotype_effect_ci_low"]) for r in usable) if usable else None,
         "ci_high_max": max(float(r["stereotype_effect_ci_high"]) for r in usable) if usable else None,
+        "generalises_over": _rq1_scope(usable),
     }
+
+
+def _rq1_scope(fits: list[dict[str, Any]]) -> str | None:
+    """What the usable RQ1 fits hold over: passages, and voices when every fit has the voice intercept."""
+    if not fits:
+        return None
+    if all(str(r.get("random_effects")) == "passage + voice" for r in fits):
+        n = min(int(r["voices_per_gender"]) for r in fits)
+        return f"passages and {n} voices per gender (random)"
+    return "passages (random); these voices"
 
 
 def _concat(*tables: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -559,6 +571,7 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
                     str(fits[k]) for k in (FIT_TOWARD, FIT_AWAY, FIT_NONE, FIT_INCONCLUSIVE, FIT_UNUSABLE)
                 ),
                 "measure": dr["measure"] or "–",
+                "RQ1 generalises over": dr.get("generalises_over") or "–",
             }
         )
     tables = {"card_s2s": pd.DataFrame(rows)}

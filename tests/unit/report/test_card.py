@@ -574,3 +574,17 @@ def test_report_stage_writes_the_card_and_hands_it_to_the_report(tmp_path, monke
     assert card["provenance"]["model_revisions"]["mixed"]["revision"] == "reference-1"
     assert paths["card_md"].read_text(encoding="utf-8").startswith("# Audit card")
     assert seen["card"]["title"] == build.section_texts()["card"]["title"] and seen["card"]["tables"]
+
+
+def test_the_drift_verdict_says_what_its_fits_hold_over(card, tmp_path):
+    # the fixture's RQ1 table predates the voice intercept: its fits hold over passages only
+    assert card["s2s"][0]["drift"]["generalises_over"] in (None, "passages (random); these voices")
+    mixed = pd.read_csv(tmp_path / "analysis" / "rq1_mixed_models.csv")
+    write_table(
+        tmp_path / "analysis" / "rq1_mixed_models.csv",
+        mixed.assign(random_effects="passage + voice", voices_per_gender=3),
+    )
+    again = C.audit_card(tmp_path / "analysis", None, GATE, CHECK, PROV)
+    drifting = next(s for s in again["s2s"] if s["system"] == "drifting")
+    assert drifting["drift"]["generalises_over"] == "passages and 3 voices per gender (random)"
+    assert "passages and 3 voices per gender (random)" in set(C.card_tables(again)["card_s2s"]["RQ1 generalises over"])
