@@ -55,7 +55,7 @@ def test_repro_leaves_reports_and_mlflow_runs(workspace):
     # the speech-continuation study: every prompt x voice in four phonation conditions,
     # the manipulation check passed, continuations scored, the SC paper's Table 2 rendered
     phon = pd.read_csv(repo / "data" / "phonation" / "manifest.csv")
-    assert len(phon) == SC_PROMPTS * 4 * 4 and set(phon["phonation"]) == {"modal", "breathy", "creaky", "endcreak"}
+    assert len(phon) == SC_PROMPTS * 6 * 4 and set(phon["phonation"]) == {"modal", "breathy", "creaky", "endcreak"}
     assert json.loads((repo / "reports" / "phonation" / "check_metrics.json").read_text())["passed"] is True
     scored = pd.read_csv(repo / "data" / "sc_scored" / "continuation_reference.csv")
     assert len(scored) == len(phon) and (scored["status"] == "ok").all()
@@ -199,6 +199,9 @@ def test_an_experiment_on_one_system_reruns_only_that_system_and_moves_only_its_
     text = path.read_text(encoding="utf-8")
     old = "  voice_faithful:\n    rule: voice\n    error_rate: 0.05\n    noncompliance_rate: 0.02\n"
     assert old in text, "the voice_faithful section of params.yaml changed"
+    planted_voice = "voice_error_rates: {es+Annie: 0.4}"
+    assert planted_voice in text, "the planted voice of voice_faithful changed"
+    text = text.replace(planted_voice, "voice_error_rates: {}")
     path.write_text(text.replace(old, old.replace("0.05", "0.0").replace("0.02", "0.0")), encoding="utf-8")
     status = json.loads(sh("dvc status --json", repo).stdout)
     # the params check re-runs on any change; its record is unchanged, so only the readers of the change

@@ -218,6 +218,9 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
                     "model": JUDGE_MIXED_MODEL,
                     "n": int(ok[d].notna().sum()),
                     "converged": False,
+                    # text, not empty: a table read back keeps the row's category (no NaN cells)
+                    "variance_components": f"not estimable: {exc}",
+                    "generalises_over": "nothing (no fit)",
                     "status": NOT_ESTIMABLE,
                     "reason": str(exc),
                 }
