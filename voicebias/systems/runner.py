@@ -546,6 +546,9 @@ def run_task(
     if asr is not None:
         _transcribe_missing(records, cache, asr, bump)
 
+    audio_facts = _cached_audio_facts(
+        [cache.audio_path(k) for k, r in records.items() if r["status"] == "ok" and r.get("output_audio_cached", True)]
+    )
     rows = []
     for key, req in zip(keys, requests):
         record = records[key]
@@ -584,8 +587,8 @@ def run_task(
             if record.get("output_audio_cached", True):
                 dest = audio_dir / output_audio_name(req)
                 shutil.copyfile(cache.audio_path(key), dest)
-                facts = file_facts(str(dest))
-                row.update(output_audio=str(dest.relative_to(root)), output_sha256=sha256_file(dest))
+                digest, facts = audio_facts[str(cache.audio_path(key))]
+                row.update(output_audio=str(dest.relative_to(root)), output_sha256=digest)
                 if facts.get("frames") is not None:
                     row["output_duration_s"] = round(facts["frames"] / facts["sample_rate"], 4)
             else:
@@ -647,6 +650,18 @@ def _transcribe_missing(records: dict[str, dict[str, Any]], cache: ResponseCache
             bump("asr_calls")
             records[key]["transcript"] = text
             records[key]["transcript_source"] = f"asr:{asr.name}"
+
+
+def _cached_audio_facts(paths: Sequence[Path]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """{path: (SHA-256 of the file, its reply facts)} for cached reply files. Files with the same
+    bytes (the same answer from several tasks or systems) are decoded once, and the decoding runs
+    on every core (libsndfile and NumPy release the GIL): the facts depend on the bytes only."""
+    paths = list(dict.fromkeys(str(p) for p in paths))
+    digests = dict(zip(paths, map(sha256_file, paths)))
+    first = {d: p for p, d in reversed(digests.items())}  # one file per distinct content
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        facts = dict(zip(first, pool.map(file_facts, first.values())))
+    return {p: (d, facts[d]) for p, d in digests.items()}
 
 
 def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationReport:

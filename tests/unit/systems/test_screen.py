@@ -212,3 +212,33 @@ def test_the_screen_limits_follow_the_acoustics_params():
     # Praat's pitch window (3 periods of the 60 Hz floor) plus two 10 ms steps; twice the 5500 Hz ceiling
     assert lim.min_duration_s == pytest.approx(3 / 60 + 2 * 0.01) and lim.min_sample_rate == 11000
     assert (lim.silence_dbfs, lim.max_clipped_fraction, lim.max_duration_s, lim.max_reply_ratio) == (-60, 0.001, 600, 4)
+
+
+def test_cached_reply_facts_are_each_files_facts_and_identical_bytes_are_decoded_once(tmp_path, monkeypatch):
+    """The runner reads each cached reply's facts and SHA-256 once per distinct content (the same
+    answer from several tasks), on every core; each path gets its own file's facts, damaged ones included."""
+    import hashlib
+
+    import soundfile as sf
+
+    from voicebias.systems import runner
+
+    a, b = tmp_path / "a.flac", tmp_path / "b.flac"
+    sf.write(a, speech_like(1.0), SR, format="FLAC", subtype="PCM_16")
+    sf.write(b, 0.5 * speech_like(0.5, f0=120.0), SR, format="FLAC", subtype="PCM_16")
+    same = tmp_path / "a_again.flac"
+    same.write_bytes(a.read_bytes())
+    broken = tmp_path / "broken.flac"
+    broken.write_bytes(b"fLaC" + bytes(64))
+    decoded = []
+    monkeypatch.setattr(runner, "file_facts", lambda p: decoded.append(p) or file_facts(p))
+    paths = [a, b, same, broken, a]
+    got = runner._cached_audio_facts(paths)
+    assert set(got) == {str(p) for p in paths}
+    assert len(decoded) == 3  # a (or its copy), b, broken
+    for p in paths:
+        digest, facts = got[str(p)]
+        assert digest == hashlib.sha256(p.read_bytes()).hexdigest()
+        assert facts == file_facts(str(p))
+    assert got[str(a)][1]["frames"] == SR and got[str(b)][1]["frames"] == SR // 2
+    assert "undecodable" in got[str(broken)][1]
