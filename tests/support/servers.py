@@ -26,6 +26,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _local_port_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port_block(n: int, attempts: int = 200) -> int:
+    """The first of `n` consecutive ports that are free on 127.0.0.1, below the kernel's ephemeral range.
+
+    `voicebias serve` listens on port_base .. port_base + n - 1. A block taken from the ephemeral
+    range can be handed to some other process's outgoing connection between this check and the
+    serve call (on a loaded machine running tests in parallel, it is), so the block is drawn below it.
+    """
+    import random
+
+    lo = 20000
+    hi = min(_local_port_range()[0], 32768) - n
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(attempts):
+        base = rng.randrange(lo, hi)
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports on 127.0.0.1 between {lo} and {hi + n}")
+
+
 def wait_for(url: str, timeout: float = 90.0, proc: subprocess.Popen | None = None) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -26,7 +26,7 @@ import soundfile as sf
 import yaml
 
 from tests.fakes.stand_in_driver import bare_python, stand_in_driver
-from tests.support.servers import free_port
+from tests.support.servers import free_port_block
 from voicebias.cards import load_card
 from voicebias.cli import main
 from voicebias.cli.serve import ServeError, plan, vllm_command
@@ -74,7 +74,7 @@ def test_serve_starts_replicas_of_a_repository_system_in_its_own_environment(tmp
     other = {"other_system": [{"url": "http://gpu-x:8000/v1", "weight": 1, "max_concurrency": 4}]}
     endpoints_path.write_text(json.dumps(other))
 
-    port = free_port()
+    port = free_port_block(2)
     assert (
         main(
             [
@@ -191,7 +191,7 @@ def test_a_driver_that_cannot_load_stops_serve_with_its_log(tmp_path, monkeypatc
         replicas=1,
         gpus=None,
         gpus_per_replica=1,
-        port_base=free_port(),
+        port_base=free_port_block(1),
         host="127.0.0.1",
         python=sys.executable,
         driver=str(driver),

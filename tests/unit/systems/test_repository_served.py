@@ -21,7 +21,7 @@ import pytest
 from tests.fakes.stand_in_driver import bare_python, stand_in_driver
 from tests.fakes.stimuli import make_stimuli
 from tests.support.respond import run
-from tests.support.servers import free_port
+from tests.support.servers import free_port, free_port_block
 from voicebias.audio import read_audio
 from voicebias.cli import main
 from voicebias.errors import SetupError
@@ -51,7 +51,7 @@ def served(tmp_path, monkeypatch):
     monkeypatch.setenv("VOICEBIAS_ROOT", str(proj))
     monkeypatch.setenv("VOICEBIAS_CACHE", str(proj / ".cache"))
     monkeypatch.setenv("VOICEBIAS_ENDPOINTS", str(tmp_path / "not-yet.json"))
-    port = free_port()
+    port = free_port_block(2)
     yield proj, audit, python, driver, endpoints, port
     monkeypatch.setenv("VOICEBIAS_ENDPOINTS", str(endpoints))
     if (proj / ".cache" / "serve" / "pids.json").exists():
