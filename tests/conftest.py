@@ -14,6 +14,19 @@ E2E_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
 E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twice for the fresh clone)
 
 
+def pytest_configure(config):
+    """Each pytest-xdist worker has one core to itself: its BLAS runs on one thread, as the
+    product's own worker processes do (voicebias.parallel.one_thread_per_worker). Two OpenBLAS
+    threads per worker only contend with the other worker (numerical tests ran 3 to 9 times
+    slower). Subprocesses (the pipeline runs of tests/e2e) keep the library's default."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import numpy  # noqa: F401  (load NumPy's and SciPy's BLAS, so the limit reaches both)
+        import scipy.linalg  # noqa: F401
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """With pytest-xdist (-n), one worker runs every end-to-end test (they share one scratch pipeline

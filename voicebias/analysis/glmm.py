@@ -31,6 +31,7 @@ import pandas as pd
 from scipy import optimize, special, stats
 
 from voicebias.analysis.status import NotEstimable
+from voicebias.blas import single_blas_thread
 
 #: step of the central differences for the Hessian (lme4's deriv12 default)
 HESSIAN_STEP = 1e-4
@@ -161,6 +162,7 @@ def _between_df(X: np.ndarray, names: list[str], codes: dict[str, np.ndarray]) -
     return pd.Series(out)
 
 
+@single_blas_thread
 def fit_binomial_glmm(
     y: np.ndarray,
     X: np.ndarray,

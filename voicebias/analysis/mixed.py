@@ -17,6 +17,7 @@ from scipy import stats
 from scipy.linalg import solve_triangular
 
 from voicebias.analysis.status import NotEstimable
+from voicebias.blas import single_blas_thread
 
 
 class RemlFit:
@@ -418,6 +419,7 @@ def fit_reml(formula: str, data: pd.DataFrame, groups: dict[str, Iterable[Any]],
     return fit
 
 
+@single_blas_thread
 def fit_reml_matrices(
     y: np.ndarray,
     X: np.ndarray,

@@ -23,6 +23,7 @@ import pandas as pd
 
 from voicebias.analysis.intervals import wilson
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
+from voicebias.blas import single_blas_thread
 from voicebias.contract import CONDITIONS, GENDERS, H1_H2, SC_MEASURES
 
 #: |recovered - planted| within which a planted retention counts as recovered (see planted_vs_recovered)
@@ -388,6 +389,7 @@ def planted_vs_recovered(
     )
 
 
+@single_blas_thread
 def analyse(
     scored: pd.DataFrame,
     prompt_measures: pd.DataFrame,

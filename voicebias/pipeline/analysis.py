@@ -14,8 +14,10 @@ from voicebias.analysis.s2s import (
     planted_vs_recovered,
     summarize_pronouns,
 )
+from voicebias.blas import single_blas_thread
 
 
+@single_blas_thread
 def run_stage(
     params: dict,
     *,

@@ -7,7 +7,10 @@ from typing import Any
 
 import pandas as pd
 
+from voicebias.blas import single_blas_thread
 
+
+@single_blas_thread
 def run_stage(
     params: dict[str, Any], *, scored_paths: list[Path], acoustic_paths: list[Path], sc_paths: list[Path], out_dir: Path
 ) -> dict[str, Any]:
