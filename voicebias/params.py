@@ -20,7 +20,8 @@ import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from voicebias.config import CARDS_DIR, PARAMS
 from voicebias.contract import CONDITIONS, FAULTS, GENDERS, LANGUAGES, POLES
@@ -39,6 +40,34 @@ ClassifierName = Literal["acoustic_norms", "w2v2_commonvoice", "w2v2_librispeech
 TaskName = Literal[TASK_NAMES]
 Prob = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
+
+#: the error type of a value that must not be in params (a key, a URL with credentials): reported
+#: without the value (`_messages`)
+SECRET_ERROR = "secret_in_params"
+
+
+def _no_credentials(url: str) -> str:
+    from voicebias.secrets import url_credentials
+
+    wrong = url_credentials(url)
+    if wrong:
+        raise PydanticCustomError(SECRET_ERROR, wrong)
+    return url
+
+
+def _variable_name(name: str) -> str:
+    from voicebias.secrets import not_a_variable_name
+
+    wrong = not_a_variable_name(name)
+    if wrong:
+        raise PydanticCustomError(SECRET_ERROR, wrong + "; set the key in the environment or .env and name it here")
+    return name
+
+
+#: an http(s) address without credentials in it
+Url = Annotated[str, AfterValidator(_no_credentials)]
+#: the name of an environment variable (never the key it holds)
+EnvName = Annotated[str, AfterValidator(_variable_name)]
 
 
 class Section(BaseModel):
@@ -105,8 +134,8 @@ class LLMEndpoint(Section):
     name: str | None = None
     backend: Literal["openai", "gemini", "transformers"] = "openai"
     model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
+    base_url: Url | None = None
+    api_key_env: EnvName | None = None
     path: str | None = None
     device: str | None = None
     temperature: float | None = None
@@ -357,8 +386,8 @@ class Run(Section):
 class SCJudge(Section):
     backend: Literal["lexical_heuristic", "openai_compatible", "gemini", "local_transformers"] = "lexical_heuristic"
     model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
+    base_url: Url | None = None
+    api_key_env: EnvName | None = None
     weights: str | None = None
     device: str = "cpu"
     max_concurrency: PositiveInt = 1
@@ -439,7 +468,7 @@ class ReferenceContinuationParams(SystemParams):
 class Endpoint(Section):
     """One server of a system (voicebias.clients.endpoints): where, how often, how many at once."""
 
-    url: str
+    url: Url
     weight: Annotated[float, Field(gt=0.0)] = 1.0
     max_concurrency: PositiveInt | None = None
 
@@ -449,8 +478,8 @@ class APIParams(SystemParams):
 
     model: str | None = None
     voice: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
+    base_url: Url | None = None
+    api_key_env: EnvName | None = None
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: PositiveInt | None = None
@@ -465,7 +494,7 @@ class APIParams(SystemParams):
 class Served(Section):
     """Where a served system's requests go: one `base_url` or several `endpoints` (voicebias.clients.endpoints)."""
 
-    base_url: str | None = None
+    base_url: Url | None = None
     endpoints: Annotated[list[Endpoint], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
@@ -497,7 +526,7 @@ class VLLMOmniParams(Served, SystemParams):
     the card holds the defaults."""
 
     model: str | None = None
-    api_key_env: str | None = None
+    api_key_env: EnvName | None = None
     prompt_role: Literal["system", "user"] | None = None
     #: one vLLM SamplingParams mapping per stage, replacing the card's (the adapter adds the seeds)
     sampling_params_list: list[dict[str, Any]] | None = None
@@ -623,7 +652,9 @@ def _messages(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, .
             continue
         seen.add(path)
         kind = err["type"]
-        if kind == "extra_forbidden":
+        if kind == SECRET_ERROR:  # never repeat the value
+            out.append(f"{path}: {err['msg']}")
+        elif kind == "extra_forbidden":
             holder = _model_at(model, loc)
             hint = ""
             if holder is not None:

@@ -150,6 +150,12 @@ def test_fresh_clone_pulls_identical_outputs(workspace):
     [
         ("mixed", "content_wieght", 0.9, "systems.mixed.content_wieght: unknown key; did you mean content_weight?"),
         ("voice_faithful", "error_rate", "high", "systems.voice_faithful.error_rate: expected a number, got 'high'"),
+        (  # a key typed into an address: refused, and repeated nowhere
+            "gpt_audio",
+            "base_url",
+            "https://lab:sk-proj-PLANTED0123456789abcdef@api.example.org/v1",
+            "systems.gpt_audio.base_url: holds credentials before the host",
+        ),
     ],
 )
 def test_a_bad_param_stops_dvc_repro_before_any_stage_runs(workspace, section, key, value, expected):
@@ -157,12 +163,13 @@ def test_a_bad_param_stops_dvc_repro_before_any_stage_runs(workspace, section, k
     path = repo / "params.yaml"
     original = path.read_text(encoding="utf-8")
     params = yaml.safe_load(original)
-    params["systems"][section][key] = value
+    params["systems"].setdefault(section, {})[key] = value
     path.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     try:
         res = sh("dvc repro", repo, check=False)
         assert res.returncode != 0
         assert expected in res.stderr and "Traceback" not in res.stderr
+        assert "PLANTED" not in res.stdout + res.stderr + (repo / "dvc.lock").read_text(encoding="utf-8")
         ran = [line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")]
         assert ran == ["params"], ran
         assert sh("git status --porcelain -- data reports dvc.lock", repo).stdout == ""

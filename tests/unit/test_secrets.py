@@ -121,3 +121,83 @@ def test_planted_key_never_stored_or_logged(tmp_path, monkeypatch, capfd):
     assert _files_containing(root, KEY.encode()) == []
     assert _files_containing(root, KEY[8:24].encode()) == []  # nor a recognisable piece of it
     assert os.environ["OPENAI_API_KEY"] == KEY  # (sanity: the key was there all along)
+
+
+# ---------------------------------------------------------------- keys typed into params
+
+PASTED = "AIzaSyPLANTEDsecret0123456789abcdefXYZ"  # a Google key: a valid identifier, so the shape decides
+
+
+def _params_with(system: str, settings: dict) -> dict:
+    import yaml
+
+    params = yaml.safe_load((config.ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["systems"][system] = settings
+    return params
+
+
+def _problems(params: dict) -> str:
+    import pytest
+
+    from voicebias.params import ParamsError, validate_params
+
+    with pytest.raises(ParamsError) as err:
+        validate_params(params)
+    return str(err.value)
+
+
+def test_credentials_in_a_base_url_are_refused_by_field_and_never_repeated():
+    cases = {
+        f"https://user:{PASTED}@api.example.org/v1": "credentials before the host",
+        f"https://api.example.org/v1?key={PASTED}": "credential in its query (key=...)",
+        f"https://api.example.org/v1?api-version=1&access_token={PASTED}": "(access_token=...)",
+    }
+    for url, why in cases.items():
+        msg = _problems(_params_with("gpt_audio", {"model": "gpt-4o-audio-preview", "base_url": url}))
+        assert "systems.gpt_audio.base_url:" in msg and why in msg, msg
+        assert PASTED not in msg and PASTED[:12] not in msg
+    # a list of endpoints and the judge's address are checked the same way
+    msg = _problems(_params_with("qwen2_5_omni_vllm", {"endpoints": [{"url": f"http://u:{PASTED}@gpu:8000/v1"}]}))
+    assert "systems.qwen2_5_omni_vllm.endpoints.0.url:" in msg and PASTED not in msg
+    import yaml
+
+    params = yaml.safe_load((config.ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["sc_judge"] = {**(params.get("sc_judge") or {}), "base_url": f"http://judge:8000/v1?token={PASTED}"}
+    msg = _problems(params)
+    assert "sc_judge.base_url:" in msg and PASTED not in msg
+    # clean addresses, query settings that are not credentials, and a port pass
+    from voicebias.params import validate_params
+
+    ok = _params_with("gpt_audio", {"model": "m", "base_url": "https://api.example.org:8443/v1?api-version=2024-10-01"})
+    assert validate_params(ok)["systems"]["gpt_audio"]["base_url"].endswith("api-version=2024-10-01")
+
+
+def test_a_key_pasted_into_api_key_env_is_refused_by_field_and_never_repeated():
+    from voicebias.params import validate_params
+
+    for pasted, why in (
+        ("sk-proj-PLANTEDsecret0123456789abcdefXYZ", "starts like one"),
+        (PASTED, "starts like one"),
+        ("PLANTEDsecret0123456789abcdefXYZ", "long run of mixed letters and digits"),
+        ("my key", "must be the name of an environment variable"),
+    ):
+        msg = _problems(_params_with("gpt_audio", {"model": "m", "api_key_env": pasted}))
+        assert "systems.gpt_audio.api_key_env:" in msg and why in msg, msg
+        assert pasted not in msg
+    for name in ("OPENAI_API_KEY", "AZURE_OPENAI_KEY_2", "my_lab_key"):
+        assert validate_params(_params_with("gpt_audio", {"model": "m", "api_key_env": name}))
+
+
+def test_cards_and_the_endpoints_file_refuse_credentials_and_the_client_never_repeats_a_pasted_key(tmp_path):
+    import pytest
+
+    from voicebias.clients.endpoints import parse_endpoints
+    from voicebias.errors import ConfigError, SetupError
+    from voicebias.secrets import require_secret
+
+    with pytest.raises(ConfigError) as err:
+        parse_endpoints([{"url": f"http://lab:{PASTED}@gpu:8000/v1"}], "the card of 'x'", 1)
+    assert "the card of 'x': endpoints[0]: 'url' holds credentials" in str(err.value) and PASTED not in str(err.value)
+    with pytest.raises(SetupError) as err:  # a card's api_key_env holding the key itself
+        require_secret("system 'x'", PASTED, tmp_path, error=SetupError)
+    assert "api_key_env holds what looks like a key" in str(err.value) and PASTED not in str(err.value)

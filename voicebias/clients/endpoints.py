@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit
 
 from voicebias.errors import ConfigError, VoicebiasError
+from voicebias.secrets import url_credentials
 
 T = TypeVar("T")
 
@@ -115,6 +116,9 @@ def parse_endpoints(spec: Any, where: str, default_concurrency: int) -> list[End
         if unknown:
             raise ConfigError(f"{at}: unknown key(s) {sorted(unknown)}; use url, weight, max_concurrency")
         url = item.get("url")
+        wrong = url_credentials(url) if isinstance(url, str) else None
+        if wrong:  # the value is not repeated
+            raise ConfigError(f"{at}: 'url' {wrong}")
         if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
             raise ConfigError(f"{at}: 'url' must be an http(s) address such as http://gpu-box:8000/v1, got {url!r}")
         weight = item.get("weight", 1.0)
