@@ -19,9 +19,9 @@ STAND_IN_DRIVER = r"""
 import array, hashlib, importlib.util, json, os, sys, wave
 
 config = json.loads(sys.argv[1])
-info = {"revision": "stand-in-1", "python": sys.executable,
+info = {"revision": "stand-in-1", "environment": os.path.basename(sys.prefix),
         "voicebias_importable": importlib.util.find_spec("voicebias") is not None,
-        "checkout": config["checkout"]}
+        "checkout": os.path.basename(config["checkout"])}
 print(json.dumps({"ready": True, "info": info}), flush=True)
 for line in sys.stdin:
     req = json.loads(line)

@@ -14,13 +14,16 @@ The options, logs and failures: docs/serving.md, "Starting servers: voicebias se
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import re
+import secrets
 import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +35,8 @@ from voicebias.errors import ConfigError
 
 SHIM = Path(__file__).resolve().parent.parent / "serving" / "shim.py"
 PIDS_FILE = "pids.json"
+#: the variable that hands a shim its bearer token (voicebias.serving.shim.TOKEN_ENV)
+SHIM_TOKEN_ENV = "VOICEBIAS_SHIM_TOKEN"
 DEFAULT_PORT = 8091
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -55,6 +60,7 @@ class Replica:
     gpus: str | None = None
     pid: int | None = None
     start_time: str | None = None
+    token: str | None = field(default=None, repr=False)  # the shim's bearer token: in env and the endpoints file only
 
 
 # ---------------------------------------------------------------------------- command lines
@@ -108,6 +114,17 @@ def vllm_env(card: dict[str, Any], params: dict[str, Any], gpus: str | None) -> 
     return env
 
 
+def client_host(host: str) -> str:
+    """The address a client on this machine reaches a server bound to `host` at: loopback for the
+    wildcard addresses, else `host` itself (IPv6 in brackets)."""
+    if host in ("", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
+    except ValueError:  # a host name
+        return host
+
+
 def _gpu_sets(gpus: str | None, per_replica: int, count: int) -> list[str | None]:
     if not gpus:
         return [None] * count
@@ -156,6 +173,7 @@ def plan(
         adapter = card.get("adapter")
         if adapter == "vllm_omni":
             vllm = str(Path(python).parent / "vllm") if python else "vllm"
+            token = secrets.token_urlsafe(32)  # vLLM wants it on /v1 (VLLM_API_KEY); the endpoints file holds it
             for i in range(replicas):
                 port, dev = port_base + len(out), devices[len(out)]
                 out.append(
@@ -165,14 +183,15 @@ def plan(
                         vllm_command({"name": system, **card}, port, host, vllm),
                         str(root),
                         port,
-                        f"http://127.0.0.1:{port}/v1",
+                        f"http://{client_host(host)}:{port}/v1",
                         str(state_dir / f"{system}-{i}.log"),
                         max_concurrency or int(sp.get("max_concurrency") or 8),
                         env=child_env(
-                            {**vllm_env(card, sp, dev), "PYTHONUNBUFFERED": "1"},
+                            {**vllm_env(card, sp, dev), "PYTHONUNBUFFERED": "1", "VLLM_API_KEY": token},
                             names=("HF_TOKEN", "HF_HOME", "HF_ENDPOINT"),
                         ),
                         gpus=dev,
+                        token=token,
                     )
                 )
             continue
@@ -193,9 +212,11 @@ def plan(
                 raise ServeError(f"system '{system}': driver {script} not found")
             config = json.dumps(backend.driver_config())
             model = str(card.get("checkpoint") or system)
+            token = secrets.token_urlsafe(32)  # one per system: its shims take it, its endpoints send it
             for i in range(replicas):
                 port, dev = port_base + len(out), devices[len(out)]
                 env = backend.env()
+                env[SHIM_TOKEN_ENV] = token
                 if dev is not None:
                     env["CUDA_VISIBLE_DEVICES"] = dev
                 argv = [
@@ -223,11 +244,12 @@ def plan(
                         argv,
                         str(backend.checkout),
                         port,
-                        f"http://127.0.0.1:{port}/v1",
+                        f"http://{client_host(host)}:{port}/v1",
                         str(state_dir / f"{system}-{i}.log"),
                         max_concurrency or 1,
                         env=env,
                         gpus=dev,
+                        token=token,
                     )
                 )
         finally:
@@ -403,10 +425,14 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: dict[str, Any], private: bool = False) -> None:
+    """Write atomically; `private` files (the endpoints file, which holds the shims' tokens) are
+    readable by their owner only."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
@@ -416,7 +442,10 @@ def record(replicas: Sequence[Replica], endpoints_path: Path, state_dir: Path) -
     pids = _read_json(state_dir / PIDS_FILE)
     for system in dict.fromkeys(r.system for r in replicas):
         mine = [r for r in replicas if r.system == system]
-        endpoints[system] = [{"url": r.url, "weight": 1, "max_concurrency": r.max_concurrency} for r in mine]
+        endpoints[system] = [
+            {"url": r.url, "weight": 1, "max_concurrency": r.max_concurrency, **({"token": r.token} if r.token else {})}
+            for r in mine
+        ]
         pids[system] = [
             {
                 "pid": r.pid,
@@ -429,18 +458,41 @@ def record(replicas: Sequence[Replica], endpoints_path: Path, state_dir: Path) -
             }
             for r in mine
         ]
-    _write_json(endpoints_path, endpoints)
+    _write_json(endpoints_path, endpoints, private=True)
     _write_json(state_dir / PIDS_FILE, pids)
 
 
-def stop(systems: Sequence[str], endpoints_path: Path, state_dir: Path, grace_s: float = 20.0) -> dict[str, int]:
-    """End the recorded replicas of `systems` (all when empty); {system: replicas ended}."""
+def stop(
+    systems: Sequence[str], endpoints_path: Path, state_dir: Path, grace_s: float = 20.0, warn: Any = None
+) -> dict[str, int]:
+    """End the recorded replicas of `systems` (all when empty); {system: replicas ended}.
+
+    A replica is signalled (its process group) only when its pid still belongs to the process
+    started then: the start time recorded with it must match the one the system gives now. An entry
+    without a start time, or whose pid now runs another process, is not signalled; `warn` (a
+    callable) is told so, and the entry is removed as the others are."""
     pids = _read_json(state_dir / PIDS_FILE)
     names = list(systems) or list(pids)
     unknown = [s for s in names if s not in pids]
     if unknown:
         raise ServeError(f"no server of {', '.join(unknown)} is recorded in {state_dir / PIDS_FILE}")
-    procs = [(e["pid"], e.get("start_time")) for s in names for e in pids[s]]
+    procs = []
+    for s in names:
+        for e in pids[s]:
+            pid, st = e.get("pid"), e.get("start_time")
+            if not isinstance(pid, int) or not st:
+                if warn is not None:
+                    warn(
+                        f"{s}: pid {pid} was recorded without a start time, so it cannot be told from another "
+                        "process that holds that pid now; not signalled (end it yourself if it is the replica)"
+                    )
+                continue
+            now = _proc_start_time(pid)
+            if now is not None and now != str(st):
+                if warn is not None:
+                    warn(f"{s}: pid {pid} now belongs to another process (started later); not signalled")
+                continue
+            procs.append((pid, str(st)))
     _end(procs, grace_s)
     endpoints = _read_json(endpoints_path)
     for s in names:
@@ -481,7 +533,13 @@ def _system_params(root: Path) -> dict[str, dict[str, Any]]:
 def cmd_serve(args: argparse.Namespace) -> int:
     root, endpoints_path, state_dir = _paths()
     if args.stop:
-        ended = stop(args.systems, endpoints_path, state_dir, args.grace)
+        ended = stop(
+            args.systems,
+            endpoints_path,
+            state_dir,
+            args.grace,
+            warn=lambda m: print(f"voicebias serve: {m}", file=sys.stderr),
+        )
         for s, n in ended.items():
             print(f"{s}: {n} replica(s) ended; its endpoints are gone from {endpoints_path}")
         return 0

@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit
@@ -34,6 +34,8 @@ T = TypeVar("T")
 ENDPOINTS_ENV = "VOICEBIAS_ENDPOINTS"
 ENDPOINTS_FILE = "endpoints.json"
 ENDPOINT_KEYS = frozenset({"url", "weight", "max_concurrency"})
+#: the key of a bearer token, allowed in the endpoints file only (voicebias serve writes the shims' tokens there)
+TOKEN_KEY = "token"
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,12 @@ class Endpoint:
     url: str | None
     weight: float = 1.0
     max_concurrency: int = 1
+    #: a bearer token the server wants (from the endpoints file only); never in a label, log or record
+    token: str | None = field(default=None, repr=False, compare=False)
+
+    def headers(self) -> dict[str, str]:
+        """The Authorization header this endpoint wants, if any."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     @property
     def label(self) -> str:
@@ -101,8 +109,10 @@ def read_endpoints_file(system: str, path: Path) -> list[Any] | None:
     return data.get(system)
 
 
-def parse_endpoints(spec: Any, where: str, default_concurrency: int) -> list[Endpoint]:
-    """Check an endpoint list (`where` names it in errors); fill in weight 1 and the default concurrency."""
+def parse_endpoints(spec: Any, where: str, default_concurrency: int, tokens: bool = False) -> list[Endpoint]:
+    """Check an endpoint list (`where` names it in errors); fill in weight 1 and the default concurrency.
+    A `token` is read only where `tokens` says the list is the endpoints file; in params or a card
+    (tracked files) it is refused without being repeated."""
     if not isinstance(spec, (list, tuple)) or not spec:
         raise ConfigError(f"{where}: 'endpoints' must be a non-empty list of {{url, weight, max_concurrency}}")
     out: list[Endpoint] = []
@@ -112,7 +122,15 @@ def parse_endpoints(spec: Any, where: str, default_concurrency: int) -> list[End
             item = {"url": item}
         if not isinstance(item, Mapping):
             raise ConfigError(f"{at} must be a mapping with 'url', got {item!r}")
-        unknown = set(item) - ENDPOINT_KEYS
+        if TOKEN_KEY in item and not tokens:
+            raise ConfigError(
+                f"{at}: a 'token' does not belong here (it would reach git, dvc.lock and MLflow); voicebias serve "
+                "writes its shims' tokens into the untracked endpoints file"
+            )
+        token = item.get(TOKEN_KEY)
+        if token is not None and (not isinstance(token, str) or not token.strip()):
+            raise ConfigError(f"{at}: 'token' must be a non-empty string")
+        unknown = set(item) - ENDPOINT_KEYS - {TOKEN_KEY}
         if unknown:
             raise ConfigError(f"{at}: unknown key(s) {sorted(unknown)}; use url, weight, max_concurrency")
         url = item.get("url")
@@ -127,7 +145,7 @@ def parse_endpoints(spec: Any, where: str, default_concurrency: int) -> list[End
         cap = item.get("max_concurrency", default_concurrency)
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise ConfigError(f"{at}: 'max_concurrency' must be a positive integer, got {cap!r}")
-        out.append(Endpoint(url=url, weight=float(weight), max_concurrency=cap))
+        out.append(Endpoint(url=url, weight=float(weight), max_concurrency=cap, token=token.strip() if token else None))
     urls = [e.url for e in out]
     if len(set(urls)) != len(urls):
         raise ConfigError(f"{where}: an endpoint url is listed twice")
@@ -150,7 +168,7 @@ def resolve_endpoints(
     path = endpoints_file(root)
     listed = read_endpoints_file(system, path)
     if listed is not None:
-        return parse_endpoints(listed, f"{path} [{system}]", default_concurrency), str(path)
+        return parse_endpoints(listed, f"{path} [{system}]", default_concurrency, tokens=True), str(path)
     for source, where in ((params, f"systems.{system}"), (card, f"the card of '{system}'")):
         many, one = source.get("endpoints"), source.get("base_url")
         if many and one:

@@ -8,6 +8,12 @@ speaking the driver line protocol (voicebias/systems/drivers/_protocol.py) and s
 as voicebias.systems.repository does. Input must be 16 kHz mono 16-bit WAV (no resampling); one
 worker answers one request at a time. Binds 127.0.0.1 unless ``--host`` says otherwise.
 
+Hardened for a network: with a token in $VOICEBIAS_SHIM_TOKEN (``voicebias serve`` generates one
+and writes it to the endpoints file) every ``/v1`` route wants ``Authorization: Bearer <token>``
+(401 otherwise), and a shim without one binds loopback only; a body over ``--max-body-mb`` gets
+413 unread; a connection that sends nothing for ``--socket-timeout-s`` is closed; at most
+``--threads`` connections are handled at once (the rest wait); ``/v1/models`` names no local path.
+
 The endpoints, the request and reply shapes and the HTTP status of each failure: docs/serving.md,
 "The shim".
 """
@@ -19,7 +25,9 @@ import base64
 import binascii
 import collections
 import hashlib
+import hmac
 import io
+import ipaddress
 import json
 import os
 import queue
@@ -32,10 +40,14 @@ import threading
 import time
 import uuid
 import wave
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 INPUT_RATE = 16000
+TOKEN_ENV = "VOICEBIAS_SHIM_TOKEN"
 PASSED_FIELDS = ("task", "lang", "target_lang", "continuation_s", "text_stream")
+#: the driver configuration's entries that are paths on the serving machine, left out of /v1/models
+LOCAL_CONFIG_KEYS = ("checkout", "weights")
 
 
 class RequestError(Exception):
@@ -239,8 +251,9 @@ def _sha256(path):
 
 
 class Shim:
-    def __init__(self, args):
+    def __init__(self, args, token=None):
         self.model = args.model
+        self.token = token
         try:
             self.config = json.loads(args.config)
         except ValueError as exc:
@@ -254,6 +267,9 @@ class Shim:
         self.loading.set()
 
     def models(self):
+        """The model list; the driver's configuration without its local paths (checkout, weights), and
+        no interpreter path: what runs is told by the driver's hash, the checkpoint and the settings."""
+        config = {k: v for k, v in self.config.items() if k not in LOCAL_CONFIG_KEYS}
         return {
             "object": "list",
             "data": [
@@ -264,11 +280,17 @@ class Shim:
                     "owned_by": "voicebias-shim",
                     "info": self.worker.info,
                     "driver": self.driver,
-                    "config": self.config,
-                    "python": sys.executable,
+                    "config": config,
                 }
             ],
         }
+
+    def authorised(self, header):
+        """Whether an Authorization header value carries this shim's token (always, without a token)."""
+        if not self.token:
+            return True
+        scheme, _, given = str(header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
     def complete(self, body):
         if not isinstance(body, dict):
@@ -333,9 +355,10 @@ class Shim:
         }
 
 
-def make_handler(shim):
+def make_handler(shim, max_body=32 << 20, socket_timeout_s=60.0):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = socket_timeout_s  # a read or write that waits longer closes the connection
 
         def log_message(self, fmt, *args):  # one line per request, no bodies
             sys.stderr.write("shim: %s %s\n" % (self.address_string(), fmt % args))
@@ -348,26 +371,74 @@ def make_handler(shim):
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, status, message):
+        def _error(self, status, message, close=False):
             kind = "invalid_request_error" if status < 500 else "server_error"
+            if close:  # the body was not read: the connection cannot carry another request
+                self.close_connection = True
             self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+
+        def _authorised(self):
+            if shim.authorised(self.headers.get("Authorization")):
+                return True
+            self.close_connection = True
+            data = json.dumps(
+                {"error": {"message": "a bearer token is required", "type": "authentication_error", "code": 401}}
+            ).encode()
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Bearer realm="voicebias-shim"')
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return False
 
         def do_GET(self):
             path = self.path.split("?")[0].rstrip("/")
-            if path == "/health":
+            if path == "/health":  # says ready or not, nothing else: no token needed
                 if shim.worker.ready.is_set():
                     self._send(200, {"status": "ok"})
                 else:
                     self._error(503, "the driver worker is not ready")
+            elif not self._authorised():
+                return
             elif path == "/v1/models":
                 self._send(200, shim.models())
             else:
                 self._error(404, f"no route {path}")
 
+        def _body(self):
+            """The request body, or None after an error reply (the connection is then closed)."""
+            if "chunked" in str(self.headers.get("Transfer-Encoding") or "").lower():
+                self._error(411, "send the body with a Content-Length, not chunked", close=True)
+                return None
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                self._error(400, "Content-Length is not a number", close=True)
+                return None
+            if length < 0:
+                self._error(400, "Content-Length is negative", close=True)
+                return None
+            if length > max_body:
+                self._error(413, f"the body ({length} bytes) is over this shim's limit of {max_body} bytes", close=True)
+                return None
+            try:
+                raw = self.rfile.read(length) if length else b""
+            except OSError:  # the socket timeout: a sender that stalls mid-body
+                self.close_connection = True
+                return None
+            if len(raw) < length:  # the client went away
+                self.close_connection = True
+                return None
+            return raw
+
         def do_POST(self):
             path = self.path.split("?")[0].rstrip("/")
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            if not self._authorised():
+                return
+            raw = self._body()
+            if raw is None:
+                return
             if path != "/v1/chat/completions":
                 self._error(404, f"no route {path}")
                 return
@@ -386,6 +457,46 @@ def make_handler(shim):
     return Handler
 
 
+class PooledHTTPServer(HTTPServer):
+    """An HTTP server that handles at most `threads` connections at once on a fixed pool of threads;
+    further connections wait in the pool's queue (an idle one is closed by the socket timeout)."""
+
+    def __init__(self, address, handler, threads):
+        super().__init__(address, handler)
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shim")
+
+    def process_request(self, request, client_address):
+        self.pool.submit(self._handle, request, client_address)
+
+    def _handle(self, request, client_address):
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def handle_error(self, request, client_address):  # one line, not a traceback per dropped client
+        exc = sys.exc_info()[1]
+        sys.stderr.write(f"shim: connection from {client_address[0]} ended: {type(exc).__name__}: {exc}\n")
+
+    def server_close(self):
+        super().server_close()
+        try:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        except TypeError:  # Python < 3.9 (a system's own environment may be older)
+            self.pool.shutdown(wait=False)
+
+
+def _loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="OpenAI-compatible chat-completions server around a voicebias driver")
     ap.add_argument("--driver", required=True, help="the driver script (voicebias/systems/drivers/<x>_driver.py)")
@@ -395,10 +506,21 @@ def main(argv=None):
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--startup-timeout-s", type=float, default=1800.0)
     ap.add_argument("--timeout-s", type=float, default=600.0, help="the longest one request may take in the driver")
+    ap.add_argument("--max-body-mb", type=float, default=32.0, help="the largest request body (413 above; default 32)")
+    ap.add_argument(
+        "--socket-timeout-s", type=float, default=60.0, help="a connection silent this long is closed (default 60)"
+    )
+    ap.add_argument("--threads", type=int, default=16, help="connections handled at once (default 16)")
     args = ap.parse_args(argv)
-    shim = Shim(args)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(shim))
-    server.daemon_threads = True
+    token = os.environ.pop(TOKEN_ENV, "").strip() or None  # not passed on to the driver
+    if token is None and not _loopback(args.host):
+        raise SystemExit(
+            f"shim: --host {args.host} is not a loopback address and ${TOKEN_ENV} holds no token; "
+            "start it with voicebias serve, which generates one"
+        )
+    shim = Shim(args, token)
+    handler = make_handler(shim, int(args.max_body_mb * (1 << 20)), args.socket_timeout_s)
+    server = PooledHTTPServer((args.host, args.port), handler, max(1, args.threads))
     stopping = threading.Event()
 
     def stop(*_):

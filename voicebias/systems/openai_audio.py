@@ -85,9 +85,11 @@ class OpenAIAudioSystem(S2SSystem):
         self.max_concurrency = sum(e.max_concurrency for e in self.endpoints)  # the runner's thread count
         self.pool = EndpointPool(self.endpoints, name=name, breaker=Breaker.from_params(params))
         key = self._api_key(root)
-        self._secrets = [key]
+        # an endpoint's own token (the endpoints file of voicebias serve) is its key
+        self._secrets = [key, *(e.token for e in self.endpoints if e.token)]
         self.clients = [
-            openai.OpenAI(api_key=key, base_url=e.url, timeout=self.timeout_s, max_retries=0) for e in self.endpoints
+            openai.OpenAI(api_key=e.token or key, base_url=e.url, timeout=self.timeout_s, max_retries=0)
+            for e in self.endpoints
         ]
         self.client = self.clients[0]
         self.base_url = self.endpoints[0].url

@@ -473,11 +473,11 @@ class RepositoryBackend:
         return {"status": "ok", "text": text}
 
     def _response(self, reply: dict[str, Any], out: Path, prov: dict[str, Any] | None = None) -> S2SResponse:
-        """The response from the driver's reply and output file; `prov` is the provenance (default: this
-        machine's checkout and interpreter, and what the worker reported)."""
+        """The response from the driver's reply and output file; `prov` is the provenance (default: the
+        repository and what the worker reported)."""
         if prov is None:
             info = self.worker.info if self.worker is not None else {}
-            prov = provenance(self.repo, str(self.checkout), self.python, info)
+            prov = provenance(self.repo, info)
         if reply.get("status") != "ok":
             return S2SResponse.failed(str(reply.get("error") or "the driver reported a failure"), **prov)
         if not out.exists():
@@ -492,10 +492,11 @@ class RepositoryBackend:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def provenance(repo: str, checkout: str, python: str, info: dict[str, Any]) -> dict[str, Any]:
-    """A response's provenance: the repository, the checkout and interpreter that ran the driver, what the
-    driver reported when it got ready, and its revision as the model revision."""
-    prov = {"repository": repo, "checkout": checkout, "python": python, **info}
+def provenance(repo: str, info: dict[str, Any]) -> dict[str, Any]:
+    """A response's provenance: the repository, what the driver reported when it got ready, and its
+    revision as the model revision. No path of the machine that ran it (the checkout, the interpreter):
+    the same answer from another machine or a served copy is recorded byte for byte the same."""
+    prov = {"repository": repo, **info}
     if info.get("revision"):
         prov["model_revision"] = info["revision"]
     return prov
@@ -525,7 +526,7 @@ class ShimClient:
         base = self.urls[i]
         url = f"{base.removesuffix('/v1')}{path}" if path == "/health" else f"{base}{path}"  # /health is at the root
         try:
-            r = requests.get(url, timeout=30.0)
+            r = requests.get(url, headers=self.endpoints[i].headers(), timeout=30.0)
         except requests.RequestException as exc:
             raise SetupError(
                 f"system '{self.name}': endpoint {self.endpoint(i)}: no shim answers at {safe_url(url)} "
@@ -566,6 +567,11 @@ class ShimClient:
                 f"failed; see the server's log)"
             )
         status, body = self._get(i, "/models")
+        if status == 401:
+            raise SetupError(
+                f"{at} wants a bearer token (GET /v1/models answered HTTP 401); voicebias serve writes each "
+                f"shim's token into the endpoints file beside its url (these endpoints came from {self.source})"
+            )
         entries = body.get("data") if isinstance(body, dict) else None
         if status != 200 or not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
             raise SetupError(f"{at}: GET /v1/models answered HTTP {status} without a model list")
@@ -594,8 +600,6 @@ class ShimClient:
             "driver_sha256": str(driver["sha256"]),
             "revision": info.get("revision"),
             "info": info,
-            "checkout": str(config.get("checkout") or ""),
-            "python": str(entry.get("python") or ""),
         }
 
     # -- one call ------------------------------------------------------------
@@ -618,7 +622,7 @@ class ShimClient:
         except AllEndpointsDown as exc:
             raise TransientError(str(exc), retry_after_s=exc.retry_after_s) from exc
         served = self._served[i]
-        prov = provenance(self.backend.repo, served["checkout"], served["python"], served["info"])
+        prov = provenance(self.backend.repo, served["info"])
         prov["endpoint"] = self.endpoint(i)
         if status == 422:  # the driver's error for this input, as the worker route records it
             return self.backend._response({"status": "failed", "error": _message(reply)}, out, prov)
@@ -646,7 +650,12 @@ class ShimClient:
 
         timeout = self.backend.timeout_s + HTTP_MARGIN_S
         try:
-            r = requests.post(f"{self.urls[i]}/chat/completions", json=body, timeout=(10.0, timeout))
+            r = requests.post(
+                f"{self.urls[i]}/chat/completions",
+                json=body,
+                headers=self.endpoints[i].headers(),
+                timeout=(10.0, timeout),
+            )
         except requests.Timeout as exc:
             raise Unreachable(f"timeout after {timeout:g} s") from exc
         except requests.RequestException as exc:

@@ -121,7 +121,7 @@ class VLLMOmniSystem(S2SSystem):
         var = params.get("api_key_env") or card.get("api_key_env")
         self._key_var = var
         self._key = require_secret(f"system '{name}'", var, root, error=SetupError) if var else NO_KEY
-        self._secrets = [self._key] if var else []
+        self._secrets = ([self._key] if var else []) + [e.token for e in self.endpoints if e.token]
         self._server: dict[str, Any] | None = None
         self._roots: list[Any] = []
         self._lock = threading.Lock()
@@ -158,8 +158,9 @@ class VLLMOmniSystem(S2SSystem):
     def run_facts(self) -> dict[str, Any]:
         return {"endpoints": self.pool.stats()} if len(self.endpoints) > 1 else {}
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._key}"}
+    def _headers(self, i: int = 0) -> dict[str, str]:
+        """Endpoint `i`'s own token (the endpoints file of voicebias serve), else the key of api_key_env."""
+        return {"Authorization": f"Bearer {self.endpoints[i].token or self._key}"}
 
     def _get(self, i: int, path: str) -> Any:
         """GET `path` of endpoint `i` (``/version`` of the server's root, else under the API prefix); raises
@@ -169,7 +170,7 @@ class VLLMOmniSystem(S2SSystem):
         url = f"{self.server_root(self.urls[i])}{path}" if path == "/version" else f"{self.urls[i]}{path}"
         at = f"system '{self.name}': endpoint {self.endpoint(i)}"
         try:
-            r = requests.get(url, headers=self._headers(), timeout=min(self.timeout_s, CHECK_TIMEOUT_S))
+            r = requests.get(url, headers=self._headers(i), timeout=min(self.timeout_s, CHECK_TIMEOUT_S))
         except requests.RequestException as exc:
             raise Unreachable(
                 redact(f"no vLLM-Omni server answers at {safe_url(url)} ({exc})", self._secrets)
@@ -330,7 +331,7 @@ class VLLMOmniSystem(S2SSystem):
 
         try:
             r = requests.post(
-                f"{self.urls[i]}/chat/completions", json=body, headers=self._headers(), timeout=self.timeout_s
+                f"{self.urls[i]}/chat/completions", json=body, headers=self._headers(i), timeout=self.timeout_s
             )
         except requests.Timeout as exc:
             raise Unreachable(f"timeout after {self.timeout_s:g} s") from exc

@@ -199,7 +199,13 @@ class _Forker:
         package_parent = str(Path(__file__).resolve().parents[2])  # the voicebias this process runs
         code = f"import sys; sys.path.insert(0, {package_parent!r}); from voicebias.tts.espeak import _serve; _serve()"
         self.owner = os.getpid()
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        from voicebias.secrets import child_env
+
+        # the allow-listed environment: no key of this process reaches the helper
+        env = child_env(names=("ESPEAK_DATA_PATH", "PYTHONPATH", "VIRTUAL_ENV"))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
         # closed when this process exits: atexit in a main process, and also in a
         # multiprocessing worker, which skips atexit but runs these finalizers
         from multiprocessing import util

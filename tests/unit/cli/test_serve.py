@@ -49,6 +49,14 @@ def _gone(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def _health(url: str) -> int:
     try:
         with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=5) as r:
@@ -104,11 +112,15 @@ def test_serve_starts_replicas_of_a_repository_system_in_its_own_environment(tmp
         listed = json.loads(endpoints_path.read_text())
         assert [e["url"] for e in listed["kimi_audio"]] == urls
         assert listed["other_system"] == other["other_system"]  # entries of other systems kept
-        with urllib.request.urlopen(urls[0] + "/models", timeout=5) as r:
+        (token,) = {e["token"] for e in listed["kimi_audio"]}  # one per system, for its shims alone
+        assert _status(urls[0] + "/models") == 401
+        req = urllib.request.Request(urls[0] + "/models", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=5) as r:
             info = json.loads(r.read())["data"][0]
         assert info["id"] == "moonshotai/Kimi-Audio-7B-Instruct"
-        assert info["info"]["python"] == python and info["info"]["voicebias_importable"] is False
-        assert info["info"]["checkout"] == str(root / "external" / "Kimi-Audio")
+        # the driver ran in the bare environment, from the checkout (the stand-in names both)
+        assert info["info"]["environment"] == "system-env" and info["info"]["voicebias_importable"] is False
+        assert info["info"]["checkout"] == "Kimi-Audio"
 
         # the audit's side: the openai_compatible adapter, its endpoints from the endpoints file
         cards = tmp_path / "cards"

@@ -116,7 +116,8 @@ def test_served_repository_system_answers_as_its_local_worker_byte_for_byte(serv
     row = table_s.iloc[0]
     assert row.transcript.startswith("input ") and row.transcript.endswith(f"seed 1 prompt {prompt}")
     prov = json.loads(row.provenance)
-    assert prov["python"] == python and prov["checkout"] == str(proj / "external" / "Kimi-Audio")
+    assert prov["environment"] == "system-env" and prov["checkout"] == "Kimi-Audio"  # what the driver told
+    assert str(proj) not in csv and python not in csv  # no path of the machine that ran it
     assert prov["voicebias_importable"] is False and row.model_revision == "stand-in-1"
     x, sr = read_audio(audit / stim.set_index("stimulus_id").loc[row.stimulus_id, "path"])
     y, sr_out = read_audio(audit / row.output_audio)

@@ -256,6 +256,26 @@ def test_api_key_is_sent_when_named(tmp_path, monkeypatch):
     assert resp.status == "ok"
 
 
+def test_the_endpoints_files_token_is_sent_in_place_of_a_key(tmp_path, monkeypatch):
+    """`voicebias serve` starts vLLM with a token (VLLM_API_KEY) and writes it to the endpoints file;
+    the adapter sends it, and nothing it records holds it."""
+    token = "serve-token-0123456789abcdef-XYZ"
+    stim = make_stimuli(tmp_path, 1)
+    endpoints = tmp_path / "endpoints.json"
+    monkeypatch.setenv("VOICEBIAS_ENDPOINTS", str(endpoints))
+    with FakeVLLMOmniServer(QWEN, api_key=token) as server:
+        endpoints.write_text(json.dumps({"qwen2_5_omni_vllm": [{"url": server.base_url, "token": token}]}))
+        built = build_system("qwen2_5_omni_vllm", {"timeout_s": 5.0}, cards_dir=pinned_cards(tmp_path), root=tmp_path)
+        resp = built.respond(request_for(tmp_path, stim))
+        endpoints.write_text(json.dumps({"qwen2_5_omni_vllm": [{"url": server.base_url, "token": "stale"}]}))
+        with pytest.raises(SetupError, match="credentials refused") as refused:
+            build_system("qwen2_5_omni_vllm", {"timeout_s": 5.0}, cards_dir=pinned_cards(tmp_path)).server_info()
+    assert resp.status == "ok" and token not in json.dumps(resp.provenance, default=str)
+    assert "stale" not in str(refused.value)
+    with pytest.raises(ParamsError, match="endpoints.0"):  # a token in params is refused, not used
+        build_system("qwen2_5_omni_vllm", {"endpoints": [{"url": "http://gpu:8000/v1", "token": token}]})
+
+
 def test_settings_are_checked(tmp_path):
     cards = pinned_cards(tmp_path)
     with pytest.raises(ParamsError, match="sampling_param_list"):
