@@ -521,6 +521,61 @@ class QwenOmniParams(SystemParams):
     talker_do_sample: bool | None = None
 
 
+#: the fields of vLLM's SamplingParams a request's sampling_params_list may set (vLLM docs, "Sampling
+#: Parameters", SamplingParams in v0.8.3, and `structured_outputs`, which replaced `guided_decoding` later);
+#: vLLM-Omni hands each stage's mapping to it, and an unknown key fails upstream as HTTP 500
+VLLM_SAMPLING_KEYS = frozenset(
+    {
+        "n",
+        "best_of",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "bad_words",
+        "ignore_eos",
+        "max_tokens",
+        "min_tokens",
+        "logprobs",
+        "prompt_logprobs",
+        "detokenize",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+        "truncate_prompt_tokens",
+        "output_kind",
+        "guided_decoding",
+        "structured_outputs",
+        "logit_bias",
+        "allowed_token_ids",
+        "extra_args",
+    }
+)
+
+
+def sampling_key_problems(spec: Any) -> list[str]:
+    """What is wrong with a sampling_params_list's keys, one line per unknown key, with the closest
+    known name (so `temprature` stops before any request instead of failing every call upstream)."""
+    out = []
+    for i, stage in enumerate(spec if isinstance(spec, list) else []):
+        for key in stage if isinstance(stage, dict) else {}:
+            if key not in VLLM_SAMPLING_KEYS:
+                close = difflib.get_close_matches(str(key), sorted(VLLM_SAMPLING_KEYS), n=1, cutoff=0.6)
+                hint = (
+                    f"; did you mean {close[0]}?"
+                    if close
+                    else f"; vLLM's keys: {', '.join(sorted(VLLM_SAMPLING_KEYS))}"
+                )
+                out.append(f"sampling_params_list[{i}]: {key!r} is not a vLLM sampling parameter{hint}")
+    return out
+
+
 class VLLMOmniParams(Served, SystemParams):
     """A model served by vLLM-Omni (voicebias.systems.vllm_omni): one `base_url` or several `endpoints`;
     the card holds the defaults."""
@@ -532,6 +587,14 @@ class VLLMOmniParams(Served, SystemParams):
     sampling_params_list: list[dict[str, Any]] | None = None
     #: deploy settings merged over the card's (e.g. batch_invariant: false for a server run without it)
     deploy: dict[str, Any] | None = None
+
+    @field_validator("sampling_params_list")
+    @classmethod
+    def _known_sampling_keys(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        problems = sampling_key_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
 
 class RepositoryParams(Served, SystemParams):

@@ -172,6 +172,8 @@ class FakeOpenAIAudioServer(CrashableServer):
             self._error(h, int(outcome), "The server had an error while processing your request.", "server_error", None)
         elif outcome == "400":
             self._error(h, 400, "Invalid input audio.", "invalid_request_error", None)
+        elif outcome == "500invalid":  # a server (vLLM) that answers a bad sampling key with 500
+            self._error(h, 500, "SamplingParams.__init__() got an unexpected keyword argument 'temprature'", "", None)
         elif outcome == "401echo":  # a careless server echoing the key it got
             self._error(
                 h, 401, f"Incorrect API key provided: {self.api_key}.", "invalid_request_error", "invalid_api_key"
@@ -199,9 +201,13 @@ class FakeOpenAIAudioServer(CrashableServer):
         now = int(time.time())
         message = {"role": "assistant", "content": None, "refusal": None, "annotations": []}
         if audio:
+            wav = reply_audio(fp)
+            if (body.get("audio") or {}).get("format") == "pcm16":  # raw 24 kHz 16-bit little-endian samples
+                x, _ = sf.read(io.BytesIO(wav), dtype="int16")
+                wav = np.ascontiguousarray(x, dtype="<i2").tobytes()
             message["audio"] = {
                 "id": f"audio_{fp[:16]}",
-                "data": base64.b64encode(reply_audio(fp)).decode(),
+                "data": base64.b64encode(wav).decode(),
                 "expires_at": now + 3600,
                 "transcript": self.transcript(fp, body) if self.with_transcript else "",
             }

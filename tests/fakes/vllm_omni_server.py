@@ -8,12 +8,14 @@
   ``sampling_params_list`` with one mapping per stage, each with an integer ``seed``.
   A request that breaks this gets vLLM's error object with status 400 (404 for an unknown
   model). Otherwise it answers as vLLM-Omni does: one choice with the text in
-  ``message.content`` and one with ``message.audio`` (base64 24 kHz WAV, empty transcript).
+  ``message.content`` and one with ``message.audio`` (base64 24 kHz WAV, empty transcript), or
+  with ``reply_shape="merged"`` one choice holding both (the form vllm-omni issue #7376 asks for).
 
 Faults are planned per input, as in :mod:`tests.fakes.openai_server`: ``plan[fingerprint]``
 lists the outcome of each successive attempt ("ok", "noaudio", "notwav", "429", "500",
-"503", "400", "timeout"); past the end of the list the input gets "ok". Every chat request
-is logged with its body, fingerprint and outcome. ``latency_s`` delays each answer;
+"503", "400", "timeout", and "500invalid": HTTP 500 whose message names an invalid request, as
+upstream answers a sampling key SamplingParams does not take); past the end of the list the input
+gets "ok". Every chat request is logged with its body, fingerprint and outcome. ``latency_s`` delays each answer;
 :meth:`~tests.fakes.http.CrashableServer.kill` crashes the server (new connections refused,
 requests still being worked on dropped unanswered, logged as "killed").
 """
@@ -76,8 +78,11 @@ class FakeVLLMOmniServer(CrashableServer):
         hang_s: float = 2.0,
         max_model_len: int = 32768,
         latency_s: float = 0.0,
+        reply_shape: str = "two_choices",
     ):
         super().__init__()
+        assert reply_shape in ("two_choices", "merged"), reply_shape
+        self.reply_shape = reply_shape
         self.model, self.stages, self.vllm_version = model, stages, vllm_version
         self.root = root or model
         self.max_model_len = max_model_len
@@ -200,6 +205,13 @@ class FakeVLLMOmniServer(CrashableServer):
             self._error(h, 429, "Too many requests", "RateLimitError", {"Retry-After": "0"})
         elif outcome in ("500", "503"):
             self._error(h, int(outcome), "EngineCore encountered an issue.", "InternalServerError")
+        elif outcome == "500invalid":
+            self._error(
+                h,
+                500,
+                "SamplingParams.__init__() got an unexpected keyword argument 'temprature'",
+                "InternalServerError",
+            )
         elif outcome == "400":
             self._error(h, 400, "audio is too long for this model", "BadRequestError")
         elif outcome == "timeout":
@@ -235,15 +247,18 @@ class FakeVLLMOmniServer(CrashableServer):
                 "expires_at": now + 86400,
                 "transcript": "",
             }
-            choices.append(
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": None, "audio": audio, "tool_calls": []},
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                    "stop_reason": None,
-                }
-            )
+            if self.reply_shape == "merged":
+                text["audio"] = audio
+            else:
+                choices.append(
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": None, "audio": audio, "tool_calls": []},
+                        "logprobs": None,
+                        "finish_reason": "stop",
+                        "stop_reason": None,
+                    }
+                )
         return {
             "id": f"chatcmpl-{fp[:20]}",
             "object": "chat.completion",

@@ -15,7 +15,9 @@ provenance, and shares :func:`backoff_s`; the adapters hand it :func:`retry_afte
 from __future__ import annotations
 
 import email.utils
+import json
 import math
+import re
 import time
 from typing import Any, Callable, TypeVar
 
@@ -125,3 +127,27 @@ def post_with_retries(
         return r
 
     return with_retries(once, max_retries=max_retries, base_s=base_s, sleep=sleep)
+
+
+#: what a server error says when the request itself was wrong (vLLM answers some of these with HTTP 500:
+#: a sampling key SamplingParams does not take raises TypeError inside the engine)
+_INVALID_REQUEST = re.compile(
+    r"unexpected keyword argument|validation error|is not a valid|invalid (request|value|parameter|argument|type)"
+    r"|unknown (parameter|field|key|argument)|extra (inputs|fields) (are )?not permitted|must be (a|an|one of|between)",
+    re.I,
+)
+_INVALID_TYPES = {"badrequesterror", "validationerror", "invalid_request_error", "bad_request"}
+
+
+def names_invalid_request(reply: Any) -> bool:
+    """Whether an error reply (`{"error": {...}}`, the error object itself, or FastAPI's `{"detail": ...}`)
+    says the request itself was invalid, whatever its status code: sent again, it fails the same way."""
+    err = reply.get("error") if isinstance(reply, dict) else None
+    if err is None and isinstance(reply, dict) and "message" in reply:
+        err = reply
+    if isinstance(err, dict):
+        kind = str(err.get("type") or "").lower()
+        return kind in _INVALID_TYPES or bool(_INVALID_REQUEST.search(str(err.get("message") or "")))
+    if isinstance(reply, dict) and reply.get("detail"):  # FastAPI's shape
+        return bool(_INVALID_REQUEST.search(json.dumps(reply["detail"])))
+    return False

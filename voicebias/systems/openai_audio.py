@@ -29,7 +29,7 @@ from voicebias.clients.endpoints import (
     resolve_endpoints,
     safe_url,
 )
-from voicebias.clients.retry import retry_after_s
+from voicebias.clients.retry import names_invalid_request, retry_after_s
 from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import require_secret
 from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, redact
@@ -185,7 +185,8 @@ class OpenAIAudioSystem(S2SSystem):
             raise Unreachable(redact(connection_reason(exc), self._secrets)) from exc
         except openai.APIStatusError as exc:
             msg = redact(f"HTTP {exc.status_code}: {exc.message}", self._secrets)
-            if exc.status_code in TRANSIENT_STATUS or exc.status_code >= 500:
+            invalid = exc.status_code >= 500 and names_invalid_request(exc.body)  # same answer if sent again
+            if not invalid and (exc.status_code in TRANSIENT_STATUS or exc.status_code >= 500):
                 raise TransientError(msg, retry_after_s=retry_after_s(exc.response.headers)) from exc
             raise RuntimeError(msg) from None
 

@@ -33,7 +33,7 @@ from voicebias.clients.endpoints import (
     resolve_endpoints,
     safe_url,
 )
-from voicebias.clients.retry import RETRYABLE_STATUS, retry_after_s
+from voicebias.clients.retry import RETRYABLE_STATUS, names_invalid_request, retry_after_s
 from voicebias.errors import SetupError, TransientError
 from voicebias.secrets import require_secret
 from voicebias.systems.base import CHECK_TIMEOUT_S, S2SRequest, S2SResponse, S2SSystem, ask_endpoints, item_seed, redact
@@ -137,6 +137,11 @@ class VLLMOmniSystem(S2SSystem):
                 f"system '{self.name}': {len(spec)} sampling parameter sets for "
                 f"{len(self.stages)} stages ({', '.join(self.stages)})"
             )
+        from voicebias.params import sampling_key_problems
+
+        problems = sampling_key_problems(spec)
+        if problems:  # the card's list (params' is checked with the params)
+            raise ValueError(f"system '{self.name}': " + "; ".join(problems))
         for i, s in enumerate(spec):
             if "seed" in s:
                 raise ValueError(
@@ -339,8 +344,9 @@ class VLLMOmniSystem(S2SSystem):
             raise Unreachable(redact(f"connection error: {exc}", self._secrets)) from exc
         if r.status_code != 200:
             msg = redact(f"HTTP {r.status_code}: {_error_message(_json(r), r.text[:300])}", self._secrets)
-            if r.status_code in TRANSIENT_STATUS or r.status_code >= 500:
-                raise TransientError(msg, retry_after_s=retry_after_s(r.headers))
+            invalid = r.status_code >= 500 and names_invalid_request(_json(r))  # the request itself is wrong:
+            if not invalid and (r.status_code in TRANSIENT_STATUS or r.status_code >= 500):  # sent again, the
+                raise TransientError(msg, retry_after_s=retry_after_s(r.headers))  # same answer; so not retried
             raise RuntimeError(msg)
         reply = _json(r)
         if not isinstance(reply, dict):

@@ -62,6 +62,26 @@ def test_call_has_the_documented_shape_and_reply_is_parsed(tmp_path, monkeypatch
     assert resp.provenance["voice"] == "alloy" and resp.provenance["endpoint"].startswith("http://127.0.0.1:")
 
 
+def test_pcm16_replies_are_decoded_to_the_samples_the_server_sent(tmp_path, monkeypatch):
+    """audio_format pcm16: the API answers raw 24 kHz 16-bit samples (no header); the adapter's
+    audio equals the WAV answer's samples exactly, at 24 kHz."""
+    import numpy as np
+
+    stim = make_stimuli(tmp_path, 1)
+    s = stim.iloc[0]
+    req = S2SRequest(s.stimulus_id, "en", "en", "describe", "p", str(tmp_path / s.path), s.sha256, 7)
+    got = {}
+    for fmt in ("wav", "pcm16"):
+        with FakeOpenAIAudioServer(KEY) as server:
+            system = gpt_audio(server, monkeypatch, tmp_path, audio_format=fmt)
+            got[fmt] = system.respond(req)
+            system.close()
+        assert server.log[0].body["audio"]["format"] == fmt
+    assert got["pcm16"].status == "ok" and got["pcm16"].sample_rate == 24000
+    np.testing.assert_array_equal(got["pcm16"].audio, got["wav"].audio)
+    assert got["pcm16"].audio.size == 7200  # 0.3 s: no WAV header read as samples
+
+
 def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monkeypatch):
     stim = make_stimuli(tmp_path, 24)
     fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
@@ -76,8 +96,9 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
         fps[7]: ["400"],
         fps[8]: ["noaudio"],
         fps[9]: ["429", "timeout"],
+        fps[10]: ["500invalid"],  # a 500 that names an invalid request fails at once
     }
-    expected_attempts = {0: 2, 1: 3, 2: 2, 3: 3, 4: 2, 5: 2, 6: 3, 7: 1, 8: 1, 9: 3}
+    expected_attempts = {0: 2, 1: 3, 2: 2, 3: 3, 4: 2, 5: 2, 6: 3, 7: 1, 8: 1, 9: 3, 10: 1}
     task = load_tasks()["describe"]
     cache = ResponseCache(tmp_path / "cache")
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
@@ -91,7 +112,7 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
         # none lost: one row per stimulus, each ok or failed with a reason
         assert sorted(table["stimulus_id"]) == sorted(stim["stimulus_id"])
         by_id = table.set_index("stimulus_id")
-        failed = {stim.stimulus_id[i] for i in (6, 7, 8)}
+        failed = {stim.stimulus_id[i] for i in (6, 7, 8, 10)}
         assert set(table.loc[table.status == "failed", "stimulus_id"]) == failed
         assert "HTTP 500" in by_id.loc[stim.stimulus_id[6], "error"]
         assert "HTTP 400" in by_id.loc[stim.stimulus_id[7], "error"]
@@ -109,8 +130,8 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
             else:
                 assert fp not in delivered and pd.isna(row.transcript) and pd.isna(row.output_audio)
         assert server.max_in_flight <= 4
-        assert counts["calls"] == 24 and counts["failed"] == 3 and counts["cache_hits"] == 0
-        assert counts["attempts"] == sum(expected_attempts.values()) + 14
+        assert counts["calls"] == 24 and counts["failed"] == 4 and counts["cache_hits"] == 0
+        assert counts["attempts"] == sum(expected_attempts.values()) + 13
         validate_responses(table)
         prov = json.loads(by_id.loc[stim.stimulus_id[0], "provenance"])
         assert prov["response_id"].startswith("chatcmpl-") and prov["usage"]["total_tokens"] == 160
@@ -123,9 +144,9 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
             system, task, stim, tmp_path / "out2", cache, 1, tmp_path, policy=policy, progress=False
         )
         system.close()
-    assert counts2["cache_hits"] == 21 and counts2["calls"] == 3
+    assert counts2["cache_hits"] == 20 and counts2["calls"] == 4
     new = server.log[n_before:]
-    assert {e.fingerprint for e in new} == {fps[6], fps[7], fps[8]}
+    assert {e.fingerprint for e in new} == {fps[6], fps[7], fps[8], fps[10]}
     assert all(v == 1 for v in server.delivered().values())
     # past the end of their plans the three failed stimuli get through
     assert (table2.status == "ok").all() and counts2["failed"] == 0

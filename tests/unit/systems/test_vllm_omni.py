@@ -14,6 +14,7 @@ import base64
 import io
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import soundfile as sf
@@ -86,6 +87,21 @@ def test_request_has_the_documented_shape_and_reply_is_parsed(tmp_path):
     assert prov["endpoint"].startswith("http://127.0.0.1:")
 
 
+def test_a_merged_single_choice_reply_reads_as_the_two_choice_reply(tmp_path):
+    """vLLM-Omni's two-choice reply (text in one choice, audio in another) and the merged single
+    choice its open fixes send (vllm-omni issue #7376) give the same response."""
+    stim = make_stimuli(tmp_path, 1)
+    cards = pinned_cards(tmp_path)
+    got = {}
+    for shape in ("two_choices", "merged"):
+        with FakeVLLMOmniServer(QWEN, reply_shape=shape) as server:
+            got[shape] = system(server, cards).respond(request_for(tmp_path, stim))
+    a, b = got["two_choices"], got["merged"]
+    assert a.status == b.status == "ok" and a.transcript == b.transcript and a.transcript.startswith("reply to ")
+    assert a.sample_rate == b.sample_rate == 24000 and np.array_equal(a.audio, b.audio)
+    assert len(b.provenance["finish_reasons"]) == 1 and len(a.provenance["finish_reasons"]) == 2
+
+
 def test_step_audio2_opens_the_assistant_turn_with_tts_start(tmp_path):
     stim = make_stimuli(tmp_path, 1)
     req = request_for(tmp_path, stim, task="readback")
@@ -130,7 +146,7 @@ def test_reply_without_audio_is_a_recorded_failure(tmp_path):
 
 
 def test_http_errors_retry_through_the_runner_policy(tmp_path):
-    stim = make_stimuli(tmp_path, 5)
+    stim = make_stimuli(tmp_path, 6)
     fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
     plan = {
         fps[0]: ["503"],
@@ -138,6 +154,7 @@ def test_http_errors_retry_through_the_runner_policy(tmp_path):
         fps[2]: ["400"],
         fps[3]: ["timeout"],
         fps[4]: ["500", "500", "500"],
+        fps[5]: ["500invalid"],  # a 500 that names an invalid request: the same request fails the same way
     }
     cards = pinned_cards(tmp_path)
     policy = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
@@ -155,10 +172,11 @@ def test_http_errors_retry_through_the_runner_policy(tmp_path):
             progress=False,
         )
     by_id = table.set_index("stimulus_id")
-    attempts = {0: 2, 1: 3, 2: 1, 3: 2, 4: 3}
+    attempts = {0: 2, 1: 3, 2: 1, 3: 2, 4: 3, 5: 1}
     for i, n in attempts.items():
         assert by_id.loc[stim.stimulus_id[i], "attempts"] == n, i
-    assert set(table.loc[table.status == "failed", "stimulus_id"]) == {stim.stimulus_id[2], stim.stimulus_id[4]}
+    assert set(table.loc[table.status == "failed", "stimulus_id"]) == set(stim.stimulus_id[[2, 4, 5]])
+    assert "HTTP 500: SamplingParams.__init__() got an unexpected keyword" in by_id.loc[stim.stimulus_id[5], "error"]
     assert "HTTP 400: audio is too long" in by_id.loc[stim.stimulus_id[2], "error"]
     assert "transient error after 3 attempts: HTTP 500" in by_id.loc[stim.stimulus_id[4], "error"]
 
@@ -278,6 +296,17 @@ def test_the_endpoints_files_token_is_sent_in_place_of_a_key(tmp_path, monkeypat
 
 def test_settings_are_checked(tmp_path):
     cards = pinned_cards(tmp_path)
+    # a sampling key vLLM does not take stops the params check, before any request, with the near name
+    typo = [dict(s) for s in load_card("qwen2_5_omni_vllm")["request"]["sampling_params_list"]]
+    typo[1]["temprature"] = typo[1].pop("temperature")
+    with pytest.raises(
+        ParamsError, match=r"sampling_params_list\[1\]: 'temprature' is not a vLLM sampling .*temperature"
+    ):
+        build_system("qwen2_5_omni_vllm", {"sampling_params_list": typo}, cards_dir=cards)
+    (tmp_path / "typo").mkdir()
+    typo_cards = pinned_cards(tmp_path / "typo", **{"request.sampling_params_list": typo})
+    with pytest.raises(ValueError, match="'temprature' is not a vLLM sampling parameter"):  # in a card too
+        build_system("qwen2_5_omni_vllm", {}, cards_dir=typo_cards)
     with pytest.raises(ParamsError, match="sampling_param_list"):
         build_system("qwen2_5_omni_vllm", {"sampling_param_list": []}, cards_dir=cards)
     seeded = [dict(s, seed=1) for s in load_card("qwen2_5_omni_vllm")["request"]["sampling_params_list"]]
