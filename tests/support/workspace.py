@@ -91,22 +91,53 @@ def played_machine() -> dict[str, str]:
     return {"OPENBLAS_CORETYPE": core, "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"}
 
 
-def make_fresh_clone(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, float, dict[str, str]]:
-    """A newcomer's path on another machine: `git clone` of the reproduced commit, then README
-    command 1's `dvc repro` with empty caches (no DVC cache, no response, measurement or
-    embedding cache, no MLflow store), with the kernels another processor would choose played
-    (`played_machine`). Returns (clone, repro result, seconds, the played variables)."""
-    import shlex
-    import time
+class FreshClone:
+    """A newcomer's path on another machine, started in the background: `git clone` of the
+    reproduced commit, then README command 1's `dvc repro` with empty caches (no DVC cache, no
+    response, measurement or embedding cache, no MLflow store), with the kernels another processor
+    would choose played (`played_machine`). It runs while the other end-to-end tests use the
+    workspace (the clone shares nothing with it); `result()` waits for it."""
 
-    fresh = base / "fresh"
-    sh(f"git clone -q --branch repro {repo} {fresh}", base)
-    assert not (fresh / ".dvc" / "cache").exists() and not (fresh / ".cache").exists()
-    played = played_machine()
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in played.items())
-    t0 = time.perf_counter()
-    res = sh(f"env {prefix} dvc repro", fresh)
-    return fresh, res, time.perf_counter() - t0, played
+    def __init__(self, base: Path, repo: Path):
+        import shlex
+        import time
+
+        self.path = base / "fresh"
+        sh(f"git clone -q --branch repro {repo} {self.path}", base)
+        assert not (self.path / ".dvc" / "cache").exists() and not (self.path / ".cache").exists()
+        self.played = played_machine()
+        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
+        for var in ("VOICEBIAS_ROOT", "MLFLOW_TRACKING_URI"):
+            env.pop(var, None)
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.played.items())
+        self.cmd = f"env {prefix} dvc repro"
+        self._out = open(base / "fresh-repro.out", "w+")
+        self._err = open(base / "fresh-repro.err", "w+")
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(self.cmd, cwd=self.path, shell=True, stdout=self._out, stderr=self._err, env=env)
+        self._result: tuple[Path, subprocess.CompletedProcess, float, dict[str, str]] | None = None
+
+    def result(self) -> tuple[Path, subprocess.CompletedProcess, float, dict[str, str]]:
+        """(clone, repro result, seconds from its start to its end, the played variables)."""
+        import time
+
+        if self._result is None:
+            rc = self.proc.wait()
+            seconds = time.perf_counter() - self.t0
+            self._out.seek(0)
+            self._err.seek(0)
+            res = subprocess.CompletedProcess(self.cmd, rc, self._out.read(), self._err.read())
+            self._out.close()
+            self._err.close()
+            if rc != 0:
+                raise AssertionError(f"`{self.cmd}` failed ({rc}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+            self._result = (self.path, res, seconds, self.played)
+        return self._result
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, dict[str, str]]:
