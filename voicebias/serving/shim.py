@@ -363,9 +363,11 @@ def make_handler(shim, max_body=32 << 20, socket_timeout_s=60.0):
         def log_message(self, fmt, *args):  # one line per request, no bodies
             sys.stderr.write("shim: %s %s\n" % (self.address_string(), fmt % args))
 
-        def _send(self, status, obj):
+        def _send(self, status, obj, headers=None):
             data = json.dumps(obj).encode()
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -381,15 +383,8 @@ def make_handler(shim, max_body=32 << 20, socket_timeout_s=60.0):
             if shim.authorised(self.headers.get("Authorization")):
                 return True
             self.close_connection = True
-            data = json.dumps(
-                {"error": {"message": "a bearer token is required", "type": "authentication_error", "code": 401}}
-            ).encode()
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Bearer realm="voicebias-shim"')
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            error = {"message": "a bearer token is required", "type": "authentication_error", "code": 401}
+            self._send(401, {"error": error}, {"WWW-Authenticate": 'Bearer realm="voicebias-shim"'})
             return False
 
         def do_GET(self):
