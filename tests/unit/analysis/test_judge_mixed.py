@@ -71,10 +71,13 @@ def test_judge_mixed_model_matches_lmertest(systems, seed):
     # R's anova lists the terms in the formula's order, as the sum-coded factorial here does
     assert len(t3) == len(np.atleast_1d(r["F"])) == (3 if systems == 1 else 7)
     np.testing.assert_allclose(t3["f_value"], r["F"], rtol=1e-4, atol=2e-6)
-    np.testing.assert_allclose(t3["den_df"], r["ddf"], rtol=1e-3)
-    np.testing.assert_allclose(t3["p_value"], r["p"], rtol=1e-3, atol=1e-10)
+    np.testing.assert_allclose(t3["den_df"], r["ddf"], rtol=1e-4)
+    np.testing.assert_allclose(t3["p_value"], r["p"], rtol=1e-4, atol=1e-10)
     vc = [float(part.split("=")[1]) for part in fit["variance_components"].split("; ")]
-    np.testing.assert_allclose(sorted(vc), sorted(np.atleast_1d(r["vc"])), rtol=1e-3, atol=1e-6)
+    # the fit's row prints each component to 4 significant digits: R's, rounded alike, are the same
+    # numbers (a component on the boundary is 0 here and ~1e-13 in lme4's bobyqa)
+    r_vc = sorted(float(f"{x:.4g}") for x in np.atleast_1d(r["vc"]))
+    np.testing.assert_allclose(sorted(vc), r_vc, rtol=1e-12, atol=1e-10)
 
 
 def test_a_planted_gender_effect_is_tested_on_the_voices():

@@ -5,10 +5,9 @@ Every continuation is a row: d = continuation - prompt with random intercepts fo
 voice x phonation, prompt, prompt x phonation and, with two systems, voice x system,
 voice x phonation x system and prompt x system; REML (lme4), type-III F with Satterthwaite df.
 
-Variance components and F values agree with lmerTest within 1e-4; the df and p within 1e-3:
-lmerTest takes the Hessian of the REML deviance numerically (numDeriv), voicebias analytically,
-and next to a small component (0.005 in seed 8) lmerTest's df moves by up to 2.5e-4 (in the
-balanced one-system design it gives 3.99998 for a df that is exactly voices - 2 = 4).
+Variance components, F values, df and p agree with lmerTest within 1e-4 (R's bobyqa is run to
+rhoend 1e-12, so both fits stop at the same optimum; lmerTest's numerical Hessian then agrees with
+voicebias's analytical one to about 1e-6 in these designs).
 """
 
 from __future__ import annotations
@@ -115,12 +114,12 @@ def test_generalising_model_matches_lmertest(systems, seed):
     # R's anova has no intercept row; its t test on the intercept is the F(1, df) of 'source'
     assert g.loc[0, "term"] == "source"
     assert g.loc[0, "f_value"] == pytest.approx(r["intercept_F"], rel=1e-4)
-    assert g.loc[0, "den_df"] == pytest.approx(r["intercept_df"], rel=1e-3)
+    assert g.loc[0, "den_df"] == pytest.approx(r["intercept_df"], rel=1e-4)
     rest = g.iloc[1:]
     assert len(rest) == int(r["terms_n"])
     np.testing.assert_allclose(rest["f_value"], r["F"], rtol=1e-4, atol=2e-6)
-    np.testing.assert_allclose(rest["den_df"], r["ddf"], rtol=1e-3)
-    np.testing.assert_allclose(rest["p_value"], r["p"], rtol=1e-3, atol=1e-10)
+    np.testing.assert_allclose(rest["den_df"], r["ddf"], rtol=1e-4)
+    np.testing.assert_allclose(rest["p_value"], r["p"], rtol=1e-4, atol=1e-10)
     fits = out["fits"].set_index("model")
     rows = prompt_differences(vq, "h1_h2_db")
     v, p, ph, sy = (rows[c].astype(str) for c in ("voice_id", "prompt_id", "phonation", "system"))
