@@ -1,0 +1,237 @@
+"""A voice continuum: one passage's voice moved in equal steps from a male to a female endpoint.
+
+Each step is made offline from a base voice's rendering with Praat's "Change gender" (PSOLA with a
+formant shift ratio, through parselmouth): the F0 median is set to the step's target and the
+formants are scaled by the ratio that brings the base voice's measured formant index to the step's.
+F0 moves in equal semitone steps and the formant scale in equal steps of log ratio between
+documented endpoints (Hillenbrand et al., 1995), so one coordinate places a step on both; the F0-only
+variant keeps the base voice's formants. Every step is measured again (the manipulation check);
+steps off their targets or out of order are counted exclusions with a reason.
+
+Design, endpoints and the check: docs/psychometric.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# Hillenbrand et al. (1995), the full measurement table (45 men, 48 women, 12 vowels each;
+# ../shared/data/real/hillenbrand1995/orig_vowdata.dat), geometric means over the tokens:
+#: F0 of the men's and the women's vowels (Hz)
+HILLENBRAND_MEN_F0_HZ = 129.4
+HILLENBRAND_WOMEN_F0_HZ = 219.1
+#: the women's F1-F3 over the men's (geometric mean of the three formants' ratios)
+HILLENBRAND_FORMANT_RATIO = 1.157
+#: the men's formant index (mean log2 of F1-F3 over Peterson & Barney's male norms, the
+#: instrument's `formant_index`): the male endpoint's formants
+HILLENBRAND_MEN_FORMANT_INDEX = 0.032
+
+#: Praat's "Change gender" pitch analysis range (Hz): wide enough for either endpoint and any base voice
+PITCH_RANGE_HZ = (60.0, 600.0)
+
+
+@dataclass(frozen=True)
+class Continuum:
+    """A voice continuum: `steps` steps from the male endpoint (step 0) to the female endpoint.
+
+    F0 moves from `f0_male_hz` to `f0_female_hz` in equal semitone steps; the formants are
+    scaled from 1 to `formant_ratio` (female relative to male) in equal steps of log ratio,
+    so the vocal-tract length (inversely proportional to the formant scale) falls from the
+    male endpoint's to 1 / formant_ratio of it. `formant_ratio` 1 is the F0-only variant.
+
+    >>> c = Continuum(steps=7, f0_male_hz=120.0, f0_female_hz=240.0, formant_ratio=1.2)
+    >>> [round(c.semitones(s), 2) for s in (0, 3, 6)]
+    [0.0, 6.0, 12.0]
+    >>> round(c.vtl_percent(12.0), 2), round(c.vtl_percent(6.0), 2)
+    (-16.67, -8.71)
+    """
+
+    steps: int = 7
+    f0_male_hz: float = HILLENBRAND_MEN_F0_HZ
+    f0_female_hz: float = HILLENBRAND_WOMEN_F0_HZ
+    formant_ratio: float = HILLENBRAND_FORMANT_RATIO
+
+    def __post_init__(self) -> None:
+        if self.steps < 3:
+            raise ValueError(f"a continuum needs at least 3 steps, got {self.steps}")
+        if not (0 < self.f0_male_hz < self.f0_female_hz):
+            raise ValueError(
+                f"the female endpoint's F0 ({self.f0_female_hz} Hz) must be above the male's ({self.f0_male_hz} Hz)"
+            )
+        if self.formant_ratio < 1:
+            raise ValueError(
+                f"formant_ratio is the female formant scale over the male's (>= 1), got {self.formant_ratio}"
+            )
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any]) -> "Continuum":
+        """From the `continuum` section: steps, f0_male_hz, f0_female_hz, formant_ratio and
+        `variant` ('f0_and_formants', or 'f0_only', which fixes formant_ratio at 1)."""
+        variant = p.get("variant", "f0_and_formants")
+        if variant not in ("f0_and_formants", "f0_only"):
+            raise ValueError(f"continuum.variant must be 'f0_and_formants' or 'f0_only', got {variant!r}")
+        return cls(
+            steps=int(p.get("steps", 7)),
+            f0_male_hz=float(p.get("f0_male_hz", HILLENBRAND_MEN_F0_HZ)),
+            f0_female_hz=float(p.get("f0_female_hz", HILLENBRAND_WOMEN_F0_HZ)),
+            formant_ratio=1.0 if variant == "f0_only" else float(p.get("formant_ratio", HILLENBRAND_FORMANT_RATIO)),
+        )
+
+    @property
+    def span_st(self) -> float:
+        """The continuum's F0 span in semitones."""
+        return 12 * math.log2(self.f0_female_hz / self.f0_male_hz)
+
+    def fraction(self, step: float) -> float:
+        """Where step `step` sits between the endpoints (0 male, 1 female)."""
+        return float(step) / (self.steps - 1)
+
+    def semitones(self, step: float) -> float:
+        """F0 of `step` in semitones above the male endpoint."""
+        return self.fraction(step) * self.span_st
+
+    def f0_hz(self, step: float) -> float:
+        return self.f0_male_hz * 2 ** (self.semitones(step) / 12)
+
+    def formant_scale(self, step: float) -> float:
+        """The formant scale of `step` relative to the male endpoint's."""
+        return self.formant_ratio ** self.fraction(step)
+
+    def vtl_percent(self, st: float) -> float:
+        """The vocal-tract length at `st` semitones above the male endpoint, in percent change from
+        the male endpoint's (negative: shorter). NaN for the F0-only continuum, whose VTL never moves."""
+        if self.formant_ratio == 1:
+            return float("nan")
+        return 100 * (self.formant_ratio ** (-float(st) / self.span_st) - 1)
+
+    def vtl_ratio_percent(self, st_difference: float) -> float:
+        """A distance along the continuum in semitones as a VTL ratio, in percent change: how much
+        longer (positive) or shorter the tract at x + d is than at x, for any x."""
+        return self.vtl_percent(st_difference)
+
+    def targets(
+        self, base_formant_index: float, male_formant_index: float = HILLENBRAND_MEN_FORMANT_INDEX
+    ) -> pd.DataFrame:
+        """Each step's targets: `f0_hz` and `formant_index` (octaves over the male norms). The
+        F0-only variant's formant target is the base voice's own index at every step."""
+        rows = []
+        for s in range(self.steps):
+            fi = (
+                base_formant_index if self.formant_ratio == 1 else male_formant_index + math.log2(self.formant_scale(s))
+            )
+            rows.append(
+                {"step": s, "x_st": self.semitones(s), "f0_target_hz": self.f0_hz(s), "formant_index_target": fi}
+            )
+        return pd.DataFrame(rows)
+
+
+def change_gender(x: np.ndarray, sr: int, formant_ratio: float, f0_hz: float) -> np.ndarray:
+    """Praat's "Change gender" on one mono signal: formants scaled by `formant_ratio`, the F0
+    median set to `f0_hz`, pitch range and duration unchanged. Same length and rate as `x`."""
+    import parselmouth
+    from parselmouth.praat import call
+
+    snd = parselmouth.Sound(np.asarray(x, float), float(sr))
+    out = call(snd, "Change gender", PITCH_RANGE_HZ[0], PITCH_RANGE_HZ[1], float(formant_ratio), float(f0_hz), 1.0, 1.0)
+    y = np.asarray(out.values[0], float)
+    return y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
+
+
+def _measure(y: np.ndarray, sr: int, settings: Any) -> tuple[float, float]:
+    from voicebias.audio import AudioError
+    from voicebias.instruments.acoustics import measure_signal
+
+    try:
+        m = measure_signal(y, sr, settings)
+    except AudioError:
+        return float("nan"), float("nan")
+    return float(m["f0_median_hz"]), float(m["formant_index"])
+
+
+def make_continuum(
+    x: np.ndarray, sr: int, continuum: Continuum, settings: Any, corrections: int = 2
+) -> tuple[list[np.ndarray], pd.DataFrame]:
+    """Every step of one base voice's rendering `x`: (audio per step, a table of targets and measures).
+
+    `settings` are the instrument's MeasureSettings (voice-quality measures are switched off). The
+    formant ratio starts at 2 ** (target - base index) and the F0 request at the target; up to
+    `corrections` times both are corrected by the measured misses (Praat's F0 median and the
+    measured index respond to the request, not exactly as asked), and the attempt nearest its
+    targets is kept.
+    Columns: step, x_st, f0_target_hz, formant_index_target, formant_ratio, f0_hz, formant_index."""
+    settings = replace(settings, voice_quality=False)
+    _, base_index = _measure(np.asarray(x, float), sr, settings)
+    if not np.isfinite(base_index):
+        raise ValueError("the base voice has no measurable formants: no continuum can be made from it")
+    targets = continuum.targets(base_index)
+    audio, rows = [], []
+    for t in targets.to_dict("records"):
+        target, f0_target = t["formant_index_target"], t["f0_target_hz"]
+        ratio, f0_asked = 2 ** (target - base_index), f0_target
+        best: tuple | None = None
+        for attempt in range(corrections + 1):
+            if attempt:  # correct both requests by the measured misses
+                if not (np.isfinite(f0) and np.isfinite(fi)):
+                    break
+                f0_asked *= f0_target / f0
+                if continuum.formant_ratio != 1:
+                    ratio *= 2 ** (target - fi)
+            y = change_gender(x, sr, ratio, f0_asked)
+            f0, fi = _measure(y, sr, settings)
+            miss = max(abs(12 * np.log2(f0 / f0_target)) / F0_TOLERANCE_ST, abs(fi - target) / FORMANT_TOLERANCE_OCT)
+            if best is None or (np.isfinite(miss) and not miss >= best[0]):
+                best = (miss, y, ratio, f0, fi)
+            if miss < 0.1:
+                break
+        # the attempt nearest its targets is kept (a correction can overshoot where the formant
+        # tracker loses the shifted formants)
+        _, y, ratio, f0, fi = best
+        audio.append(y)
+        rows.append({**t, "formant_ratio": ratio, "f0_hz": f0, "formant_index": fi})
+    return audio, pd.DataFrame(rows)
+
+
+#: default tolerances of the manipulation check
+F0_TOLERANCE_ST = 0.5
+FORMANT_TOLERANCE_OCT = 0.03
+
+
+def manipulation_check(
+    steps: pd.DataFrame, f0_tolerance_st: float = F0_TOLERANCE_ST, formant_tolerance_oct: float = FORMANT_TOLERANCE_OCT
+) -> pd.DataFrame:
+    """Check one continuum's measured steps against their targets and their order.
+
+    A step passes when its measured F0 is within `f0_tolerance_st` semitones of its target, its
+    formant index within `formant_tolerance_oct` octaves of its target, and both are above those
+    of the previous passing step (the F0-only variant's formant index is only held to its target).
+    Adds `f0_error_st`, `formant_error_oct`, `passed` and `reason` (empty, or the failed checks:
+    `unmeasurable`, `f0_off_target`, `formant_off_target`, `not_monotone`)."""
+    out = steps.sort_values("step").reset_index(drop=True).copy()
+    out["f0_error_st"] = 12 * np.log2(out["f0_hz"] / out["f0_target_hz"])
+    out["formant_error_oct"] = out["formant_index"] - out["formant_index_target"]
+    moves_formants = out["formant_index_target"].nunique() > 1
+    passed, reasons = [], []
+    last_f0, last_fi = -np.inf, -np.inf
+    for r in out.to_dict("records"):
+        why = []
+        if not (np.isfinite(r["f0_hz"]) and np.isfinite(r["formant_index"])):
+            why.append("unmeasurable")
+        else:
+            if abs(r["f0_error_st"]) > f0_tolerance_st:
+                why.append("f0_off_target")
+            if abs(r["formant_error_oct"]) > formant_tolerance_oct:
+                why.append("formant_off_target")
+            if r["f0_hz"] <= last_f0 or (moves_formants and r["formant_index"] <= last_fi):
+                why.append("not_monotone")
+        passed.append(not why)
+        reasons.append(", ".join(why))
+        if not why:
+            last_f0, last_fi = r["f0_hz"], r["formant_index"]
+    out["passed"] = passed
+    out["reason"] = reasons
+    return out
