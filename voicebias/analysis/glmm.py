@@ -225,6 +225,23 @@ def fit_binomial_glmm(
             f, res.x, method="Powell", bounds=bounds, options={"xtol": 1e-10, "ftol": 1e-15, "maxiter": 20000}
         )
         best = res2 if res2.fun <= res.fun else res
+    # The deviance is even in each SD, so SD = 0 is a stationary point the search can stop at
+    # while a positive SD fits better: probe each SD found at zero at a few positive values, and
+    # search again from a probe that lowers the deviance.
+    for j in range(nt):
+        if abs(best.x[j]) >= 1e-4 or not np.all(np.isfinite(best.x)):
+            continue
+        for start_sd in (0.1, 0.3, 1.0):
+            x1 = best.x.copy()
+            x1[j] = start_sd
+            if not f(x1) < best.fun:
+                continue
+            again = optimize.minimize(
+                f, x1, method="L-BFGS-B", bounds=bounds, options={"ftol": 1e-15, "gtol": 1e-9, "maxiter": 2000}
+            )
+            if np.isfinite(again.fun) and again.fun < best.fun - 1e-9:
+                best = again
+                break
     x = best.x.copy()
     if not np.all(np.isfinite(x)) or not np.isfinite(best.fun):
         raise NotEstimable("the Laplace fit found no finite optimum")

@@ -227,3 +227,27 @@ def test_t_reference_is_wider_than_z():
     out = describe_glmm_scope(crossed(9, 3), "s", "en").set_index("term").loc["voice_female"]
     half = np.log(out["ci_high"]) - out["coef"]
     assert half == pytest.approx(stats.t.ppf(0.975, 4) * out["se"], rel=1e-9)
+
+
+def test_a_random_intercept_sd_is_not_left_at_zero_when_a_positive_one_fits_better():
+    """The deviance is even in each SD, so SD 0 is a stationary point: a search that reaches it must
+    look again from a positive SD. In this table glmer finds the passage SD at 0.199 (deviance
+    487.311); stopping at 0 gives 487.515 and a slope 0.7 % off."""
+    from tests.support.continuum_design import CONTINUUM, continuum_answers
+
+    d = continuum_answers(2, base_voices=2)
+    x = np.array([CONTINUUM.semitones(s) for s in d["step"]])
+    X = np.column_stack([np.ones(len(d)), (d["pole"] == "feminine").to_numpy(float), x])
+    fit = fit_binomial_glmm(
+        d["y"].to_numpy(float), X, ["a", "f", "x"], {"passage": d["passage_id"], "base_voice": d["base_voice"]}
+    )
+    r = run_r(
+        r"""suppressMessages(library(lme4))
+m <- glmer(y ~ I(pole == "feminine") + x + (1 | passage_id) + (1 | base_voice), data = d, family = binomial,
+           control = glmerControl(tolPwrss = 1e-12))
+emit("b", fixef(m)); emit("theta", getME(m, "theta")); emit("dev", -2 * as.numeric(logLik(m)))""",
+        d=d.assign(x=x),
+    )
+    assert fit.deviance == pytest.approx(r["dev"], abs=1e-5)
+    assert fit.theta["passage"] == pytest.approx(r["theta"][0], rel=1e-3)
+    np.testing.assert_allclose(fit.params.to_numpy(), r["b"], rtol=1e-3)
