@@ -142,6 +142,19 @@ def change_gender(x: np.ndarray, sr: int, formant_ratio: float, f0_hz: float) ->
     return y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
 
 
+def as_written(y: np.ndarray, sr: int) -> np.ndarray:
+    """`y` as the stimulus file holds it (clipped, 16-bit FLAC, read back), so what the check
+    measures is what a system hears."""
+    import io
+
+    import soundfile as sf
+
+    from voicebias.audio import flac_bytes
+
+    x, _ = sf.read(io.BytesIO(flac_bytes(y, sr)), dtype="float64")
+    return x
+
+
 def _measure(y: np.ndarray, sr: int, settings: Any) -> tuple[float, float]:
     from voicebias.audio import AudioError
     from voicebias.instruments.acoustics import measure_signal
@@ -156,7 +169,8 @@ def _measure(y: np.ndarray, sr: int, settings: Any) -> tuple[float, float]:
 def make_continuum(
     x: np.ndarray, sr: int, continuum: Continuum, settings: Any, corrections: int = 2
 ) -> tuple[list[np.ndarray], pd.DataFrame]:
-    """Every step of one base voice's rendering `x`: (audio per step, a table of targets and measures).
+    """Every step of one base voice's rendering `x`: (audio per step, as its file will hold it; a
+    table of targets and measures).
 
     `settings` are the instrument's MeasureSettings (voice-quality measures are switched off). The
     formant ratio starts at 2 ** (target - base index) and the F0 request at the target; up to
@@ -174,6 +188,7 @@ def make_continuum(
         target, f0_target = t["formant_index_target"], t["f0_target_hz"]
         ratio, f0_asked = 2 ** (target - base_index), f0_target
         best: tuple | None = None
+        f0 = fi = float("nan")
         for attempt in range(corrections + 1):
             if attempt:  # correct both requests by the measured misses
                 if not (np.isfinite(f0) and np.isfinite(fi)):
@@ -181,7 +196,7 @@ def make_continuum(
                 f0_asked *= f0_target / f0
                 if continuum.formant_ratio != 1:
                     ratio *= 2 ** (target - fi)
-            y = change_gender(x, sr, ratio, f0_asked)
+            y = as_written(change_gender(x, sr, ratio, f0_asked), sr)
             f0, fi = _measure(y, sr, settings)
             miss = max(abs(12 * np.log2(f0 / f0_target)) / F0_TOLERANCE_ST, abs(fi - target) / FORMANT_TOLERANCE_OCT)
             if best is None or (np.isfinite(miss) and not miss >= best[0]):
