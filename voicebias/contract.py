@@ -179,6 +179,32 @@ PHONATION_COLUMNS = [
     "error",
     "peak_limited",
 ]
+#: data/continuum/manifest.csv (voicebias.pipeline.continuum): one row per continuum step, the
+#: manipulation check's measures and verdict beside its targets
+CONTINUUM_COLUMNS = [
+    "stimulus_id",
+    "source_stimulus_id",
+    "passage_id",
+    "lang",
+    "pole",
+    "base_voice",
+    "base_gender",
+    "step",
+    "x_st",
+    "f0_target_hz",
+    "formant_index_target",
+    "formant_ratio",
+    "f0_hz",
+    "formant_index",
+    "f0_error_st",
+    "formant_error_oct",
+    "passed",
+    "reason",
+    "sample_rate",
+    "duration_s",
+    "sha256",
+    "path",
+]
 #: data/responses/<system>/<task>/responses.csv (voicebias.systems.runner)
 RESPONSE_COLUMNS = [
     "system",

@@ -287,6 +287,35 @@ class Phonation(Section):
     max_excluded_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.02
 
 
+class Continuum(Section):
+    """The voice continuum (docs/psychometric.md): `passages_per_pole` passages of each pole in
+    `languages`, each passage's male and female renderings as base voices, `steps` steps between
+    the endpoints (defaults: Hillenbrand et al., 1995), checked against their targets."""
+
+    enabled: bool = True
+    steps: Annotated[int, Field(ge=3, le=41)] = 7
+    variant: Literal["f0_and_formants", "f0_only"] = "f0_and_formants"
+    f0_male_hz: Annotated[float, Field(gt=0.0)] = 129.4
+    f0_female_hz: Annotated[float, Field(gt=0.0)] = 219.1
+    formant_ratio: Annotated[float, Field(ge=1.0, le=1.5)] = 1.157
+    languages: list[Lang] = ["en"]
+    poles: list[Pole] = ["masculine", "feminine"]
+    passages_per_pole: PositiveInt = 2
+    f0_tolerance_st: Annotated[float, Field(gt=0.0)] = 0.5
+    formant_tolerance_oct: Annotated[float, Field(gt=0.0)] = 0.03
+    corrections: Annotated[int, Field(ge=0, le=5)] = 2
+    #: the largest share of steps the manipulation check may exclude; above it the stage stops
+    max_excluded_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+
+    @model_validator(mode="after")
+    def _endpoints_in_order(self) -> "Continuum":
+        if self.f0_female_hz <= self.f0_male_hz:
+            raise ValueError(f"f0_female_hz ({self.f0_female_hz:g}) must be above f0_male_hz ({self.f0_male_hz:g})")
+        if len(set(self.poles)) < 2:
+            raise ValueError(f"poles must name at least two content poles, got {self.poles}")
+        return self
+
+
 class Generate(Section):
     enabled: bool = False
     languages: list[Lang] = list(LANGUAGES)
@@ -645,6 +674,7 @@ class Params(Section):
     tts: TTS
     sc_stimuli: SCStimuli
     phonation: Phonation
+    continuum: Continuum = Continuum()
     generate: Generate
     acoustics: Acoustics
     acoustic_scoring: AcousticScoring
