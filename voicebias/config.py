@@ -30,6 +30,7 @@ STIMULI_MANIFEST = STIMULI_DIR / "manifest.csv"
 SC_STIMULI_DIR = DATA / "sc_stimuli"
 PHONATION_DIR = DATA / "phonation"
 CONTINUUM_DIR = DATA / "continuum"
+CONTINUUM_MANIFEST = CONTINUUM_DIR / "manifest.csv"
 CONTINUATIONS_DIR = DATA / "continuations"
 SC_SCORED_DIR = DATA / "sc_scored"
 NOP_SET = DATA / "nop_set" / "nop_set.yaml"
@@ -52,6 +53,10 @@ SC_STIMULI_METRICS = REPORTS / "sc_stimuli" / "metrics.json"
 GENERATE_METRICS = REPORTS / "generate" / "metrics.json"
 PHONATION_REPORTS = REPORTS / "phonation"
 CONTINUUM_METRICS = REPORTS / "continuum" / "metrics.json"
+CONTINUUM_RESPONSES = DATA / "continuum_responses"
+CONTINUUM_RESPOND_REPORTS = REPORTS / "continuum_respond"
+PSYCHOMETRIC_DIR = REPORTS / "psychometric"
+PSYCHOMETRIC_METRICS = PSYCHOMETRIC_DIR / "metrics.json"
 PHONATION_METRICS = PHONATION_REPORTS / "metrics.json"
 PHONATION_MEASURES = PHONATION_REPORTS / "measures.csv"
 CHECK_METRICS = PHONATION_REPORTS / "check_metrics.json"
@@ -113,6 +118,16 @@ def respond_report(system: str, task: str) -> Path:
 def respond_planted_truth(system: str) -> Path:
     """A reference system's planted truth, recorded by respond@SYSTEM beside its counts."""
     return respond_reports(system) / "planted_truth.json"
+
+
+def continuum_responses_dir(system: str, task: str) -> Path:
+    """One system x task's answers on the voice continuum (an output of continuum_respond@SYSTEM)."""
+    return CONTINUUM_RESPONSES / system / task
+
+
+def continuum_respond_report(system: str, task: str) -> Path:
+    """Requests, shared and failed counts of one system x task on the continuum."""
+    return CONTINUUM_RESPOND_REPORTS / system / f"{task}.json"
 
 
 def scored_table(system: str) -> Path:

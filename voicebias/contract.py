@@ -180,15 +180,16 @@ PHONATION_COLUMNS = [
     "peak_limited",
 ]
 #: data/continuum/manifest.csv (voicebias.pipeline.continuum): one row per continuum step, the
-#: manipulation check's measures and verdict beside its targets
+#: manipulation check's measures and verdict beside its targets; voice_id and voice_gender name the
+#: base voice the step was made from
 CONTINUUM_COLUMNS = [
     "stimulus_id",
     "source_stimulus_id",
     "passage_id",
     "lang",
     "pole",
-    "base_voice",
-    "base_gender",
+    "voice_id",
+    "voice_gender",
     "step",
     "x_st",
     "f0_target_hz",

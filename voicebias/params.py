@@ -300,10 +300,12 @@ class Continuum(Section):
     formant_ratio: Annotated[float, Field(ge=1.0, le=1.5)] = 1.157
     languages: list[Lang] = ["en"]
     poles: list[Pole] = ["masculine", "feminine"]
-    passages_per_pole: PositiveInt = 2
+    passages_per_pole: PositiveInt = 4
     f0_tolerance_st: Annotated[float, Field(gt=0.0)] = 0.5
     formant_tolerance_oct: Annotated[float, Field(gt=0.0)] = 0.03
     corrections: Annotated[int, Field(ge=0, le=5)] = 2
+    #: the tasks every system answers on the continuum's steps
+    tasks: list[Literal["describe", "summarize"]] = ["describe", "summarize"]
     #: the largest share of steps the manipulation check may exclude; above it the stage stops
     max_excluded_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
 
@@ -461,6 +463,16 @@ class SystemParams(Section):
     asr: ASR | str | None = None
 
 
+class PlantedPsychometric(Section):
+    """A reference system's planted psychometric function on the voice continuum (docs/psychometric.md):
+    logit P(female) = slope_per_st * (x - boundary_st - shift_st * [feminine]), x in st above the
+    male endpoint (half the shift for a neutral passage). Rule 'content' ignores it (flat in the voice)."""
+
+    slope_per_st: Annotated[float, Field(ge=0.0)] = 1.2
+    boundary_st: float = 4.5
+    shift_st: float = 0.0
+
+
 class ReferenceParams(SystemParams):
     """Planted-truth speech-to-speech system (voicebias.systems.reference)."""
 
@@ -476,6 +488,8 @@ class ReferenceParams(SystemParams):
     faults: dict[Literal[FAULTS], Prob] = {}
     #: tasks answered with one and the same reply for every item
     same_answer_tasks: list[TaskName] = []
+    #: the planted psychometric function on the voice continuum (unset: PlantedPsychometric's defaults)
+    psychometric: PlantedPsychometric | None = None
 
     @model_validator(mode="after")
     def _mixed_needs_weight(self) -> "ReferenceParams":

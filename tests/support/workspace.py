@@ -70,7 +70,7 @@ def make_workspace(tmp_path_factory):
     for old, new in (
         ("prompts_per_category: 2", "prompts_per_category: 1"),
         ("max_prompts: null", f"max_prompts: {SC_PROMPTS}"),
-        ("passages_per_pole: 2", "passages_per_pole: 1"),  # the continuum from one passage per pole
+        ("passages_per_pole: 4", "passages_per_pole: 1"),  # the continuum from one passage per pole
     ):
         assert old in params, old
         params = params.replace(old, new)

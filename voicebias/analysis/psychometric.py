@@ -250,6 +250,13 @@ def psychometric_scope(
         est = -u / bx
         if not follows:
             return {"estimate": float("nan"), "df": df, "status": NOT_ESTIMABLE, "reason": flat_reason}
+        if not df > 0:
+            row = _in_units(continuum, est, difference=difference)
+            row["df"] = df
+            row["reason"] = "; ".join(
+                [*notes, f"no interval: {base['passages']} passages leave no degrees of freedom for the content pole"]
+            )
+            return row
         lo, hi = fieller(u, bx, var_u, V[ix, ix], cov_uv, t_crit(df))
         row = _in_units(continuum, est, lo, hi, difference=difference)
         row["df"] = df

@@ -33,8 +33,8 @@ def _one_base(job: dict[str, Any]) -> list[dict[str, Any]]:
         "passage_id": r["passage_id"],
         "lang": r["lang"],
         "pole": r["pole"],
-        "base_voice": r["voice_id"],
-        "base_gender": r["voice_gender"],
+        "voice_id": r["voice_id"],
+        "voice_gender": r["voice_gender"],
         "sample_rate": sr,
         "duration_s": round(len(x) / sr, 4),
     }
@@ -78,7 +78,7 @@ def run_stage(
     if not p.get("enabled", True):
         manifest = pd.DataFrame(columns=CONTINUUM_COLUMNS)
         write_table(out_dir / "manifest.csv", manifest)
-        write_json(metrics_path, {"enabled": False, "steps": 0})
+        write_json(metrics_path, {"enabled": False, "passed": True, "steps": 0})
         return manifest
     stimuli = select_passages(read_table(stimuli_manifest_path), p["languages"], p["poles"], p["passages_per_pole"])
     if stimuli.empty:
@@ -108,12 +108,15 @@ def run_stage(
         for part in str(why).split(", "):
             reasons[part] = reasons.get(part, 0) + 1
     measured = manifest[manifest["f0_error_st"].notna()]
+    share = len(excluded) / len(manifest)
     metrics = {
         "enabled": True,
+        # the continuum_respond stages send the steps only once this is true
+        "passed": bool(share <= float(p["max_excluded_fraction"])),
         "variant": p["variant"],
         "continua": int(len(stimuli)),
         "steps": int(len(manifest)),
-        "passed": int(len(manifest) - len(excluded)),
+        "steps_passed": int(len(manifest) - len(excluded)),
         "excluded": int(len(excluded)),
         "excluded_by_reason": dict(sorted(reasons.items())),
         "worst_f0_error_st": round(float(measured["f0_error_st"].abs().max()), 4) if len(measured) else None,
@@ -122,8 +125,7 @@ def run_stage(
         ),
     }
     write_json(metrics_path, metrics)
-    share = len(excluded) / len(manifest)
-    if share > float(p["max_excluded_fraction"]):
+    if not metrics["passed"]:
         raise StageFailed(
             f"continuum: the manipulation check excluded {len(excluded)} of {len(manifest)} steps "
             f"({share:.1%} > continuum.max_excluded_fraction {float(p['max_excluded_fraction']):.1%}); "

@@ -196,12 +196,15 @@ def make_continuum(
                 f0_asked *= f0_target / f0
                 if continuum.formant_ratio != 1:
                     ratio *= 2 ** (target - fi)
+            # the requests are rounded, so that a measure's last bits (which may differ between
+            # processors' code paths) do not change what is asked of Praat
+            ratio, f0_asked = round(ratio, 5), round(f0_asked, 2)
             y = as_written(change_gender(x, sr, ratio, f0_asked), sr)
             f0, fi = _measure(y, sr, settings)
             miss = max(abs(12 * np.log2(f0 / f0_target)) / F0_TOLERANCE_ST, abs(fi - target) / FORMANT_TOLERANCE_OCT)
             if best is None or (np.isfinite(miss) and not miss >= best[0]):
                 best = (miss, y, ratio, f0, fi)
-            if miss < 0.1:
+            if miss < 0.5:  # within half of each tolerance: no correction needed
                 break
         # the attempt nearest its targets is kept (a correction can overshoot where the formant
         # tracker loses the shifted formants)

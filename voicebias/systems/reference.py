@@ -90,6 +90,50 @@ def planted_p_female(params: dict[str, Any], pole: str, voice_gender: str, voice
     raise ValueError(f"unknown reference rule '{rule}'; expected one of {RULES}")
 
 
+#: the share of the planted content shift each pole's boundary takes
+POLE_SHIFT = {"masculine": 0.0, "neutral": 0.5, "feminine": 1.0}
+
+
+def planted_function(params: dict[str, Any]) -> dict[str, float]:
+    """The planted psychometric function's slope_per_st, boundary_st and shift_st: the system's
+    `psychometric` params over the schema's defaults (voicebias.params.PlantedPsychometric)."""
+    from voicebias.params import PlantedPsychometric
+
+    merged = {**PlantedPsychometric().model_dump(), **(params.get("psychometric") or {})}
+    return {k: float(v) for k, v in merged.items()}
+
+
+def planted_p_female_continuum(params: dict[str, Any], pole: str, x_st: float) -> float:
+    """The planted probability that the system calls a continuum step female (docs/psychometric.md).
+
+    Rule 'content' is flat in the voice: its content probability for `pole`. Rules 'voice' and
+    'mixed' follow the voice by the planted `psychometric` function, logit P = slope_per_st *
+    (x_st - boundary_st - shift_st * [pole is feminine]), with half the shift for a neutral passage.
+    """
+    if params["rule"] == "content":
+        e = float(params["error_rate"])
+        return {"masculine": e, "neutral": float(params["neutral_p_female"]), "feminine": 1 - e}[pole]
+    ps = planted_function(params)
+    boundary = ps["boundary_st"] + ps["shift_st"] * POLE_SHIFT[pole]
+    return float(1 / (1 + np.exp(-ps["slope_per_st"] * (float(x_st) - boundary))))
+
+
+def planted_psychometric(params: dict[str, Any], poles: Sequence[str]) -> dict[str, Any]:
+    """A reference system's planted psychometric truth in the analysis' units: `follows_voice`, and
+    for a system that does, `slope_per_st`, the PSE per pole (`pse_st`, st above the male endpoint)
+    and `shift_st` (the last pole's PSE minus the first's)."""
+    if params["rule"] == "content":
+        return {"follows_voice": False}
+    ps = planted_function(params)
+    pse = {p: ps["boundary_st"] + ps["shift_st"] * POLE_SHIFT[p] for p in poles}
+    return {
+        "follows_voice": True,
+        "slope_per_st": ps["slope_per_st"],
+        "pse_st": pse,
+        "shift_st": pse[poles[-1]] - pse[poles[0]],
+    }
+
+
 def planted_truth(params: dict[str, Any], stimuli: pd.DataFrame | None = None) -> dict[str, Any]:
     """Planted describe behaviour in the analysis' own units.
 
@@ -203,7 +247,10 @@ class ReferenceSystem(ProcessBatched, S2SSystem):
         rng = _rng(request.seed, self.name, request.stimulus_id, request.task)
         if rng.random() < float(self.params["noncompliance_rate"]):
             return None
-        p = planted_p_female(self.params, stim["pole"], stim["voice_gender"], stim.get("voice_id"))
+        if "x_st" in stim.index and pd.notna(stim["x_st"]):  # a step of the voice continuum
+            p = planted_p_female_continuum(self.params, stim["pole"], stim["x_st"])
+        else:
+            p = planted_p_female(self.params, stim["pole"], stim["voice_gender"], stim.get("voice_id"))
         return "female" if rng.random() < p else "male"
 
     def fault(self, request: S2SRequest) -> str | None:

@@ -84,7 +84,7 @@ def test_the_continuum_steps_are_equal_in_semitones_and_log_formant_ratio():
     assert c.f0_hz(6) == pytest.approx(220.0) and c.formant_scale(6) == pytest.approx(1.18)
     # the female endpoint's tract is 1 / 1.18 of the male's: 15.25 % shorter
     assert c.vtl_percent(c.span_st) == pytest.approx(100 * (1 / 1.18 - 1))
-    assert math.isnan(Continuum(7, 120.0, 220.0).vtl_percent(3.0))  # F0 only: the tract never moves
+    assert math.isnan(Continuum(7, 120.0, 220.0, 1.0).vtl_percent(3.0))  # F0 only: the tract never moves
     with pytest.raises(ValueError, match="above the male"):
         Continuum(7, 220.0, 120.0)
 
@@ -178,3 +178,11 @@ def test_the_shift_interval_covers_the_planted_shift_and_the_null_rejects_at_mos
     assert lo <= cover <= hi, cover
     _, reject, fits = shift_calibration(datasets, 5000, shift=0.0)
     assert reject <= _bounds(fits, ALPHA, 0.0, 0.08)[1], reject
+
+
+def test_one_passage_per_pole_gives_estimates_without_intervals():
+    d = continuum_answers(8, passages=1, base_voices=3, slope=1.0)
+    out = psychometric_scope(d, CONTINUUM).set_index("quantity")
+    shift = out.loc["shift"]
+    assert shift["df"] == 0 and np.isfinite(shift["estimate"]) and np.isnan(shift["ci_low"])
+    assert "no degrees of freedom for the content pole" in shift["reason"]

@@ -76,7 +76,7 @@ def test_every_base_voice_becomes_a_checked_continuum_written_as_listed(stimuli)
     assert out.groupby("source_stimulus_id")["step"].apply(list).map(lambda s: s == list(range(7))).all()
     assert out["passed"].all(), out.loc[~out["passed"], ["stimulus_id", "f0_error_st", "formant_error_oct", "reason"]]
     metrics = json.loads((root / "reports" / "continuum" / "metrics.json").read_text())
-    assert metrics["steps"] == 28 and metrics["excluded"] == 0 and metrics["continua"] == 4
+    assert metrics["steps"] == 28 and metrics["excluded"] == 0 and metrics["continua"] == 4 and metrics["passed"]
     assert metrics["worst_f0_error_st"] <= 0.5 and metrics["worst_formant_error_oct"] <= 0.03
     written = pd.read_csv(root / "data" / "continuum" / "manifest.csv")
     assert len(written) == 28
@@ -106,7 +106,7 @@ def test_too_many_excluded_steps_stop_the_stage_with_counts_by_reason(stimuli):
             root=root,
         )
     metrics = json.loads((root / "reports" / "continuum-strict" / "metrics.json").read_text())
-    assert metrics["excluded_by_reason"]["f0_off_target"] == metrics["excluded"] > 0
+    assert metrics["excluded_by_reason"]["f0_off_target"] == metrics["excluded"] > 0 and not metrics["passed"]
     assert len(pd.read_csv(root / "data" / "continuum-strict" / "manifest.csv")) == 28  # nothing lost
 
 

@@ -80,6 +80,8 @@ PATH_FUNCTIONS = {
     "continuation_responses": ("${item}",),
     "continuation_report": ("${item}",),
     "sc_scored_table": ("${item}",),
+    "continuum_responses_dir": ("${item}", "describe"),
+    "continuum_respond_report": ("${item}", "describe"),
 }
 
 
@@ -197,9 +199,9 @@ def stages_depending_on(path: str) -> list[str]:
 @pytest.mark.parametrize(
     "path, stages",
     [
-        # a speech-to-speech adapter: only the stage that calls speech-to-speech systems
-        ("voicebias/systems/vllm_omni.py", ["respond"]),
-        ("voicebias/systems/openai_audio.py", ["respond"]),
+        # a speech-to-speech adapter: only the stages that call speech-to-speech systems
+        ("voicebias/systems/vllm_omni.py", ["continuum_respond", "respond"]),
+        ("voicebias/systems/openai_audio.py", ["continuum_respond", "respond"]),
         # a continuation adapter: only the stage that calls continuation systems
         ("voicebias/systems/spiritlm.py", ["sc_continue"]),
         # the REML fit serves both studies' analyses (the disaggregated table reads sc_stats), nothing upstream

@@ -1,0 +1,152 @@
+"""Stage 'psychometric'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+#: the columns of reports/psychometric/planted_vs_recovered.csv
+PLANTED_COLUMNS = [
+    "system",
+    "task",
+    "quantity",
+    "pole",
+    "planted",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "recovered",
+    "status",
+    "reason",
+]
+
+
+def continuum_answers(manifest: pd.DataFrame, responses: pd.DataFrame) -> pd.DataFrame:
+    """One row per continuum answer: system, task, lang, stimulus_id, step, pole, passage_id,
+    base_voice, status and y (1 female / "she", 0 male / "he"; NaN for an answer that names
+    neither or both, or a failed call)."""
+    from voicebias.scoring.text import score_responses
+
+    if responses.empty:
+        return pd.DataFrame(
+            columns=["system", "task", "lang", "stimulus_id", "step", "pole", "passage_id", "base_voice", "status", "y"]
+        )
+    scored = score_responses(responses)
+    y = np.full(len(scored), np.nan)
+    describe = (scored["task"] == "describe").to_numpy()
+    judged = scored["judged_gender"].to_numpy(object)
+    y[describe & (judged == "female")] = 1.0
+    y[describe & (judged == "male")] = 0.0
+    choice = scored["pronoun_choice"].to_numpy(object)
+    other = ~describe
+    y[other & (choice == "female")] = 1.0
+    y[other & (choice == "male")] = 0.0
+    steps = manifest[["stimulus_id", "step"]].assign(base_voice=manifest["voice_id"])
+    out = scored[["system", "task", "lang", "stimulus_id", "pole", "passage_id", "status"]].assign(y=y)
+    out = out.merge(steps, on="stimulus_id", how="left", validate="many_to_one")
+    return out[["system", "task", "lang", "stimulus_id", "step", "pole", "passage_id", "base_voice", "status", "y"]]
+
+
+def planted_vs_recovered(table: pd.DataFrame, planted: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """For each reference system with planted psychometric truth (`planted`: system -> the truth of
+    voicebias.systems.reference.planted_psychometric), the pooled estimates beside the planted
+    values; `recovered` says whether the interval holds the planted value. A system planted flat in
+    the voice is recovered when its slope's interval holds 0 (no boundary is then estimated)."""
+    rows = []
+    pooled = table[table["lang"] == "ALL"]
+    for system, truth in sorted(planted.items()):
+        for task, g in pooled[pooled["system"] == system].groupby("task", sort=True):
+            est = g.set_index(["quantity", "pole"])
+            slope = est.loc[("slope", "")]
+            base = {"system": system, "task": task}
+            if not truth["follows_voice"]:
+                rows.append(
+                    {
+                        **base,
+                        "quantity": "slope",
+                        "pole": "",
+                        "planted": 0.0,
+                        **{k: slope[k] for k in ("estimate", "ci_low", "ci_high", "status", "reason")},
+                        "recovered": bool(slope["ci_low"] <= 0 <= slope["ci_high"]),
+                    }
+                )
+                continue
+            wanted = [(("slope", ""), truth["slope_per_st"])]
+            wanted += [(("pse", pole), value) for pole, value in truth["pse_st"].items() if ("pse", pole) in est.index]
+            shift_key = next((k for k in est.index if k[0] == "shift"), None)
+            if shift_key is not None:
+                wanted.append((shift_key, truth["shift_st"]))
+            for (q, pole), value in wanted:
+                r = est.loc[(q, pole)]
+                ok = bool(np.isfinite(r["ci_low"]) and r["ci_low"] <= value <= r["ci_high"])
+                rows.append(
+                    {
+                        **base,
+                        "quantity": q,
+                        "pole": pole,
+                        "planted": float(value),
+                        **{k: r[k] for k in ("estimate", "ci_low", "ci_high", "status", "reason")},
+                        "recovered": ok,
+                    }
+                )
+    return pd.DataFrame(rows, columns=PLANTED_COLUMNS)
+
+
+def run_stage(
+    params: dict[str, Any],
+    *,
+    manifest_path: Path,
+    responses_dir_for: Callable[[str, str], Path],
+    out_dir: Path,
+    metrics_path: Path,
+) -> pd.DataFrame:
+    """Stage 'psychometric': every system's continuum answers, scored, fitted per system x task,
+    pooled and per language (voicebias.analysis.psychometric), with the reference systems' planted
+    values beside their estimates. Writes psychometric.csv, answers.csv and planted_vs_recovered.csv
+    to `out_dir`, and the counts to `metrics_path`."""
+    from voicebias.analysis.psychometric import psychometric_table
+    from voicebias.cards import load_card
+    from voicebias.io import read_table, write_json, write_table
+    from voicebias.stimuli.continuum import Continuum
+    from voicebias.systems.reference import planted_psychometric
+
+    p = params["continuum"]
+    continuum = Continuum.from_params(p)
+    manifest = read_table(manifest_path)
+    systems = list(params["run"]["systems"])
+    parts = []
+    for system in systems:
+        for task in p["tasks"]:
+            path = Path(responses_dir_for(system, task)) / "responses.csv"
+            if path.exists():
+                parts.append(read_table(path))
+    responses = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    answers = continuum_answers(manifest, responses)
+    confidence = float(params["analyze"]["confidence"])
+    table = psychometric_table(answers, continuum, poles=list(p["poles"]), confidence=confidence)
+    planted = {
+        s: planted_psychometric(params["systems"][s], list(p["poles"]))
+        for s in systems
+        if load_card(s)["adapter"] == "reference"
+    }
+    compared = planted_vs_recovered(table, planted)
+    out_dir = Path(out_dir)
+    write_table(out_dir / "answers.csv", answers)
+    write_table(out_dir / "psychometric.csv", table)
+    write_table(out_dir / "planted_vs_recovered.csv", compared)
+    ok = answers["status"] == "ok"
+    write_json(
+        metrics_path,
+        {
+            "answers": int(len(answers)),
+            "failed_calls": int((~ok).sum()),
+            "unscorable": int((ok & answers["y"].isna()).sum()),
+            "fits": int(table[["system", "task", "lang"]].drop_duplicates().shape[0]),
+            "planted_recovered": int(compared["recovered"].sum()),
+            "planted_values": int(len(compared)),
+        },
+    )
+    return table
