@@ -16,5 +16,6 @@ if __name__ == "__main__":
         sc_dir=config.SC_REPORTS,
         phonation_dir=config.PHONATION_REPORTS,
         disaggregated=config.DISAGGREGATED,
+        psychometric_dir=config.PSYCHOMETRIC_DIR,
         stage="report",
     )

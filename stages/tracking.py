@@ -18,5 +18,6 @@ if __name__ == "__main__":
         phonation_dir=config.PHONATION_REPORTS,
         report_dir=config.REPORT_DIR,
         disaggregated=config.DISAGGREGATED,
+        psychometric=config.PSYCHOMETRIC_TABLE,
         stage="tracking",
     )

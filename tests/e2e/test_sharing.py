@@ -35,10 +35,20 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
     assert len(runs) == len(run["children"])
     odds = pd.read_csv(repo / "reports" / "analysis" / "describe_odds_ratios.csv")
     rates = pd.read_csv(repo / "reports" / "analysis" / "describe_misgender.csv")
-    checked = 0
+    psy = pd.read_csv(repo / "reports" / "psychometric" / "psychometric.csv")
+    checked, continuum = 0, 0
     for r in runs:
         tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
         metrics = {m["key"]: m["value"] for m in r["data"].get("metrics", [])}
+        slope = psy[
+            (psy["system"] == tags.get("system"))
+            & (psy["lang"] == tags.get("lang"))
+            & (psy["task"] == tags.get("task"))
+            & (psy["quantity"] == "slope")
+        ]
+        if len(slope) and pd.notna(slope.iloc[0]["estimate"]):  # the voice continuum's fit
+            assert metrics["psychometric/slope_per_st"] == pytest.approx(slope.iloc[0]["estimate"], rel=1e-9)
+            continuum += 1
         if tags["task"] != "describe":
             continue
         o = odds[(odds["system"] == tags["system"]) & (odds["lang"] == tags["lang"])]
@@ -52,6 +62,9 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
             assert metrics["describe/misgender_rate/misaligned"] == pytest.approx(m.iloc[0]["rate"], rel=1e-9)
             checked += 1
     assert checked >= 8
+    # every continuum fit with an estimate is readable; the reduced workspace's continuum has one
+    # passage per pole, so some of its fits have none
+    assert continuum >= 1
 
 
 def test_s3_remote_round_trip_is_byte_identical(workspace, server, tmp_path, monkeypatch):
@@ -117,6 +130,11 @@ def test_report_renders_in_headless_chromium(workspace, tmp_path):
             ".filter(t => t.querySelectorAll('tbody tr').length === 0).length"
         )
         n_tables = browser.execute_script("return document.querySelectorAll('table').length")
+        continuum_figure = browser.execute_script(
+            "return Array.from(document.images).filter(i => i.src.endsWith('psychometric.png') && i.naturalWidth > 0)"
+            ".length"
+        )
+        page_text = browser.execute_script("return document.body.innerText")
         # readable at a normal window width: the page itself never scrolls sideways (a wide table scrolls in its box)
         page_width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
         unwrapped = browser.execute_script(
@@ -128,6 +146,8 @@ def test_report_renders_in_headless_chromium(workspace, tmp_path):
     finally:
         browser.quit()
     assert broken == [] and n_images >= 3
+    assert continuum_figure == 1 and "Voice continuum and psychometric functions" in page_text
+    assert "voice continuum (describe)" in page_text
     assert n_tables >= 7 and empty_tables == 0
     assert page_width[0] <= page_width[1] and unwrapped == 0, page_width
     assert shot.stat().st_size > 20_000

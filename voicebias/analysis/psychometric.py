@@ -40,6 +40,8 @@ from voicebias.stimuli.continuum import Continuum
 POLES = ("masculine", "feminine")
 #: the largest lapse rate the asymptote fit allows, at either end
 MAX_LAPSE = 0.5
+#: points along the continuum at which a fitted function is written out (for the report's figure)
+CURVE_POINTS = 31
 
 PSYCHOMETRIC_COLUMNS = [
     "system",
@@ -134,6 +136,7 @@ def psychometric_scope(
     scope: str = "ALL",
     poles: Sequence[str] = POLES,
     confidence: float = 0.95,
+    curves: list[dict] | None = None,
 ) -> pd.DataFrame:
     """The psychometric function of one system, task and scope (a language, or ALL pooled).
 
@@ -147,6 +150,10 @@ def psychometric_scope(
     st, Fieller CIs, and in percent VTL), `guess` and `lapse`. Degenerate tables give rows with
     a status (docs/status.md): no answers, one pole, one outcome, separation (Firth's fixed-effect
     point estimates, no CI), a fit the data cannot support.
+
+    `curves`, when given, receives the fitted function per pole (for the first language of a pooled
+    scope) at CURVE_POINTS points of x with its pointwise `confidence` band on the logit scale:
+    dicts of system, task, lang, pole, x_st, p, p_low, p_high.
     """
     d = d[d["y"].notna()].copy()
     d = d[d["pole"].isin(poles)]
@@ -282,12 +289,34 @@ def psychometric_scope(
             c[pole_ix[p]] += sign
     shift = ratio_row(c, min(df_x, df_pole), difference=True)
     w = float(c @ b) / math.sqrt(float(c @ V @ c))
-    shift["p_value"] = float(2 * stats.t.sf(abs(w), df_pole)) if df_pole > 0 else float("nan")
+    # the test of the shift is the test of b_fem - b_masc = 0, meaningful as a shift only where there is a boundary
+    shift["p_value"] = float(2 * stats.t.sf(abs(w), df_pole)) if df_pole > 0 and follows else float("nan")
     vals[("shift", f"{poles[1]} - {poles[0]}")] = shift
     out = rows_with(OK, "; ".join(notes), vals)
     for k, v in sds.items():
         out[k] = v
     out["follows_voice"] = follows
+    if curves is not None:
+        z = float(stats.norm.ppf(1 - alpha / 2))
+        for p in poles:
+            for x in np.linspace(0.0, continuum.span_st, CURVE_POINTS):
+                c = np.zeros(len(b))
+                c[0], c[ix] = 1.0, x
+                if pole_ix[p] is not None:
+                    c[pole_ix[p]] = 1.0
+                eta, se = float(c @ b), math.sqrt(max(float(c @ V @ c), 0.0))
+                curves.append(
+                    {
+                        "system": system,
+                        "task": task,
+                        "lang": scope,
+                        "pole": p,
+                        "x_st": round(float(x), 6),
+                        "p": float(special.expit(eta)),
+                        "p_low": float(special.expit(eta - z * se)),
+                        "p_high": float(special.expit(eta + z * se)),
+                    }
+                )
     return out
 
 
@@ -316,16 +345,23 @@ def _in_units(
 
 
 def psychometric_table(
-    answers: pd.DataFrame, continuum: Continuum, poles: Sequence[str] = POLES, confidence: float = 0.95
+    answers: pd.DataFrame,
+    continuum: Continuum,
+    poles: Sequence[str] = POLES,
+    confidence: float = 0.95,
+    curves: list[dict] | None = None,
 ) -> pd.DataFrame:
     """`psychometric_scope` per system x task, pooled over languages (ALL) and per language.
 
     `answers` has the columns `psychometric_scope` reads plus `system`, `task` and `lang`, and a
-    `status` column whose failed calls are left out (they are counted by the runner's tables)."""
+    `status` column whose failed calls are left out (they are counted by the runner's tables).
+    `curves` collects each fit's function (`psychometric_scope`)."""
     d = answers[answers["status"] == "ok"] if "status" in answers.columns else answers
     parts = []
     for (system, task), g in d.groupby(["system", "task"], sort=True):
-        parts.append(psychometric_scope(g, continuum, str(system), str(task), "ALL", poles, confidence))
+        parts.append(psychometric_scope(g, continuum, str(system), str(task), "ALL", poles, confidence, curves))
         for lang, gl in g.groupby("lang", sort=True):
-            parts.append(psychometric_scope(gl, continuum, str(system), str(task), str(lang), poles, confidence))
+            parts.append(
+                psychometric_scope(gl, continuum, str(system), str(task), str(lang), poles, confidence, curves)
+            )
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=PSYCHOMETRIC_COLUMNS)

@@ -8,6 +8,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+#: the columns of reports/psychometric/curves.csv: each fitted function with its pointwise band
+CURVE_COLUMNS = ["system", "task", "lang", "pole", "x_st", "p", "p_low", "p_high"]
 #: the columns of reports/psychometric/planted_vs_recovered.csv
 PLANTED_COLUMNS = [
     "system",
@@ -24,16 +26,30 @@ PLANTED_COLUMNS = [
 ]
 
 
+#: the columns of reports/psychometric/answers.csv
+ANSWER_COLUMNS = [
+    "system",
+    "task",
+    "lang",
+    "stimulus_id",
+    "step",
+    "x_st",
+    "pole",
+    "passage_id",
+    "base_voice",
+    "status",
+    "y",
+]
+
+
 def continuum_answers(manifest: pd.DataFrame, responses: pd.DataFrame) -> pd.DataFrame:
-    """One row per continuum answer: system, task, lang, stimulus_id, step, pole, passage_id,
+    """One row per continuum answer: system, task, lang, stimulus_id, step, x_st, pole, passage_id,
     base_voice, status and y (1 female / "she", 0 male / "he"; NaN for an answer that names
     neither or both, or a failed call)."""
     from voicebias.scoring.text import score_responses
 
     if responses.empty:
-        return pd.DataFrame(
-            columns=["system", "task", "lang", "stimulus_id", "step", "pole", "passage_id", "base_voice", "status", "y"]
-        )
+        return pd.DataFrame(columns=ANSWER_COLUMNS)
     scored = score_responses(responses)
     y = np.full(len(scored), np.nan)
     describe = (scored["task"] == "describe").to_numpy()
@@ -44,10 +60,10 @@ def continuum_answers(manifest: pd.DataFrame, responses: pd.DataFrame) -> pd.Dat
     other = ~describe
     y[other & (choice == "female")] = 1.0
     y[other & (choice == "male")] = 0.0
-    steps = manifest[["stimulus_id", "step"]].assign(base_voice=manifest["voice_id"])
+    steps = manifest[["stimulus_id", "step", "x_st"]].assign(base_voice=manifest["voice_id"])
     out = scored[["system", "task", "lang", "stimulus_id", "pole", "passage_id", "status"]].assign(y=y)
     out = out.merge(steps, on="stimulus_id", how="left", validate="many_to_one")
-    return out[["system", "task", "lang", "stimulus_id", "step", "pole", "passage_id", "base_voice", "status", "y"]]
+    return out[ANSWER_COLUMNS]
 
 
 def planted_vs_recovered(table: pd.DataFrame, planted: dict[str, dict[str, Any]]) -> pd.DataFrame:
@@ -105,8 +121,8 @@ def run_stage(
 ) -> pd.DataFrame:
     """Stage 'psychometric': every system's continuum answers, scored, fitted per system x task,
     pooled and per language (voicebias.analysis.psychometric), with the reference systems' planted
-    values beside their estimates. Writes psychometric.csv, answers.csv and planted_vs_recovered.csv
-    to `out_dir`, and the counts to `metrics_path`."""
+    values beside their estimates. Writes psychometric.csv, answers.csv, curves.csv and
+    planted_vs_recovered.csv to `out_dir`, and the counts to `metrics_path`."""
     from voicebias.analysis.psychometric import psychometric_table
     from voicebias.cards import load_card
     from voicebias.io import read_table, write_json, write_table
@@ -126,7 +142,8 @@ def run_stage(
     responses = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     answers = continuum_answers(manifest, responses)
     confidence = float(params["analyze"]["confidence"])
-    table = psychometric_table(answers, continuum, poles=list(p["poles"]), confidence=confidence)
+    curves: list[dict] = []
+    table = psychometric_table(answers, continuum, poles=list(p["poles"]), confidence=confidence, curves=curves)
     planted = {
         s: planted_psychometric(params["systems"][s], list(p["poles"]))
         for s in systems
@@ -137,6 +154,7 @@ def run_stage(
     write_table(out_dir / "answers.csv", answers)
     write_table(out_dir / "psychometric.csv", table)
     write_table(out_dir / "planted_vs_recovered.csv", compared)
+    write_table(out_dir / "curves.csv", pd.DataFrame(curves, columns=CURVE_COLUMNS))
     ok = answers["status"] == "ok"
     write_json(
         metrics_path,

@@ -43,6 +43,7 @@ def run_stage(
     manifest: Path = config.STIMULI_MANIFEST,
     cards_dir: Path = config.CARDS_DIR,
     disaggregated: Path | None = None,
+    psychometric_dir: Path | None = None,
 ) -> dict:
     """Build the audit card from the analysis tables and the check metrics (carrier_gate/metrics.json,
     phonation/check_metrics.json), write it as audit_card.json and audit_card.md, then the report with
@@ -55,6 +56,7 @@ def run_stage(
         _metrics(Path(phonation_dir) / "check_metrics.json" if phonation_dir is not None else None),
         provenance,
         voices=voice_design(_table(Path(gate_dir) / "voices.csv"), _sc_voices(params)),
+        psychometric=_table(Path(psychometric_dir) / "psychometric.csv") if psychometric_dir is not None else None,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "audit_card.json", card)
@@ -69,5 +71,6 @@ def run_stage(
         phonation_dir,
         card=card_context(card),
         disaggregated=disaggregated,
+        psychometric_dir=psychometric_dir,
     )
     return {**paths, "card_md": out_dir / "audit_card.md", "card_json": out_dir / "audit_card.json"}

@@ -19,6 +19,7 @@ def run_stage(
     phonation_dir: Path | None = None,
     report_dir: Path | None = None,
     disaggregated: Path | None = None,
+    psychometric: Path | None = None,
 ) -> dict:
     return log_pipeline_run(
         params,
@@ -30,4 +31,5 @@ def run_stage(
         phonation_dir=phonation_dir,
         report_dir=report_dir,
         disaggregated=disaggregated,
+        psychometric=psychometric,
     )

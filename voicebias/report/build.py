@@ -738,6 +738,91 @@ def _template_env() -> jinja2.Environment:
     return env
 
 
+def psychometric_report_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The pooled psychometric rows (lang ALL), one per system x task: slope, PSE per pole and the
+    content's shift of the boundary, each with its 95 % CI, the shift in % VTL, and the status."""
+    rows = []
+    pooled = table[table["lang"] == "ALL"].assign(pole=lambda d: d["pole"].fillna(""))  # "" reads back as NaN
+    for (system, task), g in pooled.groupby(["system", "task"], sort=False):
+        est = g.set_index(["quantity", "pole"])
+        slope = est.loc[("slope", "")]
+        row = {
+            "system": system,
+            "task": task,
+            "n": int(slope["n"]),
+            "slope per st [95% CI]": _ci_text(slope),
+        }
+        for (q, pole), r in est.iterrows():
+            if q == "pse":
+                row[f"PSE {pole} (st) [95% CI]"] = _ci_text(r)
+        shift = est[est.index.get_level_values(0) == "shift"].iloc[0]
+        row["shift (st) [95% CI]"] = _ci_text(shift)
+        row["shift (% VTL)"] = _fmt(shift["estimate_vtl_pct"], 1) if pd.notna(shift["estimate_vtl_pct"]) else "–"
+        row["p (shift)"] = _fmt(shift["p_value"], 3) if pd.notna(shift["p_value"]) else "–"
+        row["status"] = shift["status"] if slope["status"] == "ok" else slope["status"]
+        row["reason"] = shift["reason"] if isinstance(shift["reason"], str) else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _ci_text(r: pd.Series) -> str:
+    if pd.isna(r["estimate"]):
+        return "–"
+    if pd.isna(r["ci_low"]):
+        return _fmt(r["estimate"], 2)
+    return f"{_fmt(r['estimate'], 2)} [{_fmt(r['ci_low'], 2)}, {_fmt(r['ci_high'], 2)}]"
+
+
+def fig_psychometric(answers: pd.DataFrame, table: pd.DataFrame, curves: pd.DataFrame, path: Path) -> None:
+    """One panel per system (rows: tasks): the share of 'female' answers per step and pole (dots), the
+    fitted functions with their pointwise 95 % bands (lines, shaded) and the PSEs (dashed), pooled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = answers[(answers["status"] == "ok") & answers["y"].notna()]
+    systems = list(dict.fromkeys(table["system"]))
+    tasks = list(dict.fromkeys(table["task"]))
+    fig, axes = plt.subplots(
+        len(tasks), max(len(systems), 1), figsize=(3.2 * max(len(systems), 1), 2.8 * len(tasks)), squeeze=False
+    )
+    colours = {"masculine": "#1f77b4", "feminine": "#d62728", "neutral": "#7f7f7f"}
+    for i, task in enumerate(tasks):
+        for j, system in enumerate(systems):
+            ax = axes[i][j]
+            mine = ok[(ok["system"] == system) & (ok["task"] == task)]
+            est = table[(table["system"] == system) & (table["task"] == task) & (table["lang"] == "ALL")]
+            for pole, c in colours.items():
+                pts = mine[mine["pole"] == pole].groupby("x_st")["y"].mean()
+                if len(pts):
+                    ax.plot(pts.index, pts.values, "o", color=c, ms=3, alpha=0.7, label=pole)
+                cv = curves[
+                    (curves["system"] == system)
+                    & (curves["task"] == task)
+                    & (curves["lang"] == "ALL")
+                    & (curves["pole"] == pole)
+                ].sort_values("x_st")
+                if len(cv):
+                    ax.plot(cv["x_st"], cv["p"], "-", color=c, lw=1.2)
+                    ax.fill_between(cv["x_st"], cv["p_low"], cv["p_high"], color=c, alpha=0.15, lw=0)
+                pse = est[(est["quantity"] == "pse") & (est["pole"] == pole)]["estimate"]
+                if len(pse) and pd.notna(pse.iloc[0]):
+                    ax.axvline(float(pse.iloc[0]), color=c, ls="--", lw=0.8)
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_title(f"{system} / {task}", fontsize=8)
+            ax.set_xlabel("F0 above the male endpoint (st)", fontsize=7)
+            if j == 0:
+                ax.set_ylabel("P(female)" if task == "describe" else "P(she)", fontsize=7)
+            ax.tick_params(labelsize=6)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    plt.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def section_texts() -> dict[str, Any]:
     """Report title and each section's title and caption, in report order (templates/sections.yaml)."""
     text = (resources.files("voicebias") / "report" / "templates" / "sections.yaml").read_text(encoding="utf-8")
@@ -783,11 +868,13 @@ def build_report(
     phonation_dir: Path | None = None,
     card: dict[str, Any] | None = None,
     disaggregated: Path | None = None,
+    psychometric_dir: Path | None = None,
 ) -> dict[str, Path]:
     """Write report.md, report.html and figures/ under `out_dir`; `card` (card_context) is shown first.
 
     `disaggregated` (reports/disaggregated/disaggregated.csv) gives the figures and SC tables
     their item-bootstrap CIs and the report its disaggregated section; without it they have none.
+    `psychometric_dir` (reports/psychometric) gives the voice-continuum section and its figure.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_dir = out_dir / "figures"
@@ -839,6 +926,16 @@ def build_report(
         sections.update(sc_sections(sc_dir, phonation_dir, fig_dir, dis))
     if dis is not None:
         sections["disaggregated"] = Section(disaggregated_table(dis))
+    if psychometric_dir is not None and (Path(psychometric_dir) / "psychometric.csv").exists():
+        ps = read_table(Path(psychometric_dir) / "psychometric.csv")
+        if len(ps):
+            fig_psychometric(
+                read_table(Path(psychometric_dir) / "answers.csv"),
+                ps,
+                read_table(Path(psychometric_dir) / "curves.csv"),
+                fig_dir / "psychometric.png",
+            )
+            sections["psychometric"] = Section(psychometric_report_table(ps), "psychometric.png")
     intro_context = {
         "params": params,
         "bank": bank,

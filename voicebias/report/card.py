@@ -367,12 +367,15 @@ def audit_card(
     content_min_or: float = CONTENT_DRIVEN_MIN_OR,
     drift_margin_st: float = DRIFT_MARGIN_ST,
     voices: dict[str, Any] | None = None,
+    psychometric: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The audit card of one run, from its tables alone (no clock, no environment): a JSON-able dict.
 
     S2S systems are those of describe_odds_ratios.csv; continuation systems those of sc/retention.csv.
     Tables that are absent leave their entries empty (None) rather than failing. `voices`
-    (`voice_design`) names the voices each study's stimuli are read in.
+    (`voice_design`) names the voices each study's stimuli are read in. `psychometric`
+    (reports/psychometric/psychometric.csv) gives each S2S system its voice-continuum row
+    (`continuum_shift`).
     """
     analysis_dir = Path(analysis_dir)
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
@@ -405,6 +408,7 @@ def audit_card(
             "misgender": _misgender(rates, system),
             "summarize": _summarize(pron, system),
             "drift": _drift(mixed, system, drift_margin_st),
+            "continuum": {task: continuum_shift(psychometric, system, task) for task in ("describe", "summarize")},
         }
         s2s.append(entry)
     exclusions: dict[str, Any] = {
@@ -494,6 +498,40 @@ def audit_card(
     }
 
 
+def continuum_shift(table: pd.DataFrame | None, system: str, task: str) -> dict[str, Any] | None:
+    """One system x task's pooled voice-continuum result for the card: the content's shift of the
+    boundary in st with its CI, the slope, and a sentence ("content shifts the boundary by X st
+    [CI]", or why there is no boundary). None when the run has no continuum answers for it."""
+    if table is None or not len(table):
+        return None
+    g = table[(table["system"] == system) & (table["task"] == task) & (table["lang"] == "ALL")]
+    if not len(g):
+        return None
+    slope = g[g["quantity"] == "slope"].iloc[0]
+    shift = g[g["quantity"] == "shift"].iloc[0]
+    out = {
+        "shift_st": _num(shift["estimate"]),
+        "ci_low": _num(shift["ci_low"]),
+        "ci_high": _num(shift["ci_high"]),
+        "p_value": _num(shift["p_value"]),
+        "slope_per_st": _num(slope["estimate"]),
+        "slope_ci_low": _num(slope["ci_low"]),
+        "slope_ci_high": _num(slope["ci_high"]),
+        "status": str(shift["status"]),
+    }
+    if slope["status"] != "ok":
+        out["sentence"] = f"no estimate ({slope['status']})"
+    elif not _true(slope["follows_voice"]):
+        out["sentence"] = (
+            f"does not follow the voice (slope {_ci(slope['estimate'], slope['ci_low'], slope['ci_high'])} per st)"
+        )
+    elif out["ci_low"] is None:
+        out["sentence"] = f"content shifts the boundary by {_f(out['shift_st'])} st (no CI)"
+    else:
+        out["sentence"] = f"content shifts the boundary by {_ci(out['shift_st'], out['ci_low'], out['ci_high'])} st"
+    return out
+
+
 def voice_design(certificates: pd.DataFrame | None, sc_voices: dict[str, list[str]] | None) -> dict[str, Any]:
     """The voices of the run, for the card: per language and gender the S2S input voices with how
     many the carrier gate certified (reports/carrier_gate/voices.csv), and the SC prompt voices.
@@ -572,6 +610,7 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
                 ),
                 "measure": dr["measure"] or "–",
                 "RQ1 generalises over": dr.get("generalises_over") or "–",
+                "voice continuum (describe)": ((s.get("continuum") or {}).get("describe") or {}).get("sentence", "–"),
             }
         )
     tables = {"card_s2s": pd.DataFrame(rows)}

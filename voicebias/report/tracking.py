@@ -188,7 +188,38 @@ def _record(
     }
 
 
-def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
+def _psychometric(rows: pd.DataFrame) -> dict[str, Any]:
+    """The voice-continuum metrics of one system x language x task (psychometric/...)."""
+    m: dict[str, Any] = {}
+    for r in rows.to_dict("records"):
+        q = r["quantity"]
+        if q == "slope":
+            m.update(
+                {
+                    "psychometric/slope_per_st": r["estimate"],
+                    "psychometric/slope_ci_low": r["ci_low"],
+                    "psychometric/slope_ci_high": r["ci_high"],
+                    "psychometric/follows_voice": _bool(r["follows_voice"]),
+                }
+            )
+        elif q == "pse":
+            m[f"psychometric/pse_st/{_key(r['pole'])}"] = r["estimate"]
+        elif q == "shift":
+            m.update(
+                {
+                    "psychometric/shift_st": r["estimate"],
+                    "psychometric/shift_ci_low": r["ci_low"],
+                    "psychometric/shift_ci_high": r["ci_high"],
+                    "psychometric/shift_p": r["p_value"],
+                    "psychometric/shift_vtl_pct": r["estimate_vtl_pct"],
+                }
+            )
+        elif q in ("guess", "lapse"):
+            m[f"psychometric/{q}"] = r["estimate"]
+    return m
+
+
+def child_records(analysis_dir: Path, psychometric: Path | None = None) -> list[dict[str, Any]]:
     """One record per system x language x task of the analysis tables: its results as metrics.
 
     Every child has its compliance counts (compliance/...) and its counted exclusions by stage and
@@ -201,7 +232,9 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
     misaligned-minus-neutral contrast with CI and p, converged as 0/1), whose rows of
     rq1_mixed_models.csv go with the record as a table artifact; injection controls add
     injection/... NaN and infinite values are not logged: the child's tag
-    `voicebias.skipped_metrics` names them.
+    `voicebias.skipped_metrics` names them. Given `psychometric` (reports/psychometric/psychometric.csv),
+    describe and summarize children add their voice-continuum fit (psychometric/...: slope with CI,
+    follows_voice as 0/1, PSE per pole, the content shift with CI, p and % VTL, guess and lapse).
     """
     from voicebias.io import read_table
 
@@ -263,6 +296,17 @@ def child_records(analysis_dir: Path) -> list[dict[str, Any]]:
         records.append(_record(system, "ALL", "describe", m, tags))
     for p in pron.to_dict("records"):
         records.append(_record(p["system"], "ALL", "summarize", _pronouns(pd.Series(p)), {}))
+    table = _optional(Path(psychometric)) if psychometric is not None else None
+    if table is not None and len(table):
+        for rec in records:
+            rows = _rows(table, system=rec["system"], lang=rec["lang"], task=rec["task"])
+            if len(rows):
+                extra = _psychometric(rows)
+                skipped = _skipped(extra)
+                rec["metrics"].update(_metrics(extra))
+                if skipped:
+                    old = rec["tags"].get("voicebias.skipped_metrics")
+                    rec["tags"] = {**rec["tags"], "voicebias.skipped_metrics": ",".join(filter(None, [old, *skipped]))}
     return records
 
 
@@ -565,6 +609,7 @@ def log_pipeline_run(
     run_log: Path | None = None,
     report_dir: Path | None = None,
     disaggregated: Path | None = None,
+    psychometric: Path | None = None,
 ) -> dict[str, Any]:
     """Log the parent run and its children, once per pipeline state.
 
@@ -575,7 +620,9 @@ def log_pipeline_run(
     carries its results as metrics (`child_records`), its responses table as a dataset
     input and its RQ1 fit rows as tables/rq1_mixed_models.csv. Given `disaggregated`
     (reports/disaggregated/disaggregated.csv), the parent carries it under tables/ and
-    each S2S child its own rows (system, task and language) as tables/disaggregated.csv.
+    each S2S child its own rows (system, task and language) as tables/disaggregated.csv. Given
+    `psychometric` (reports/psychometric/psychometric.csv), describe and summarize children carry
+    their voice-continuum fit (`child_records`).
 
     Writes `out_path` (the store's state marker, a declared DVC output): the pipeline
     state, the experiment and the names of the parent and child runs, all functions of
@@ -596,8 +643,10 @@ def log_pipeline_run(
     client = MlflowClient(uri)  # no global mlflow.set_tracking_uri: it would leak into the environment
     name = params["tracking"]["experiment"]
     exp_id = _experiment(client, name, uri)
-    records = child_records(analysis_dir)
+    records = child_records(analysis_dir, psychometric)
     inputs = [analysis_dir, gate_dir / "metrics.json", gate_dir / "gate.csv", manifest_path]
+    if psychometric is not None and Path(psychometric).exists():
+        inputs.append(Path(psychometric))
     if sc_dir is not None and phonation_dir is not None:
         records += sc_child_records(params, sc_dir, phonation_dir)
         inputs += [sc_dir, phonation_dir / "check_metrics.json", phonation_dir / "manipulation_check.csv"]

@@ -253,6 +253,18 @@ def test_build_report_writes_both_formats_from_the_stage_outputs(tmp_path):
         assert f"<h2>{texts[key]['title']}</h2>" in page
     assert (tmp_path / "figures" / "odds_ratio_forest.png").stat().st_size > 0
     assert texts["sc_success"]["title"] not in md  # no SC directories given
+    assert texts["psychometric"]["title"] not in md  # no continuum given
+    with_continuum = report.build_report(
+        params,
+        analysis,
+        config.REPORTS / "carrier_gate",
+        config.REPORTS / "bank" / "metrics.json",
+        tmp_path / "with",
+        psychometric_dir=config.REPORTS / "psychometric",
+    )
+    md = with_continuum["md"].read_text(encoding="utf-8")
+    assert f"## {texts['psychometric']['title']}" in md and "figures/psychometric.png" in md
+    assert "shift (st) [95% CI]" in md and (tmp_path / "with" / "figures" / "psychometric.png").stat().st_size > 0
 
 
 def _sc_dis_and_tables():

@@ -546,7 +546,18 @@ def test_report_stage_writes_the_card_and_hands_it_to_the_report(tmp_path, monke
     (phon / "check_metrics.json").write_text(json.dumps(CHECK))
     seen = {}
 
-    def fake_build(params, analysis_dir, gate, bank, out_dir, sc_dir, phonation_dir, card=None, disaggregated=None):
+    def fake_build(
+        params,
+        analysis_dir,
+        gate,
+        bank,
+        out_dir,
+        sc_dir,
+        phonation_dir,
+        card=None,
+        disaggregated=None,
+        psychometric_dir=None,
+    ):
         seen["card"] = card
         return {"md": out_dir / "report.md", "html": out_dir / "report.html"}
 
@@ -588,3 +599,25 @@ def test_the_drift_verdict_says_what_its_fits_hold_over(card, tmp_path):
     drifting = next(s for s in again["s2s"] if s["system"] == "drifting")
     assert drifting["drift"]["generalises_over"] == "passages and 3 voices per gender (random)"
     assert "passages and 3 voices per gender (random)" in set(C.card_tables(again)["card_s2s"]["RQ1 generalises over"])
+
+
+def test_the_card_row_states_the_content_shift_of_the_voice_boundary():
+    from tests.support.continuum_design import CONTINUUM, continuum_answers
+    from voicebias.analysis.psychometric import psychometric_table
+    from voicebias.report.card import continuum_shift
+
+    parts = [
+        continuum_answers(1, shift=-2.5, passages=20).assign(system="mixed", task="describe"),
+        continuum_answers(2, slope=0.0, shift=0.0, passages=20).assign(system="content_driven", task="describe"),
+    ]
+    table = psychometric_table(pd.concat(parts, ignore_index=True), CONTINUUM)
+    mixed = continuum_shift(table, "mixed", "describe")
+    row = table[(table["system"] == "mixed") & (table["lang"] == "ALL") & (table["quantity"] == "shift")].iloc[0]
+    assert mixed["shift_st"] == pytest.approx(row["estimate"]) and mixed["ci_low"] == pytest.approx(row["ci_low"])
+    assert mixed["ci_high"] < 0
+    assert mixed["sentence"] == (
+        f"content shifts the boundary by {row['estimate']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}] st"
+    )
+    flat = continuum_shift(table, "content_driven", "describe")
+    assert flat["sentence"].startswith("does not follow the voice (slope ") and flat["ci_low"] is None
+    assert continuum_shift(table, "mixed", "summarize") is None and continuum_shift(None, "mixed", "describe") is None

@@ -383,3 +383,35 @@ def test_dvc_outs_reads_the_lock_as_the_pure_python_parser_does(tmp_path):
         encoding="utf-8",
     )
     assert dvc_outs(odd) == {"data/x": "0123.dir"} and dvc_outs(tmp_path / "none.lock") == {}
+
+
+def test_describe_and_summarize_children_carry_their_voice_continuum_fit(pipeline_outputs):
+    from tests.support.continuum_design import CONTINUUM, continuum_answers
+    from voicebias.analysis.psychometric import psychometric_table
+    from voicebias.report.tracking import child_records
+
+    _, tmp, _ = pipeline_outputs
+    answers = pd.concat(
+        [
+            continuum_answers(k, shift=-2.0, passages=12).assign(system=s, task=t)
+            for k, (s, t) in enumerate([("voice_faithful", "describe"), ("voice_faithful", "summarize")])
+        ],
+        ignore_index=True,
+    )
+    table = psychometric_table(answers, CONTINUUM)
+    write_table(tmp / "psychometric.csv", table)
+    table = read_table(tmp / "psychometric.csv")  # as the stage wrote it (10 significant digits)
+    records = {
+        (r["system"], r["lang"], r["task"]): r for r in child_records(tmp / "analysis", tmp / "psychometric.csv")
+    }
+    for task in ("describe", "summarize"):
+        m = records[("voice_faithful", "ALL", task)]["metrics"]
+        rows = table[(table["task"] == task) & (table["lang"] == "ALL")].set_index("quantity")
+        assert m["psychometric/slope_per_st"] == rows.loc["slope", "estimate"]
+        assert m["psychometric/shift_st"] == rows.loc["shift", "estimate"]
+        assert m["psychometric/shift_ci_high"] == rows.loc["shift", "ci_high"] < 0
+        assert m["psychometric/follows_voice"] == 1.0
+        assert m["psychometric/pse_st/feminine"] == rows.loc["pse"].set_index("pole").loc["feminine", "estimate"]
+    assert not any(k.startswith("psychometric/") for k in records[("content_driven", "ALL", "describe")]["metrics"])
+    # without the table the children are as before
+    assert not any(k.startswith("psychometric/") for r in child_records(tmp / "analysis") for k in r["metrics"])

@@ -55,7 +55,7 @@ def _answers(system: str, params: dict, passages: int, seed: int) -> tuple[pd.Da
             for v in ("en-us+m3", "en-us+f3"):
                 for step in range(CONTINUUM.steps):
                     sid = f"{pid}-{v}-s{step}"
-                    man.append({"stimulus_id": sid, "step": step, "voice_id": v})
+                    man.append({"stimulus_id": sid, "step": step, "x_st": CONTINUUM.semitones(step), "voice_id": v})
                     p = planted_p_female_continuum(params, pole, CONTINUUM.semitones(step))
                     female = rng.random() < p
                     for task, text in (
@@ -102,7 +102,7 @@ def test_planted_slope_boundaries_and_shift_are_recovered_from_scored_answers():
 
 
 def test_an_unscorable_answer_is_left_out_not_guessed():
-    man = pd.DataFrame([{"stimulus_id": "a", "step": 0, "voice_id": "v"}])
+    man = pd.DataFrame([{"stimulus_id": "a", "step": 0, "x_st": 0.0, "voice_id": "v"}])
     resp = pd.DataFrame(
         [
             {
