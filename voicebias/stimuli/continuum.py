@@ -1,7 +1,8 @@
 """A voice continuum: one passage's voice moved in equal steps from a male to a female endpoint.
 
-Each step is made offline from a base voice's rendering with Praat's "Change gender" (PSOLA with a
-formant shift ratio, through parselmouth): the F0 median is set to the step's target and the
+Each step is made offline from a base voice's rendering by the manipulation of Praat's "Change
+gender" (formant shift by resampling, pitch by PSOLA, through parselmouth; the duration restored by
+WSOLA, so that every step is reproducible): the F0 median is set to the step's target and the
 formants are scaled by the ratio that brings the base voice's measured formant index to the step's.
 F0 moves in equal semitone steps and the formant scale in equal steps of log ratio between
 documented endpoints (Hillenbrand et al., 1995), so one coordinate places a step on both; the F0-only
@@ -130,15 +131,78 @@ class Continuum:
         return pd.DataFrame(rows)
 
 
+def wsola(x: np.ndarray, sr: int, stretch: float, frame_s: float = 0.04, tolerance_s: float = 0.01) -> np.ndarray:
+    """`x` time-stretched by `stretch` (output duration = stretch x input) with pitch and formants
+    kept: waveform-similarity overlap-add (Verhelst & Roelands, 1993). Each Hann-windowed frame
+    (`frame_s`, half-frame hop) is taken from within `tolerance_s` of its nominal place where it
+    best continues the previous frame (cross-correlation). Deterministic.
+
+    >>> import numpy as np
+    >>> t = np.arange(16000) / 16000
+    >>> y = wsola(np.sin(2 * np.pi * 200 * t), 16000, 1.25)
+    >>> len(y), round(float(np.abs(np.fft.rfft(y)).argmax() * 16000 / len(y)))
+    (20000, 200)
+    """
+    x = np.asarray(x, float)
+    n = int(round(frame_s * sr)) // 2 * 2
+    hs = n // 2
+    ha = hs / float(stretch)
+    tol = int(round(tolerance_s * sr))
+    win = np.hanning(n + 1)[:n]
+    out_len = int(round(len(x) * stretch))
+    frames = int(np.ceil(out_len / hs)) + 1
+    tail = max(0, int(np.ceil(frames * ha)) - len(x)) + 2 * n + tol
+    pad = np.concatenate([np.zeros(tol + n), x, np.zeros(tail)])
+    off = tol + n  # where x[0] sits in pad
+    y = np.zeros(frames * hs + n)
+    norm = np.zeros_like(y)
+    prev: int | None = None
+    for m in range(frames):
+        nominal = int(round(m * ha))
+        if prev is None:
+            start = nominal
+        else:
+            target = pad[off + prev + hs : off + prev + hs + n] * win  # the natural continuation
+            lo = nominal - tol
+            candidates = np.lib.stride_tricks.sliding_window_view(pad[off + lo : off + lo + n + 2 * tol], n)
+            start = lo + int(np.argmax(candidates @ target))
+        y[m * hs : m * hs + n] += win * pad[off + start : off + start + n]
+        norm[m * hs : m * hs + n] += win
+        prev = start
+    norm[norm < 1e-8] = 1.0
+    return (y / norm)[:out_len]
+
+
 def change_gender(x: np.ndarray, sr: int, formant_ratio: float, f0_hz: float) -> np.ndarray:
-    """Praat's "Change gender" on one mono signal: formants scaled by `formant_ratio`, the F0
-    median set to `f0_hz`, pitch range and duration unchanged. Same length and rate as `x`."""
+    """The manipulation of Praat's "Change gender", made reproducible: formants scaled by
+    `formant_ratio` and the F0 median set to `f0_hz`, duration and pitch range kept.
+
+    As Praat does, the formants are shifted by resampling (the sound resampled to sr / ratio and
+    played at sr: every frequency x ratio, the duration / ratio) and the pitch is set by PSOLA
+    (Praat's Manipulation, overlap-add, pitch tier x f0_hz / median). Praat restores the
+    duration by PSOLA too, which draws random numbers (its output differs run to run); here the
+    sound is first stretched by the ratio with WSOLA (`wsola`), so the resampling brings it back
+    to its own duration and the PSOLA step only moves the pitch, which is deterministic. Same
+    length and rate as `x`."""
     import parselmouth
     from parselmouth.praat import call
 
-    snd = parselmouth.Sound(np.asarray(x, float), float(sr))
-    out = call(snd, "Change gender", PITCH_RANGE_HZ[0], PITCH_RANGE_HZ[1], float(formant_ratio), float(f0_hz), 1.0, 1.0)
-    y = np.asarray(out.values[0], float)
+    k = float(formant_ratio)
+    x = np.asarray(x, float)
+    snd = parselmouth.Sound(wsola(x, sr, k) if k != 1.0 else x, float(sr))
+    if k != 1.0:
+        snd = call(snd, "Resample", sr / k, 50)
+        call(snd, "Override sampling frequency", float(sr))
+    floor, ceiling = PITCH_RANGE_HZ[0] * min(k, 1.0), PITCH_RANGE_HZ[1] * max(k, 1.0)
+    median = call(call(snd, "To Pitch", 0.01, floor, ceiling), "Get quantile", 0, 0, 0.5, "Hertz")
+    y = np.asarray(snd.values[0], float)
+    if np.isfinite(median) and median > 0:
+        manip = call(snd, "To Manipulation", 0.01, floor, ceiling)
+        tier = call(manip, "Extract pitch tier")
+        if call(tier, "Get number of points") > 0:
+            call(tier, "Multiply frequencies", snd.xmin, snd.xmax, float(f0_hz) / median)
+            call([tier, manip], "Replace pitch tier")
+            y = np.asarray(call(manip, "Get resynthesis (overlap-add)").values[0], float)
     return y[: len(x)] if len(y) >= len(x) else np.pad(y, (0, len(x) - len(y)))
 
 

@@ -108,3 +108,24 @@ def test_the_check_counts_off_target_out_of_order_and_unmeasurable_steps():
     t2.loc[2, "formant_index"] += 0.02  # both within 0.03 of their targets, 0.035 apart
     t2.loc[3, "formant_index"] -= 0.02
     assert cm.manipulation_check(t2).set_index("step").loc[3, "reason"] == "not_monotone"
+
+
+def test_a_step_is_the_same_samples_every_time_it_is_made():
+    # Praat's own "Change gender" restores the duration by PSOLA, which draws random numbers
+    x, sr = _reader("M", 0)
+    a = cm.change_gender(x, sr, 1.12, 175.0)
+    assert np.array_equal(a, cm.change_gender(x, sr, 1.12, 175.0)) and len(a) == len(x)
+
+
+def test_wsola_keeps_the_pitch_and_stretches_the_time():
+    sr = 16000
+    t = np.arange(sr) / sr
+    x = np.sin(2 * np.pi * 150 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))  # a 3 Hz envelope
+    for stretch in (0.85, 1.2):
+        y = cm.wsola(x, sr, stretch)
+        assert len(y) == round(sr * stretch)
+        spectrum = np.abs(np.fft.rfft(y * np.hanning(len(y))))
+        assert np.fft.rfftfreq(len(y), 1 / sr)[spectrum.argmax()] == pytest.approx(150, abs=1.5)
+        env = np.abs(np.fft.rfft(np.abs(y) - np.abs(y).mean()))
+        f_env = np.fft.rfftfreq(len(y), 1 / sr)[1 + env[1:200].argmax()]
+        assert f_env == pytest.approx(3 / stretch, abs=0.5)  # the envelope slows down with the stretch
