@@ -212,8 +212,14 @@ def test_an_experiment_on_one_system_reruns_only_that_system_and_moves_only_its_
     path.write_text(text.replace(old, old.replace("0.05", "0.0").replace("0.02", "0.0")), encoding="utf-8")
     status = json.loads(sh("dvc status --json", repo).stdout)
     # the params check re-runs on any change; its record is unchanged, so only the readers of the change
-    # follow: the system's respond stage (the analysis reads what it records, the planted truth included)
-    assert set(status) - set(ALWAYS_RUNS) == {"respond@voice_faithful", "params"}
+    # follow: the system's respond stages (the analysis reads what respond records, the planted truth
+    # included) and the psychometric stage, which reads every system's planted function
+    assert set(status) - set(ALWAYS_RUNS) == {
+        "respond@voice_faithful",
+        "continuum_respond@voice_faithful",
+        "psychometric",
+        "params",
+    }
     res = sh("dvc exp run", repo)
     ran = {line.split("'")[1] for line in res.stdout.splitlines() if line.startswith("Running stage")}
     assert not any(name in s for s in ran for name in ("content_driven", "mixed", "drifting")), ran

@@ -122,7 +122,7 @@ def run_stage(
     """Stage 'psychometric': every system's continuum answers, scored, fitted per system x task,
     pooled and per language (voicebias.analysis.psychometric), with the reference systems' planted
     values beside their estimates. Writes psychometric.csv, answers.csv, curves.csv and
-    planted_vs_recovered.csv to `out_dir`, and the counts to `metrics_path`."""
+    planted_vs_recovered.csv to `out_dir`, and the counts per system to `metrics_path`."""
     from voicebias.analysis.psychometric import psychometric_table
     from voicebias.cards import load_card
     from voicebias.io import read_table, write_json, write_table
@@ -155,16 +155,22 @@ def run_stage(
     write_table(out_dir / "psychometric.csv", table)
     write_table(out_dir / "planted_vs_recovered.csv", compared)
     write_table(out_dir / "curves.csv", pd.DataFrame(curves, columns=CURVE_COLUMNS))
-    ok = answers["status"] == "ok"
-    write_json(
-        metrics_path,
-        {
-            "answers": int(len(answers)),
+    # per system, so that a change to one system moves only its own keys (`dvc metrics diff`)
+    metrics: dict[str, Any] = {}
+    for system in systems:
+        a = answers[answers["system"] == system]
+        ok = a["status"] == "ok"
+        mine = compared[compared["system"] == system]
+        metrics[system] = {
+            "answers": int(len(a)),
             "failed_calls": int((~ok).sum()),
-            "unscorable": int((ok & answers["y"].isna()).sum()),
-            "fits": int(table[["system", "task", "lang"]].drop_duplicates().shape[0]),
-            "planted_recovered": int(compared["recovered"].sum()),
-            "planted_values": int(len(compared)),
-        },
-    )
+            "unscorable": int((ok & a["y"].isna()).sum()),
+            "fits": int(table.loc[table["system"] == system, ["task", "lang"]].drop_duplicates().shape[0]),
+            **(
+                {"planted_recovered": int(mine["recovered"].sum()), "planted_values": int(len(mine))}
+                if len(mine)
+                else {}
+            ),
+        }
+    write_json(metrics_path, metrics)
     return table
