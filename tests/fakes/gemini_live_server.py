@@ -34,6 +34,7 @@ import base64
 import datetime
 import hashlib
 import json
+import math
 import re
 import ssl
 import threading
@@ -127,6 +128,7 @@ class FakeGeminiLiveServer:
         self.hang_s = hang_s
         self.sessions: list[Session] = []
         self.attempts: dict[str, int] = defaultdict(int)
+        self.usage_sent: list[dict] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -301,13 +303,14 @@ class FakeGeminiLiveServer:
         elif outcome == "hang":
             await asyncio.sleep(self.hang_s)
         else:
-            await self._reply(ws, fp, audio=(outcome != "noaudio"))
+            await self._reply(ws, fp, audio=(outcome != "noaudio"), in_s=len(pcm) / 2 / 16000)
         try:
             await ws.wait_closed()
         except Exception:
             pass
 
-    async def _reply(self, ws, fp: str, audio: bool) -> None:
+    async def _reply(self, ws, fp: str, audio: bool, in_s: float = 0.0) -> None:
+        out_s = 0.4 if audio else 0.0
         if audio:
             t = np.arange(int(OUT_RATE * 0.4)) / OUT_RATE
             tone = (0.3 * np.sin(2 * np.pi * (180 + int(fp[:4], 16) % 100) * t) * 32767).astype("<i2").tobytes()
@@ -334,4 +337,21 @@ class FakeGeminiLiveServer:
         for piece in ("reply ", f"to {fp[:12]}"):
             await ws.send(json.dumps({"serverContent": {"outputTranscription": {"text": piece}}}))
         await ws.send(json.dumps({"serverContent": {"generationComplete": True}}))
-        await ws.send(json.dumps({"serverContent": {"turnComplete": True}, "usageMetadata": {"totalTokenCount": 321}}))
+        # the usage the Live API reports, per modality: audio at 32 tokens a second (Gemini's
+        # documented rate), the system instruction as 12 text tokens, the transcript as 3
+        usage = {
+            "promptTokenCount": 12 + math.ceil(32 * in_s),
+            "responseTokenCount": 3 + math.ceil(32 * out_s),
+            "totalTokenCount": 15 + math.ceil(32 * in_s) + math.ceil(32 * out_s),
+            "promptTokensDetails": [
+                {"modality": "TEXT", "tokenCount": 12},
+                {"modality": "AUDIO", "tokenCount": math.ceil(32 * in_s)},
+            ],
+            "responseTokensDetails": [
+                {"modality": "TEXT", "tokenCount": 3},
+                {"modality": "AUDIO", "tokenCount": math.ceil(32 * out_s)},
+            ],
+        }
+        with self._lock:
+            self.usage_sent.append(usage)
+        await ws.send(json.dumps({"serverContent": {"turnComplete": True}, "usageMetadata": usage}))

@@ -85,6 +85,7 @@ class FakeOpenAIAudioServer(CrashableServer):
         self.transcript = transcript or (lambda fp, body: f"reply to {fp[:12]}")
         self.with_transcript = with_transcript
         self.attempts: dict[str, int] = defaultdict(int)
+        self.usage_sent: list[dict] = []
 
     # -- protocol ----------------------------------------------------------------
     def _send_json(self, h: BaseHTTPRequestHandler, status: int, obj: dict, headers: dict | None = None) -> None:
@@ -220,5 +221,42 @@ class FakeOpenAIAudioServer(CrashableServer):
             "model": f"{body['model']}-2025-06-03",
             "system_fingerprint": "fp_fake",
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 120, "completion_tokens": 40, "total_tokens": 160},
+            "usage": self._usage(body, message),
         }
+
+    def _usage(self, body: dict, message: dict) -> dict:
+        """The usage block the API sends, with its token details: the input audio at 10 tokens a
+        second, the text parts at one token a word plus 7 for the chat template, the reply's audio
+        at 20 tokens a second and its transcript (or content) at one token a word. Every usage
+        sent is kept in `usage_sent`, for tests that sum it by hand."""
+        words, seconds = 7, 0.0
+        for m in body["messages"]:
+            content = m.get("content")
+            if isinstance(content, str):
+                words += len(content.split())
+            for p in content if isinstance(content, list) else []:
+                if p.get("type") == "text":
+                    words += len(p["text"].split())
+                elif p.get("type") == "input_audio":
+                    info = sf.info(io.BytesIO(base64.b64decode(p["input_audio"]["data"])))
+                    seconds += info.frames / info.samplerate
+        audio_in = int(np.ceil(seconds * 10))
+        audio = message.get("audio")
+        out_text = len(((audio or {}).get("transcript") or message.get("content") or "").split())
+        audio_out = 0
+        if audio:
+            raw = base64.b64decode(audio["data"])
+            frames = (
+                len(raw) // 2 if (body.get("audio") or {}).get("format") == "pcm16" else sf.info(io.BytesIO(raw)).frames
+            )
+            audio_out = int(np.ceil(20 * frames / OUT_RATE))
+        usage = {
+            "prompt_tokens": words + audio_in,
+            "completion_tokens": out_text + audio_out,
+            "total_tokens": words + audio_in + out_text + audio_out,
+            "prompt_tokens_details": {"audio_tokens": audio_in, "cached_tokens": 0, "text_tokens": words},
+            "completion_tokens_details": {"audio_tokens": audio_out, "reasoning_tokens": 0, "text_tokens": out_text},
+        }
+        with self._lock:
+            self.usage_sent.append(usage)
+        return usage

@@ -87,6 +87,7 @@ class FakeVLLMOmniServer(CrashableServer):
         self.root = root or model
         self.max_model_len = max_model_len
         self.plan = {k: list(v) for k, v in (plan or {}).items()}
+        self.usage_sent: list[dict] = []
         self.api_key, self.hang_s, self.latency_s = api_key, hang_s, latency_s
         self.gets: list[str] = []
         self.attempts: dict[str, int] = defaultdict(int)
@@ -265,5 +266,21 @@ class FakeVLLMOmniServer(CrashableServer):
             "created": now,
             "model": self.model,
             "choices": choices,
-            "usage": {"prompt_tokens": 90, "completion_tokens": 30, "total_tokens": 120},
+            "usage": self._usage(fp, text),
         }
+
+    def _usage(self, fp: str, text: dict) -> dict:
+        """vLLM's usage block: totals only, `prompt_tokens_details` null (no split by modality);
+        the prompt counts 40 to 295 tokens by input, the reply one token a word. Every usage sent
+        is kept in `usage_sent`."""
+        prompt = 40 + int(fp[:2], 16) if fp != "?" else 40
+        completion = len(str(text.get("content") or "").split())
+        usage = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+            "prompt_tokens_details": None,
+        }
+        with self._lock:
+            self.usage_sent.append(usage)
+        return usage

@@ -204,7 +204,10 @@ class GeminiLiveSystem(S2SSystem):
                     raise TransientError("the Live session ended before the turn completed")
             usage = getattr(msg, "usage_metadata", None)
             if usage is not None:
-                prov["usage"] = {"total_token_count": getattr(usage, "total_token_count", None)}
+                # as the server sent it, tokens per modality included (voicebias.cost reads it)
+                prov["usage"] = (
+                    usage.model_dump(mode="json", exclude_none=True) if hasattr(usage, "model_dump") else usage
+                )
         if not audio_parts:
             said = "".join(text).strip()
             return S2SResponse.failed(

@@ -202,7 +202,8 @@ class OpenAIAudioSystem(S2SSystem):
         }
         usage = getattr(completion, "usage", None)
         if usage is not None:
-            prov["usage"] = {k: getattr(usage, k, None) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+            # as the server sent it, token details included (voicebias.cost reads it)
+            prov["usage"] = usage.model_dump(mode="json", exclude_none=True) if hasattr(usage, "model_dump") else usage
         if not completion.choices:
             return S2SResponse.failed("reply has no choices", **prov)
         choice = completion.choices[0]

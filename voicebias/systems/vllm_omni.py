@@ -378,7 +378,7 @@ class VLLMOmniSystem(S2SSystem):
             "output_voice": self.card.get("output_voice"),
         }
         if isinstance(reply.get("usage"), dict):
-            prov["usage"] = {k: reply["usage"].get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+            prov["usage"] = reply["usage"]  # as the server sent it (voicebias.cost reads it)
         choices = [c for c in (reply.get("choices") or []) if isinstance(c, dict)]
         if not choices:
             return S2SResponse.failed("reply has no choices", **prov)

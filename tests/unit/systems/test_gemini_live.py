@@ -9,10 +9,14 @@ none answered twice, answers never cross between stimuli.
 
 from __future__ import annotations
 
+import math
+
 import pytest
+import soundfile as sf
 
 from tests.fakes.gemini_live_server import FakeGeminiLiveServer, pcm_fingerprint
 from tests.fakes.stimuli import make_stimuli
+from voicebias.cost import tokens
 from voicebias.errors import SetupError
 from voicebias.systems.base import S2SRequest
 from voicebias.systems.catalog import build_system
@@ -58,7 +62,13 @@ def test_session_has_the_documented_shape(tmp_path, server_factory):
     assert session.fingerprint == pcm_fingerprint(tmp_path / s.path)  # the whole passage, in one turn
     assert resp.status == "ok" and resp.transcript == f"reply to {session.fingerprint[:12]}"
     assert resp.sample_rate == 24000 and resp.audio.size == 9600  # both audio chunks, joined
-    assert resp.provenance["voice"] == "Kore" and resp.provenance["usage"]["total_token_count"] == 321
+    assert resp.provenance["voice"] == "Kore"
+    # the usage per modality, as the Live API reported it, read by kind
+    counts = tokens(resp.provenance["usage"])
+    seconds = sf.info(str(tmp_path / s.path)).duration
+    assert counts["input_audio"] == math.ceil(32 * seconds) and counts["input_text"] == 12
+    assert counts["output_audio"] == math.ceil(32 * 0.4) and counts["output_text"] == 3
+    assert counts["input"] + counts["output"] == resp.provenance["usage"]["total_token_count"]
 
 
 def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, server_factory):

@@ -9,13 +9,16 @@ answered twice, answers never cross between stimuli, and concurrency stays bound
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
+import soundfile as sf
 
 from tests.fakes.openai_server import FakeOpenAIAudioServer, fingerprint_file
 from tests.fakes.stimuli import make_stimuli
 from voicebias.cards import load_card
+from voicebias.cost import tokens
 from voicebias.errors import SetupError
 from voicebias.systems.base import S2SRequest
 from voicebias.systems.catalog import build_system
@@ -134,7 +137,15 @@ def test_faults_end_succeeded_or_failed_none_lost_none_duplicated(tmp_path, monk
         assert counts["attempts"] == sum(expected_attempts.values()) + 13
         validate_responses(table)
         prov = json.loads(by_id.loc[stim.stimulus_id[0], "provenance"])
-        assert prov["response_id"].startswith("chatcmpl-") and prov["usage"]["total_tokens"] == 160
+        assert prov["response_id"].startswith("chatcmpl-")
+        # the usage is kept as the server sent it, token details included, and read by kind
+        counts = tokens(prov["usage"])
+        assert (
+            prov["usage"] in server.usage_sent and counts["input"] + counts["output"] == prov["usage"]["total_tokens"]
+        )
+        seconds = sf.info(str(tmp_path / stim.path[0])).duration
+        assert counts["input_audio"] == math.ceil(10 * seconds) and counts["output_audio"] == math.ceil(20 * 0.3)
+        assert counts["output_text"] == 3  # "reply to <fingerprint>"
         assert by_id.loc[stim.stimulus_id[0], "model_revision"] == "gpt-4o-audio-preview-2025-06-03"
 
         # a re-run calls only what failed; finished calls come from the cache
