@@ -2,9 +2,10 @@
 
 A card records what the audit needs to name the system: `adapter`, `checkpoint`,
 `revision`, `output_voice` (per language), `licence` and `memory`, plus optional
-`requires` (env / gpu / checkout / weights) read by the preflight, and an optional
+`requires` (env / gpu / checkout / weights) read by the preflight, an optional
 `weights` list of the Hugging Face hub repositories `voicebias fetch` downloads
-(see :func:`validate_weights`). docs/extending/system.md shows a whole card.
+(see :func:`validate_weights`) and an optional dated `pricing` table
+(:func:`voicebias.cost.validate_pricing`). docs/extending/system.md shows a whole card.
 """
 
 from __future__ import annotations
@@ -128,4 +129,8 @@ def load_card(name: str, cards_dir: Path = CARDS_DIR) -> dict[str, Any]:
             raise ConfigError(f"system card {path} lacks '{key}'")
     if "weights" in card:
         card["weights"] = validate_weights(card["weights"], f"system card {path}")
+    if "pricing" in card:
+        from voicebias.cost import validate_pricing
+
+        card["pricing"] = validate_pricing(card["pricing"], f"system card {path}")
     return card
