@@ -17,5 +17,6 @@ if __name__ == "__main__":
         phonation_dir=config.PHONATION_REPORTS,
         disaggregated=config.DISAGGREGATED,
         psychometric_dir=config.PSYCHOMETRIC_DIR,
+        usage_table=config.USAGE_TABLE,
         stage="report",
     )

@@ -19,5 +19,6 @@ if __name__ == "__main__":
         report_dir=config.REPORT_DIR,
         disaggregated=config.DISAGGREGATED,
         psychometric=config.PSYCHOMETRIC_TABLE,
+        usage=config.USAGE_TABLE,
         stage="tracking",
     )

@@ -36,7 +36,8 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
     odds = pd.read_csv(repo / "reports" / "analysis" / "describe_odds_ratios.csv")
     rates = pd.read_csv(repo / "reports" / "analysis" / "describe_misgender.csv")
     psy = pd.read_csv(repo / "reports" / "psychometric" / "psychometric.csv")
-    checked, continuum = 0, 0
+    usage = pd.read_csv(repo / "reports" / "usage" / "usage.csv")
+    checked, continuum, used = 0, 0, 0
     for r in runs:
         tags = {t["key"]: t["value"] for t in r["data"].get("tags", [])}
         metrics = {m["key"]: m["value"] for m in r["data"].get("metrics", [])}
@@ -49,6 +50,12 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
         if len(slope) and pd.notna(slope.iloc[0]["estimate"]):  # the voice continuum's fit
             assert metrics["psychometric/slope_per_st"] == pytest.approx(slope.iloc[0]["estimate"], rel=1e-9)
             continuum += 1
+        u = usage[(usage["system"] == tags.get("system")) & (usage["task"] == tags.get("task"))]
+        u = u[u["part"] != "continuum"]
+        if tags.get("lang") == "ALL" and len(u):  # what the system x task's calls used
+            assert metrics["usage/calls"] == u.iloc[0]["calls"]
+            assert metrics["usage/input_audio_s"] == pytest.approx(u.iloc[0]["input_audio_s"], rel=1e-9)
+            used += 1
         if tags["task"] != "describe":
             continue
         o = odds[(odds["system"] == tags["system"]) & (odds["lang"] == tags["lang"])]
@@ -65,6 +72,15 @@ def test_mlflow_rest_api_returns_the_reported_numbers(workspace, server):
     # every continuum fit with an estimate is readable; the reduced workspace's continuum has one
     # passage per pole, so some of its fits have none
     assert continuum >= 1
+    assert used >= len(set(usage["system"]))
+    # the parent carries each system's totals
+    parent = post_json(
+        f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+        {"experiment_ids": [run["experiment_id"]], "filter": f"attributes.run_id = '{run['parent_run_id']}'"},
+    )["runs"][0]
+    pm = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
+    for r in usage[usage["part"] == "ALL"].itertuples():
+        assert pm[f"usage/{r.system}/calls"] == r.calls
 
 
 def test_s3_remote_round_trip_is_byte_identical(workspace, server, tmp_path, monkeypatch):

@@ -44,6 +44,7 @@ def run_stage(
     cards_dir: Path = config.CARDS_DIR,
     disaggregated: Path | None = None,
     psychometric_dir: Path | None = None,
+    usage_table: Path | None = None,
 ) -> dict:
     """Build the audit card from the analysis tables and the check metrics (carrier_gate/metrics.json,
     phonation/check_metrics.json), write it as audit_card.json and audit_card.md, then the report with
@@ -57,6 +58,7 @@ def run_stage(
         provenance,
         voices=voice_design(_table(Path(gate_dir) / "voices.csv"), _sc_voices(params)),
         psychometric=_table(Path(psychometric_dir) / "psychometric.csv") if psychometric_dir is not None else None,
+        usage=_table(Path(usage_table)) if usage_table is not None else None,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "audit_card.json", card)

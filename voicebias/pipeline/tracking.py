@@ -20,6 +20,7 @@ def run_stage(
     report_dir: Path | None = None,
     disaggregated: Path | None = None,
     psychometric: Path | None = None,
+    usage: Path | None = None,
 ) -> dict:
     return log_pipeline_run(
         params,
@@ -32,4 +33,5 @@ def run_stage(
         report_dir=report_dir,
         disaggregated=disaggregated,
         psychometric=psychometric,
+        usage=usage,
     )

@@ -368,6 +368,7 @@ def audit_card(
     drift_margin_st: float = DRIFT_MARGIN_ST,
     voices: dict[str, Any] | None = None,
     psychometric: pd.DataFrame | None = None,
+    usage: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The audit card of one run, from its tables alone (no clock, no environment): a JSON-able dict.
 
@@ -375,7 +376,8 @@ def audit_card(
     Tables that are absent leave their entries empty (None) rather than failing. `voices`
     (`voice_design`) names the voices each study's stimuli are read in. `psychometric`
     (reports/psychometric/psychometric.csv) gives each S2S system its voice-continuum row
-    (`continuum_shift`).
+    (`continuum_shift`). `usage` (reports/usage/usage.csv) gives each system's calls, audio,
+    tokens and cost over the run (`usage_entries`).
     """
     analysis_dir = Path(analysis_dir)
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
@@ -494,8 +496,67 @@ def audit_card(
         },
         "exclusions": exclusions,
         "voices": voices or {"s2s": [], "sc": []},
+        "usage": usage_entries(usage),
         "provenance": dict(provenance),
     }
+
+
+#: the per-system totals the card keeps from reports/usage/usage.csv
+USAGE_FIELDS = (
+    "calls",
+    "calls_with_usage",
+    "input_audio_s",
+    "output_audio_s",
+    "input_tokens",
+    "output_tokens",
+    "input_text_tokens",
+    "input_audio_tokens",
+    "output_text_tokens",
+    "output_audio_tokens",
+    "priced_calls",
+    "cost",
+    "currency",
+    "price_date",
+    "price_source",
+)
+
+
+def usage_entries(usage: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """One entry per system: its totals over all its calls (the rows with part ALL)."""
+    if usage is None or not len(usage):
+        return []
+    rows = usage[(usage["part"] == "ALL") & (usage["task"] == "ALL")]
+    out = []
+    for r in rows.to_dict("records"):
+        entry: dict[str, Any] = {"system": r["system"]}
+        for k in USAGE_FIELDS:
+            v = r.get(k)
+            v = v.item() if hasattr(v, "item") else v  # numpy scalars as Python numbers (JSON)
+            if isinstance(v, float) and math.isnan(v):
+                v = None
+            elif isinstance(v, float) and v.is_integer() and k.endswith(("calls", "tokens")):
+                v = int(v)
+            entry[k] = v
+        out.append(entry)
+    return out
+
+
+def _tokens_cell(u: dict[str, Any], side: str) -> str:
+    """'<total> (<text> / <audio>)', or '–' when no call reported usage."""
+    total = u.get(f"{side}_tokens")
+    if total is None or not u.get("calls_with_usage"):
+        return "–"
+    text, audio = u.get(f"{side}_text_tokens"), u.get(f"{side}_audio_tokens")
+    split = f" ({_f(text, 0)} / {_f(audio, 0)})" if text is not None or audio is not None else ""
+    return f"{_f(total, 0)}{split}"
+
+
+def _cost_cell(u: dict[str, Any]) -> str:
+    if u.get("cost") is None:
+        return "– (no price table in the system card)"
+    unpriced = int(u.get("calls") or 0) - int(u.get("priced_calls") or 0)
+    note = f"; {unpriced} call(s) unpriced (no token split)" if unpriced else ""
+    return f"{u['cost']:.4f} {u['currency']} (prices of {u['price_date']}{note})"
 
 
 def continuum_shift(table: pd.DataFrame | None, system: str, task: str) -> dict[str, Any] | None:
@@ -744,6 +805,20 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
     ]
     if voice_rows:
         tables["card_voices"] = pd.DataFrame(voice_rows)
+    usage_rows = [
+        {
+            "system": u["system"],
+            "calls": _f(u["calls"], 0),
+            "audio in (min)": _f((u["input_audio_s"] or 0) / 60, 2),
+            "audio out (min)": _f((u["output_audio_s"] or 0) / 60, 2),
+            "tokens in (text / audio)": _tokens_cell(u, "input"),
+            "tokens out (text / audio)": _tokens_cell(u, "output"),
+            "cost": _cost_cell(u),
+        }
+        for u in card.get("usage") or []
+    ]
+    if usage_rows:
+        tables["card_usage"] = pd.DataFrame(usage_rows)
     return tables
 
 

@@ -572,6 +572,37 @@ def _logged_parent(client: Any, exp_id: str, state: str, child_names: list[str])
     return found
 
 
+#: the numeric totals of reports/usage/usage.csv logged as MLflow metrics
+USAGE_METRICS = (
+    "calls",
+    "calls_with_usage",
+    "input_audio_s",
+    "output_audio_s",
+    "input_tokens",
+    "output_tokens",
+    "input_text_tokens",
+    "input_audio_tokens",
+    "output_text_tokens",
+    "output_audio_tokens",
+    "priced_calls",
+    "cost",
+)
+
+
+def usage_metrics(usage: pd.DataFrame, system: str, task: str) -> dict[str, float]:
+    """`usage/<field>` of one system over one task (not its continuum calls; task "ALL": over all
+    its calls), the fields a server did not report (or a price table did not price) left out."""
+    rows = usage[(usage["system"] == system) & (usage["task"] == task) & (usage["part"] != "continuum")]
+    if not len(rows):
+        return {}
+    r = rows.iloc[0]
+    return {
+        f"usage/{k}": float(r[k])
+        for k in USAGE_METRICS
+        if k in r.index and pd.notna(pd.to_numeric(r[k], errors="coerce"))
+    }
+
+
 def _run_log_metrics(entries: dict[str, dict[str, Any]]) -> list[Any]:
     from mlflow.entities import Metric
 
@@ -610,6 +641,7 @@ def log_pipeline_run(
     report_dir: Path | None = None,
     disaggregated: Path | None = None,
     psychometric: Path | None = None,
+    usage: Path | None = None,
 ) -> dict[str, Any]:
     """Log the parent run and its children, once per pipeline state.
 
@@ -622,7 +654,9 @@ def log_pipeline_run(
     (reports/disaggregated/disaggregated.csv), the parent carries it under tables/ and
     each S2S child its own rows (system, task and language) as tables/disaggregated.csv. Given
     `psychometric` (reports/psychometric/psychometric.csv), describe and summarize children carry
-    their voice-continuum fit (`child_records`).
+    their voice-continuum fit (`child_records`). Given `usage` (reports/usage/usage.csv), the
+    parent carries each system's totals as `usage/<system>/<field>` metrics (`usage_metrics`) and
+    the table under tables/, and each child over all languages its system x task's totals.
 
     Writes `out_path` (the store's state marker, a declared DVC output): the pipeline
     state, the experiment and the names of the parent and child runs, all functions of
@@ -653,6 +687,13 @@ def log_pipeline_run(
     report_files = [report_dir / f for f in REPORT_FILES if (report_dir / f).is_file()] if report_dir else []
     figures = report_dir / "figures" if report_dir is not None and (report_dir / "figures").is_dir() else None
     inputs += report_files + ([figures] if figures is not None else [])
+    use = None
+    if usage is not None and Path(usage).is_file():
+        inputs.append(Path(usage))
+        use = read_table(usage)
+        for rec in records:
+            if rec["lang"] == "ALL":
+                rec["metrics"].update(usage_metrics(use, rec["system"], rec["task"]))
     dis = None
     if disaggregated is not None and Path(disaggregated).is_file():
         inputs.append(Path(disaggregated))
@@ -701,6 +742,11 @@ def log_pipeline_run(
                 Metric("carrier_gate_passed", float(gate["passed"]), 0, 0),
                 Metric("carrier_gate_flips", float(gate["flips"]), 0, 0),
                 *_run_log_metrics(latest(run_log)),
+                *[
+                    Metric(f"usage/{system}/{k.removeprefix('usage/')}", v, 0, 0)
+                    for system in (sorted(set(use["system"])) if use is not None else [])
+                    for k, v in sorted(usage_metrics(use, system, "ALL").items())
+                ],
             ],
             params=[
                 Param("systems", ",".join(params["run"]["systems"])),
@@ -718,6 +764,8 @@ def log_pipeline_run(
             client.log_artifacts(pid, str(figures), "report/figures")
         if dis is not None:
             client.log_artifact(pid, str(disaggregated), "tables")
+        if use is not None:
+            client.log_artifact(pid, str(usage), "tables")
         for rec, run_name in zip(records, child_names):
             tags = {
                 **family,

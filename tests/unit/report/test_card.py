@@ -621,3 +621,63 @@ def test_the_card_row_states_the_content_shift_of_the_voice_boundary():
     flat = continuum_shift(table, "content_driven", "describe")
     assert flat["sentence"].startswith("does not follow the voice (slope ") and flat["ci_low"] is None
     assert continuum_shift(table, "mixed", "summarize") is None and continuum_shift(None, "mixed", "describe") is None
+
+
+def test_the_card_states_what_each_systems_calls_used_and_cost(tmp_path):
+    """The usage stage's per-system totals reach the card: calls, audio minutes, tokens with their
+    split, the cost at the card's price table, and the calls it could not price."""
+    import json
+
+    from voicebias.cost import usage_table, usage_totals, validate_pricing
+    from voicebias.pipeline.usage import TOTAL_KEYS
+
+    pricing = validate_pricing(
+        {
+            "currency": "USD",
+            "per_million_tokens": {"input_text": 2.5, "input_audio": 40.0, "output_text": 10.0, "output_audio": 80.0},
+            "source": "https://example.org/prices",
+            "date": "2026-12-05",
+        },
+        "test",
+    )
+    split = {
+        "prompt_tokens": 310,
+        "completion_tokens": 70,
+        "prompt_tokens_details": {"audio_tokens": 300, "text_tokens": 10},
+        "completion_tokens_details": {"audio_tokens": 60, "text_tokens": 10},
+    }
+    totals_only = {"prompt_tokens": 310, "completion_tokens": 70}
+    responses = pd.DataFrame(
+        {
+            "system": "api",
+            "task": "describe",
+            "stimulus_id": ["a", "b", "c"],
+            "cache_key": ["k1", "k2", "k3"],
+            "status": "ok",
+            "attempts": 1,
+            "output_duration_s": 30.0,
+            "provenance": [json.dumps({"usage": u}) for u in (split, split, totals_only)],
+        }
+    )
+    api = usage_table(responses, {"a": 60.0, "b": 60.0, "c": 60.0}, pricing, "s2s")
+    local = usage_table(responses.assign(system="local", provenance="{}"), {"a": 60.0}, None, "s2s")
+    usage = pd.DataFrame(
+        [
+            {"system": "api", "part": "ALL", "task": "ALL", **usage_totals(api, pricing)},
+            {"system": "local", "part": "ALL", "task": "ALL", **usage_totals(local, None)},
+        ],
+        columns=[*TOTAL_KEYS, *usage_totals(api, pricing)],
+    )
+    card = C.audit_card(make_analysis(tmp_path / "analysis"), None, GATE, CHECK, PROV, usage=usage)
+    entry = {u["system"]: u for u in card["usage"]}
+    assert entry["api"]["calls"] == 3 and entry["api"]["priced_calls"] == 2
+    assert entry["api"]["cost"] == pytest.approx(2 * (10 * 2.5 + 300 * 40 + 10 * 10 + 60 * 80) / 1e6)
+    json.dumps(card)  # JSON-able: no numpy scalars
+    rows = C.card_tables(card)["card_usage"].set_index("system")
+    assert rows.loc["api", "audio in (min)"] == "3.00" and rows.loc["api", "audio out (min)"] == "1.50"
+    assert rows.loc["api", "tokens in (text / audio)"] == "930 (20 / 600)"
+    cost = 2 * (10 * 2.5 + 300 * 40 + 10 * 10 + 60 * 80) / 1e6
+    assert rows.loc["api", "cost"] == f"{cost:.4f} USD (prices of 2026-12-05; 1 call(s) unpriced (no token split))"
+    assert rows.loc["local", "tokens in (text / audio)"] == "–"
+    assert rows.loc["local", "cost"] == "– (no price table in the system card)"
+    assert "What the calls used and cost" in C.render_card_md(card)

@@ -415,3 +415,24 @@ def test_describe_and_summarize_children_carry_their_voice_continuum_fit(pipelin
     assert not any(k.startswith("psychometric/") for k in records[("content_driven", "ALL", "describe")]["metrics"])
     # without the table the children are as before
     assert not any(k.startswith("psychometric/") for r in child_records(tmp / "analysis") for k in r["metrics"])
+
+
+def test_usage_metrics_are_the_system_x_tasks_totals_and_skip_what_was_not_reported():
+    from voicebias.report.tracking import usage_metrics
+
+    usage = pd.DataFrame(
+        [
+            {"system": "api", "part": "s2s", "task": "describe", "calls": 180, "input_audio_s": 4812.5, "cost": 1.25},
+            {"system": "api", "part": "continuum", "task": "describe", "calls": 112, "input_audio_s": 2443.0},
+            {"system": "api", "part": "ALL", "task": "ALL", "calls": 292, "input_audio_s": 7255.5, "cost": 2.0},
+            {"system": "local", "part": "s2s", "task": "describe", "calls": 180, "input_audio_s": 4812.5},
+        ]
+    )
+    assert usage_metrics(usage, "api", "describe") == {
+        "usage/calls": 180.0,
+        "usage/input_audio_s": 4812.5,
+        "usage/cost": 1.25,
+    }
+    assert usage_metrics(usage, "api", "ALL")["usage/calls"] == 292.0
+    assert "usage/cost" not in usage_metrics(usage, "local", "describe")  # no price table: no cost metric
+    assert usage_metrics(usage, "local", "summarize") == {}
