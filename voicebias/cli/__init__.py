@@ -38,6 +38,13 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         params = validate_params(resolve_profile(args.profile), source=f"profile '{args.profile}'")
     else:
         params = load_params()
+    if args.estimate:
+        from voicebias.config import ROOT
+        from voicebias.estimate import estimate, format_estimate
+
+        table = estimate(params, ROOT)
+        print(format_estimate(table, str(params["base"]["profile"])))
+        return 0
     checks = preflight(params)
     print(format_checks(checks))
     return 0 if all(c.ok for c in checks) else 1
@@ -239,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("preflight", help="what the active (or named) profile still needs")
     p.add_argument("--profile", help="check a profile without switching to it")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the calls, input audio, tokens and cost the profile would send (nothing is sent)",
+    )
     p.set_defaults(fn=cmd_preflight)
     p = sub.add_parser("profile", help="write a profile to params.yaml")
     p.add_argument("name")
