@@ -5,7 +5,10 @@ Each system card may list, under `weights`, the Hugging Face hub repositories it
 each to `<dest>/<name of requires.weights>`. Every file of a repository is downloaded at the commit
 the hub resolved for it and hashed, a file whose hash differs from the card's is deleted, and
 `<dest>/fetched.json` records what was fetched. The token (`HF_TOKEN`) is never printed or written;
-a system that fails leaves the others going, with exit status 1. `--dry-run` downloads nothing.
+a system that fails leaves the others going, with exit status 1, and the files its failed fetch
+wrote are removed (what was there before stays). `--dry-run` downloads nothing. `--pin` writes
+the commit each repository resolved to and every file's sha256 into the card, so the next fetch
+gets and verifies exactly those bytes.
 
 See docs/repository-systems.md, "Fetching weights".
 """
@@ -244,12 +247,68 @@ def fetch_system(name: str, dest: Path, dry_run: bool) -> Outcome:
                 file=sys.stderr,
             )
     records = []
+    before = _tree(folder)
     try:
         for e in entries:
             records.append(fetch_entry(e, folder, dry_run))
     except FetchFailed as exc:
-        return Outcome(name, "failed", str(exc), records)
+        removed = 0 if dry_run else remove_new(folder, before)
+        note = f" ({removed} partly fetched file(s) of this run removed from {folder})" if removed else ""
+        return Outcome(name, "failed", str(exc) + note, records)
+    except BaseException:  # an interruption: what this run fetched is not left half-done either
+        if not dry_run:
+            remove_new(folder, before)
+        raise
     return Outcome(name, "planned" if dry_run else "ok", "", records)
+
+
+def _tree(folder: Path) -> set[Path]:
+    """Every path under `folder` now (files and folders)."""
+    return set(folder.rglob("*")) | {folder} if folder.exists() else set()
+
+
+def remove_new(folder: Path, before: set[Path]) -> int:
+    """Remove what appeared under `folder` since `before` (:func:`_tree`): the files a failed fetch
+    wrote (the hub client's partial downloads and metadata included), then the folders it made that
+    are left empty. Files that were there before stay. Returns how many files were removed."""
+    if not folder.exists():
+        return 0
+    new = [p for p in folder.rglob("*") if p not in before]
+    files = [p for p in new if p.is_file() or p.is_symlink()]
+    for p in files:
+        p.unlink(missing_ok=True)
+    for d in sorted((p for p in new if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+    if folder not in before and folder.exists() and not any(folder.iterdir()):
+        folder.rmdir()
+    # the hub client's own bookkeeping (.cache/huggingface) counts as files: report the weights only
+    return sum(1 for p in files if ".cache" not in p.relative_to(folder).parts)
+
+
+def pin_card(path: Path, records: list[dict[str, Any]]) -> list[str]:
+    """Write what a complete fetch resolved into the card at `path`, in place (comments and order
+    kept): each `weights` entry's revision becomes the commit the hub served, `pinned` true, and
+    `sha256` every file's digest. Returns one line per entry that changed."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    card = yaml.load(path.read_text(encoding="utf-8"))
+    changes = []
+    for entry, rec in zip(card["weights"], records):
+        sums = {name: f["sha256"] for name, f in rec["files"].items()}
+        before = (entry.get("revision"), entry.get("pinned"), dict(entry.get("sha256") or {}))
+        entry["revision"] = rec["commit"]
+        if "pinned" in entry:
+            entry["pinned"] = True
+        entry["sha256"] = dict(sorted(sums.items()))
+        if before != (rec["commit"], entry.get("pinned", before[1]), entry["sha256"]):
+            changes.append(f"{rec['repo_id']}: revision {before[0]} -> {rec['commit']}, sha256 of {len(sums)} file(s)")
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.dump(card, fh)
+    return changes
 
 
 def write_manifest(dest: Path, outcomes: list[Outcome]) -> Path:
@@ -302,6 +361,14 @@ def cmd_fetch(args: argparse.Namespace) -> int:
             print(f"voicebias fetch: {o.system}: {o.message}", file=sys.stderr)
     if not args.dry_run and any(o.status == "ok" for o in outcomes):
         print(f"voicebias fetch: manifest {write_manifest(dest, outcomes)}", file=sys.stderr)
+    if args.pin and not args.dry_run:
+        for o in outcomes:
+            if o.status != "ok":
+                continue
+            card_path = config.CARDS_DIR / f"{o.system}.yaml"
+            changes = pin_card(card_path, o.weights)
+            for line in changes or ["already pinned to what was fetched"]:
+                print(f"voicebias fetch: pinned {card_path}: {line}", file=sys.stderr)
     summary = ", ".join(f"{o.system} {o.status}" for o in outcomes)
     print(f"voicebias fetch: {summary}", file=sys.stderr)
     return 1 if failed else 0
@@ -330,6 +397,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="resolve the revisions and print what would be downloaded; download nothing",
     )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="write each fetched repository's resolved commit and every file's sha256 into the system's card",
+    )
     p.set_defaults(fn=cmd_fetch)
 
 
@@ -342,6 +414,8 @@ __all__ = [
     "default_systems",
     "endpoint",
     "fetch_system",
+    "pin_card",
+    "remove_new",
     "sha256_of",
     "system_folder",
     "write_manifest",

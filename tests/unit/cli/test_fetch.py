@@ -299,3 +299,52 @@ def test_malformed_card_fails_the_command_in_one_line(env, hub, tmp_path, capsys
 def test_validate_weights_defaults_pinned_from_the_revision():
     [e] = validate_weights([{"repo_id": "acme/x", "revision": OLD.upper().lower()}], "c")
     assert e == {"repo_id": "acme/x", "revision": OLD, "pinned": True}
+
+
+def test_a_failed_fetch_removes_what_it_wrote_and_keeps_what_was_there(env, hub, tmp_path, capsys):
+    """The second repository of a card fails after the first arrived: the system's folder is left as
+    it was before the run (its earlier file kept), with no partial download or hub bookkeeping."""
+    write_card(
+        env,
+        "tiny",
+        [
+            {"repo_id": "acme/vocoder", "revision": "c" * 40, "subdir": "vocoder"},
+            {"repo_id": "acme/tiny-speech", "revision": OLD, "files": ["config.json", "missing.bin"]},
+        ],
+    )
+    dest = tmp_path / "w"
+    (dest / "tiny").mkdir(parents=True)
+    (dest / "tiny" / "notes.txt").write_text("mine\n", encoding="utf-8")
+    rc, out, err = run(capsys, "tiny", "--dest", dest)
+    assert rc == 1 and "missing.bin" in err
+    assert "partly fetched file(s) of this run removed" in err
+    left = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*"))
+    assert left == ["tiny", "tiny/notes.txt"]
+    # a system whose folder did not exist leaves none behind
+    rc, _, _ = run(capsys, "tiny", "--dest", tmp_path / "fresh")
+    assert rc == 1 and not (tmp_path / "fresh" / "tiny").exists()
+
+
+def test_pin_writes_the_resolved_commit_and_every_files_sha256_into_the_card(env, hub, tmp_path, capsys):
+    card = env / "tiny.yaml"
+    write_card(
+        env,
+        "tiny",
+        [{"repo_id": "acme/tiny-speech", "revision": "main", "pinned": False, "allow_patterns": ["*.json"]}],
+    )
+    card.write_text("# the tiny test system\n" + card.read_text(encoding="utf-8"), encoding="utf-8")
+    dest = tmp_path / "w"
+    rc, out, err = run(capsys, "tiny", "--dest", dest, "--pin")
+    assert rc == 0, err
+    assert "pinned" in err and f"revision main -> {NEW}" in err
+    assert card.read_text(encoding="utf-8").startswith("# the tiny test system\n")  # comments kept
+    entry = load_card("tiny", env)["weights"][0]
+    assert entry["revision"] == NEW and entry["pinned"] is True
+    assert entry["sha256"] == {n: sha(NEW_FILES[n]) for n in ("config.json", "sub/tokenizer.json")}
+    # the pinned card fetches by commit and verifies every file against the card
+    capsys.readouterr()
+    rc, out, err = run(capsys, "tiny", "--dest", tmp_path / "again", "--pin")
+    assert rc == 0, err
+    assert out.count("(matches the card)") == 2 and "already pinned to what was fetched" in err
+    gets = [r.path for r in hub.requests("GET", "/resolve/")]
+    assert all(f"/resolve/{NEW}/" in p for p in gets)
