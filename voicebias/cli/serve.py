@@ -61,6 +61,7 @@ class Replica:
     pid: int | None = None
     start_time: str | None = None
     token: str | None = field(default=None, repr=False)  # the shim's bearer token: in env and the endpoints file only
+    revision: str | None = None  # the `--revision` a vLLM server was started with (in the endpoints file)
 
 
 # ---------------------------------------------------------------------------- command lines
@@ -101,6 +102,16 @@ def vllm_command(card: dict[str, Any], port: int, host: str = "127.0.0.1", vllm:
     if card.get("checkpoint") and card["checkpoint"] not in out:
         raise ServeError(f"the card of '{name}': deploy.command does not serve its checkpoint {card['checkpoint']}")
     return out + ["--host", host, "--port", str(port)]
+
+
+def _revision_arg(argv: Sequence[str]) -> str | None:
+    """The value of `--revision` in a vLLM command line, or None."""
+    for i, a in enumerate(argv):
+        if a == "--revision" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--revision="):
+            return a.split("=", 1)[1]
+    return None
 
 
 def vllm_env(card: dict[str, Any], params: dict[str, Any], gpus: str | None) -> dict[str, str]:
@@ -176,11 +187,12 @@ def plan(
             token = secrets.token_urlsafe(32)  # vLLM wants it on /v1 (VLLM_API_KEY); the endpoints file holds it
             for i in range(replicas):
                 port, dev = port_base + len(out), devices[len(out)]
+                argv = vllm_command({"name": system, **card}, port, host, vllm)
                 out.append(
                     Replica(
                         system,
                         i,
-                        vllm_command({"name": system, **card}, port, host, vllm),
+                        argv,
                         str(root),
                         port,
                         f"http://{client_host(host)}:{port}/v1",
@@ -192,6 +204,7 @@ def plan(
                         ),
                         gpus=dev,
                         token=token,
+                        revision=_revision_arg(argv),
                     )
                 )
             continue
@@ -443,7 +456,13 @@ def record(replicas: Sequence[Replica], endpoints_path: Path, state_dir: Path) -
     for system in dict.fromkeys(r.system for r in replicas):
         mine = [r for r in replicas if r.system == system]
         endpoints[system] = [
-            {"url": r.url, "weight": 1, "max_concurrency": r.max_concurrency, **({"token": r.token} if r.token else {})}
+            {
+                "url": r.url,
+                "weight": 1,
+                "max_concurrency": r.max_concurrency,
+                **({"token": r.token} if r.token else {}),
+                **({"revision": r.revision} if r.revision else {}),
+            }
             for r in mine
         ]
         pids[system] = [

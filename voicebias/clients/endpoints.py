@@ -36,6 +36,9 @@ ENDPOINTS_FILE = "endpoints.json"
 ENDPOINT_KEYS = frozenset({"url", "weight", "max_concurrency"})
 #: the key of a bearer token, allowed in the endpoints file only (voicebias serve writes the shims' tokens there)
 TOKEN_KEY = "token"
+#: the key of the model revision a server was started with, in the endpoints file only (voicebias serve
+#: records the `--revision` it passed to vLLM, so an adapter can verify what the server loaded)
+REVISION_KEY = "revision"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Endpoint:
     max_concurrency: int = 1
     #: a bearer token the server wants (from the endpoints file only); never in a label, log or record
     token: str | None = field(default=None, repr=False, compare=False)
+    #: the revision the server was started with, as `voicebias serve` recorded it (endpoints file only)
+    revision: str | None = field(default=None, compare=False)
 
     def headers(self) -> dict[str, str]:
         """The Authorization header this endpoint wants, if any."""
@@ -130,7 +135,15 @@ def parse_endpoints(spec: Any, where: str, default_concurrency: int, tokens: boo
         token = item.get(TOKEN_KEY)
         if token is not None and (not isinstance(token, str) or not token.strip()):
             raise ConfigError(f"{at}: 'token' must be a non-empty string")
-        unknown = set(item) - ENDPOINT_KEYS - {TOKEN_KEY}
+        if REVISION_KEY in item and not tokens:
+            raise ConfigError(
+                f"{at}: a 'revision' is recorded by voicebias serve in the endpoints file; the card's "
+                "'revision' says which one the audit expects"
+            )
+        revision = item.get(REVISION_KEY)
+        if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+            raise ConfigError(f"{at}: 'revision' must be a non-empty string")
+        unknown = set(item) - ENDPOINT_KEYS - {TOKEN_KEY, REVISION_KEY}
         if unknown:
             raise ConfigError(f"{at}: unknown key(s) {sorted(unknown)}; use url, weight, max_concurrency")
         url = item.get("url")
@@ -145,7 +158,15 @@ def parse_endpoints(spec: Any, where: str, default_concurrency: int, tokens: boo
         cap = item.get("max_concurrency", default_concurrency)
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise ConfigError(f"{at}: 'max_concurrency' must be a positive integer, got {cap!r}")
-        out.append(Endpoint(url=url, weight=float(weight), max_concurrency=cap, token=token.strip() if token else None))
+        out.append(
+            Endpoint(
+                url=url,
+                weight=float(weight),
+                max_concurrency=cap,
+                token=token.strip() if token else None,
+                revision=revision.strip() if revision else None,
+            )
+        )
     urls = [e.url for e in out]
     if len(set(urls)) != len(urls):
         raise ConfigError(f"{where}: an endpoint url is listed twice")

@@ -55,11 +55,11 @@ RUNNER_KEYS = frozenset(
 #: so moving a model to other servers (or to several) never repeats a finished call.
 DEPLOY_CARD_KEYS = frozenset({"base_url", "endpoints", "api_key_env"})
 
-#: Provenance keys that name where a call went (the endpoint's address, and the model's path
-#: on that server's machine): they change with the number of endpoints and which one
-#: answered, so they stay in the cache entry (untracked) and are left out of the responses
-#: table, which must not depend on them.
-DEPLOY_PROVENANCE = frozenset({"endpoint", "served_root"})
+#: Provenance keys that name where a call went (the endpoint's address, the model's path on
+#: that server's machine, and how that server's revision was checked): they change with the
+#: number of endpoints and which one answered, so they stay in the cache entry (untracked) and
+#: are left out of the responses table, which must not depend on them.
+DEPLOY_PROVENANCE = frozenset({"endpoint", "served_root", "revision_check"})
 
 
 @dataclass(frozen=True)

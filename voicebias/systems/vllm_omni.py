@@ -6,8 +6,11 @@ SamplingParams mapping per stage, each with the item's seed); the reply's text a
 come back in two choices, and a reply without audio is a recorded failure. Calls go through an
 EndpointPool. Before the first call every endpoint is asked what it runs (``GET /version``,
 ``GET /models``): an unreachable one is left out of the run while another answers, and one that
-refuses the key or serves another model, snapshot or engine is a setup error. What the servers
-report, the deploy settings and the sampling parameters are part of every cache key.
+refuses the key or serves another model, snapshot or engine is a setup error. The revision a server
+loaded is checked against the card's: from the snapshot path the server reports, else from the
+`--revision` voicebias serve recorded in the endpoints file; where neither says, the run goes on
+and every reply records "not verified". What the servers report, the deploy settings and the
+sampling parameters are part of every cache key.
 
 The request, card keys, params and cache key: docs/serving.md.
 """
@@ -18,6 +21,7 @@ import base64
 import copy
 import io
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -123,6 +127,9 @@ class VLLMOmniSystem(S2SSystem):
         self._key = require_secret(f"system '{name}'", var, root, error=SetupError) if var else NO_KEY
         self._secrets = ([self._key] if var else []) + [e.token for e in self.endpoints if e.token]
         self._server: dict[str, Any] | None = None
+        #: per endpoint, how the served revision was checked (a deploy fact: provenance, not the cache key)
+        self._revision_checks: dict[int, str] = {}
+        self._lock_checks = threading.Lock()
         self._roots: list[Any] = []
         self._lock = threading.Lock()
 
@@ -161,7 +168,11 @@ class VLLMOmniSystem(S2SSystem):
         return safe_url(self.urls[i])
 
     def run_facts(self) -> dict[str, Any]:
-        return {"endpoints": self.pool.stats()} if len(self.endpoints) > 1 else {}
+        """Requests per endpoint (with several) and how each endpoint's revision was checked."""
+        facts: dict[str, Any] = {"endpoints": self.pool.stats()} if len(self.endpoints) > 1 else {}
+        if self._revision_checks:
+            facts["revision_checks"] = {self.endpoint(i): c for i, c in sorted(self._revision_checks.items())}
+        return facts
 
     def _headers(self, i: int = 0) -> dict[str, str]:
         """Endpoint `i`'s own token (the endpoints file of voicebias serve), else the key of api_key_env."""
@@ -261,6 +272,25 @@ class VLLMOmniSystem(S2SSystem):
                 f"system '{self.name}': the server at {self.endpoint(i)} runs snapshot {m.group(1)} of "
                 f"{self.model}; the card pins {self.revision}"
             )
+        recorded = self.endpoints[i].revision if i < len(self.endpoints) else None
+        if not m and recorded is not None and recorded != self.revision:
+            raise SetupError(
+                f"system '{self.name}': the server at {self.endpoint(i)} was started with --revision {recorded} "
+                f"(the endpoints file, written by voicebias serve); the card pins {self.revision}"
+            )
+        if m:
+            check = "verified: the served snapshot path names the card's commit"
+        elif recorded is not None:
+            check = "verified: voicebias serve started this server with the card's --revision"
+        else:
+            check = (
+                f"not verified: the server reports its model as {str(root or self.model)!r}, without a "
+                "snapshot, and no endpoints file entry records the revision it was started with (servers "
+                "started by `voicebias serve` are recorded)"
+            )
+            print(f"voicebias: system '{self.name}', {self.endpoint(i)}: revision {check}", file=sys.stderr)
+        with self._lock_checks:
+            self._revision_checks[i] = check
         facts = {
             "vllm_version": version.get("version") if isinstance(version, dict) else None,
             "model": {
@@ -365,6 +395,7 @@ class VLLMOmniSystem(S2SSystem):
             "response_id": reply.get("id"),
             "endpoint": self.endpoint(endpoint),
             "served_root": self._roots[endpoint] if endpoint < len(self._roots) else None,
+            "revision_check": self._revision_checks.get(endpoint),
             "engine": {
                 "name": ENGINE,
                 "vllm_version": server.get("vllm_version"),

@@ -29,7 +29,7 @@ from tests.fakes.stand_in_driver import bare_python, stand_in_driver
 from tests.support.servers import free_port_block
 from voicebias.cards import load_card
 from voicebias.cli import main
-from voicebias.cli.serve import ServeError, plan, vllm_command
+from voicebias.cli.serve import ServeError, plan, record, vllm_command
 from voicebias.config import CARDS_DIR
 from voicebias.systems.base import S2SRequest
 from voicebias.systems.catalog import build_system
@@ -252,6 +252,10 @@ def test_vllm_command_lines_from_the_cards(tmp_path):
     assert q[q.index("--host") + 1] == "127.0.0.1" and "<revision>" not in " ".join(q)
     assert reps[1].env["VLLM_BATCH_INVARIANT"] == "1" and reps[1].env["CUDA_VISIBLE_DEVICES"] == "1"
     assert reps[1].url == "http://127.0.0.1:9101/v1" and reps[1].max_concurrency == 8
+    # the endpoints file records the revision each server was started with, for the adapter to check
+    record(reps, tmp_path / "endpoints.json", tmp_path / "serve")
+    written = json.loads((tmp_path / "endpoints.json").read_text())
+    assert [e["revision"] for e in written["qwen2_5_omni_vllm"]] == [rev, rev]
     s = reps[2].argv
     assert s[2] == "stepfun-ai/Step-Audio-2-mini" and "--omni" in s and "--trust-remote-code" in s
     assert s[s.index("--deploy-config") + 1] == "vllm_omni/deploy/step_audio2.yaml"

@@ -341,3 +341,32 @@ def test_two_stimuli_with_the_same_audio_get_their_own_seeded_answers(tmp_path):
         s = system(server, cards)
         assert cache_key(s, twin) != cache_key(s, other_id)
         assert s.request_settings(other_id) == {"item_seed": item_seed(twin.seed, other_id.stimulus_id)}
+
+
+def test_the_served_revision_is_verified_where_upstream_allows_and_said_plainly_where_not(
+    tmp_path, monkeypatch, capsys
+):
+    """`vllm serve <repo> --revision <commit>` reports the repository id as its root, so the
+    snapshot is not in /v1/models. voicebias serve records the --revision it started a server with
+    in the endpoints file: the adapter checks it against the card; with no record it says the
+    revision is not verified, on stderr and in each reply's (untracked) provenance."""
+    cards = pinned_cards(tmp_path)
+    stim = make_stimuli(tmp_path, 1)
+    endpoints = tmp_path / "endpoints.json"
+    monkeypatch.setenv("VOICEBIAS_ENDPOINTS", str(endpoints))
+    with FakeVLLMOmniServer(QWEN) as server:  # root: the repository id, as upstream reports it
+        endpoints.write_text(json.dumps({"qwen2_5_omni_vllm": [{"url": server.base_url, "revision": PIN}]}))
+        built = build_system("qwen2_5_omni_vllm", {"timeout_s": 5.0}, cards_dir=cards, root=tmp_path)
+        ok = built.respond(request_for(tmp_path, stim))
+        assert ok.status == "ok" and ok.provenance["revision_check"].startswith("verified: voicebias serve")
+        endpoints.write_text(json.dumps({"qwen2_5_omni_vllm": [{"url": server.base_url, "revision": "e" * 40}]}))
+        with pytest.raises(SetupError, match=f"started with --revision {'e' * 40}.*the card pins {PIN}"):
+            build_system("qwen2_5_omni_vllm", {"timeout_s": 5.0}, cards_dir=cards, root=tmp_path).server_info()
+        endpoints.unlink()
+        capsys.readouterr()
+        plain = system(server, cards).respond(request_for(tmp_path, stim))
+    err = capsys.readouterr().err
+    assert plain.status == "ok" and plain.provenance["revision_check"].startswith("not verified")
+    assert "revision not verified" in err and QWEN in err
+    with pytest.raises(ParamsError, match="endpoints.0"):  # a revision in params is refused: the card says it
+        build_system("qwen2_5_omni_vllm", {"endpoints": [{"url": "http://gpu:8000/v1", "revision": PIN}]})
