@@ -403,6 +403,11 @@ class Run(Section):
     #: a speech-to-speech reply more than this many times as long as its stimulus is excluded
     #: as too_long (a reply looping its answer); null: no such limit (voicebias.systems.screen)
     max_reply_ratio: Annotated[float, Field(gt=0.0)] | None = 4.0
+    #: per served or API system x task, how many answered requests are sent again once the run is
+    #: done and compared with their cached replies (text, and audio by hash); the agreement goes to
+    #: the card and MLflow, and a system below 100 % is flagged (voicebias.systems.runner.probe_determinism).
+    #: 0: no probe. Systems run in-process (the reference systems) are not probed.
+    determinism_probe: Annotated[int, Field(ge=0)] = 8
 
     @field_validator("samples_per_item", mode="before")
     @classmethod

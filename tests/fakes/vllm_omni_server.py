@@ -79,6 +79,7 @@ class FakeVLLMOmniServer(CrashableServer):
         max_model_len: int = 32768,
         latency_s: float = 0.0,
         reply_shape: str = "two_choices",
+        ignore_seed: bool = False,
     ):
         super().__init__()
         assert reply_shape in ("two_choices", "merged"), reply_shape
@@ -88,6 +89,10 @@ class FakeVLLMOmniServer(CrashableServer):
         self.max_model_len = max_model_len
         self.plan = {k: list(v) for k, v in (plan or {}).items()}
         self.usage_sent: list[dict] = []
+        #: a server that ignores the request's seed: each answer to an input is a new draw (its text
+        #: names the draw, its audio tone moves with it), as a model sampling without the seed does
+        self.ignore_seed = ignore_seed
+        self.draws: dict[str, int] = defaultdict(int)
         self.api_key, self.hang_s, self.latency_s = api_key, hang_s, latency_s
         self.gets: list[str] = []
         self.attempts: dict[str, int] = defaultdict(int)
@@ -233,15 +238,19 @@ class FakeVLLMOmniServer(CrashableServer):
     def _completion(self, body: dict, fp: str, outcome: str) -> dict:
         now = int(time.time())
         seed = body["sampling_params_list"][0]["seed"]
+        with self._lock:
+            self.draws[fp] += 1
+            draw = self.draws[fp]
         text = {
             "role": "assistant",
-            "content": f"reply to {fp[:12]} seed {seed}",
+            "content": f"reply to {fp[:12]} " + (f"draw {draw}" if self.ignore_seed else f"seed {seed}"),
             "reasoning_content": None,
             "tool_calls": [],
         }
         choices = [{"index": 0, "message": text, "logprobs": None, "finish_reason": "stop", "stop_reason": None}]
         if outcome in ("ok", "notwav"):
-            data = reply_audio(fp) if outcome == "ok" else b"ID3\x03not a wav at all"
+            voice = f"{(int(fp[:4], 16) + 7 * draw) % 65536:04x}{fp[4:]}" if self.ignore_seed else fp
+            data = reply_audio(voice) if outcome == "ok" else b"ID3\x03not a wav at all"
             audio = {
                 "id": f"audio-{fp[:16]}",
                 "data": base64.b64encode(data).decode(),

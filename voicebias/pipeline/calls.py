@@ -116,6 +116,7 @@ def run_system(
                 samples=samples,
                 check=check_once,
                 screen=screen,
+                probe=int(params["run"].get("determinism_probe", 0)) if system.probed else 0,
             )
             validate_responses(table, system.kind)
             write_table(out_dir / "responses.csv", table)

@@ -193,6 +193,12 @@ class SystemUnderTest(ABC):
         when some request is not in the cache.
         """
 
+    @property
+    def probed(self) -> bool:
+        """Whether the determinism probe (run.determinism_probe) re-sends some of this system's requests:
+        true for systems behind a server or an API, whose seeds the audit cannot see being used."""
+        return False
+
     def run_facts(self) -> dict[str, Any]:
         """Facts of this run only (e.g. requests per endpoint): they go to the run log, never to a tracked output."""
         return {}

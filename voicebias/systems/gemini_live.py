@@ -66,6 +66,9 @@ def _rate(mime: str | None) -> int:
 class GeminiLiveSystem(S2SSystem):
     """A speech-to-speech system behind the Gemini Live API."""
 
+    #: behind an API or a server: the determinism probe re-sends some requests (run.determinism_probe)
+    probed = True
+
     max_concurrency = 4
 
     def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):

@@ -63,6 +63,9 @@ def decode_audio(data_b64: str, audio_format: str) -> tuple[np.ndarray, int]:
 class OpenAIAudioSystem(S2SSystem):
     """A speech-to-speech system behind the OpenAI chat-completions audio API."""
 
+    #: behind an API or a server: the determinism probe re-sends some requests (run.determinism_probe)
+    probed = True
+
     max_concurrency = 4
     default_key_env: str | None = "OPENAI_API_KEY"
 

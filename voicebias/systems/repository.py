@@ -699,6 +699,11 @@ class _Repository:
         if self.backend.served is not None:
             self.backend.served.info()
 
+    @property
+    def probed(self) -> bool:
+        """Served over HTTP (the shims): the determinism probe re-sends some requests."""
+        return self.backend.served is not None
+
     def run_facts(self) -> dict[str, Any]:
         served = self.backend.served
         return {"endpoints": served.pool.stats()} if served is not None and len(served.endpoints) > 1 else {}

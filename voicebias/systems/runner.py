@@ -14,6 +14,7 @@ The cache key, breakers, provenance, table order and repeats: docs/systems.md, "
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -249,6 +250,12 @@ class ResponseCache:
             layout=lambda k: Path(k[0][:2], k[0], "asr", f"{k[1]}.json"),
             check=lambda v: isinstance(v, dict) and isinstance(v.get("text"), str),
         )
+        #: the determinism probe's result per entry: the same request sent again, compared (probe_determinism)
+        self.probes = JsonCache(
+            self.root,
+            layout=lambda key: Path(key[:2], key, "probe.json"),
+            check=lambda v: isinstance(v, dict) and v.get("status") in ("ok", "failed"),
+        )
         self.audio_corrupt = 0  # entries whose record reads but whose audio does not (missing, hash, decoding)
         self._lock = threading.Lock()
 
@@ -330,6 +337,71 @@ class ResponseCache:
         self.transcripts.put((key, asr_id), {"text": text})
 
 
+def reply_audio_sha256(resp: S2SResponse) -> str | None:
+    """The sha256 of the FLAC file the cache would store for this reply's audio (None: no audio)."""
+    from voicebias.audio import flac_bytes
+
+    if resp.audio is None or not np.asarray(resp.audio).size or not resp.sample_rate:
+        return None
+    sr = int(resp.sample_rate)
+    data = (
+        resp.audio_flac
+        if resp.audio_flac is not None and flac_matches(resp.audio_flac, resp.audio, sr)
+        else flac_bytes(resp.audio, sr)
+    )
+    return hashlib.sha256(data).hexdigest()
+
+
+def probe_determinism(
+    system: SystemUnderTest,
+    requests: dict[str, Any],
+    records: dict[str, dict[str, Any]],
+    cache: ResponseCache,
+    items: int,
+    policy: RetryPolicy,
+) -> dict[str, Any]:
+    """Send the first `items` answered requests (by cache key) again and compare the replies with the
+    cached ones: the transcript as text, the audio by the sha256 of its stored FLAC. A result is
+    kept in the cache beside its entry, so a later run reads it instead of sending again (and the
+    tracked counts stay a function of the cache). Returns {items, failed, text_agree, audio_agree,
+    agree, agreement} (agreement: the share of the answered probes whose text and audio both
+    matched; None when no probe was answered)."""
+    keys = sorted(k for k, r in records.items() if r.get("status") == "ok")[: max(0, int(items))]
+    results: dict[str, dict[str, Any]] = {}
+    todo = []
+    for key in keys:
+        stored = cache.probes.get(key)
+        if stored is not None:
+            results[key] = stored
+        else:
+            todo.append(key)
+    bs = max(1, int(system.batch_size))
+    for i in range(0, len(todo), bs):
+        batch = todo[i : i + bs]
+        for key, (resp, _, _) in zip(batch, call_batch_with_retries(system, [requests[k] for k in batch], policy)):
+            if resp.status != "ok":
+                result = {"status": "failed", "error": resp.error or "failed"}
+            else:
+                before = records[key]
+                result = {
+                    "status": "ok",
+                    "text_same": (resp.transcript or None) == (before.get("transcript") or None),
+                    "audio_same": reply_audio_sha256(resp) == before.get("output_audio_sha256"),
+                }
+            cache.probes.put(key, result)
+            results[key] = result
+    ok = [r for r in results.values() if r["status"] == "ok"]
+    agree = sum(1 for r in ok if r["text_same"] and r["audio_same"])
+    return {
+        "items": len(results),
+        "failed": len(results) - len(ok),
+        "text_agree": sum(1 for r in ok if r["text_same"]),
+        "audio_agree": sum(1 for r in ok if r["audio_same"]),
+        "agree": agree,
+        "agreement": round(agree / len(ok), 4) if ok else None,
+    }
+
+
 def check_samples(samples: Any) -> int:
     """`samples` (answers per item) as an int, or a ValueError saying what it must be."""
     if isinstance(samples, bool) or not isinstance(samples, int):
@@ -408,6 +480,7 @@ def run_task(
     samples: int = 1,
     check: Callable[[], Any] | None = None,
     screen: ReplyScreen | None = None,
+    probe: int = 0,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run `task` on every stimulus whose language the task covers, `samples` times each.
 
@@ -427,6 +500,9 @@ def run_task(
 
     `screen` (default: ReplyScreen() with the default limits) excludes the replies the
     analyses cannot use (module docstring); they are counted in `excluded`.
+
+    `probe` > 0 sends that many answered requests again once the run is done and compares the
+    replies (`probe_determinism`); counts["determinism"] holds the result.
 
     An interruption (Ctrl-C, or any BaseException raised by the system) cancels the
     calls not yet started, lets the running ones finish into the cache, and re-raises.
@@ -543,6 +619,8 @@ def run_task(
         bar.close()
     pool.shutdown(wait=True)
 
+    if probe > 0 and not gave_up:
+        counts["determinism"] = probe_determinism(system, first, records, cache, probe, policy)
     if asr is not None:
         _transcribe_missing(records, cache, asr, bump)
 

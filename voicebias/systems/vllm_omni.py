@@ -81,6 +81,9 @@ def _error_message(body: Any, fallback: str) -> str:
 class VLLMOmniSystem(S2SSystem):
     """A speech-to-speech system behind a vLLM-Omni server."""
 
+    #: behind an API or a server: the determinism probe re-sends some requests (run.determinism_probe)
+    probed = True
+
     max_concurrency = 4
 
     def __init__(self, name: str, card: dict[str, Any], params: dict[str, Any], root: Path | None = None):

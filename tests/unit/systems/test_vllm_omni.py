@@ -203,6 +203,9 @@ def test_cache_key_follows_what_changes_an_answer_and_nothing_else(tmp_path):
         "batch invariance": keys(tmp_path, "bi", deploy={"batch_invariant": False}),
         "deploy (card)": keys(tmp_path, "dep", card_changes={"deploy.engine_version": "0.31.0"}),
         "seed": keys(tmp_path, "seed", seed=8),
+        # deploy facts that change the numerics: tensor-parallel size and the stage/deploy config's hash
+        "tensor parallel": keys(tmp_path, "tp", deploy={"tensor_parallel_size": 2}),
+        "deploy config": keys(tmp_path, "dcfg", deploy={"deploy_config_sha256": "ab" * 32}),
     }
     assert all(k != base for k in changed.values()), [n for n, k in changed.items() if k == base]
     assert len(set(changed.values())) == len(changed)
@@ -370,3 +373,34 @@ def test_the_served_revision_is_verified_where_upstream_allows_and_said_plainly_
     assert "revision not verified" in err and QWEN in err
     with pytest.raises(ParamsError, match="endpoints.0"):  # a revision in params is refused: the card says it
         build_system("qwen2_5_omni_vllm", {"endpoints": [{"url": "http://gpu:8000/v1", "revision": PIN}]})
+
+
+@pytest.mark.parametrize("ignore_seed", [False, True])
+def test_the_determinism_probe_flags_a_server_that_ignores_its_seed(tmp_path, ignore_seed):
+    """After the run, run.determinism_probe answered requests are sent again and compared with the
+    cache: a server that answers the same seeded request with the same text and audio reads 100 %;
+    one that ignores the seed reads below it. A second run reads the probe from the cache and sends
+    nothing."""
+    cards = pinned_cards(tmp_path)
+    stim = make_stimuli(tmp_path, 6)
+    task = load_tasks()["describe"]
+    cache = ResponseCache(tmp_path / "cache")
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
+    with FakeVLLMOmniServer(QWEN, ignore_seed=ignore_seed) as server:
+        sut = system(server, cards, root=tmp_path)
+        assert sut.probed
+        _, counts = run_task(
+            sut, task, stim, tmp_path / "out", cache, 1, tmp_path, policy=policy, progress=False, probe=4
+        )
+        sent = len(server.chats())
+        _, again = run_task(
+            sut, task, stim, tmp_path / "o2", cache, 1, tmp_path, policy=policy, progress=False, probe=4
+        )
+        assert len(server.chats()) == sent  # the replies and the probe's results come from the cache
+    probe = counts["determinism"]
+    assert sent == 6 + 4 and probe["items"] == 4 and probe["failed"] == 0
+    if ignore_seed:
+        assert probe["agreement"] == 0.0 and probe["text_agree"] == 0 and probe["audio_agree"] == 0
+    else:
+        assert probe["agreement"] == 1.0 and probe["agree"] == 4
+    assert again["determinism"] == probe
