@@ -30,6 +30,18 @@ def _sc_voices(params: dict[str, Any]) -> dict[str, list[str]] | None:
     return {g: list(v) for g, v in voices.items()} if voices else None
 
 
+def determinism_records(params: dict[str, Any], report_for: Any = config.respond_report) -> dict[str, dict[str, Any]]:
+    """{system: {task: the determinism probe's counts}} from the respond stages' records
+    (reports/respond/<system>/<task>.json), for the systems and tasks that were probed."""
+    out: dict[str, dict[str, Any]] = {}
+    for system in params["run"]["systems"]:
+        for task in params["tasks"]["names"]:
+            rec = _metrics(report_for(system, task))
+            if rec and isinstance(rec.get("determinism"), dict):
+                out.setdefault(system, {})[task] = rec["determinism"]
+    return out
+
+
 def run_stage(
     params: dict[str, Any],
     *,
@@ -59,6 +71,8 @@ def run_stage(
         voices=voice_design(_table(Path(gate_dir) / "voices.csv"), _sc_voices(params)),
         psychometric=_table(Path(psychometric_dir) / "psychometric.csv") if psychometric_dir is not None else None,
         usage=_table(Path(usage_table)) if usage_table is not None else None,
+        determinism=determinism_records(params),
+        samples_per_item=int(params["run"].get("samples_per_item", 1)),
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "audit_card.json", card)

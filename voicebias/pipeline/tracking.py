@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from voicebias.pipeline.report import determinism_records
 from voicebias.report.tracking import log_pipeline_run
 
 
@@ -34,4 +35,5 @@ def run_stage(
         disaggregated=disaggregated,
         psychometric=psychometric,
         usage=usage,
+        determinism=determinism_records(params),
     )

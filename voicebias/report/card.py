@@ -369,6 +369,8 @@ def audit_card(
     voices: dict[str, Any] | None = None,
     psychometric: pd.DataFrame | None = None,
     usage: pd.DataFrame | None = None,
+    determinism: dict[str, dict[str, Any]] | None = None,
+    samples_per_item: int = 1,
 ) -> dict[str, Any]:
     """The audit card of one run, from its tables alone (no clock, no environment): a JSON-able dict.
 
@@ -377,7 +379,8 @@ def audit_card(
     (`voice_design`) names the voices each study's stimuli are read in. `psychometric`
     (reports/psychometric/psychometric.csv) gives each S2S system its voice-continuum row
     (`continuum_shift`). `usage` (reports/usage/usage.csv) gives each system's calls, audio,
-    tokens and cost over the run (`usage_entries`).
+    tokens and cost over the run (`usage_entries`). `determinism` ({system: {task: probe counts}},
+    the respond records) gives each probed system its run-to-run agreement (`determinism_entry`).
     """
     analysis_dir = Path(analysis_dir)
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
@@ -497,7 +500,36 @@ def audit_card(
         "exclusions": exclusions,
         "voices": voices or {"s2s": [], "sc": []},
         "usage": usage_entries(usage),
+        "determinism": [
+            determinism_entry(system, tasks, samples_per_item) for system, tasks in (determinism or {}).items()
+        ],
         "provenance": dict(provenance),
+    }
+
+
+def determinism_entry(system: str, tasks: dict[str, Any], samples_per_item: int) -> dict[str, Any]:
+    """A probed system's agreement per task and its verdict: "deterministic" when every answered
+    probe gave the same text and audio again, else "not deterministic", with what the analyses
+    then need (`samples_per_item` > 1, docs/repeats.md); "not probed" when no probe was answered."""
+    answered = {t: d for t, d in tasks.items() if d.get("agreement") is not None}
+    if not answered:
+        verdict, note = "not probed", "no probe request was answered"
+    elif all(d["agree"] == d["items"] - d.get("failed", 0) for d in answered.values()):
+        verdict, note = "deterministic", "the same request gave the same text and audio"
+    else:
+        verdict = "not deterministic"
+        note = (
+            f"answers vary from run to run: run.samples_per_item is {samples_per_item}, and the analyses "
+            "need more than 1 answer per item (docs/repeats.md)"
+            if samples_per_item < 2
+            else f"answers vary from run to run; each item has {samples_per_item} answers (docs/repeats.md)"
+        )
+    return {
+        "system": system,
+        "verdict": verdict,
+        "note": note,
+        "needs_samples": verdict == "not deterministic" and samples_per_item < 2,
+        "tasks": {t: dict(d) for t, d in sorted(tasks.items())},
     }
 
 
@@ -819,6 +851,21 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
     ]
     if usage_rows:
         tables["card_usage"] = pd.DataFrame(usage_rows)
+    det_rows = [
+        {
+            "system": d["system"],
+            "verdict": d["verdict"],
+            "agreement per task (same text and audio / answered probes)": "; ".join(
+                f"{t} {v['agree']}/{v['items'] - v.get('failed', 0)}"
+                + (f" ({v['failed']} probe(s) failed)" if v.get("failed") else "")
+                for t, v in d["tasks"].items()
+            ),
+            "what it means": d["note"],
+        }
+        for d in card.get("determinism") or []
+    ]
+    if det_rows:
+        tables["card_determinism"] = pd.DataFrame(det_rows)
     return tables
 
 

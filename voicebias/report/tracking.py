@@ -642,6 +642,7 @@ def log_pipeline_run(
     disaggregated: Path | None = None,
     psychometric: Path | None = None,
     usage: Path | None = None,
+    determinism: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Log the parent run and its children, once per pipeline state.
 
@@ -657,6 +658,8 @@ def log_pipeline_run(
     their voice-continuum fit (`child_records`). Given `usage` (reports/usage/usage.csv), the
     parent carries each system's totals as `usage/<system>/<field>` metrics (`usage_metrics`) and
     the table under tables/, and each child over all languages its system x task's totals.
+    Given `determinism` ({system: {task: probe counts}}), each probed system x task's child over
+    all languages carries `determinism/agreement`, `determinism/items` and `determinism/agree`.
 
     Writes `out_path` (the store's state marker, a declared DVC output): the pipeline
     state, the experiment and the names of the parent and child runs, all functions of
@@ -694,12 +697,19 @@ def log_pipeline_run(
         for rec in records:
             if rec["lang"] == "ALL":
                 rec["metrics"].update(usage_metrics(use, rec["system"], rec["task"]))
+    for rec in records:
+        probe = (determinism or {}).get(rec["system"], {}).get(rec["task"])
+        if rec["lang"] == "ALL" and probe:
+            keys = ("agreement", "items", "agree")
+            rec["metrics"].update({f"determinism/{k}": float(probe[k]) for k in keys if probe.get(k) is not None})
     dis = None
     if disaggregated is not None and Path(disaggregated).is_file():
         inputs.append(Path(disaggregated))
         dis = read_table(disaggregated)
     parent_inputs, task_inputs = _datasets(records, manifest_path, dvc_outs(root / "dvc.lock"), root)
     digests = tuple(f"{d.dataset.name} {d.dataset.digest}" for d in parent_inputs)
+    if determinism:  # the probes' counts are part of what is logged
+        digests += (json.dumps(determinism, sort_keys=True),)
     state = pipeline_state(params, inputs, root, digests)
     stimulus_set = stimulus_set_hash(read_table(manifest_path))
     parent_name = f"pipeline-{stimulus_set[:8]}-{state[:8]}"

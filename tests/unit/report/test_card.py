@@ -681,3 +681,27 @@ def test_the_card_states_what_each_systems_calls_used_and_cost(tmp_path):
     assert rows.loc["local", "tokens in (text / audio)"] == "–"
     assert rows.loc["local", "cost"] == "– (no price table in the system card)"
     assert "What the calls used and cost" in C.render_card_md(card)
+
+
+def test_the_card_says_which_probed_systems_are_not_deterministic_and_what_that_needs(tmp_path):
+    same = {"items": 8, "failed": 0, "text_agree": 8, "audio_agree": 8, "agree": 8, "agreement": 1.0}
+    varies = {"items": 8, "failed": 1, "text_agree": 7, "audio_agree": 2, "agree": 2, "agreement": 2 / 7}
+    determinism = {"steady": {"describe": same, "summarize": same}, "sampler": {"describe": varies}}
+    card = C.audit_card(make_analysis(tmp_path / "analysis"), None, GATE, CHECK, PROV, determinism=determinism)
+    by = {d["system"]: d for d in card["determinism"]}
+    assert by["steady"]["verdict"] == "deterministic" and not by["steady"]["needs_samples"]
+    assert by["sampler"]["verdict"] == "not deterministic" and by["sampler"]["needs_samples"]
+    assert "need more than 1 answer per item" in by["sampler"]["note"]
+    rows = C.card_tables(card)["card_determinism"].set_index("system")
+    assert rows.loc["sampler", "agreement per task (same text and audio / answered probes)"] == (
+        "describe 2/7 (1 probe(s) failed)"
+    )
+    assert rows.loc["steady", "agreement per task (same text and audio / answered probes)"] == (
+        "describe 8/8; summarize 8/8"
+    )
+    # with repeats already drawn, the card does not ask for them
+    card = C.audit_card(
+        make_analysis(tmp_path / "a2"), None, GATE, CHECK, PROV, determinism=determinism, samples_per_item=3
+    )
+    assert not {d["system"]: d for d in card["determinism"]}["sampler"]["needs_samples"]
+    assert "Does the same request give the same answer?" in C.render_card_md(card)

@@ -436,3 +436,43 @@ def test_usage_metrics_are_the_system_x_tasks_totals_and_skip_what_was_not_repor
     assert usage_metrics(usage, "api", "ALL")["usage/calls"] == 292.0
     assert "usage/cost" not in usage_metrics(usage, "local", "describe")  # no price table: no cost metric
     assert usage_metrics(usage, "local", "summarize") == {}
+
+
+def test_probed_children_carry_their_agreement_and_the_parent_each_systems_usage(pipeline_outputs, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    params, tmp, manifest = pipeline_outputs
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    system = params["run"]["systems"][0]
+    probe = {"items": 8, "failed": 0, "text_agree": 8, "audio_agree": 5, "agree": 5, "agreement": 0.625}
+    usage = tmp / "usage.csv"
+    write_table(
+        usage,
+        pd.DataFrame(
+            [
+                {"system": system, "part": "s2s", "task": "describe", "calls": 180, "cost": 0.42},
+                {"system": system, "part": "ALL", "task": "ALL", "calls": 900, "cost": 2.5},
+            ]
+        ),
+    )
+    summary = log_pipeline_run(
+        params,
+        tmp / "analysis",
+        tmp / "gate",
+        manifest,
+        tmp / "run.json",
+        root=tmp,
+        usage=usage,
+        determinism={system: {"describe": probe}},
+    )
+    client = MlflowClient(params["tracking"]["tracking_uri"])
+    parent = client.get_run(summary["parent_run_id"])
+    assert parent.data.metrics[f"usage/{system}/calls"] == 900 and parent.data.metrics[f"usage/{system}/cost"] == 2.5
+    runs = client.search_runs(
+        [summary["experiment_id"]], f"tags.mlflow.parentRunId = '{parent.info.run_id}'", max_results=1000
+    )
+    pooled = [r for r in runs if r.data.tags["system"] == system and r.data.tags["lang"] == "ALL"]
+    describe = [r for r in pooled if r.data.tags["task"] == "describe"][0]
+    assert describe.data.metrics["determinism/agreement"] == 0.625 and describe.data.metrics["determinism/items"] == 8
+    assert describe.data.metrics["usage/calls"] == 180 and describe.data.metrics["usage/cost"] == 0.42
+    assert all("determinism/agreement" not in r.data.metrics for r in runs if r.data.tags["lang"] != "ALL")
