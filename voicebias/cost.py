@@ -5,7 +5,8 @@ server sent it), and every response table keeps the provenance per call. From th
 the stimulus manifests this module builds, per call, the input and output audio seconds and the
 tokens by kind (:func:`usage_table`), prices them with the system card's dated price table
 (:func:`validate_pricing`, :func:`call_cost`) and sums them per system and task
-(:func:`usage_totals`). `voicebias preflight --estimate` (:func:`estimate`) prints the calls,
+(:func:`usage_totals`), with the model ids the servers returned and their fingerprints, so a run
+says which model answered it. `voicebias preflight --estimate` (:func:`estimate`) prints the calls,
 audio, tokens and cost a profile would send before anything is sent.
 
 Token kinds (:data:`TOKEN_KINDS`): input text, input audio, output text and output audio, the four
@@ -55,6 +56,8 @@ USAGE_COLUMNS = [
     "output_tokens",
     *[f"{k}_tokens" for k in TOKEN_KINDS],
     "cost",
+    "model_id",
+    "fingerprint",
 ]
 #: the keys of a card's `pricing`
 PRICING_KEYS = ("currency", "per_million_tokens", "source", "date", "audio_tokens_per_second", "note")
@@ -230,6 +233,9 @@ def usage_table(
                 "output_tokens": counts["output"],
                 **{f"{k}_tokens": counts[k] for k in TOKEN_KINDS},
                 "cost": call_cost(counts, pricing),
+                # which model answered: the id the server returned, and its fingerprint where it gives one
+                "model_id": _text(r.get("model_revision")),
+                "fingerprint": _text(prov.get("system_fingerprint") if isinstance(prov, Mapping) else None),
             }
         )
     table = pd.DataFrame(rows, columns=USAGE_COLUMNS)
@@ -255,10 +261,18 @@ def usage_totals(calls: pd.DataFrame, pricing: Mapping[str, Any] | None) -> dict
     priced = calls["cost"].notna()
     out["priced_calls"] = int(priced.sum())
     out["cost"] = round(float(calls.loc[priced, "cost"].sum()), 6) if pricing else None
+    for col, key in (("model_id", "model_ids"), ("fingerprint", "fingerprints")):
+        seen = sorted({str(v) for v in calls[col].dropna()}) if col in calls.columns else []
+        out[key] = "; ".join(seen) if seen else None
     out["currency"] = pricing["currency"] if pricing else None
     out["price_date"] = pricing["date"] if pricing else None
     out["price_source"] = pricing["source"] if pricing else None
     return out
+
+
+def _text(v: Any) -> str | None:
+    """A non-empty string, or None (a missing value read from a table is NaN)."""
+    return v.strip() if isinstance(v, str) and v.strip() else None
 
 
 def read_durations(manifests: Iterable[Path]) -> dict[str, float]:

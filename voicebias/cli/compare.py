@@ -5,8 +5,9 @@ else a git revision of the repository around the working directory, else an MLfl
 pipeline parent run's artifact); a RUN none of these resolves is an error (exit status 2).
 `compare_cards(a, b, rtol)` lists the differences, one per changed value, records keyed by system,
 numbers equal within the relative tolerance `rtol`. The report goes to stdout by section (`--json`:
-a list of {path, old, new}); where each card came from goes to stderr. Exit status 0 whether or not
-the cards differ.
+a list of {path, old, new}); where each card came from goes to stderr, with a warning for each
+system whose model id or system fingerprint differs between the runs (`served_warnings`). Exit
+status 0 whether or not the cards differ.
 
 The resolution order, the matching and the report: docs/audit-card.md, "Comparing two audits".
 """
@@ -429,12 +430,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"voicebias compare: {exc}", file=sys.stderr)
         return 2
     print(f"voicebias compare: A is {source_a}\nvoicebias compare: B is {source_b}", file=sys.stderr)
+    for line in served_warnings(a, b):
+        print(f"voicebias compare: warning: {line}", file=sys.stderr)
     diffs = compare_cards(a, b, args.rtol)
     if args.json:
         print(json.dumps([d.to_json() for d in diffs], indent=2, ensure_ascii=False))
     else:
         print(format_differences(diffs, a, b))
     return 0
+
+
+def served_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """One line per system the two cards say was answered by different models: a model id or a
+    system fingerprint (the `usage` entries, docs/cost.md) in one run and not the other. An API
+    model behind one name changes; a difference between two such runs may be the model's."""
+
+    def served(card: dict[str, Any]) -> dict[str, tuple[set[str], set[str]]]:
+        out = {}
+        for u in card.get("usage") or []:
+            ids = {x.strip() for x in (u.get("model_ids") or "").split(";") if x.strip()}
+            fps = {x.strip() for x in (u.get("fingerprints") or "").split(";") if x.strip()}
+            out[u["system"]] = (ids, fps)
+        return out
+
+    sa, sb = served(a), served(b)
+    lines = []
+    for system in sorted(set(sa) & set(sb)):
+        for i, what in enumerate(("model id", "system fingerprint")):
+            old, new = sa[system][i], sb[system][i]
+            if old and new and old != new:
+                lines.append(
+                    f"{system} was answered by {what}(s) {', '.join(sorted(old))} in A and "
+                    f"{', '.join(sorted(new))} in B: the model behind the name may have changed, and a "
+                    "difference below may be the model's rather than the audit's"
+                )
+    return lines
 
 
 def _rtol(text: str) -> float:

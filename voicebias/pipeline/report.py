@@ -34,8 +34,8 @@ def determinism_records(params: dict[str, Any], report_for: Any = config.respond
     """{system: {task: the determinism probe's counts}} from the respond stages' records
     (reports/respond/<system>/<task>.json), for the systems and tasks that were probed."""
     out: dict[str, dict[str, Any]] = {}
-    for system in params["run"]["systems"]:
-        for task in params["tasks"]["names"]:
+    for system in (params.get("run") or {}).get("systems") or []:
+        for task in (params.get("tasks") or {}).get("names") or []:
             rec = _metrics(report_for(system, task))
             if rec and isinstance(rec.get("determinism"), dict):
                 out.setdefault(system, {})[task] = rec["determinism"]

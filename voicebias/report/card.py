@@ -550,6 +550,8 @@ USAGE_FIELDS = (
     "currency",
     "price_date",
     "price_source",
+    "model_ids",
+    "fingerprints",
 )
 
 
@@ -846,6 +848,8 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
             "tokens in (text / audio)": _tokens_cell(u, "input"),
             "tokens out (text / audio)": _tokens_cell(u, "output"),
             "cost": _cost_cell(u),
+            "answered by (model id; fingerprint)": (u.get("model_ids") or "–")
+            + (f"; {u['fingerprints']}" if u.get("fingerprints") else ""),
         }
         for u in card.get("usage") or []
     ]

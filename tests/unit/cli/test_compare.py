@@ -328,3 +328,29 @@ def test_the_command_runs_as_a_module(base, planted, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == PLANTED_TEXT + "\n"
+
+
+def test_a_model_that_changed_behind_its_name_is_warned_about(base, tmp_path, capsys):
+    """Two runs of one API system answered under other system fingerprints (or model ids): compare
+    warns on stderr, naming the system and both values; unchanged systems get no warning."""
+    import copy
+
+    def with_usage(card, fingerprints, model="gpt-4o-audio-preview-2025-06-03"):
+        card = copy.deepcopy(card)
+        card["usage"] = [
+            {"system": "gpt_audio", "calls": 10, "model_ids": model, "fingerprints": fingerprints},
+            {"system": "voice_faithful", "calls": 10, "model_ids": "ref-1", "fingerprints": None},
+        ]
+        return card
+
+    a = _write(tmp_path / "a.json", with_usage(base, "fp_0a1b"))
+    b = _write(tmp_path / "b.json", with_usage(base, "fp_0a1b; fp_9z9z"))
+    rc, out, err = _run([a, b], capsys)
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert rc == 0 and len(warnings) == 1
+    assert "gpt_audio" in warnings[0] and "fp_0a1b in A" in warnings[0] and "fp_0a1b, fp_9z9z in B" in warnings[0]
+    c = _write(tmp_path / "c.json", with_usage(base, "fp_0a1b", model="gpt-4o-audio-preview-2025-09-01"))
+    _, _, err = _run([a, c], capsys)
+    assert "model id(s) gpt-4o-audio-preview-2025-06-03 in A" in err
+    _, _, err = _run([a, a], capsys)
+    assert "warning" not in err

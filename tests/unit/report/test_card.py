@@ -359,7 +359,46 @@ PROV = {
 def card(tmp_path):
     analysis = make_analysis(tmp_path / "analysis")
     sc = make_sc(tmp_path / "sc")
-    return C.audit_card(analysis, sc, GATE, CHECK, PROV, voices=C.voice_design(CERTIFICATES, SC_VOICES))
+    return C.audit_card(
+        analysis,
+        sc,
+        GATE,
+        CHECK,
+        PROV,
+        voices=C.voice_design(CERTIFICATES, SC_VOICES),
+        usage=USAGE,
+        determinism={"gpt_audio": {"describe": PROBE}},
+    )
+
+
+#: a run's usage totals (reports/usage/usage.csv) and one probed system's determinism counts
+USAGE = pd.DataFrame(
+    [
+        {
+            "system": "gpt_audio",
+            "part": "ALL",
+            "task": "ALL",
+            "calls": 12,
+            "calls_with_usage": 12,
+            "input_audio_s": 300.0,
+            "output_audio_s": 90.0,
+            "input_tokens": 3100,
+            "output_tokens": 700,
+            "input_text_tokens": 100,
+            "input_audio_tokens": 3000,
+            "output_text_tokens": 100,
+            "output_audio_tokens": 600,
+            "priced_calls": 12,
+            "cost": 0.17,
+            "currency": "USD",
+            "price_date": "2026-12-05",
+            "price_source": "https://example.org",
+            "model_ids": "m-1",
+            "fingerprints": "fp_1",
+        },
+    ]
+)
+PROBE = {"items": 8, "failed": 0, "text_agree": 8, "audio_agree": 8, "agree": 8, "agreement": 1.0}
 
 
 #: the carrier gate's per-voice certificates of a run with 2 voices per gender in English, one of them failing
@@ -464,14 +503,22 @@ def test_a_summarize_ci_is_shown_when_the_table_has_one(tmp_path):
 
 def test_card_is_deterministic_json_without_wall_clock(card, tmp_path):
     again = C.audit_card(
-        tmp_path / "analysis", tmp_path / "sc", GATE, CHECK, PROV, voices=C.voice_design(CERTIFICATES, SC_VOICES)
+        tmp_path / "analysis",
+        tmp_path / "sc",
+        GATE,
+        CHECK,
+        PROV,
+        voices=C.voice_design(CERTIFICATES, SC_VOICES),
+        usage=USAGE,
+        determinism={"gpt_audio": {"describe": PROBE}},
     )
     text = json.dumps(card, sort_keys=True, allow_nan=True)
     assert text == json.dumps(again, sort_keys=True, allow_nan=True)
     md = C.render_card_md(card)
     assert md == C.render_card_md(again)
     clock = re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}:\d{2}")
-    assert not clock.search(text) and not clock.search(md)
+    price_date = USAGE["price_date"].iloc[0]  # a date of the system card's price table, an input, not the clock
+    assert not clock.search(text.replace(price_date, "")) and not clock.search(md.replace(price_date, ""))
 
 
 def test_card_markdown_has_the_template_texts_and_the_verdict_words(card):
