@@ -499,12 +499,45 @@ def audit_card(
         },
         "exclusions": exclusions,
         "voices": voices or {"s2s": [], "sc": []},
+        "compliance": compliance_entries(comp),
         "usage": usage_entries(usage),
         "determinism": [
             determinism_entry(system, tasks, samples_per_item) for system, tasks in (determinism or {}).items()
         ],
         "provenance": dict(provenance),
     }
+
+
+def compliance_entries(comp: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """Per S2S system x task, all languages pooled (analysis/compliance.csv): the share of calls that
+    failed (errors, and refusals: a reply without audio, with the model's words as its reason) and,
+    for describe, the share of answered replies that name no gender (non-compliant), each with its
+    95 % Wilson interval."""
+    if comp is None or not len(comp):
+        return []
+    out = []
+    for (system, task), g in comp.groupby(["system", "task"], sort=False):
+        n, failed = int(g["n"].sum()), int(g["failed"].sum())
+        answered = n - failed - (int(g["excluded"].sum()) if "excluded" in g else 0)
+        nc = int(g["non_compliant"].sum())
+        f_lo, f_hi = wilson(failed, n) if n else (None, None)
+        entry: dict[str, Any] = {
+            "system": system,
+            "task": task,
+            "calls": n,
+            "failed": failed,
+            "failed_rate": failed / n if n else None,
+            "failed_ci": [_num(f_lo), _num(f_hi)],
+            "answered": answered,
+            "non_compliant": nc if task == "describe" else None,
+            "non_compliant_rate": nc / answered if task == "describe" and answered else None,
+            "non_compliant_ci": [None, None],
+        }
+        if task == "describe" and answered:
+            lo, hi = wilson(nc, answered)
+            entry["non_compliant_ci"] = [_num(lo), _num(hi)]
+        out.append(entry)
+    return out
 
 
 def determinism_entry(system: str, tasks: dict[str, Any], samples_per_item: int) -> dict[str, Any]:
@@ -855,6 +888,20 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
     ]
     if usage_rows:
         tables["card_usage"] = pd.DataFrame(usage_rows)
+    comp_rows = [
+        {
+            "system": c["system"],
+            "task": c["task"],
+            "calls": str(c["calls"]),
+            "failed or refused [95% CI]": f"{c['failed']} ({_ci(c['failed_rate'], *c['failed_ci'], 3)})",
+            "non-compliant [95% CI]": "–"
+            if c["non_compliant"] is None
+            else f"{c['non_compliant']} of {c['answered']} ({_ci(c['non_compliant_rate'], *c['non_compliant_ci'], 3)})",
+        }
+        for c in card.get("compliance") or []
+    ]
+    if comp_rows:
+        tables["card_compliance"] = pd.DataFrame(comp_rows)
     det_rows = [
         {
             "system": d["system"],

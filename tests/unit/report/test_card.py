@@ -752,3 +752,54 @@ def test_the_card_says_which_probed_systems_are_not_deterministic_and_what_that_
     )
     assert not {d["system"]: d for d in card["determinism"]}["sampler"]["needs_samples"]
     assert "Does the same request give the same answer?" in C.render_card_md(card)
+
+
+def test_refusals_and_non_compliance_per_task_with_wilson_intervals(tmp_path):
+    """Per system x task, pooled over languages: the share of failed calls (refusals among them) and
+    of describe answers naming no gender, with Wilson intervals from voicebias.analysis.intervals."""
+    from voicebias.analysis.intervals import wilson
+
+    analysis = make_analysis(tmp_path / "analysis")
+    comp = pd.DataFrame(
+        [
+            {
+                "system": "api",
+                "lang": "en",
+                "task": "describe",
+                "n": 60,
+                "failed": 3,
+                "excluded": 1,
+                "non_compliant": 8,
+            },
+            {
+                "system": "api",
+                "lang": "es",
+                "task": "describe",
+                "n": 60,
+                "failed": 1,
+                "excluded": 0,
+                "non_compliant": 4,
+            },
+            {
+                "system": "api",
+                "lang": "en",
+                "task": "readback",
+                "n": 60,
+                "failed": 0,
+                "excluded": 0,
+                "non_compliant": 0,
+            },
+        ]
+    )
+    comp.to_csv(analysis / "compliance.csv", index=False)
+    card = C.audit_card(analysis, None, GATE, CHECK, PROV)
+    by = {(c["system"], c["task"]): c for c in card["compliance"]}
+    d = by[("api", "describe")]
+    assert (d["calls"], d["failed"], d["answered"], d["non_compliant"]) == (120, 4, 115, 12)
+    assert d["failed_rate"] == pytest.approx(4 / 120) and d["failed_ci"] == pytest.approx(list(wilson(4, 120)))
+    assert d["non_compliant_rate"] == pytest.approx(12 / 115)
+    assert d["non_compliant_ci"] == pytest.approx(list(wilson(12, 115)))
+    assert by[("api", "readback")]["non_compliant"] is None  # non-compliance is scored on describe only
+    rows = C.card_tables(card)["card_compliance"].set_index(["system", "task"])
+    assert rows.loc[("api", "readback"), "non-compliant [95% CI]"] == "–"
+    assert rows.loc[("api", "describe"), "failed or refused [95% CI]"].startswith("4 (0.033 [")
