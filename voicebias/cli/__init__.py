@@ -39,8 +39,8 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     else:
         params = load_params()
     if args.estimate:
+        from voicebias.cli.estimate import estimate, format_estimate
         from voicebias.config import ROOT
-        from voicebias.estimate import estimate, format_estimate
 
         table = estimate(params, ROOT)
         print(format_estimate(table, str(params["base"]["profile"])))

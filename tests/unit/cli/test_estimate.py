@@ -8,10 +8,10 @@ import shutil
 import pandas as pd
 import pytest
 
+from voicebias.cli.estimate import estimate, format_estimate, plan
 from voicebias.cli.profiles import resolve_profile
 from voicebias.config import ROOT
 from voicebias.cost import USAGE_COLUMNS
-from voicebias.estimate import estimate, format_estimate, plan
 from voicebias.stimuli.bank import load_bank
 from voicebias.tasks import load_tasks
 
