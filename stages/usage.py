@@ -9,8 +9,8 @@ if __name__ == "__main__":
     guarded(
         run_stage,
         stage_params("usage"),
-        responses_for=lambda system, task: config.responses_dir(system, task) / "responses.csv",
-        continuum_responses_for=lambda system, task: config.continuum_responses_dir(system, task) / "responses.csv",
+        responses_dir_for=config.responses_dir,
+        continuum_responses_dir_for=config.continuum_responses_dir,
         continuations_for=config.continuation_responses,
         manifests=[config.STIMULI_MANIFEST, config.CONTINUUM_MANIFEST, config.PHONATION_MANIFEST],
         cards_dir=config.CARDS_DIR,

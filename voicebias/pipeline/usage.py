@@ -22,16 +22,17 @@ TOTAL_KEYS = ["system", "part", "task"]
 def run_stage(
     params: dict[str, Any],
     *,
-    responses_for: Callable[[str, str], Path],
-    continuum_responses_for: Callable[[str, str], Path],
+    responses_dir_for: Callable[[str, str], Path],
+    continuum_responses_dir_for: Callable[[str, str], Path],
     continuations_for: Callable[[str], Path],
     manifests: list[Path],
     cards_dir: Path,
     out_dir: Path,
 ) -> pd.DataFrame:
-    """Stage 'usage': `responses_for(system, task)`, `continuum_responses_for(system, task)` and
-    `continuations_for(system)` name the response tables (absent ones are skipped: a part that
-    did not run); `manifests` give each stimulus' duration."""
+    """Stage 'usage': the responses tables (responses.csv) in `responses_dir_for(system, task)` and
+    `continuum_responses_dir_for(system, task)`, and `continuations_for(system)`, the continuation
+    table (absent ones are skipped: a part that did not run); `manifests` give each stimulus'
+    duration."""
     from voicebias.cards import load_card
     from voicebias.cost import USAGE_COLUMNS, read_durations, usage_table, usage_totals
     from voicebias.io import read_table, write_json, write_table
@@ -42,8 +43,8 @@ def run_stage(
     cont_tasks = list(cont.get("tasks") or []) if cont.get("enabled", True) else []
     parts: list[tuple[str, str, list[tuple[str, Path]]]] = []
     for system in params["run"]["systems"]:
-        tables = [("s2s", responses_for(system, t)) for t in tasks]
-        tables += [("continuum", continuum_responses_for(system, t)) for t in cont_tasks]
+        tables = [("s2s", responses_dir_for(system, t) / "responses.csv") for t in tasks]
+        tables += [("continuum", continuum_responses_dir_for(system, t) / "responses.csv") for t in cont_tasks]
         parts.append((system, "s2s", tables))
     for system in params["run"].get("sc_systems") or []:
         parts.append((system, "sc", [("sc", continuations_for(system))]))

@@ -58,8 +58,8 @@ def test_the_stage_sums_every_part_per_task_and_per_system(tmp_path):
     out = tmp_path / "usage"
     run_stage(
         params,
-        responses_for=lambda s, t: tmp_path / "responses" / s / t / "responses.csv",
-        continuum_responses_for=lambda s, t: tmp_path / "responses" / s / f"continuum/{t}" / "responses.csv",
+        responses_dir_for=lambda s, t: tmp_path / "responses" / s / t,
+        continuum_responses_dir_for=lambda s, t: tmp_path / "responses" / s / f"continuum/{t}",
         continuations_for=lambda s: tmp_path / "none.csv",
         manifests=[manifest, tmp_path / "absent.csv"],
         cards_dir=cards,
