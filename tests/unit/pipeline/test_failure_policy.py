@@ -54,6 +54,9 @@ def project(root: Path, n: int, system_params: dict) -> tuple[pd.DataFrame, dict
         "samples_per_item": 1,
         "max_failed_fraction": 0.05,
         "max_reply_ratio": 4,
+        # no determinism probe: these tests count the calls of the failure policy alone (the probe's own
+        # calls are tested in tests/unit/systems/test_vllm_omni.py and tests/unit/systems/test_runner.py)
+        "determinism_probe": 0,
     }
     params["systems"] = {"gpt_audio": {"model": "gpt-4o-audio-preview", "timeout_s": 10, **system_params}}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
@@ -365,3 +368,27 @@ def test_pending_calls_is_cheap_and_writes_zeros_without_a_ledger(tmp_path):
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert probe.stdout.strip() == "[]", probe.stderr
+
+
+def test_the_respond_stage_records_the_determinism_probe_of_an_api_system(scratch):
+    """With run.determinism_probe on, the stage re-sends that many answered requests of gpt_audio after
+    the task and records the agreement in its tracked record; the fake API answers the same request
+    with the same text and audio, so it reads 100 %. A second run reads the probe from the cache."""
+    root = scratch
+    with FakeOpenAIAudioServer(KEY) as server:
+        stim, params = project(root, 12, {"base_url": server.base_url})
+        params["run"]["determinism_probe"] = 5
+        respond(params, root)
+        first = sent(server)
+        record = json.loads((root / "reports" / "respond" / "gpt_audio" / "describe.json").read_text())
+        respond(params, root)
+        assert len(sent(server)) == len(first)  # nothing sent again
+    assert len(first) == 12 + 5 and len(set(first)) == 12  # 5 of the 12 inputs asked twice
+    assert record["determinism"] == {
+        "items": 5,
+        "failed": 0,
+        "text_agree": 5,
+        "audio_agree": 5,
+        "agree": 5,
+        "agreement": 1.0,
+    }
