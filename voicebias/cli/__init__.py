@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from voicebias import config
-from voicebias.cli import canary, compare, dev, fetch, measure, serve, verify
+from voicebias.cli import canary, compare, dev, fetch, measure, release, serve, verify
 from voicebias.errors import ConfigError, guarded
 from voicebias.params import load_params
 
@@ -279,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_parser(sub)
     compare.add_parser(sub)
     canary.add_parser(sub)
+    release.add_parser(sub)
     serve.add_parser(sub)
     verify.add_parser(sub)
     dev.add_parser(sub)
