@@ -59,6 +59,21 @@ USAGE_COLUMNS = [
     "model_id",
     "fingerprint",
 ]
+#: the numeric totals of :func:`usage_totals` (the card keeps them, MLflow logs them as metrics)
+TOTAL_COUNTS = (
+    "calls",
+    "calls_with_usage",
+    "input_audio_s",
+    "output_audio_s",
+    "input_tokens",
+    "output_tokens",
+    "input_text_tokens",
+    "input_audio_tokens",
+    "output_text_tokens",
+    "output_audio_tokens",
+    "priced_calls",
+    "cost",
+)
 #: the keys of a card's `pricing`
 PRICING_KEYS = ("currency", "per_million_tokens", "source", "date", "audio_tokens_per_second", "note")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from voicebias.analysis.intervals import newcombe_difference, wilson
+from voicebias.cost import TOTAL_COUNTS
 from voicebias.io import read_table
 from voicebias.report.build import _template_env, section_texts
 
@@ -567,25 +568,7 @@ def determinism_entry(system: str, tasks: dict[str, Any], samples_per_item: int)
 
 
 #: the per-system totals the card keeps from reports/usage/usage.csv
-USAGE_FIELDS = (
-    "calls",
-    "calls_with_usage",
-    "input_audio_s",
-    "output_audio_s",
-    "input_tokens",
-    "output_tokens",
-    "input_text_tokens",
-    "input_audio_tokens",
-    "output_text_tokens",
-    "output_audio_tokens",
-    "priced_calls",
-    "cost",
-    "currency",
-    "price_date",
-    "price_source",
-    "model_ids",
-    "fingerprints",
-)
+USAGE_FIELDS = (*TOTAL_COUNTS, "currency", "price_date", "price_source", "model_ids", "fingerprints")
 
 
 def usage_entries(usage: pd.DataFrame | None) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from voicebias.config import ROOT
+from voicebias.cost import TOTAL_COUNTS
 
 
 def tracking_uri(params: dict[str, Any], root: Path = ROOT) -> str:
@@ -573,20 +574,7 @@ def _logged_parent(client: Any, exp_id: str, state: str, child_names: list[str])
 
 
 #: the numeric totals of reports/usage/usage.csv logged as MLflow metrics
-USAGE_METRICS = (
-    "calls",
-    "calls_with_usage",
-    "input_audio_s",
-    "output_audio_s",
-    "input_tokens",
-    "output_tokens",
-    "input_text_tokens",
-    "input_audio_tokens",
-    "output_text_tokens",
-    "output_audio_tokens",
-    "priced_calls",
-    "cost",
-)
+USAGE_METRICS = TOTAL_COUNTS
 
 
 def usage_metrics(usage: pd.DataFrame, system: str, task: str) -> dict[str, float]:
