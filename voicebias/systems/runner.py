@@ -361,11 +361,12 @@ def probe_determinism(
     policy: RetryPolicy,
 ) -> dict[str, Any]:
     """Send the first `items` answered requests (by cache key) again and compare the replies with the
-    cached ones: the transcript as text, the audio by the sha256 of its stored FLAC. A result is
-    kept in the cache beside its entry, so a later run reads it instead of sending again (and the
+    cached ones: the transcript as text, the audio by the sha256 of its stored FLAC. An answered
+    probe's result is kept in the cache beside its entry, so a later run reads it instead of sending again (and the
     tracked counts stay a function of the cache). Returns {items, failed, text_agree, audio_agree,
     agree, agreement} (agreement: the share of the answered probes whose text and audio both
-    matched; None when no probe was answered)."""
+    matched; None when no probe was answered). A probe that failed is counted as failed and
+    not kept, so the next run sends it again."""
     keys = sorted(k for k, r in records.items() if r.get("status") == "ok")[: max(0, int(items))]
     results: dict[str, dict[str, Any]] = {}
     todo = []
@@ -388,7 +389,8 @@ def probe_determinism(
                     "text_same": (resp.transcript or None) == (before.get("transcript") or None),
                     "audio_same": reply_audio_sha256(resp) == before.get("output_audio_sha256"),
                 }
-            cache.probes.put(key, result)
+            if result["status"] == "ok":  # a failed probe is sent again next run, not kept
+                cache.probes.put(key, result)
             results[key] = result
     ok = [r for r in results.values() if r["status"] == "ok"]
     agree = sum(1 for r in ok if r["text_same"] and r["audio_same"])

@@ -404,3 +404,29 @@ def test_the_determinism_probe_flags_a_server_that_ignores_its_seed(tmp_path, ig
     else:
         assert probe["agreement"] == 1.0 and probe["agree"] == 4
     assert again["determinism"] == probe
+
+
+def test_a_probe_the_server_cannot_answer_is_counted_failed_not_agreement(tmp_path):
+    """The server answers the run, then fails every later call (HTTP 500 past the retries): the probe
+    records its requests as failed and gives no agreement, and the card calls the system not probed
+    rather than deterministic. Failed probes are not kept: once the server answers again, the next
+    run probes them."""
+    from voicebias.report.card import determinism_entry
+
+    cards = pinned_cards(tmp_path)
+    stim = make_stimuli(tmp_path, 4)
+    fps = [fingerprint_file(tmp_path / p) for p in stim["path"]]
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05)
+    task, cache = load_tasks()["describe"], ResponseCache(tmp_path / "c")
+    runs = []
+    with FakeVLLMOmniServer(QWEN, plan={fp: ["ok", "500", "500"] for fp in fps}) as server:
+        sut = system(server, cards, root=tmp_path)
+        for i in range(2):
+            _, counts = run_task(
+                sut, task, stim, tmp_path / f"out{i}", cache, 1, tmp_path, policy=policy, progress=False, probe=3
+            )
+            runs.append(counts["determinism"])
+    probe, again = runs
+    assert probe == {"items": 3, "failed": 3, "text_agree": 0, "audio_agree": 0, "agree": 0, "agreement": None}
+    assert determinism_entry(QWEN, {"describe": probe}, 1)["verdict"] == "not probed"
+    assert again["failed"] == 0 and again["agreement"] == 1.0  # the server answers again: probed now
