@@ -60,6 +60,11 @@ PSYCHOMETRIC_METRICS = PSYCHOMETRIC_DIR / "metrics.json"
 PSYCHOMETRIC_TABLE = PSYCHOMETRIC_DIR / "psychometric.csv"
 USAGE_DIR = REPORTS / "usage"  # what the calls used and cost: calls.csv, usage.csv, metrics.json
 USAGE_TABLE = USAGE_DIR / "usage.csv"
+#: the whole-run replicates' replies (data) and their spread per cell (reports/replicates: cells.csv,
+#: spread.csv, metrics.json)
+REPLICATES_DATA = DATA / "replicates"
+REPLICATES_DIR = REPORTS / "replicates"
+REPLICATES_SPREAD = REPLICATES_DIR / "spread.csv"
 PHONATION_METRICS = PHONATION_REPORTS / "metrics.json"
 PHONATION_MEASURES = PHONATION_REPORTS / "measures.csv"
 CHECK_METRICS = PHONATION_REPORTS / "check_metrics.json"

@@ -408,6 +408,14 @@ class Run(Section):
     #: the card and MLflow, and a system below 100 % is flagged (voicebias.systems.runner.probe_determinism).
     #: 0: no probe. Systems run in-process (the reference systems) are not probed.
     determinism_probe: Annotated[int, Field(ge=0)] = 8
+    #: whole-run replicates: the calls of `replicate_tasks` are made this many times in all, run 0
+    #: being the run itself and run r >= 1 the same requests under the base seed
+    #: replicate_seed(base.seed, r) (voicebias.systems.base); the replicates stage gives each
+    #: cell's min, median, max, SD and CV over the runs beside the run's item CIs (docs/repeats.md,
+    #: "Whole-run replicates"). 1: no replicates.
+    replicates: Annotated[int, Field(ge=1)] = 1
+    #: the tasks the replicates repeat, each one of tasks.names; empty: every task of tasks.names
+    replicate_tasks: list[TaskName] = []
 
     @field_validator("samples_per_item", mode="before")
     @classmethod
@@ -705,6 +713,25 @@ class Params(Section):
     analyze: Analyze = Analyze()
     disaggregate: Disaggregate = Disaggregate()
     tracking: Tracking = Tracking()
+
+    @model_validator(mode="after")
+    def _replicated_tasks_are_run(self) -> "Params":
+        extra = [t for t in self.run.replicate_tasks if t not in self.tasks.names]
+        if extra:
+            raise ValueError(
+                f"run.replicate_tasks names {', '.join(extra)}, not in tasks.names ({', '.join(self.tasks.names)}): "
+                "a replicate repeats calls of the run"
+            )
+        return self
+
+
+def replicate_tasks(params: dict[str, Any]) -> list[str]:
+    """The tasks the whole-run replicates repeat (run.replicate_tasks, or every task of tasks.names),
+    none when run.replicates is 1."""
+    run = params.get("run") or {}
+    if int(run.get("replicates", 1)) < 2:
+        return []
+    return list(run.get("replicate_tasks") or params["tasks"]["names"])
 
 
 # ---------------------------------------------------------------- validation

@@ -4,7 +4,8 @@ anything is sent.
 The calls are counted from the profile itself, as the stages would make them: the passages of
 the profile's languages in the bank (each read once in a male and once in a female voice), every
 task over the stimuli in its languages, `run.samples_per_item` answers each; the continuum's steps
-(`continuum`: passages per pole x poles x languages x 2 base voices x steps) for its tasks; and,
+(`continuum`: passages per pole x poles x languages x 2 base voices x steps) for its tasks; the
+whole-run replicates (`replicates`: `run.replicates` - 1 more runs of `run.replicate_tasks`); and,
 for the continuation systems, the stimuli of this workspace's phonation manifest (when there is
 one: the SC stimuli depend on files the profile names, so they are counted once made).
 
@@ -79,7 +80,7 @@ def _stimulus_seconds(params: dict[str, Any], root: Path) -> pd.DataFrame:
 def plan(params: dict[str, Any], root: Path) -> pd.DataFrame:
     """The calls of the profile: one row per system x part x task with calls, input_audio_s and
     input_basis."""
-    from voicebias.params import samples_per_item
+    from voicebias.params import replicate_tasks, samples_per_item
     from voicebias.tasks import load_tasks
 
     samples = samples_per_item(params)
@@ -110,10 +111,15 @@ def plan(params: dict[str, Any], root: Path) -> pd.DataFrame:
                 ids = sorted(mine["passage_id"].astype(str).unique())[: int(cont["passages_per_pole"])]
                 picked.append(mine[mine["passage_id"].astype(str).isin(ids)])
         continuum = pd.concat(picked, ignore_index=True) if picked else continuum
+    extra_runs = int(params["run"].get("replicates", 1)) - 1
     for system in params["run"]["systems"]:
         for name in params["tasks"]["names"]:
             langs = tasks[name].languages()
             add(system, "s2s", name, stimuli[stimuli["lang"].isin(langs)] if langs else stimuli, samples)
+        for name in replicate_tasks(params):  # the whole-run replicates: the same requests again, per extra run
+            langs = tasks[name].languages()
+            chosen = stimuli[stimuli["lang"].isin(langs)] if langs else stimuli
+            add(system, "replicates", name, chosen, samples * extra_runs)
         if len(continuum):
             for name in cont["tasks"]:
                 add(system, "continuum", name, continuum, int(cont["steps"]))

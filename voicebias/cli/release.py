@@ -52,6 +52,7 @@ BUNDLE_PATHS = (
     "data/stimuli",
     "data/responses",
     "data/scored",
+    "data/replicates",
     "reports/respond",
     "reports/carrier_gate",
     "reports/phonation/check_metrics.json",
@@ -59,6 +60,7 @@ BUNDLE_PATHS = (
     "reports/psychometric",
     "reports/sc",
     "reports/usage",
+    "reports/replicates",
     "reports/report/audit_card.json",
     "reports/report/audit_card.md",
 )
@@ -293,6 +295,7 @@ def replicate(bundle: Path, rtol: float = DEFAULT_RTOL, workdir: Path | None = N
             usage=optional("reports/usage/usage.csv", read_table),
             determinism={d["system"]: d["tasks"] for d in card.get("determinism") or []},
             samples_per_item=int(params["run"].get("samples_per_item", 1)),
+            replicates=optional("reports/replicates/spread.csv", read_table),
         )
         again = json.loads(json.dumps(again, allow_nan=True))
         diffs = compare_cards(card, again, rtol)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
 from voicebias.errors import NotFound, StageFailed
 from voicebias.registry import Registry
-from voicebias.systems.base import SystemUnderTest
+from voicebias.systems.base import SystemUnderTest, replicate_seed
 from voicebias.systems.runner import ResponseCache, RetryPolicy, build_asr, run_task, validate_responses
 from voicebias.systems.screen import ReplyScreen
 from voicebias.tasks import Task
@@ -51,7 +51,9 @@ def run_system(
     samples: int,
     annotate: Callable[[SystemUnderTest, dict[str, Any]], dict[str, Any]] | None = None,
     exclude: frozenset[str] = frozenset(),
-) -> dict[str, pd.DataFrame]:
+    ledger: bool = True,
+    replicates: Sequence[int] | None = None,
+) -> dict[Any, pd.DataFrame]:
     """Build system `system_name` from `adapters` once and run it on each of `tasks` in turn over the
     stimuli of `manifest_path`, `samples` answers per stimulus, once `gate_metrics` records that
     `gate` passed.
@@ -65,7 +67,13 @@ def run_system(
     system's `check` runs once, before the first call any task sends (not at all when every
     call is cached). A task whose failed calls exceed `run.max_failed_fraction` of its
     requests raises StageFailed once every task has run and the ledger of failed calls is
-    written (see the module docstring)."""
+    written (see the module docstring). `ledger` False: the run's failed calls are not written to the
+    system's ledger (the whole-run replicates, whose failures their own table counts).
+
+    `replicates` (whole-run replicates, run.replicates): the system, built once, answers every task
+    once per replicate r under the base seed replicate_seed(base.seed, r); `out_dir_for`,
+    `stats_path_for` and `label_for` then take (task, r), the failure policy holds per task x
+    replicate, and the tables are keyed (task, r)."""
     from voicebias.io import read_json, read_table, write_json, write_table
     from voicebias.params import max_failed_fraction
     from voicebias.pipeline.pending_calls import update_ledger
@@ -97,9 +105,17 @@ def run_system(
     try:
         policy = RetryPolicy.from_params(sys_params)
         asr = build_asr(sys_params, root)
-        for name, task in tasks.items():
-            out_dir, stats_path = Path(out_dir_for(name)), Path(stats_path_for(name))
-            label = label_for(name)
+        base_seed = int(params["base"]["seed"])
+        stacked: dict[str, list[tuple[int, Path, pd.DataFrame]]] = {}
+        runs: list[tuple[str, Task, int | None]] = [(name, task, None) for name, task in tasks.items()]
+        if replicates is not None:
+            runs = [(name, task, r) for r in replicates for name, task in tasks.items()]
+        for name, task, r in runs:
+            at = (name,) if r is None else (name, r)
+            out_dir, stats_path = Path(out_dir_for(*at)), Path(stats_path_for(*at))
+            label = label_for(*at)
+            key = name if r is None else at
+            where = name if r is None else f"{name} (replicate {r})"
             if out_dir.exists():
                 shutil.rmtree(out_dir)  # the task's output is rebuilt from the cache, never half-stale
             table, counts = run_task(
@@ -108,7 +124,7 @@ def run_system(
                 manifest,
                 out_dir,
                 ResponseCache(cache_dir),
-                int(params["base"]["seed"]),
+                base_seed if r is None else replicate_seed(base_seed, r),
                 root,
                 policy=policy,
                 asr=asr,
@@ -118,8 +134,11 @@ def run_system(
                 screen=screen,
                 probe=int(params["run"].get("determinism_probe", 0)) if system.probed else 0,
             )
-            validate_responses(table, system.kind)
-            write_table(out_dir / "responses.csv", table)
+            if r is None:
+                validate_responses(table, system.kind)
+                write_table(out_dir / "responses.csv", table)
+            else:  # checked once per task over every replicate (below): one gate, not one per run
+                stacked.setdefault(name, []).append((r, out_dir, table))
             if annotate is not None:
                 counts.update(annotate(system, sys_params))
             tracked, run_facts = split_counts(counts)
@@ -131,13 +150,20 @@ def run_system(
                 file=sys.stderr,
             )
             failed = table["status"] == "failed"
-            failed_keys[name] = table.loc[failed, "cache_key"].tolist()
+            failed_keys.setdefault(name, []).extend(table.loc[failed, "cache_key"].tolist())
             if counts["requests"] and counts["failed"] > limit * counts["requests"]:
-                over.append(over_limit(name, counts["failed"], counts["requests"], table.loc[failed, "error"]))
-            results[name] = table
+                over.append(over_limit(where, counts["failed"], counts["requests"], table.loc[failed, "error"]))
+            results[key] = table
+        for name, done in stacked.items():
+            validate_responses(
+                pd.concat([t.assign(replicate=r) for r, _, t in done], ignore_index=True), system.kind, ("replicate",)
+            )
+            for _, out_dir, t in done:
+                write_table(out_dir / "responses.csv", t)
     finally:
         system.close()
-    update_ledger(cache_dir, system_name, failed_keys)
+    if ledger:
+        update_ledger(cache_dir, system_name, failed_keys)
     if over:
         raise StageFailed(
             f"system '{system_name}': " + "; ".join(over) + f" (more than run.max_failed_fraction "

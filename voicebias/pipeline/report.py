@@ -57,6 +57,7 @@ def run_stage(
     disaggregated: Path | None = None,
     psychometric_dir: Path | None = None,
     usage_table: Path | None = None,
+    replicates_spread: Path | None = None,
 ) -> dict:
     """Build the audit card from the analysis tables and the check metrics (carrier_gate/metrics.json,
     phonation/check_metrics.json), write it as audit_card.json and audit_card.md, then the report with
@@ -73,6 +74,7 @@ def run_stage(
         usage=_table(Path(usage_table)) if usage_table is not None else None,
         determinism=determinism_records(params),
         samples_per_item=int(params["run"].get("samples_per_item", 1)),
+        replicates=_table(Path(replicates_spread)) if replicates_spread is not None else None,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "audit_card.json", card)

@@ -7,7 +7,7 @@ registry once for all tasks. A reference system's planted truth is recorded besi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -74,11 +74,15 @@ def run_s2s(
     render_cache: Path | None,
     label: str,
     exclude: frozenset[str] = frozenset(),
-) -> dict[str, pd.DataFrame]:
+    ledger: bool = True,
+    replicates: list[int] | None = None,
+) -> dict[Any, pd.DataFrame]:
     """Speech-to-speech system `system`, built once from the registry, on tasks `names` (checked
     against data/tasks/prompts.yaml; `names_from` says where they were set) over the stimuli of
     `manifest_path` but `exclude`, once `gate_metrics` records that `gate` passed: the body of the
-    respond and continuum_respond stages (voicebias.pipeline.calls.run_system)."""
+    respond and continuum_respond stages, and of the whole-run replicates, which pass `replicates`
+    and `ledger` False (voicebias.pipeline.calls.run_system: the callbacks then take (task, r) and
+    the tables are keyed (task, r))."""
     from voicebias.errors import NotFound
     from voicebias.io import read_table
     from voicebias.params import samples_per_item
@@ -110,9 +114,11 @@ def run_s2s(
         stats_path_for=report_for,
         cache_dir=cache_dir,
         root=root,
-        label_for=lambda task: f"{label}-{task}",
+        label_for=lambda task, *r: f"{label}-{task}" + "".join(f"-r{x}" for x in r),
         samples=samples_per_item(params),
         exclude=exclude,
+        ledger=ledger,
+        replicates=replicates,
     )
 
 

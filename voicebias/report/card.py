@@ -372,6 +372,7 @@ def audit_card(
     usage: pd.DataFrame | None = None,
     determinism: dict[str, dict[str, Any]] | None = None,
     samples_per_item: int = 1,
+    replicates: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The audit card of one run, from its tables alone (no clock, no environment): a JSON-able dict.
 
@@ -382,6 +383,8 @@ def audit_card(
     (`continuum_shift`). `usage` (reports/usage/usage.csv) gives each system's calls, audio,
     tokens and cost over the run (`usage_entries`). `determinism` ({system: {task: probe counts}},
     the respond records) gives each probed system its run-to-run agreement (`determinism_entry`).
+    `replicates` (reports/replicates/spread.csv) gives each cell's spread over whole-run replicates
+    (`replicate_entries`).
     """
     analysis_dir = Path(analysis_dir)
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
@@ -505,8 +508,36 @@ def audit_card(
         "determinism": [
             determinism_entry(system, tasks, samples_per_item) for system, tasks in (determinism or {}).items()
         ],
+        "replicates": replicate_entries(replicates),
         "provenance": dict(provenance),
     }
+
+
+#: the (metric, condition factor) pairs of the replicates' cells the card shows, pooled over languages:
+#: describe's misgender rates by cell type (the S2S paper's cells), every other metric by content pole
+CARD_REPLICATE_CELLS = (
+    ("misgender_rate", "cell_type"),
+    ("injection_rate", "content_pole"),
+    ("p_she", "content_pole"),
+    *((m, "content_pole") for m in ("delta_composite", "net_composite", "delta_f0_median_st", "net_f0_median_st")),
+)
+REPLICATE_FIELDS = ("n", "estimate", "ci_low", "ci_high", "replicates", "min", "median", "max", "sd", "cv")
+
+
+def replicate_entries(spread: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """One entry per cell the card shows (CARD_REPLICATE_CELLS, all languages pooled) of the
+    replicates' spread table: run 0's estimate and item interval, and the runs' min, median, max, SD
+    and CV."""
+    if spread is None or not len(spread):
+        return []
+    keep = spread[spread["lang"] == "ALL"]
+    keep = keep[[(m, f) in CARD_REPLICATE_CELLS for m, f in zip(keep["metric"], keep["condition_factor"])]]
+    out = []
+    for r in keep.to_dict("records"):
+        entry = {k: r[k] for k in ("system", "task", "metric", "voice_gender", "condition")}
+        entry.update({k: _num(r.get(k)) for k in REPLICATE_FIELDS})
+        out.append(entry)
+    return out
 
 
 def compliance_entries(comp: pd.DataFrame | None) -> list[dict[str, Any]]:
@@ -900,6 +931,21 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
     ]
     if det_rows:
         tables["card_determinism"] = pd.DataFrame(det_rows)
+    rep_rows = [
+        {
+            "system": r["system"],
+            "task": r["task"],
+            "cell": f"{r['metric']}: " + " ".join(v for v in (r["voice_gender"], r["condition"]) if v != "ALL"),
+            "this run [95% item CI]": _ci(r["estimate"], r["ci_low"], r["ci_high"], 3),
+            "runs": _f(r["replicates"], 0),
+            "min / median / max": f"{_f(r['min'], 3)} / {_f(r['median'], 3)} / {_f(r['max'], 3)}",
+            "SD": _f(r["sd"], 3),
+            "CV": _f(r["cv"], 2),
+        }
+        for r in card.get("replicates") or []
+    ]
+    if rep_rows:
+        tables["card_replicates"] = pd.DataFrame(rep_rows)
     return tables
 
 

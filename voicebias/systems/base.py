@@ -327,3 +327,19 @@ def sample_seed(base: int, item_id: str, sample: int) -> int:
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise ValueError(f"sample must be an integer >= 0, got {sample!r}")
     return int(base) if sample == 0 else item_seed(base, f"{item_id}/sample-{sample}")
+
+
+def replicate_seed(base: int, replicate: int) -> int:
+    """The base seed of whole-run replicate `replicate` (run.replicates): replicate 0 is the run
+    itself, with the run's base seed; replicate r >= 1 runs every request again under
+    ``item_seed(base, f"replicate-{r}")``, so each request's seed (sample_seed of that base), its
+    cache key and, for a system that honours seeds, its answer are new.
+
+    >>> replicate_seed(7, 0)
+    7
+    >>> len({replicate_seed(7, r) for r in range(5)})
+    5
+    """
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 0:
+        raise ValueError(f"replicate must be an integer >= 0, got {replicate!r}")
+    return int(base) if replicate == 0 else item_seed(base, f"replicate-{replicate}")

@@ -744,22 +744,27 @@ def _cached_audio_facts(paths: Sequence[Path]) -> dict[str, tuple[str, dict[str,
     return {p: (d, facts[d]) for p, d in digests.items()}
 
 
-def validate_responses(table: pd.DataFrame, kind: str = "s2s") -> ValidationReport:
+def validate_responses(table: pd.DataFrame, kind: str = "s2s", over: tuple[str, ...] = ()) -> ValidationReport:
     """Gate on the responses/transcripts table.
 
     Speech-to-speech rows that succeeded must carry a transcript; continuation rows
     may lack one (a system without a text stream and no ASR configured). A table with
-    repeats (a `sample` column) has one row per stimulus x sample.
+    repeats (a `sample` column) has one row per stimulus x sample. `over`: columns added to
+    several tables stacked into one to be checked at once (the whole-run replicates' tables, with
+    their `replicate`); a stimulus (and sample) is then unique within each value of them.
     """
     E = expectations()
     columns = CONTINUATION_COLUMNS if "phonation" in table.columns else RESPONSE_COLUMNS
+    columns = [*columns, *over]
     if SAMPLE in table.columns:
         columns = with_sample(columns)
         unique = [
-            E.ExpectCompoundColumnsToBeUnique(column_list=["stimulus_id", SAMPLE]),
+            E.ExpectCompoundColumnsToBeUnique(column_list=["stimulus_id", SAMPLE, *over]),
             E.ExpectColumnValuesToNotBeNull(column=SAMPLE),
             E.ExpectColumnValuesToBeBetween(column=SAMPLE, min_value=0),
         ]
+    elif over:
+        unique = [E.ExpectCompoundColumnsToBeUnique(column_list=["stimulus_id", *over])]
     else:
         unique = [E.ExpectColumnValuesToBeUnique(column="stimulus_id")]
     checks = [

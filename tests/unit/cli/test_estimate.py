@@ -91,5 +91,7 @@ def test_tokens_come_from_earlier_replies_and_are_priced_with_the_card(workspace
     # a task without measured calls uses the rates over all tasks, and says so
     assert "all tasks" in after.loc[("s2s", "readback"), "token_basis"]
     text = format_estimate(after.reset_index(), "embedded")
-    assert "gpt_audio: 896 calls" in text  # 4 tasks x 180 + translate 120 + 2 x 28 continuum steps
+    # 4 tasks x 180 + translate 120 + 2 x 28 continuum steps, and 2 more runs of describe (run.replicates 3)
+    assert "gpt_audio: 1,256 calls" in text
+    assert after.loc[("replicates", "describe"), "calls"] == 2 * 180
     assert "USD (prices of 2026-12-05)" in text

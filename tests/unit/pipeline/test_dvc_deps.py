@@ -199,13 +199,15 @@ def stages_depending_on(path: str) -> list[str]:
 @pytest.mark.parametrize(
     "path, stages",
     [
-        # a speech-to-speech adapter: only the stages that call speech-to-speech systems
-        ("voicebias/systems/vllm_omni.py", ["continuum_respond", "respond"]),
-        ("voicebias/systems/openai_audio.py", ["continuum_respond", "respond"]),
+        # a speech-to-speech adapter: only the stages that call speech-to-speech systems (the
+        # whole-run replicates call them too)
+        ("voicebias/systems/vllm_omni.py", ["continuum_respond", "replicates", "respond"]),
+        ("voicebias/systems/openai_audio.py", ["continuum_respond", "replicates", "respond"]),
         # a continuation adapter: only the stage that calls continuation systems
         ("voicebias/systems/spiritlm.py", ["sc_continue"]),
-        # the REML fit serves both studies' analyses (the disaggregated table reads sc_stats), nothing upstream
-        ("voicebias/analysis/mixed.py", ["analysis", "disaggregate", "sc_analysis"]),
+        # the REML fit serves both studies' analyses (the disaggregated table reads sc_stats, and the
+        # replicates' cells are the disaggregated table's), nothing upstream
+        ("voicebias/analysis/mixed.py", ["analysis", "disaggregate", "replicates", "sc_analysis"]),
     ],
 )
 def test_an_edit_reruns_only_the_stages_that_use_the_file(path, stages):

@@ -368,7 +368,38 @@ def card(tmp_path):
         voices=C.voice_design(CERTIFICATES, SC_VOICES),
         usage=USAGE,
         determinism={"gpt_audio": {"describe": PROBE}},
+        replicates=SPREAD,
     )
+
+
+#: one cell of a run's whole-run replicates (reports/replicates/spread.csv)
+SPREAD = pd.DataFrame(
+    [
+        {
+            "study": "s2s",
+            "system": "gpt_audio",
+            "task": "describe",
+            "lang": "ALL",
+            "voice_gender": "ALL",
+            "condition_factor": "cell_type",
+            "condition": "misaligned",
+            "metric": "misgender_rate",
+            "replicates": 3,
+            "n": 60,
+            "estimate": 0.25,
+            "ci_low": 0.16,
+            "ci_high": 0.37,
+            "min": 0.2,
+            "median": 0.25,
+            "max": 0.3,
+            "mean": 0.25,
+            "sd": 0.05,
+            "cv": 0.2,
+            "status": "ok",
+            "reason": "",
+        }
+    ]
+)
 
 
 #: a run's usage totals (reports/usage/usage.csv) and one probed system's determinism counts
@@ -511,6 +542,7 @@ def test_card_is_deterministic_json_without_wall_clock(card, tmp_path):
         voices=C.voice_design(CERTIFICATES, SC_VOICES),
         usage=USAGE,
         determinism={"gpt_audio": {"describe": PROBE}},
+        replicates=SPREAD,
     )
     text = json.dumps(card, sort_keys=True, allow_nan=True)
     assert text == json.dumps(again, sort_keys=True, allow_nan=True)
