@@ -28,6 +28,8 @@ def test_a_release_replicates_from_its_replies_and_an_edited_reply_is_named(work
     assert lines and all(x.startswith("PASS") for x in lines), ok.stdout
     assert any("reports/analysis/describe_odds_ratios.csv" in x for x in lines)
     assert any("audit_card.json" in x for x in lines)
+    # the reference systems are none of the S2S paper's: no published figure applies, and it says so
+    assert "audits none of the paper's five systems" in ok.stdout
 
     # one describe reply edited ("female" to "male"), the manifest updated to hide it
     edited = tmp_path / "edited"
