@@ -242,7 +242,7 @@ def format_estimate(table: pd.DataFrame, profile: str) -> str:
                 else "tokens unknown"
             )
             lines.append(
-                f"  {r['part']:<9} {r['task']:<10} {n(r['calls']):>7} calls  {n(r['input_audio_s'], ' s'):>10} in"
+                f"  {r['part']:<10} {r['task']:<10} {n(r['calls']):>7} calls  {n(r['input_audio_s'], ' s'):>10} in"
                 f"  {tok}"
                 + (f"; {r['cost']:,.2f} {r['currency']}" if r["cost"] is not None and not pd.isna(r["cost"]) else "")
             )
