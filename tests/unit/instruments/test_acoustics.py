@@ -187,7 +187,11 @@ def test_measures_are_the_same_on_avx2_and_avx512_code_paths(tmp_path):
             cwd=Path(__file__).resolve().parents[3],
         )
     native, emulated = json.loads(out["native"].read_text()), json.loads(out["avx2"].read_text())
-    assert all(float.fromhex(v) == float.fromhex(v) for v in native["male"].values())  # every measure defined
+    # every measure defined, so that the comparison is not of NaNs; but f4_hz: this source has no
+    # resonances, and LPC finds a fourth formant below the 5500 Hz ceiling in too few frames (f4_hz is
+    # NaN by design then, voicebias.instruments.formants)
+    for voice in native.values():
+        assert all(float.fromhex(v) == float.fromhex(v) for k, v in voice.items() if k != "f4_hz"), voice
     assert native == emulated
 
 
