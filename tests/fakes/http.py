@@ -68,7 +68,11 @@ class CrashableServer:
         self.log: list[Logged] = []
         self._lock = threading.Lock()
         self.in_flight = 0
+        #: the most requests at once that were received and not yet answered (a request counts until
+        #: its response starts: the client may send its next one as soon as it has read the answer,
+        #: before this handler's thread has finished)
         self.max_in_flight = 0
+        self._unanswered = 0
         self.killed = False
         #: set when the server stops: a request hanging on it (see :meth:`hang`) ends then
         self.stopping = threading.Event()
@@ -173,11 +177,28 @@ class CrashableServer:
             self.drop(h)
             self.record("?", "killed", t0, {})
             return
+        answered = threading.Event()
+
+        def answering() -> None:
+            if not answered.is_set():
+                answered.set()
+                with self._lock:
+                    self._unanswered -= 1
+
+        send_response = h.send_response
+
+        def send_response_once_counted(*args, **kwargs):
+            answering()
+            return send_response(*args, **kwargs)
+
+        h.send_response = send_response_once_counted
         with self._lock:
             self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._unanswered += 1
+            self.max_in_flight = max(self.max_in_flight, self._unanswered)
         try:
             handle(h, t0)
         finally:
+            answering()
             with self._lock:
                 self.in_flight -= 1
