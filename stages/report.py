@@ -18,6 +18,6 @@ if __name__ == "__main__":
         disaggregated=config.DISAGGREGATED,
         psychometric_dir=config.PSYCHOMETRIC_DIR,
         usage_table=config.USAGE_TABLE,
-        replicates_spread=config.REPLICATES_SPREAD,
+        replicates_for=config.replicates_reports,
         stage="report",
     )

@@ -60,11 +60,10 @@ PSYCHOMETRIC_METRICS = PSYCHOMETRIC_DIR / "metrics.json"
 PSYCHOMETRIC_TABLE = PSYCHOMETRIC_DIR / "psychometric.csv"
 USAGE_DIR = REPORTS / "usage"  # what the calls used and cost: calls.csv, usage.csv, metrics.json
 USAGE_TABLE = USAGE_DIR / "usage.csv"
-#: the whole-run replicates' replies (data) and their spread per cell (reports/replicates: cells.csv,
-#: spread.csv, metrics.json)
+#: the whole-run replicates' replies (data/replicates/<system>) and their spread per cell
+#: (reports/replicates/<system>: cells.csv, spread.csv, metrics.json)
 REPLICATES_DATA = DATA / "replicates"
 REPLICATES_DIR = REPORTS / "replicates"
-REPLICATES_SPREAD = REPLICATES_DIR / "spread.csv"
 PHONATION_METRICS = PHONATION_REPORTS / "metrics.json"
 PHONATION_MEASURES = PHONATION_REPORTS / "measures.csv"
 CHECK_METRICS = PHONATION_REPORTS / "check_metrics.json"
@@ -126,6 +125,16 @@ def respond_report(system: str, task: str) -> Path:
 def respond_planted_truth(system: str) -> Path:
     """A reference system's planted truth, recorded by respond@SYSTEM beside its counts."""
     return respond_reports(system) / "planted_truth.json"
+
+
+def replicates_data(system: str) -> Path:
+    """One system's replies in the whole-run replicates (an output of replicates@SYSTEM)."""
+    return REPLICATES_DATA / system
+
+
+def replicates_reports(system: str) -> Path:
+    """One system's replicate cells, spread and metrics (an output of replicates@SYSTEM)."""
+    return REPLICATES_DIR / system
 
 
 def continuum_responses_dir(system: str, task: str) -> Path:

@@ -243,6 +243,10 @@ def with_sample(columns: list[str]) -> list[str]:
     return [*columns[:i], SAMPLE, *columns[i:]]
 
 
+#: the columns that name one cell of the disaggregated table (reports/disaggregated/disaggregated.csv)
+#: and of the whole-run replicates' tables (reports/replicates)
+CELL_KEYS = ("study", "system", "task", "lang", "voice_gender", "condition_factor", "condition", "metric")
+
 #: stimulus columns the responses table carries when the stimulus table has them
 RESPONSE_STIMULUS_COLUMNS = ["passage_id", "pole", "voice_gender", "voice_id", "phonation"]
 #: data/continuations/<system>/responses.csv: a responses table of the phonation stimuli

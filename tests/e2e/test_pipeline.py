@@ -213,10 +213,12 @@ def test_an_experiment_on_one_system_reruns_only_that_system_and_moves_only_its_
     status = json.loads(sh("dvc status --json", repo).stdout)
     # the params check re-runs on any change; its record is unchanged, so only the readers of the change
     # follow: the system's respond stages (the analysis reads what respond records, the planted truth
-    # included) and the psychometric stage, which reads every system's planted function
+    # included), its whole-run replicates and the psychometric stage, which reads every system's
+    # planted function
     assert set(status) - set(ALWAYS_RUNS) == {
         "respond@voice_faithful",
         "continuum_respond@voice_faithful",
+        "replicates@voice_faithful",
         "psychometric",
         "params",
     }

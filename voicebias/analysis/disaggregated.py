@@ -30,7 +30,7 @@ from voicebias.analysis.rounding import is_constant
 from voicebias.analysis.rq1 import ACOUSTIC_TASKS
 from voicebias.analysis.stats import cell_type
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
-from voicebias.contract import SAMPLE
+from voicebias.contract import CELL_KEYS, SAMPLE
 
 #: S2S acoustic measures shown in the report's RQ1 tables (means of per-item deltas)
 RQ1_METRICS = ("delta_composite", "net_composite", "delta_f0_median_st", "net_f0_median_st")
@@ -49,7 +49,7 @@ RATIO_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate", "speaker
 #: metrics whose items are 0/1 (item shares with repeats): score intervals (`score_row`)
 RATE_METRICS = frozenset({"misgender_rate", "p_she", "injection_rate"})
 
-KEYS = ["study", "system", "task", "lang", "voice_gender", "condition_factor", "condition", "metric"]
+KEYS = list(CELL_KEYS)
 #: the columns against the reference group (NaN where there is none)
 REF_COLUMNS = (
     "ref_n",

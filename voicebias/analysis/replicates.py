@@ -6,9 +6,10 @@ run's long item table (voicebias.analysis.disaggregated.s2s_items) gives every c
 language x voice gender x condition x metric, also pooled over languages and, for describe, by cell
 type) its estimate, the mean of its item values, as the disaggregated table computes it
 (`cell_estimates`). `spread` then gives each cell's min, median, max, mean, SD and CV over the runs,
-beside run 0's estimate and item interval from the disaggregated table: the item interval says how
-far another set of items could move the estimate, the spread how far another run of the same items
-does. docs/repeats.md, "Whole-run replicates".
+beside run 0's estimate, and the audit card adds run 0's item interval from the disaggregated table
+(voicebias.report.card.with_item_intervals): the item interval says how far another set of items could move the
+estimate, the spread how far another run of the same items does. docs/repeats.md, "Whole-run
+replicates".
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ SPREAD_COLUMNS = [
     "replicates",
     "n",
     "estimate",
-    "ci_low",
-    "ci_high",
     "min",
     "median",
     "max",
@@ -64,11 +63,11 @@ def cell_estimates(items: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def spread(cells: pd.DataFrame, disaggregated: pd.DataFrame | None = None) -> pd.DataFrame:
+def spread(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per cell of `cells` (CELL_COLUMNS, one row per replicate x cell): the number of runs
     that estimated it, and the min, median, max, mean, SD (n - 1) and CV (SD / |mean|) of its
-    estimates over them; `n`, `estimate`, `ci_low` and `ci_high` are run 0's, from `disaggregated`
-    (the disaggregated table of run 0) where it has the cell.
+    estimates over them; `n` and `estimate` are run 0's (voicebias.report.card.with_item_intervals
+    adds its interval).
 
     A cell that fewer than two runs estimated has no SD (status not_estimable, reason
     'estimated in fewer than 2 runs'); a cell whose mean is 0 has an SD but no CV.
@@ -107,13 +106,7 @@ def spread(cells: pd.DataFrame, disaggregated: pd.DataFrame | None = None) -> pd
                 "reason": "" if k >= 2 else "estimated in fewer than 2 runs",
             }
         )
-    out = pd.DataFrame(rows)
-    out["ci_low"] = np.nan
-    out["ci_high"] = np.nan
-    if disaggregated is not None and len(disaggregated):
-        ci = disaggregated[[*KEYS, "ci_low", "ci_high"]].drop_duplicates(subset=KEYS)
-        out = out.drop(columns=["ci_low", "ci_high"]).merge(ci, on=KEYS, how="left")
-    return out[SPREAD_COLUMNS].reset_index(drop=True)
+    return pd.DataFrame(rows)[SPREAD_COLUMNS].reset_index(drop=True)
 
 
 __all__ = ["CELL_COLUMNS", "SPREAD_COLUMNS", "cell_estimates", "spread"]

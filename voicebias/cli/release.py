@@ -63,10 +63,13 @@ BUNDLE_PATHS = (
     "reports/sc",
     "reports/usage",
     "reports/replicates",
+    "reports/disaggregated/disaggregated.csv",
     "reports/report/audit_card.json",
     "reports/report/audit_card.md",
 )
 MANIFEST = "MANIFEST.json"
+#: the disaggregated table, whose item intervals the card shows beside the replicates' spread
+DISAGGREGATED = "reports/disaggregated/disaggregated.csv"
 DATASHEET = "DATASHEET.md"
 #: the relative tolerance on numbers when a table is compared with the bundle's
 DEFAULT_RTOL = 1e-6
@@ -240,6 +243,7 @@ def replicate(bundle: Path, rtol: float = DEFAULT_RTOL, workdir: Path | None = N
     from voicebias.cli.compare import compare_cards
     from voicebias.io import read_json, read_table, read_yaml, write_table
     from voicebias.pipeline.analysis import run_stage as run_analysis
+    from voicebias.pipeline.report import replicate_spread
     from voicebias.report.card import audit_card
     from voicebias.scoring.text import score_responses
 
@@ -308,7 +312,9 @@ def replicate(bundle: Path, rtol: float = DEFAULT_RTOL, workdir: Path | None = N
             usage=optional("reports/usage/usage.csv", read_table),
             determinism={d["system"]: d["tasks"] for d in card.get("determinism") or []},
             samples_per_item=int(params["run"].get("samples_per_item", 1)),
-            replicates=optional("reports/replicates/spread.csv", read_table),
+            replicates=replicate_spread(
+                params, lambda s: bundle / "reports" / "replicates" / s, bundle / DISAGGREGATED
+            ),
         )
         again = json.loads(json.dumps(again, allow_nan=True))
         diffs = compare_cards(card, again, rtol)

@@ -42,6 +42,22 @@ def determinism_records(params: dict[str, Any], report_for: Any = config.respond
     return out
 
 
+def replicate_spread(params: dict[str, Any], replicates_for: Any, disaggregated: Path | None) -> Any:
+    """The whole-run replicates' spread of every system of run.systems (`replicates_for(system)`/spread.csv,
+    absent ones skipped) with run 0's item intervals from the disaggregated table; None without any."""
+    import pandas as pd
+
+    from voicebias.report.card import with_item_intervals
+
+    tables = [_table(Path(replicates_for(s)) / "spread.csv") for s in (params.get("run") or {}).get("systems") or []]
+    tables = [t for t in tables if t is not None and len(t)]
+    if not tables:
+        return None
+    return with_item_intervals(
+        pd.concat(tables, ignore_index=True), _table(Path(disaggregated)) if disaggregated is not None else None
+    )
+
+
 def run_stage(
     params: dict[str, Any],
     *,
@@ -57,7 +73,7 @@ def run_stage(
     disaggregated: Path | None = None,
     psychometric_dir: Path | None = None,
     usage_table: Path | None = None,
-    replicates_spread: Path | None = None,
+    replicates_for: Any = None,
 ) -> dict:
     """Build the audit card from the analysis tables and the check metrics (carrier_gate/metrics.json,
     phonation/check_metrics.json), write it as audit_card.json and audit_card.md, then the report with
@@ -74,7 +90,7 @@ def run_stage(
         usage=_table(Path(usage_table)) if usage_table is not None else None,
         determinism=determinism_records(params),
         samples_per_item=int(params["run"].get("samples_per_item", 1)),
-        replicates=_table(Path(replicates_spread)) if replicates_spread is not None else None,
+        replicates=replicate_spread(params, replicates_for, disaggregated) if replicates_for is not None else None,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "audit_card.json", card)

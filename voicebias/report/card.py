@@ -15,9 +15,11 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from voicebias.analysis.intervals import newcombe_difference, wilson
+from voicebias.contract import CELL_KEYS
 from voicebias.cost import TOTAL_COUNTS
 from voicebias.io import read_table
 from voicebias.report.build import _template_env, section_texts
@@ -383,8 +385,8 @@ def audit_card(
     (`continuum_shift`). `usage` (reports/usage/usage.csv) gives each system's calls, audio,
     tokens and cost over the run (`usage_entries`). `determinism` ({system: {task: probe counts}},
     the respond records) gives each probed system its run-to-run agreement (`determinism_entry`).
-    `replicates` (reports/replicates/spread.csv) gives each cell's spread over whole-run replicates
-    (`replicate_entries`).
+    `replicates` (every system's reports/replicates/<system>/spread.csv, with run 0's item intervals:
+    `with_item_intervals`) gives each cell's spread over whole-run replicates (`replicate_entries`).
     """
     analysis_dir = Path(analysis_dir)
     odds = read_table(analysis_dir / "describe_odds_ratios.csv")
@@ -522,6 +524,19 @@ CARD_REPLICATE_CELLS = (
     *((m, "content_pole") for m in ("delta_composite", "net_composite", "delta_f0_median_st", "net_f0_median_st")),
 )
 REPLICATE_FIELDS = ("n", "estimate", "ci_low", "ci_high", "replicates", "min", "median", "max", "sd", "cv")
+
+
+def with_item_intervals(spread: pd.DataFrame, disaggregated: pd.DataFrame | None) -> pd.DataFrame:
+    """The replicates' spread table with run 0's item interval of each cell (`ci_low`, `ci_high`) from
+    the disaggregated table; NaN for a cell it does not have."""
+    out = spread.copy()
+    if disaggregated is None or not len(disaggregated) or not len(out):
+        return out.assign(ci_low=np.nan, ci_high=np.nan)
+    keys = list(CELL_KEYS)
+    ci = disaggregated[[*keys, "ci_low", "ci_high"]].drop_duplicates(subset=keys)
+    return out.astype({k: str for k in keys}).merge(
+        ci.astype({k: str for k in keys}), on=keys, how="left", validate="one_to_one"
+    )
 
 
 def replicate_entries(spread: pd.DataFrame | None) -> list[dict[str, Any]]:

@@ -82,6 +82,8 @@ PATH_FUNCTIONS = {
     "sc_scored_table": ("${item}",),
     "continuum_responses_dir": ("${item}", "describe"),
     "continuum_respond_report": ("${item}", "describe"),
+    "replicates_data": ("${item}",),
+    "replicates_reports": ("${item}",),
 }
 
 

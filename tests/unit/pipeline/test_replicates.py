@@ -30,7 +30,7 @@ from voicebias.params import replicate_tasks, validate_params
 from voicebias.pipeline import replicates as stage
 from voicebias.pipeline.respond import run_stage as respond
 from voicebias.pipeline.scoring import run_stage as scoring
-from voicebias.report.card import audit_card, card_tables, render_card_md
+from voicebias.report.card import audit_card, card_tables, render_card_md, with_item_intervals
 from voicebias.systems.base import replicate_seed
 
 SYSTEM = "voice_faithful"
@@ -91,19 +91,19 @@ def _run(root: Path, params: dict) -> pd.DataFrame:
     )
     return stage.run_stage(
         params,
+        system=SYSTEM,
         manifest_path=root / "data" / "stimuli" / "manifest.csv",
         passages_path=root / "data" / "passages" / "passages.csv",
         gate_metrics=root / "reports" / "carrier_gate" / "metrics.json",
-        scored_for=lambda s: root / "data" / "scored" / f"{s}.csv",
-        acoustic_for=lambda s: root / "data" / "scored" / f"{s}_acoustics.csv",
+        scored_path=root / "data" / "scored" / f"{SYSTEM}.csv",
+        acoustic_path=root / "data" / "scored" / f"{SYSTEM}_acoustics.csv",
         inputs_path=root / "data" / "measures" / "inputs.csv",
         reference_path=root / "data" / "measures" / "composite_reference.csv",
-        disaggregated_path=root / "reports" / "disaggregated" / "disaggregated.csv",
-        data_dir=root / "data" / "replicates",
+        data_dir=root / "data" / "replicates" / SYSTEM,
         cache_dir=root / ".cache" / "responses",
         measure_cache=root / ".cache" / "measures",
         root=root,
-        out_dir=root / "reports" / "replicates",
+        out_dir=root / "reports" / "replicates" / SYSTEM,
         render_cache=root / ".cache" / "renders",
     )
 
@@ -143,13 +143,16 @@ def test_the_spread_over_replicates_recovers_the_planted_run_to_run_sd(scratch):
     assert np.allclose(pooled["mean"], ERROR_RATE, atol=0.05)
     assert np.allclose(pooled["cv"], pooled["sd"] / pooled["mean"])
     # every run sent its own requests: 36 per replicate, none failed
-    metrics = read_json(scratch / "reports" / "replicates" / "metrics.json")
-    assert metrics["runs"] == runs and len(metrics["calls"]) == runs - 1
-    assert {c["requests"] for c in metrics["calls"]} == {36} and {c["failed"] for c in metrics["calls"]} == {0}
-    cells = read_table(scratch / "reports" / "replicates" / "cells.csv")
+    metrics = read_json(scratch / "reports" / "replicates" / SYSTEM / "metrics.json")[SYSTEM]
+    assert metrics["runs"] == runs and sorted(metrics["calls"]) == sorted(f"r{r}" for r in range(1, runs))
+    assert all(c == {"describe": {"requests": 36, "failed": 0}} for c in metrics["calls"].values())
+    assert metrics["spread"]["describe"]["misgender_rate"]["cells"] == 9
+    cells = read_table(scratch / "reports" / "replicates" / SYSTEM / "cells.csv")
     assert list(cells.columns) == CELL_COLUMNS and set(cells["replicate"]) == set(range(runs))
     # the card: the three cell types, this run's estimate beside the runs' spread
-    card = audit_card(make_analysis(scratch / "analysis"), None, GATE, CHECK, PROV, replicates=out)
+    card = audit_card(
+        make_analysis(scratch / "analysis"), None, GATE, CHECK, PROV, replicates=with_item_intervals(out, None)
+    )
     assert "How much each result moves from run to run" in render_card_md(card)
     rows = card_tables(card)["card_replicates"]
     assert list(rows["cell"]) == [f"misgender_rate: {c}" for c in ("aligned", "misaligned", "neutral")]
@@ -163,14 +166,14 @@ def test_a_second_run_of_the_stage_sends_nothing_and_writes_the_same_bytes(scrat
     _project(scratch, 12)
     params = _params(3)
     _run(scratch, params)
-    first = {p.name: p.read_bytes() for p in (scratch / "reports" / "replicates").iterdir()}
+    first = {p.name: p.read_bytes() for p in (scratch / "reports" / "replicates" / SYSTEM).iterdir()}
     answers = sorted((scratch / "data" / "replicates" / SYSTEM).rglob("*.flac"))
     assert len(answers) == 2 * 12  # replicates 1 and 2; run 0 is the respond stage's
     assert _logged(scratch) == {"r1": (12, 0), "r2": (12, 0)}
     shutil.rmtree(scratch / "data" / "replicates")  # DVC clears a stage's outputs before it runs
     stage_out = _run(scratch, params)
     assert _logged(scratch) == {"r1": (0, 12), "r2": (0, 12)}  # every replicate answered from the cache
-    assert {p.name: p.read_bytes() for p in (scratch / "reports" / "replicates").iterdir()} == first
+    assert {p.name: p.read_bytes() for p in (scratch / "reports" / "replicates" / SYSTEM).iterdir()} == first
     assert len(stage_out) and (stage_out["replicates"] == 3).all()
 
 
@@ -181,7 +184,7 @@ def test_replicates_draw_new_answers_and_run_0_is_the_run_itself(scratch):
     run1 = read_table(scratch / "data" / "replicates" / SYSTEM / "r1" / "describe" / "responses.csv")
     assert list(run0["stimulus_id"]) == list(run1["stimulus_id"])
     assert set(run0["cache_key"]).isdisjoint(run1["cache_key"])  # a new seed: new requests
-    cells = read_table(scratch / "reports" / "replicates" / "cells.csv")
+    cells = read_table(scratch / "reports" / "replicates" / SYSTEM / "cells.csv")
     scored = read_table(scratch / "data" / "scored" / f"{SYSTEM}.csv")
     from voicebias.analysis.disaggregated import s2s_items
 
@@ -194,16 +197,14 @@ def test_without_replicates_nothing_is_sent_and_the_tables_have_their_columns(sc
     _project(scratch, 6)
     out = _run(scratch, _params(1))
     assert out.empty and list(out.columns) == SPREAD_COLUMNS
-    assert (scratch / "data" / "replicates").is_dir() and not any((scratch / "data" / "replicates").iterdir())
-    assert read_json(scratch / "reports" / "replicates" / "metrics.json") == {
-        "runs": 1,
-        "tasks": [],
-        "calls": [],
-        "spread": {},
+    assert (scratch / "data" / "replicates" / SYSTEM).is_dir()
+    assert not any((scratch / "data" / "replicates" / SYSTEM).iterdir())
+    assert read_json(scratch / "reports" / "replicates" / SYSTEM / "metrics.json") == {
+        SYSTEM: {"runs": 1, "tasks": [], "calls": {}, "spread": {}}
     }
 
 
-def test_spread_is_the_min_median_max_sd_and_cv_of_the_runs_beside_run_0s_interval():
+def test_spread_is_the_min_median_max_sd_and_cv_of_the_runs_and_the_card_gets_run_0s_interval():
     keys = {
         "study": "s2s",
         "system": "a",
@@ -220,7 +221,7 @@ def test_spread_is_the_min_median_max_sd_and_cv_of_the_runs_beside_run_0s_interv
         + [{"replicate": r, **keys, "condition": "masculine", "n": 10, "estimate": e} for r, e in enumerate([1, -1])]
     )
     dis = pd.DataFrame([{**keys, "condition": "neutral", "ci_low": 0.1, "ci_high": 0.9}])
-    out = spread(cells, dis).set_index("condition")
+    out = with_item_intervals(spread(cells), dis).set_index("condition")
     neutral = out.loc["neutral"]
     assert neutral["replicates"] == 5 and neutral["estimate"] == 0.5 and neutral["n"] == 10
     assert (neutral["min"], neutral["median"], neutral["max"]) == (-0.25, 0.5, 2.0)
