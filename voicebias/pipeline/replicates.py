@@ -103,6 +103,9 @@ def run_stage(
             ledger=False,
             replicates=list(range(1, n_runs)),
         )
+        # read once for every replicate: the inputs' measures and the composite's reference
+        measured = (read_table(inputs_path), read_table(reference_path)) if acoustic_tasks else ()
+        card = load_card(system)
         for r in range(1, n_runs):
             mine = {task: tables[(task, r)] for task in tasks}
             responses = pd.concat(list(mine.values()), ignore_index=True)
@@ -114,10 +117,9 @@ def run_stage(
             if acoustic_tasks:
                 acoustic = score_outputs(
                     responses[responses["task"].isin(acoustic_tasks)].reset_index(drop=True),
-                    read_table(inputs_path),
-                    read_table(reference_path),
+                    *measured,
                     params,
-                    load_card(system),
+                    card,
                     root,
                     measure_cache,
                 )
