@@ -7,7 +7,8 @@ no determinism probe), the system built once for all runs. Each replicate's repl
 the scoring and acoustic_scoring stages score the run's, and every cell of the disaggregated table
 gets one estimate per run (run 0 is the run itself, read from data/scored). Writes:
 
-- `data/replicates/<system>/r<r>/<task>/`: each replicate's replies and responses.csv;
+- `data/replicates/<system>/r<r>/<task>/`: each replicate's replies and responses.csv, and
+  `data/replicates/<system>/r<r>/scored.csv` (and `acoustics.csv` for acoustic tasks): its scores;
 - `reports/replicates/<system>/cells.csv`: one row per run x cell
   (voicebias.analysis.replicates.CELL_COLUMNS);
 - `reports/replicates/<system>/spread.csv`: one row per cell, its min, median, max, mean, SD and CV
@@ -113,9 +114,12 @@ def run_stage(
                 task: {"requests": int(len(t)), "failed": int((t["status"] == "failed").sum())}
                 for task, t in mine.items()
             }
+            # written as the scoring stages write theirs and read back, so that each run's cells come from
+            # tables of one precision (run 0's are read from data/scored)
+            write_table(data_dir / f"r{r}" / "scored.csv", score_responses(responses))
             acoustic = None
             if acoustic_tasks:
-                acoustic = score_outputs(
+                scored_audio = score_outputs(
                     responses[responses["task"].isin(acoustic_tasks)].reset_index(drop=True),
                     *measured,
                     params,
@@ -123,7 +127,9 @@ def run_stage(
                     root,
                     measure_cache,
                 )
-            estimates(score_responses(responses), acoustic, r)
+                write_table(data_dir / f"r{r}" / "acoustics.csv", scored_audio)
+                acoustic = read_table(data_dir / f"r{r}" / "acoustics.csv")
+            estimates(read_table(data_dir / f"r{r}" / "scored.csv"), acoustic, r)
 
     table = (
         pd.concat(cells, ignore_index=True)[CELL_COLUMNS]
