@@ -1,4 +1,5 @@
-"""`voicebias dev deps [--check]`: write (or check) the code deps of every stage in dvc.yaml."""
+"""`voicebias dev deps [--check]`: write (or check) the code deps of every stage in dvc.yaml, and
+drop dvc.lock's entries for stages dvc.yaml no longer defines."""
 
 from __future__ import annotations
 
@@ -9,22 +10,36 @@ from pathlib import Path
 
 
 def cmd_deps(args: argparse.Namespace) -> int:
-    from voicebias.codedeps import write_deps
+    from voicebias.codedeps import prune_lock, stale_lock_stages, write_deps
 
-    path = Path(args.repo) / "dvc.yaml"
+    repo = Path(args.repo).resolve()
+    path = repo / "dvc.yaml"
     text = path.read_text(encoding="utf-8")
-    new = write_deps(text, Path(args.repo).resolve())
+    new = write_deps(text, repo)
+    stale = stale_lock_stages(repo)
+    if args.check:
+        if new != text:
+            sys.stdout.writelines(
+                difflib.unified_diff(text.splitlines(True), new.splitlines(True), "dvc.yaml", "dvc.yaml (generated)")
+            )
+            print("dvc.yaml: the code deps differ from the stages' imports; run `voicebias dev deps` to write them")
+        if stale:
+            print(
+                f"dvc.lock: entries for stages dvc.yaml does not define: {', '.join(stale)}; "
+                "`voicebias dev deps` drops them"
+            )
+        if new == text and not stale:
+            print("dvc.yaml: every stage's code deps are its imports; dvc.lock: no stale entries")
+            return 0
+        return 1
     if new == text:
         print("dvc.yaml: every stage's code deps are its imports")
-        return 0
-    if args.check:
-        sys.stdout.writelines(
-            difflib.unified_diff(text.splitlines(True), new.splitlines(True), "dvc.yaml", "dvc.yaml (generated)")
-        )
-        print("dvc.yaml: the code deps differ from the stages' imports; run `voicebias dev deps` to write them")
-        return 1
-    path.write_text(new, encoding="utf-8")
-    print("dvc.yaml: code deps written from the stages' imports")
+    else:
+        path.write_text(new, encoding="utf-8")
+        print("dvc.yaml: code deps written from the stages' imports")
+    if stale:
+        prune_lock(repo)
+        print(f"dvc.lock: dropped the entries of {len(stale)} stages dvc.yaml no longer defines: {', '.join(stale)}")
     return 0
 
 
@@ -32,7 +47,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `dev` (maintainer commands) on the command's subparsers."""
     p = sub.add_parser("dev", help="maintainer commands: deps (write the stages' code deps into dvc.yaml)")
     dev = p.add_subparsers(dest="dev_command", required=True)
-    d = dev.add_parser("deps", help="rewrite each stage's code-file deps in dvc.yaml from its imports")
-    d.add_argument("--check", action="store_true", help="only compare: print the difference and exit 1 if any")
+    d = dev.add_parser(
+        "deps",
+        help="rewrite each stage's code-file deps in dvc.yaml from its imports; drop dvc.lock's stale entries",
+    )
+    d.add_argument("--check", action="store_true", help="only compare: print the differences and exit 1 if any")
     d.add_argument("--repo", default=".", help="the project folder (default: the current one)")
     d.set_defaults(fn=cmd_deps)

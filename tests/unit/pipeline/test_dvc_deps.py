@@ -186,6 +186,41 @@ def test_dev_deps_check_fails_on_a_hand_edit_and_writes_the_fix(tmp_path, capsys
     assert "- voicebias/tts/engine.py" in (tmp_path / "dvc.yaml").read_text()
 
 
+def test_dev_deps_drops_lock_entries_of_stages_dvc_yaml_no_longer_defines(tmp_path, capsys):
+    """A renamed or reshaped stage leaves its old entry in dvc.lock, which DVC parses and rewrites
+    after every stage it runs: `dev deps --check` names it, `dev deps` drops it and leaves the
+    other entries' bytes as DVC wrote them."""
+    from voicebias.cli import main
+    from voicebias.codedeps import stale_lock_stages
+
+    mini_project(tmp_path)
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_text("[core]\n    no_scm = True\n")  # what `dvc init --no-scm` writes
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n  make:\n    cmd: python -m stages.make\n    deps:\n      - stages/make.py\n"
+        "      - stages/__init__.py\n      - voicebias/__init__.py\n      - voicebias/core.py\n"
+        "      - voicebias/tts/__init__.py\n      - voicebias/tts/engine.py\n"
+    )
+    entry = (
+        "  {name}:\n    cmd: python -m stages.{mod}\n    deps:\n    - path: stages/make.py\n"
+        "      hash: md5\n      md5: d41d8cd98f00b204e9800998ecf8427e\n      size: 0\n"
+    )
+    keep = "schema: '2.0'\nstages:\n" + entry.format(name="make", mod="make")
+    (tmp_path / "dvc.lock").write_text(keep + entry.format(name="make@old", mod="old"))
+    assert stale_lock_stages(tmp_path) == ["make@old"]
+    assert main(["dev", "deps", "--check", "--repo", str(tmp_path)]) == 1
+    assert "make@old" in capsys.readouterr().out
+    assert main(["dev", "deps", "--repo", str(tmp_path)]) == 0
+    assert (tmp_path / "dvc.lock").read_text() == keep
+    assert main(["dev", "deps", "--check", "--repo", str(tmp_path)]) == 0
+
+
+def test_the_committed_lock_has_no_stale_entries():
+    from voicebias.codedeps import stale_lock_stages
+
+    assert stale_lock_stages(ROOT) == [], "dvc.lock records stages dvc.yaml no longer defines: run `voicebias dev deps`"
+
+
 def stages_depending_on(path: str) -> list[str]:
     """The stages whose dvc.yaml deps (a file or a folder above it) cover `path`: those DVC reruns
     when it changes."""
