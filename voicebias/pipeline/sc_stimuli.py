@@ -19,6 +19,7 @@ from voicebias.stimuli.prompts import (
     validate_nop_set,
     validate_sc_manifest,
 )
+from voicebias.stimuli.selection import selected_prompt_ids
 
 
 def run_stage(params: dict[str, Any], *, out_dir: Path, metrics_path: Path, root: Path) -> pd.DataFrame:
@@ -49,11 +50,20 @@ def run_stage(params: dict[str, Any], *, out_dir: Path, metrics_path: Path, root
     voicing = ss_cfg["voicing"]
     if voicing not in ("sc_voices", "original"):
         raise ConfigError(f"sc_stimuli.ss_set.voicing must be 'sc_voices' or 'original', not '{voicing}'")
-    to_voice = table if voicing == "sc_voices" else table[table["prompt_set"] == "nop"]
+    # only the prompts the study converts (phonation.prompts_per_category, max_prompts) are voiced;
+    # prompts.csv lists every prompt
+    ph = params["phonation"]
+    chosen = set(selected_prompt_ids(table, ph.get("prompts_per_category"), ph.get("max_prompts")))
+    to_voice = table[table["prompt_id"].isin(chosen)]
+    if voicing != "sc_voices":
+        to_voice = to_voice[to_voice["prompt_set"] == "nop"]
     manifest = synthesize_prompts(to_voice, sc, audio_dir, root)
     backend = manifest.attrs.get("backend", {})
     if clips is not None and voicing == "original":
-        manifest = pd.concat([manifest, import_ss_clips(clips, sc, audio_dir, root)], ignore_index=True)
+        ss = ss_prompts(clips)
+        texts = set(ss.loc[ss["prompt_id"].isin(chosen), "text"])
+        kept = clips[clips["text"].isin(texts)]
+        manifest = pd.concat([manifest, import_ss_clips(kept, sc, audio_dir, root)], ignore_index=True)
     n_voices = len(sc_voices(sc))
     voiced = manifest[manifest["backend"] != "spoken_stereoset"]
     validate_sc_manifest(voiced, int(sc["sample_rate"]), n_voices)

@@ -106,7 +106,8 @@ def _params(root: Path, nop_file: Path, **ss) -> dict:
             "target_rms_dbfs": -23.0,
             "voices": VOICES,
             "ss_set": {"enabled": bool(ss), "root": str(FIXTURE), "subset": "gender", "min_duration_s": 3.0, **ss},
-        }
+        },
+        "phonation": {"prompts_per_category": None, "max_prompts": None},
     }
 
 
@@ -150,6 +151,29 @@ def test_stage_can_keep_the_dataset_voices(tmp_path, small_nop):
     assert len(ss) == 4 and set(ss["backend"]) == {"spoken_stereoset"}
     assert set(ss["voice_id"]) == {"en-US-AvaNeural", "en-US-BrianMultilingualNeural"}
     assert set(ss["prompt_id"]) == {"ss-00000", "ss-00002"} and (ss["sample_rate"] == 16000).all()
+
+
+def test_stage_voices_only_the_prompts_the_study_converts(tmp_path, small_nop):
+    """phonation.prompts_per_category and max_prompts choose the prompts the phonation stage
+    converts; sc_stimuli voices only those (prompts.csv still lists every prompt), and each voiced
+    file is the same bytes as when every prompt is voiced."""
+    full = run_stage(
+        _params(tmp_path, small_nop), out_dir=tmp_path / "all", metrics_path=tmp_path / "all.json", root=tmp_path
+    )
+    params = _params(tmp_path, small_nop, voicing="original")
+    params["phonation"] = {"prompts_per_category": 1, "max_prompts": 3}
+    some = run_stage(params, out_dir=tmp_path / "some", metrics_path=tmp_path / "some.json", root=tmp_path)
+    # one prompt per category here, so the first 3 by id overall (ss-* sorts after nop-*)
+    prompts = pd.read_csv(tmp_path / "some" / "prompts.csv")
+    assert len(prompts) == 15 + 2
+    assert sorted(some["prompt_id"].unique()) == sorted(prompts["prompt_id"])[:3] == ["nop-001", "nop-011", "nop-021"]
+    assert len(some) == 3 * 4 and json.loads((tmp_path / "some.json").read_text())["stimuli"] == 12
+    for sid, path in zip(some["stimulus_id"], some["path"]):
+        same = full.loc[full["stimulus_id"] == sid, "path"].iloc[0]
+        assert (tmp_path / path).read_bytes() == (tmp_path / same).read_bytes(), sid
+    params["phonation"] = {"prompts_per_category": None, "max_prompts": None}
+    both = run_stage(params, out_dir=tmp_path / "ss", metrics_path=tmp_path / "ss.json", root=tmp_path)
+    assert set(both.loc[both["prompt_set"] == "ss", "prompt_id"]) == {"ss-00000", "ss-00002"}
 
 
 def test_manifest_suite_catches_a_prompt_missing_a_voice(tmp_path, small_nop):

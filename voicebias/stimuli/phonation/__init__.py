@@ -33,6 +33,7 @@ from scipy import signal
 from voicebias.errors import ConfigError, StageFailed
 from voicebias.registry import Registry
 from voicebias.stimuli.phonation.presets import FEATURES, FRAME_S, conditioning, n_frames
+from voicebias.stimuli.selection import selected_prompt_ids
 
 
 @dataclass(frozen=True)
@@ -297,14 +298,9 @@ def convert_parametric(
 
 
 def select_prompts(manifest: pd.DataFrame, per_category: int | None, max_prompts: int | None) -> pd.DataFrame:
-    """The SC stimuli of the first `per_category` prompts of each category (by prompt id),
-    then of the first `max_prompts` prompts overall; None keeps all."""
-    prompts = manifest[["prompt_id", "category"]].drop_duplicates().sort_values("prompt_id")
-    if per_category is not None:
-        prompts = prompts.groupby("category", sort=False).head(int(per_category))
-    if max_prompts is not None:
-        prompts = prompts.head(int(max_prompts))
-    return manifest[manifest["prompt_id"].isin(prompts["prompt_id"])].sort_values("stimulus_id").reset_index(drop=True)
+    """The SC stimuli of the prompts `selected_prompt_ids` chooses, sorted by stimulus id."""
+    chosen = selected_prompt_ids(manifest, per_category, max_prompts)
+    return manifest[manifest["prompt_id"].isin(chosen)].sort_values("stimulus_id").reset_index(drop=True)
 
 
 def _stable_seed(base: int, key: str) -> int:
