@@ -8,9 +8,39 @@ import difflib
 import sys
 from pathlib import Path
 
+import yaml
+
+
+def stale_lock_stages(root: Path) -> list[str]:
+    """Names of the stages dvc.lock records that dvc.yaml (with params.yaml's foreach lists) no
+    longer defines. DVC keeps such entries when a stage is renamed or reshaped, and parses and
+    rewrites the whole lock file after every stage it runs, so they cost time on every run."""
+    from dvc.repo import Repo
+
+    lock = Path(root) / "dvc.lock"
+    if not lock.is_file():
+        return []
+    recorded = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    with Repo(str(root)) as repo:
+        defined = {s.name for s in repo.index.stages}
+    return sorted(name for name in recorded if name not in defined)
+
+
+def prune_lock(root: Path) -> list[str]:
+    """Remove the stale entries (`stale_lock_stages`) from dvc.lock with DVC's own serializer, so
+    every other entry keeps its bytes; returns the names removed."""
+    from dvc.utils.serialize import modify_yaml
+
+    stale = stale_lock_stages(root)
+    if stale:
+        with modify_yaml(Path(root) / "dvc.lock") as data:
+            for name in stale:
+                del data["stages"][name]
+    return stale
+
 
 def cmd_deps(args: argparse.Namespace) -> int:
-    from voicebias.codedeps import prune_lock, stale_lock_stages, write_deps
+    from voicebias.codedeps import write_deps
 
     repo = Path(args.repo).resolve()
     path = repo / "dvc.yaml"

@@ -191,7 +191,7 @@ def test_dev_deps_drops_lock_entries_of_stages_dvc_yaml_no_longer_defines(tmp_pa
     after every stage it runs: `dev deps --check` names it, `dev deps` drops it and leaves the
     other entries' bytes as DVC wrote them."""
     from voicebias.cli import main
-    from voicebias.codedeps import stale_lock_stages
+    from voicebias.cli.dev import stale_lock_stages
 
     mini_project(tmp_path)
     (tmp_path / ".dvc").mkdir()
@@ -216,7 +216,7 @@ def test_dev_deps_drops_lock_entries_of_stages_dvc_yaml_no_longer_defines(tmp_pa
 
 
 def test_the_committed_lock_has_no_stale_entries():
-    from voicebias.codedeps import stale_lock_stages
+    from voicebias.cli.dev import stale_lock_stages
 
     assert stale_lock_stages(ROOT) == [], "dvc.lock records stages dvc.yaml no longer defines: run `voicebias dev deps`"
 
