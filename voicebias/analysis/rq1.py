@@ -12,6 +12,8 @@ See docs/rq1.md.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
@@ -21,6 +23,7 @@ from voicebias.analysis.mixed import f_test, fit_reml_matrices
 from voicebias.analysis.repeats import has_repeats, item_means
 from voicebias.analysis.rounding import is_constant, magnitude, negligible
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS
+from voicebias.parallel import map_processes
 
 ACOUSTIC_TASKS = ("readback", "paraphrase", "summarize", "translate")
 MISALIGNED = {"male": "feminine", "female": "masculine"}
@@ -648,7 +651,11 @@ def rq1_tables(acoustic: pd.DataFrame, confidence: float = 0.95) -> dict[str, pd
     every = [*measures, *sorted(c for c in acoustic.columns if c.startswith(("delta_", "net_")) and c not in measures)]
     tables = {
         "rq1_contrasts": pd.concat([rq1_contrasts(acoustic, m) for m in every], ignore_index=True),
-        "rq1_mixed_models": pd.concat([rq1_mixed_models(acoustic, m, confidence) for m in measures], ignore_index=True),
+        # the measures' mixed models are independent fits: one per core
+        "rq1_mixed_models": pd.concat(
+            map_processes(partial(rq1_mixed_models, acoustic, confidence=confidence), measures, failures="first"),
+            ignore_index=True,
+        ),
         # per system, and the whole panel pooled (system 'ALL', as the S2S paper's pooled contrast)
         "rq1_pooled": pd.concat(
             [rq1_pooled(acoustic, m, confidence, pool_systems=pool) for pool in (False, True) for m in measures],
