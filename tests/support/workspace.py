@@ -68,7 +68,6 @@ def make_workspace(tmp_path_factory):
     # the speech-continuation study on 3 prompts (x 4 voices x 4 phonation conditions)
     params = (repo / "params.yaml").read_text(encoding="utf-8")
     for old, new in (
-        ("prompts_per_category: 2", "prompts_per_category: 1"),
         ("max_prompts: null", f"max_prompts: {SC_PROMPTS}"),
         ("passages_per_pole: 4", "passages_per_pole: 1"),  # the continuum from one passage per pole
     ):
