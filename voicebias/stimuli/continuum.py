@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from voicebias.instruments.jit import kernel
+
 # Hillenbrand et al. (1995), the full measurement table (45 men, 48 women, 12 vowels each;
 # ../shared/data/real/hillenbrand1995/orig_vowdata.dat), geometric means over the tokens:
 #: F0 of the men's and the women's vowels (Hz)
@@ -135,7 +137,8 @@ def wsola(x: np.ndarray, sr: int, stretch: float, frame_s: float = 0.04, toleran
     """`x` time-stretched by `stretch` (output duration = stretch x input) with pitch and formants
     kept: waveform-similarity overlap-add (Verhelst & Roelands, 1993). Each Hann-windowed frame
     (`frame_s`, half-frame hop) is taken from within `tolerance_s` of its nominal place where it
-    best continues the previous frame (cross-correlation). Deterministic.
+    best continues the previous frame (cross-correlation). Deterministic: the frame loop is compiled
+    with IEEE arithmetic (`voicebias.instruments.jit`), so every processor picks the same frames.
 
     >>> import numpy as np
     >>> t = np.arange(16000) / 16000
@@ -153,24 +156,47 @@ def wsola(x: np.ndarray, sr: int, stretch: float, frame_s: float = 0.04, toleran
     frames = int(np.ceil(out_len / hs)) + 1
     tail = max(0, int(np.ceil(frames * ha)) - len(x)) + 2 * n + tol
     pad = np.concatenate([np.zeros(tol + n), x, np.zeros(tail)])
-    off = tol + n  # where x[0] sits in pad
-    y = np.zeros(frames * hs + n)
-    norm = np.zeros_like(y)
-    prev: int | None = None
-    for m in range(frames):
-        nominal = int(round(m * ha))
-        if prev is None:
-            start = nominal
-        else:
-            target = pad[off + prev + hs : off + prev + hs + n] * win  # the natural continuation
-            lo = nominal - tol
-            candidates = np.lib.stride_tricks.sliding_window_view(pad[off + lo : off + lo + n + 2 * tol], n)
-            start = lo + int(np.argmax(candidates @ target))
-        y[m * hs : m * hs + n] += win * pad[off + start : off + start + n]
-        norm[m * hs : m * hs + n] += win
-        prev = start
+    nominal = np.array([int(round(m * ha)) for m in range(frames)], dtype=np.int64)
+    y, norm = _wsola_frames(pad, tol + n, win, nominal, hs, tol)  # x[0] sits at pad[tol + n]
     norm[norm < 1e-8] = 1.0
     return (y / norm)[:out_len]
+
+
+@kernel
+def _wsola_frames(pad, off, win, nominal, hs, tol):  # pragma: no cover - compiled
+    """WSOLA's overlap-add (see `wsola`): frame m starts where, within `tol` samples of
+    `nominal[m]`, it correlates best with the natural continuation of frame m - 1 (the first
+    of equal maxima). Returns the summed windowed frames and the summed windows."""
+    n = win.shape[0]
+    frames = nominal.shape[0]
+    y = np.zeros(frames * hs + n)
+    norm = np.zeros(frames * hs + n)
+    target = np.empty(n)
+    corr = np.empty(2 * tol + 1)
+    prev = 0
+    for m in range(frames):
+        if m == 0:
+            start = nominal[0]
+        else:
+            for i in range(n):  # the natural continuation of the previous frame, windowed
+                target[i] = pad[off + prev + hs + i] * win[i]
+            lo = nominal[m] - tol
+            corr[:] = 0.0
+            for i in range(n):  # one sum per lag, each in the order of i
+                t = target[i]
+                seg = pad[off + lo + i : off + lo + i + 2 * tol + 1]
+                for j in range(2 * tol + 1):
+                    corr[j] += seg[j] * t
+            best = 0
+            for j in range(1, 2 * tol + 1):
+                if corr[j] > corr[best]:
+                    best = j
+            start = lo + best
+        for i in range(n):
+            y[m * hs + i] += win[i] * pad[off + start + i]
+            norm[m * hs + i] += win[i]
+        prev = start
+    return y, norm
 
 
 def change_gender(x: np.ndarray, sr: int, formant_ratio: float, f0_hz: float) -> np.ndarray:
