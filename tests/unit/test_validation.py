@@ -192,3 +192,39 @@ def test_gate_on_espeak_audio_passes_clean_and_stops_a_leaky_carrier(espeak_carr
     assert "carrier gate failed" in res.stderr and "[en] content effect on f0_median_st" in res.stderr
     assert "most shifted feminine-content stimuli: en-feminine-" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_gate_defers_what_great_expectations_only_imports():
+    """A stage that validates a table does not load scipy.stats for Great Expectations
+    (about 0.7 s each stage); a gate still fails a bad table, and scipy.stats
+    loads in full on first use, with the values of a normal import."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import pandas as pd
+from voicebias import validation as V
+E = V.expectations()
+bad = V.validate_table(pd.DataFrame({"a": [1, None]}), "t", [E.ExpectColumnValuesToNotBeNull(column="a")])
+assert not bad.success and bad.failures[0]["unexpected_count"] == 1, bad
+lazy = [n for n in V.DEFERRED_BY_GX if type(sys.modules[n]).__name__ == "_LazyModule"]
+from scipy.stats import norm
+import scipy.stats
+print(",".join(lazy), repr(float(norm.ppf(0.975))), type(scipy.stats).__name__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=config.ROOT, check=True)
+    lazy, ppf, kind = out.stdout.split()
+    assert lazy == "scipy.stats"
+    assert float(ppf) == 1.959963984540054 and kind == "module"
+
+
+def test_deferring_leaves_imported_and_missing_modules_alone():
+    import sys
+
+    from voicebias.validation import _deferred
+
+    before = sys.modules["pandas"]
+    _deferred("pandas")
+    _deferred("no_such_module_voicebias")
+    assert sys.modules["pandas"] is before and "no_such_module_voicebias" not in sys.modules
