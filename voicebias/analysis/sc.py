@@ -317,7 +317,7 @@ def planted_vs_recovered(
     Even H1-H2 is not exactly linear (the creak's PSOLA resynthesis and the aspiration
     noise move it a little on their own), so a retention counts as recovered within
     RETENTION_TOLERANCE of the planted share, not by CI coverage: the bootstrap CI
-    over 30 prompts is narrower (about +-0.01) than that converter bias.
+    over the embedded default's 15 prompts is narrower (about +-0.01) than that converter bias.
     """
     rows = []
     for s, truth in sorted(truths.items()):
