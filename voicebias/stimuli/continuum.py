@@ -220,10 +220,13 @@ def change_gender(x: np.ndarray, sr: int, formant_ratio: float, f0_hz: float) ->
         snd = call(snd, "Resample", sr / k, 50)
         call(snd, "Override sampling frequency", float(sr))
     floor, ceiling = PITCH_RANGE_HZ[0] * min(k, 1.0), PITCH_RANGE_HZ[1] * max(k, 1.0)
-    median = call(call(snd, "To Pitch", 0.01, floor, ceiling), "Get quantile", 0, 0, 0.5, "Hertz")
+    pitch = call(snd, "To Pitch", 0.01, floor, ceiling)
+    median = call(pitch, "Get quantile", 0, 0, 0.5, "Hertz")
     y = np.asarray(snd.values[0], float)
     if np.isfinite(median) and median > 0:
-        manip = call(snd, "To Manipulation", 0.01, floor, ceiling)
+        # the Manipulation's pulses and pitch tier from this same analysis ("Sound & Pitch: To
+        # Manipulation"), not from a second one as "Sound: To Manipulation" would run
+        manip = call([snd, pitch], "To Manipulation")
         tier = call(manip, "Extract pitch tier")
         if call(tier, "Get number of points") > 0:
             call(tier, "Multiply frequencies", snd.xmin, snd.xmax, float(f0_hz) / median)
