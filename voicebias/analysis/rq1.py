@@ -16,8 +16,8 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
-import statsmodels.formula.api as smf
 from scipy import stats
+from statsmodels.regression.mixed_linear_model import MixedLM
 
 from voicebias.analysis.mixed import f_test, fit_reml_matrices
 from voicebias.analysis.repeats import has_repeats, item_means
@@ -270,7 +270,7 @@ def rq1_mixed_models(
             rows.append(row)
             continue
         # statsmodels builds the treatment-coded design; the REML fit is voicebias.analysis.mixed's
-        model = smf.mixedlm(MIXED_FORMULA, g, groups=g["passage_id"])
+        model = MixedLM.from_formula(MIXED_FORMULA, g, groups=g["passage_id"])
         exog, names = np.asarray(model.exog, float), list(model.exog_names)
         if np.linalg.matrix_rank(exog) < exog.shape[1]:
             row["warning"] = "design not full rank (an empty pole x voice cell)"

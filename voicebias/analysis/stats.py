@@ -15,9 +15,12 @@ import warnings
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
 from scipy import stats
 from scipy.optimize import linprog
+from statsmodels.discrete.discrete_model import Logit
+from statsmodels.genmod.families import Binomial
+from statsmodels.genmod.generalized_linear_model import GLM
+from statsmodels.tools.tools import add_constant
 
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, SEPARATION, STATUS_COLUMNS, NotEstimable
 from voicebias.contract import POLE_ORDINAL, SAMPLE
@@ -218,7 +221,7 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
 
     if len(d) == 0:
         return result("no data", NOT_ESTIMABLE, "no compliant answer (none names a gender)" if n_excl else "no answers")
-    X = sm.add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
+    X = add_constant(d[["content_step", "voice_female"]].to_numpy(), has_constant="add")
     if np.linalg.matrix_rank(X) < X.shape[1]:
         missing = [
             what
@@ -277,10 +280,10 @@ def odds_ratio_per_step(df: pd.DataFrame, scope: str = "ALL", confidence: float 
             warnings.simplefilter("ignore")
             if weights is None or bool(np.all(weights == 1.0)):
                 # without repeats, or every item's answers agree: one 0/1 outcome per item
-                fit = sm.Logit(y, X).fit(disp=0, maxiter=200)
+                fit = Logit(y, X).fit(disp=0, maxiter=200)
                 converged = fit.mle_retvals.get("converged", True)
             else:  # the item shares: binomial likelihood of the weighted rows, model-based (item-level) SE
-                fit = sm.GLM(y, X, family=sm.families.Binomial(), freq_weights=weights).fit(maxiter=200, tol=1e-12)
+                fit = GLM(y, X, family=Binomial(), freq_weights=weights).fit(maxiter=200, tol=1e-12)
                 converged = fit.converged
     except np.linalg.LinAlgError as exc:  # a singular information matrix at some step
         return result(

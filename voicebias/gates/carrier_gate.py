@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import statsmodels.formula.api as smf
 from scipy import stats
+from statsmodels.regression.linear_model import OLS
 from statsmodels.stats.anova import anova_lm
 
 from voicebias.errors import NotFound
@@ -93,8 +93,8 @@ def content_within_voice_test(df: pd.DataFrame, measure: str) -> dict[str, float
     d = d.rename(columns={measure: "y", voice: "voice"})
     if voice == "voice_gender":
         d["voice_gender"] = d["voice"]
-    reduced = smf.ols("y ~ C(voice)", data=d).fit()
-    full = smf.ols("y ~ C(voice) + C(voice):C(pole)", data=d).fit()
+    reduced = OLS.from_formula("y ~ C(voice)", data=d).fit()
+    full = OLS.from_formula("y ~ C(voice) + C(voice):C(pole)", data=d).fit()
     table = anova_lm(reduced, full)
     F, p = float(table["F"].iloc[1]), float(table["Pr(>F)"].iloc[1])
     # Directional contrast, averaged over voices: feminine minus masculine content,

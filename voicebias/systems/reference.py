@@ -160,12 +160,15 @@ def planted_truth(params: dict[str, Any], stimuli: pd.DataFrame | None = None) -
         truth["odds_ratio_per_step"] = float("nan")
         truth["separable"] = True
     else:
-        import statsmodels.api as sm
+        # the modules statsmodels.api would give (it imports every model; this stage needs one)
+        from statsmodels.genmod.families import Binomial
+        from statsmodels.genmod.generalized_linear_model import GLM
+        from statsmodels.tools.tools import add_constant
 
-        X = sm.add_constant(cells[["content_step", "voice_female"]])
+        X = add_constant(cells[["content_step", "voice_female"]])
         with warnings.catch_warnings():  # an exactly fitting planted table triggers 'perfect prediction'
             warnings.simplefilter("ignore")
-            fit = sm.GLM(p, X, family=sm.families.Binomial(), var_weights=np.full(len(p), 1000.0)).fit()
+            fit = GLM(p, X, family=Binomial(), var_weights=np.full(len(p), 1000.0)).fit()
         truth["odds_ratio_per_step"] = float(np.exp(fit.params["content_step"]))
         truth["separable"] = False
     misg = cells.assign(p_wrong=np.where(cells["voice_gender"] == "female", 1 - p, p))
