@@ -106,7 +106,7 @@ def run_system(
         policy = RetryPolicy.from_params(sys_params)
         asr = build_asr(sys_params, root)
         base_seed = int(params["base"]["seed"])
-        stacked: dict[str, list[tuple[int, Path, pd.DataFrame]]] = {}
+        stacked: dict[str, list[tuple[int | None, Path, pd.DataFrame]]] = {}
         runs: list[tuple[str, Task, int | None]] = [(name, task, None) for name, task in tasks.items()]
         if replicates is not None:
             runs = [(name, task, r) for r in replicates for name, task in tasks.items()]
@@ -134,11 +134,9 @@ def run_system(
                 screen=screen,
                 probe=int(params["run"].get("determinism_probe", 0)) if system.probed else 0,
             )
-            if r is None:
-                validate_responses(table, system.kind)
-                write_table(out_dir / "responses.csv", table)
-            else:  # checked once per task over every replicate (below): one gate, not one per run
-                stacked.setdefault(name, []).append((r, out_dir, table))
+            # every table is checked once all are built, in one gate per stage (below): the
+            # tasks' tables stacked, each stimulus unique within its task (and replicate)
+            stacked.setdefault(name, []).append((r, out_dir, table))
             if annotate is not None:
                 counts.update(annotate(system, sys_params))
             tracked, run_facts = split_counts(counts)
@@ -154,11 +152,17 @@ def run_system(
             if counts["requests"] and counts["failed"] > limit * counts["requests"]:
                 over.append(over_limit(where, counts["failed"], counts["requests"], table.loc[failed, "error"]))
             results[key] = table
-        for name, done in stacked.items():
-            validate_responses(
-                pd.concat([t.assign(replicate=r) for r, _, t in done], ignore_index=True), system.kind, ("replicate",)
-            )
-            for _, out_dir, t in done:
+        if stacked:
+            by_run = [(r, out_dir, t) for done in stacked.values() for r, out_dir, t in done]
+            if replicates is None:
+                validate_responses(pd.concat([t for _, _, t in by_run], ignore_index=True), system.kind, ("task",))
+            else:
+                validate_responses(
+                    pd.concat([t.assign(replicate=r) for r, _, t in by_run], ignore_index=True),
+                    system.kind,
+                    ("task", "replicate"),
+                )
+            for _, out_dir, t in by_run:
                 write_table(out_dir / "responses.csv", t)
     finally:
         system.close()

@@ -749,13 +749,14 @@ def validate_responses(table: pd.DataFrame, kind: str = "s2s", over: tuple[str, 
 
     Speech-to-speech rows that succeeded must carry a transcript; continuation rows
     may lack one (a system without a text stream and no ASR configured). A table with
-    repeats (a `sample` column) has one row per stimulus x sample. `over`: columns added to
-    several tables stacked into one to be checked at once (the whole-run replicates' tables, with
-    their `replicate`); a stimulus (and sample) is then unique within each value of them.
+    repeats (a `sample` column) has one row per stimulus x sample. `over`: the columns that tell
+    apart several tables stacked into one to be checked at once (a stage's tasks, by `task`; the
+    whole-run replicates, by `replicate` as well); a stimulus (and sample) is then unique within
+    each combination of their values.
     """
     E = expectations()
     columns = CONTINUATION_COLUMNS if "phonation" in table.columns else RESPONSE_COLUMNS
-    columns = [*columns, *over]
+    columns = list(dict.fromkeys([*columns, *over]))  # `over` may name a table column (task)
     if SAMPLE in table.columns:
         columns = with_sample(columns)
         unique = [

@@ -276,3 +276,19 @@ def test_the_replicates_tables_are_checked_at_once_a_stimulus_unique_within_each
     twice = pd.concat([tables[0], tables[0].iloc[:1], tables[1]], ignore_index=True)
     with pytest.raises(ValidationFailed, match="stimulus_id"):
         validate_responses(twice, "s2s", ("replicate",))
+
+
+def test_a_stages_task_tables_are_checked_at_once_a_stimulus_unique_within_each_task(scratch):
+    """The respond stages check every task's table in one gate: the same stimuli in two tasks
+    pass, a stimulus twice within one task fails, as it fails in one table."""
+    from voicebias.systems.runner import validate_responses
+    from voicebias.validation import ValidationFailed
+
+    _project(scratch, 6)
+    _run(scratch, _params(1))
+    describe = read_table(scratch / "data" / "responses" / SYSTEM / "describe" / "responses.csv")
+    summarize = describe.assign(task="summarize")
+    validate_responses(pd.concat([describe, summarize], ignore_index=True), "s2s", ("task",))
+    twice = pd.concat([describe, summarize, summarize.iloc[:1]], ignore_index=True)
+    with pytest.raises(ValidationFailed, match="stimulus_id"):
+        validate_responses(twice, "s2s", ("task",))
