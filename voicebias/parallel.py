@@ -147,6 +147,9 @@ class ProcessBatched:
 
     #: requests per batch: enough to keep every worker busy
     batch_size: int = 32
+    #: consecutive requests a worker takes at once: requests that share work a worker keeps
+    #: (a synthesiser's last utterances) go to the same worker
+    chunk_size: int = 1
     _pool: ProcessPoolExecutor | None = None
 
     def _workers(self) -> int:
@@ -166,7 +169,7 @@ class ProcessBatched:
                 initializer=one_thread_per_worker,
                 mp_context=multiprocessing.get_context("fork"),
             )
-        return list(self._pool.map(_run_method, [(id(self), name, it) for it in items], chunksize=1))
+        return list(self._pool.map(_run_method, [(id(self), name, it) for it in items], chunksize=self.chunk_size))
 
     def _here(self, name: str, items: Sequence[Any]) -> list[Any]:
         out = []

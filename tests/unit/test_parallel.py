@@ -92,6 +92,23 @@ def test_map_method_runs_any_method_on_the_systems_pool_in_order():
     assert s._pool is None
 
 
+class ChunkedWorkers(TwoWorkers):
+    chunk_size = 3
+
+
+def test_chunked_requests_go_to_one_worker_together_and_come_back_in_order():
+    """`chunk_size` consecutive requests share a worker (work that worker keeps is reused); the
+    answers are those of single requests, in input order."""
+    s = ChunkedWorkers()
+    try:
+        got = s.map_method("square", [0, 1, 2, 4, 5, 6])
+        assert [g[0] for g in got] == [0, 1, 4, 16, 25, 36]
+        pids = [g[1] for g in got]
+        assert pids[0] == pids[1] == pids[2] and pids[3] == pids[4] == pids[5]
+    finally:
+        s.close()
+
+
 class Unpicklable(Exception):
     def __init__(self, message, handle):
         super().__init__(message)

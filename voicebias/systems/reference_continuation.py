@@ -93,6 +93,9 @@ class ReferenceContinuationSystem(ProcessBatched, ContinuationSystem):
         for g in GENDERS:
             planted_retention(params, g)
         self.stimuli = stimuli.set_index("stimulus_id")
+        # a prompt x voice's phonation conditions (consecutive stimulus ids) continue one sentence:
+        # sent to one worker together, eSpeak NG says it once (it keeps its last utterances)
+        self.chunk_size = max(1, int(stimuli["phonation"].nunique()))
         self.tts = get_backend("espeak", rate_wpm=rate_wpm)
         self.pitch_range = pitch_range or {"male": [60, 300], "female": [100, 500]}
         from voicebias.stimuli.phonation import ParametricSettings
