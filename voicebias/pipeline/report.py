@@ -7,9 +7,6 @@ from typing import Any
 
 from voicebias import config
 from voicebias.io import read_json, write_json
-from voicebias.report.build import build_report
-from voicebias.report.card import audit_card, card_context, render_card_md, voice_design
-from voicebias.report.provenance import collect_provenance
 
 
 def _metrics(path: Path | None) -> dict[str, Any] | None:
@@ -78,6 +75,11 @@ def run_stage(
     """Build the audit card from the analysis tables and the check metrics (carrier_gate/metrics.json,
     phonation/check_metrics.json), write it as audit_card.json and audit_card.md, then the report with
     the card first."""
+    # here, not at the top: the tracking stage imports this module for determinism_records only
+    from voicebias.report.build import build_report
+    from voicebias.report.card import audit_card, card_context, render_card_md, voice_design
+    from voicebias.report.provenance import collect_provenance
+
     provenance = collect_provenance(root, params, manifest, cards_dir)
     card = audit_card(
         analysis_dir,
