@@ -640,7 +640,7 @@ def test_report_stage_writes_the_card_and_hands_it_to_the_report(tmp_path, monke
         seen["card"] = card
         return {"md": out_dir / "report.md", "html": out_dir / "report.html"}
 
-    monkeypatch.setattr(report_stage, "build_report", fake_build)
+    monkeypatch.setattr("voicebias.report.build.build_report", fake_build)  # imported by run_stage when it runs
     manifest = tmp_path / "manifest.csv"
     manifest.write_text("x\n")
     out = tmp_path / "out"
