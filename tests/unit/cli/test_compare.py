@@ -156,7 +156,7 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
   drifting: misgender rate aligned 0.1167 [0.05768, 0.2218] -> 0.2 [0.05768, 0.2218]
 
 == continuation systems
-  continuation_reference: retention male h1_h2_db 0.7006 [0.6949, 0.7064] -> 0.5 [0.6949, 0.7064]
+  continuation_reference: retention male h1_h2_db 0.7028 [0.693, 0.7117] -> 0.5 [0.693, 0.7117]
 
 == checks
   carrier_gate verdict: passed -> failed
