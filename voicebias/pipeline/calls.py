@@ -106,7 +106,7 @@ def run_system(
         policy = RetryPolicy.from_params(sys_params)
         asr = build_asr(sys_params, root)
         base_seed = int(params["base"]["seed"])
-        stacked: dict[str, list[tuple[int | None, Path, pd.DataFrame]]] = {}
+        built: list[tuple[int | None, Path, pd.DataFrame]] = []  # (replicate, folder, table) per run
         runs: list[tuple[str, Task, int | None]] = [(name, task, None) for name, task in tasks.items()]
         if replicates is not None:
             runs = [(name, task, r) for r in replicates for name, task in tasks.items()]
@@ -136,7 +136,7 @@ def run_system(
             )
             # every table is checked once all are built, in one gate per stage (below): the
             # tasks' tables stacked, each stimulus unique within its task (and replicate)
-            stacked.setdefault(name, []).append((r, out_dir, table))
+            built.append((r, out_dir, table))
             if annotate is not None:
                 counts.update(annotate(system, sys_params))
             tracked, run_facts = split_counts(counts)
@@ -152,17 +152,16 @@ def run_system(
             if counts["requests"] and counts["failed"] > limit * counts["requests"]:
                 over.append(over_limit(where, counts["failed"], counts["requests"], table.loc[failed, "error"]))
             results[key] = table
-        if stacked:
-            by_run = [(r, out_dir, t) for done in stacked.values() for r, out_dir, t in done]
+        if built:
             if replicates is None:
-                validate_responses(pd.concat([t for _, _, t in by_run], ignore_index=True), system.kind, ("task",))
+                validate_responses(pd.concat([t for _, _, t in built], ignore_index=True), system.kind, ("task",))
             else:
                 validate_responses(
-                    pd.concat([t.assign(replicate=r) for r, _, t in by_run], ignore_index=True),
+                    pd.concat([t.assign(replicate=r) for r, _, t in built], ignore_index=True),
                     system.kind,
                     ("task", "replicate"),
                 )
-            for _, out_dir, t in by_run:
+            for _, out_dir, t in built:
                 write_table(out_dir / "responses.csv", t)
     finally:
         system.close()
