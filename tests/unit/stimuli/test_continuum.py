@@ -129,3 +129,61 @@ def test_wsola_keeps_the_pitch_and_stretches_the_time():
         env = np.abs(np.fft.rfft(np.abs(y) - np.abs(y).mean()))
         f_env = np.fft.rfftfreq(len(y), 1 / sr)[1 + env[1:200].argmax()]
         assert f_env == pytest.approx(3 / stretch, abs=0.5)  # the envelope slows down with the stretch
+
+
+def _wsola_numpy(x, sr, stretch, frame_s=0.04, tolerance_s=0.01):
+    """WSOLA written out with NumPy (every candidate frame correlated at once): the reference the
+    compiled frame search must match frame for frame."""
+    n = int(round(frame_s * sr)) // 2 * 2
+    hs, ha, tol = n // 2, n // 2 / stretch, int(round(tolerance_s * sr))
+    win = np.hanning(n + 1)[:n]
+    out_len = int(round(len(x) * stretch))
+    frames = int(np.ceil(out_len / hs)) + 1
+    tail = max(0, int(np.ceil(frames * ha)) - len(x)) + 2 * n + tol
+    pad = np.concatenate([np.zeros(tol + n), x, np.zeros(tail)])
+    off = tol + n
+    y, norm, prev = np.zeros(frames * hs + n), np.zeros(frames * hs + n), None
+    for m in range(frames):
+        nominal = int(round(m * ha))
+        if prev is None:
+            start = nominal
+        else:
+            target = pad[off + prev + hs : off + prev + hs + n] * win
+            lo = nominal - tol
+            cands = np.lib.stride_tricks.sliding_window_view(pad[off + lo : off + lo + n + 2 * tol], n)
+            start = lo + int(np.argmax(cands @ target))
+        y[m * hs : m * hs + n] += win * pad[off + start : off + start + n]
+        norm[m * hs : m * hs + n] += win
+        prev = start
+    norm[norm < 1e-8] = 1.0
+    return (y / norm)[:out_len]
+
+
+@pytest.mark.parametrize("sex", ["M", "F"])
+def test_compiled_wsola_picks_the_frames_numpy_picks_on_real_speech(sex):
+    x, sr = _reader(sex, 0)
+    for stretch in (0.87, 1.157):
+        got, ref = cm.wsola(x, sr, stretch), _wsola_numpy(np.asarray(x, float), sr, stretch)
+        assert got.shape == ref.shape and np.allclose(got, ref, rtol=0, atol=1e-12)
+
+
+def test_change_gender_equals_praats_own_manipulation_with_its_second_pitch_analysis():
+    """change_gender builds the Manipulation from the Pitch it takes the median from ("Sound & Pitch:
+    To Manipulation"); Praat's "Sound: To Manipulation" runs that analysis again itself. On real
+    read speech both give the same samples."""
+    import parselmouth
+    from parselmouth.praat import call
+
+    x, sr = _reader("F", 0)
+    k, f0 = 0.93, 150.0
+    snd = parselmouth.Sound(cm.wsola(x, sr, k), float(sr))
+    snd = call(snd, "Resample", sr / k, 50)
+    call(snd, "Override sampling frequency", float(sr))
+    floor, ceiling = cm.PITCH_RANGE_HZ[0] * k, cm.PITCH_RANGE_HZ[1]
+    median = call(call(snd, "To Pitch", 0.01, floor, ceiling), "Get quantile", 0, 0, 0.5, "Hertz")
+    manip = call(snd, "To Manipulation", 0.01, floor, ceiling)
+    tier = call(manip, "Extract pitch tier")
+    call(tier, "Multiply frequencies", snd.xmin, snd.xmax, f0 / median)
+    call([tier, manip], "Replace pitch tier")
+    ref = np.asarray(call(manip, "Get resynthesis (overlap-add)").values[0], float)[: len(x)]
+    assert np.array_equal(cm.change_gender(x, sr, k, f0), ref)
