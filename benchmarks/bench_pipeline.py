@@ -64,7 +64,7 @@ def install(clone: Path, log) -> tuple[float, dict[str, str]]:
     t0 = time.perf_counter()
     venv = clone / ".venv"
     subprocess.check_call([sys.executable, "-m", "venv", str(venv)], stdout=log, stderr=subprocess.STDOUT)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile"]
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.check_call([*pip, "-c", "requirements.lock", "-e", "."], cwd=clone, stdout=log, stderr=subprocess.STDOUT)
     subprocess.check_call(
         [*pip, "--no-deps", "-r", "requirements-nodeps.txt"], cwd=clone, stdout=log, stderr=subprocess.STDOUT
