@@ -120,6 +120,7 @@ def server(tmp_path):
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"},
+            start_new_session=True,  # its own process group: `mlflow server` runs its web server as a child
         )
         procs.append(proc)
         wait_for(url, timeout, proc)
@@ -129,9 +130,25 @@ def server(tmp_path):
         yield start
     finally:
         for p in procs:
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=20)
+            stop_group(p)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
+    """SIGTERM to the server's whole process group (the command and the workers it started), then
+    SIGKILL to whatever of the group is left after `grace_s`: a test server keeps nothing that needs
+    a longer graceful stop."""
+    import signal
+
+    def signal_group(sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:  # the whole group has exited
+            pass
+
+    signal_group(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    signal_group(signal.SIGKILL)
+    proc.wait(timeout=20)

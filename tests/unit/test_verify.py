@@ -42,10 +42,10 @@ def sh(*cmd: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=True)
 
 
-@pytest.fixture()
-def project(tmp_path: Path) -> Path:
-    """A committed DVC project: a git-tracked table and card, a DVC-cached audio folder."""
-    root = tmp_path / "audit"
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory) -> Path:
+    """A committed DVC project: a git-tracked table and card, a DVC-cached audio folder (made once)."""
+    root = tmp_path_factory.mktemp("verify") / "audit"
     root.mkdir()
     (root / "make.py").write_text(STAGE)
     (root / "dvc.yaml").write_text(
@@ -58,6 +58,16 @@ def project(tmp_path: Path) -> Path:
     sh("dvc", "repro", "-q", cwd=root)
     sh("git", "add", "-A", cwd=root)
     sh("git", "commit", "-qm", "audit", cwd=root)
+    return root
+
+
+@pytest.fixture()
+def project(committed: Path, tmp_path: Path) -> Path:
+    """A copy of the committed project of its own, which the test may edit."""
+    import shutil
+
+    root = tmp_path / "audit"
+    shutil.copytree(committed, root, symlinks=True)
     return root
 
 
