@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 from tests.support.servers import server  # noqa: E402, F401
 
 E2E_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
-E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline (twice for the fresh clone)
+E2E_TIMEOUT_S = 2700  # the scratch-clone fixtures run the reduced pipeline
 
 
 def pytest_configure(config):
@@ -55,34 +55,13 @@ def pytest_collection_modifyitems(config, items):
             items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
-_FRESH: dict = {}
-
-
 @pytest.fixture(scope="session")
-def workspace(tmp_path_factory, request):
-    """(base folder, repository, repro result) of a scratch clone after `dvc repro`. When this
-    session also runs the fresh-clone test, the fresh clone's own `dvc repro` starts now, in the
-    background, and runs beside the other end-to-end tests (`fresh_clone` waits for it)."""
-    from tests.support.workspace import FreshClone, make_workspace
+def workspace(tmp_path_factory):
+    """(base folder, repository, repro result) of a scratch clone after `dvc repro` on the reduced
+    profile, from empty caches with another processor's kernels played."""
+    from tests.support.workspace import make_workspace, played_machine
 
-    made = make_workspace(tmp_path_factory)
-    if made[2].returncode == 0 and any("fresh_clone" in getattr(i, "fixturenames", ()) for i in request.session.items):
-        _FRESH["clone"] = FreshClone(made[0], made[1])
-    yield made
-    if "clone" in _FRESH:
-        _FRESH.pop("clone").stop()
-
-
-@pytest.fixture(scope="session")
-def fresh_clone(workspace):
-    """(clone, repro result, seconds, played variables): a fresh clone of the workspace's reproduced
-    commit after `dvc repro` with another processor's kernels played."""
-    from tests.support.workspace import FreshClone
-
-    base, repo, _ = workspace
-    if "clone" not in _FRESH:
-        _FRESH["clone"] = FreshClone(base, repo)
-    return _FRESH["clone"].result()
+    return make_workspace(tmp_path_factory, played_machine())
 
 
 @pytest.fixture(scope="session")

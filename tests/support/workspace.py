@@ -1,6 +1,12 @@
 """A scratch clone of this repository with a reduced bank, on which `dvc repro` has run.
 
-Shared by the end-to-end tests (one pipeline run per test session).
+Shared by the end-to-end tests (one pipeline run per test session). The run starts from empty
+caches with another processor's kernels played (`played_machine`), and every output it writes
+must equal, byte for byte, the reduced profile's reference hashes in `REFERENCE`, which a plain
+run on the machine that committed them wrote. After a change that changes an output on purpose,
+write them again (one reduced run, about 3 minutes on 2 cores):
+
+    python -m tests.support.workspace --write-reference
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from voicebias import config
 PASSAGES_PER_CELL = 3
 SC_PROMPTS = 3
 BIN = Path(sys.executable).parent
+#: sha256 of every file the reduced profile's `dvc repro` writes under data/ and reports/, in
+#: `sha256sum` format (`sha256sum -c` checks a workspace against it)
+REFERENCE = config.ROOT / "tests" / "fixtures" / "reduced_profile.sha256"
 
 
 def sh(cmd, cwd, check=True):
@@ -39,8 +48,16 @@ def tree_hashes(root: Path, sub: str) -> dict[str, str]:
     return out
 
 
-def make_workspace(tmp_path_factory):
-    base = tmp_path_factory.mktemp("pipeline")
+def make_workspace(tmp_path_factory, played: dict[str, str] | None = None):
+    """(base folder, repository, repro result): the reduced profile in a new git repository under
+    a fresh temporary folder, after `dvc repro` with every cache empty (no DVC cache, no response,
+    measurement or embedding cache, no MLflow store) and `played`'s variables set for that run."""
+    return build_workspace(tmp_path_factory.mktemp("pipeline"), played)
+
+
+def build_workspace(base: Path, played: dict[str, str] | None = None):
+    import shlex
+
     repo = base / "voicebias"
     files = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
@@ -75,7 +92,9 @@ def make_workspace(tmp_path_factory):
         params = params.replace(old, new)
     (repo / "params.yaml").write_text(params, encoding="utf-8")
     sh("git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init", repo)
-    res = sh("dvc repro", repo)
+    assert not (repo / ".dvc" / "cache").exists() and not (repo / ".cache").exists()
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (played or {}).items())
+    res = sh(f"env {prefix} dvc repro" if prefix else "dvc repro", repo)
     sh("git add -A && git -c user.name=t -c user.email=t@t commit -qm repro && git tag repro", repo)
     return base, repo, res
 
@@ -91,53 +110,31 @@ def played_machine() -> dict[str, str]:
     return {"OPENBLAS_CORETYPE": core, "ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"}
 
 
-class FreshClone:
-    """A newcomer's path on another machine, started in the background: `git clone` of the
-    reproduced commit, then README command 1's `dvc repro` with empty caches (no DVC cache, no
-    response, measurement or embedding cache, no MLflow store), with the kernels another processor
-    would choose played (`played_machine`). It runs while the other end-to-end tests use the
-    workspace (the clone shares nothing with it); `result()` waits for it."""
+def output_hashes(repo: Path) -> dict[str, str]:
+    """Path -> sha256 of every file under data/ and reports/ (what `REFERENCE` records)."""
+    return {**tree_hashes(repo, "data"), **tree_hashes(repo, "reports")}
 
-    def __init__(self, base: Path, repo: Path):
-        import shlex
-        import time
 
-        self.path = base / "fresh"
-        sh(f"git clone -q --branch repro {repo} {self.path}", base)
-        assert not (self.path / ".dvc" / "cache").exists() and not (self.path / ".cache").exists()
-        self.played = played_machine()
-        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DVC_NO_ANALYTICS": "1"}
-        for var in ("VOICEBIAS_ROOT", "MLFLOW_TRACKING_URI"):
-            env.pop(var, None)
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.played.items())
-        self.cmd = f"env {prefix} dvc repro"
-        self._out = open(base / "fresh-repro.out", "w+")
-        self._err = open(base / "fresh-repro.err", "w+")
-        self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen(self.cmd, cwd=self.path, shell=True, stdout=self._out, stderr=self._err, env=env)
-        self._result: tuple[Path, subprocess.CompletedProcess, float, dict[str, str]] | None = None
+def read_reference(path: Path = REFERENCE) -> dict[str, str]:
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        digest, name = line.split("  ", 1)
+        out[name] = digest
+    return out
 
-    def result(self) -> tuple[Path, subprocess.CompletedProcess, float, dict[str, str]]:
-        """(clone, repro result, seconds from its start to its end, the played variables)."""
-        import time
 
-        if self._result is None:
-            rc = self.proc.wait()
-            seconds = time.perf_counter() - self.t0
-            self._out.seek(0)
-            self._err.seek(0)
-            res = subprocess.CompletedProcess(self.cmd, rc, self._out.read(), self._err.read())
-            self._out.close()
-            self._err.close()
-            if rc != 0:
-                raise AssertionError(f"`{self.cmd}` failed ({rc}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-            self._result = (self.path, res, seconds, self.played)
-        return self._result
+def write_reference(path: Path = REFERENCE) -> int:
+    """Run the reduced profile from empty caches, with nothing played, in a temporary folder, and
+    write the sha256 of every output to `path`; returns the number of files."""
+    import tempfile
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    if os.environ.get("VOICEBIAS_CODE_PATHS", "avx2") != "avx2":
+        raise SystemExit("unset VOICEBIAS_CODE_PATHS: the reference is written on the default code paths")
+    with tempfile.TemporaryDirectory(prefix="voicebias-reference-") as tmp:
+        _, repo, _ = build_workspace(Path(tmp))
+        hashes = output_hashes(repo)
+    path.write_text("".join(f"{d}  {name}\n" for name, d in sorted(hashes.items())), encoding="utf-8")
+    return len(hashes)
 
 
 def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProcess, dict[str, str]]:
@@ -161,3 +158,15 @@ def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProc
     )
     res = sh("dvc repro", clone, check=False)
     return clone, res, before
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The reduced profile's reference output hashes")
+    parser.add_argument("--write-reference", action="store_true", help=f"run the reduced profile and write {REFERENCE}")
+    if parser.parse_args().write_reference:
+        n = write_reference()
+        print(f"wrote the sha256 of {n} outputs to {REFERENCE.relative_to(config.ROOT)}")
+    else:
+        parser.print_help()
