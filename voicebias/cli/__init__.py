@@ -208,9 +208,10 @@ def cmd_bank(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from voicebias.report.tracking import tracking_uri
+    from voicebias.report.tracking import no_telemetry, tracking_uri
 
     uri = tracking_uri(load_params())
+    telemetry = f"MLFLOW_DISABLE_TELEMETRY={no_telemetry()}"
     cmd = [
         "mlflow",
         "ui",
@@ -223,7 +224,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         "--workers",
         "1",
     ]
-    print(" ".join(cmd))
+    print(telemetry, " ".join(cmd))
     # MLflow's UI opens an experiment on its GenAI overview unless the address names the workflow type
     last = config.TRACKING_MARKER.with_name("last_run.json")
     if last.exists():

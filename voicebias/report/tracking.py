@@ -26,6 +26,17 @@ from voicebias.config import ROOT
 from voicebias.cost import TOTAL_COUNTS
 
 
+def no_telemetry() -> str:
+    """MLflow 3 sends usage telemetry to its maintainers unless MLFLOW_DISABLE_TELEMETRY says not
+    to: set it to "true" unless it is set already (MLFLOW_DISABLE_TELEMETRY=false allows it), and
+    return its value. MLflow reads it when it is imported and when its UI starts; every voicebias
+    process that uses MLflow imports this module first, and `voicebias ui` passes it on."""
+    return os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+no_telemetry()
+
+
 def tracking_uri(params: dict[str, Any], root: Path = ROOT) -> str:
     """Resolve a relative sqlite URI against the repository root."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or params["tracking"]["tracking_uri"]

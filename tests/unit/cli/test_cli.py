@@ -156,4 +156,5 @@ def test_ui_prints_the_address_that_opens_the_runs_table(tmp_path, monkeypatch, 
     assert main(["ui", "--port", "5123"]) == 0
     out = capsys.readouterr().out
     assert "--host 127.0.0.1 --port 5123" in out
+    assert out.startswith("MLFLOW_DISABLE_TELEMETRY=true mlflow ui ")  # as the tests' environment sets it
     assert "http://127.0.0.1:5123/#/experiments/7?workflowType=machine_learning" in out

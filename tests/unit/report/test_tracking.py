@@ -476,3 +476,25 @@ def test_probed_children_carry_their_agreement_and_the_parent_each_systems_usage
     assert describe.data.metrics["determinism/agreement"] == 0.625 and describe.data.metrics["determinism/items"] == 8
     assert describe.data.metrics["usage/calls"] == 180 and describe.data.metrics["usage/cost"] == 0.42
     assert all("determinism/agreement" not in r.data.metrics for r in runs if r.data.tags["lang"] != "ALL")
+
+
+@pytest.mark.parametrize("user, expected", [(None, "true"), ("false", "false")])
+def test_mlflow_telemetry_is_off_unless_the_user_allows_it(user, expected):
+    """MLflow 3 reports usage to its maintainers by default. A process that imports voicebias's
+    tracking (the tracking stage, `voicebias compare`, `voicebias ui`) turns it off before MLflow
+    loads, and MLflow reads it as off; a user's own MLFLOW_DISABLE_TELEMETRY=false stands."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")}
+    if user is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = user
+    code = (
+        "import os, voicebias.report.tracking\n"
+        "from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY\n"
+        "print(os.environ['MLFLOW_DISABLE_TELEMETRY'], MLFLOW_DISABLE_TELEMETRY.get())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=config.ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [expected, str(expected == "true")]
