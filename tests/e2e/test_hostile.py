@@ -10,7 +10,7 @@ import json
 
 import pandas as pd
 
-from tests.support.workspace import sh, tree_hashes
+from tests.support.workspace import output_hashes, sh
 from voicebias.analysis.exclusions import planted_fault_of
 from voicebias.systems.reference import FAULT_REASONS
 
@@ -113,7 +113,7 @@ def test_the_verdicts_on_what_remains_are_the_planted_ones(hostile):
 
 def test_the_other_systems_outputs_are_byte_identical(hostile):
     clone, _, before = hostile
-    after = {**tree_hashes(clone, "data"), **tree_hashes(clone, "reports")}
+    after = output_hashes(clone)
     for path, digest in before.items():
         if any(f"/{s}" in path for s in OTHERS) and "hostile" not in path:
             assert after.get(path) == digest, path

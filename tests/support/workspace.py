@@ -148,7 +148,7 @@ def make_hostile(base: Path, repo: Path) -> tuple[Path, subprocess.CompletedProc
     sh(f"dvc cache dir --local {repo / '.dvc' / 'cache'}", clone)
     shutil.copytree(repo / ".cache", clone / ".cache", symlinks=True)
     sh("dvc checkout -q", clone)
-    before = {**tree_hashes(clone, "data"), **tree_hashes(clone, "reports")}
+    before = output_hashes(clone)
     path = clone / "params.yaml"
     params = path.read_text(encoding="utf-8")
     old = "systems: [voice_faithful, content_driven, mixed, drifting]"
