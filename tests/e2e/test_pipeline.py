@@ -246,15 +246,18 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
     """Planted vs recovered, both studies, on the reduced profile as `dvc repro` left it (tag
     'repro', before later tests change params), so a wiring error between stages fails here.
 
-    Every row's flag must agree with its own numbers. A 95 % interval misses its planted value
-    5 % of the time even when every stage is right (the embedded default's own table has one
-    such miss among 21 rows), so the test asks of every row that the planted value lies within
-    twice the interval's half-widths (on the log scale for odds ratios; a miss by chance has
-    probability about 1e-4 per row), and of the strict 95 % misses that they be no more than a
-    Binomial(rows, .05) count reaches with probability .999. Describe odds ratios that the ML
-    fit cannot estimate (separation, reported as such) are checked on the Firth interval of
-    describe_odds_ratios.csv instead. SC retention must be within its documented
-    RETENTION_TOLERANCE, exactly as its recovered_ok flag says.
+    Every row's flags must agree with its own numbers: a simultaneous interval nests its row's own
+    95 % interval, and its flag says whether the planted value lies in either. A 95 % interval
+    misses its planted value 5 % of the time even when every stage is right (this reduced profile's
+    male passive rate is 5 of 9 against a planted 0.2, P(X >= 5) = 0.02, outside even its
+    simultaneous interval), so the test asks of every row that the planted value lies within twice
+    its own interval's half-widths (on the log scale for odds ratios; a miss by chance has
+    probability about 1e-4 per row), and of the values outside their own 95 % interval that they be
+    no more than a Binomial(rows, .05) count reaches with probability .999. Describe odds ratios
+    that the ML fit cannot estimate (separation, reported as such) are checked on the Firth interval
+    of describe_odds_ratios.csv instead. SC retention must be within its documented
+    RETENTION_TOLERANCE, exactly as its recovered_ok flag says; a passive rate is recovered
+    exactly when its simultaneous interval holds it.
     """
     import io
 
@@ -291,6 +294,21 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
     assert "content_weight" in set(pvr.loc[pvr["system"] == "mixed", "quantity"])
     assert pvr["planted"].notna().all()
     misses, checked = [], 0
+
+    def simultaneous_agrees(r) -> None:
+        """A row in its table's family: its simultaneous interval nests its own, and its flag says
+        whether the planted value lies in either."""
+        if pd.isna(r.simultaneous_confidence):
+            assert pd.isna(r.planted_in_simultaneous_ci), r
+            return
+        assert r.simultaneous_confidence > 0.95, r
+        lo, hi = r.simultaneous_ci_low, r.simultaneous_ci_high
+        bounded = bool(np.isfinite(lo) and np.isfinite(hi))
+        if bounded:
+            assert lo <= r.ci_low + 1e-12 and r.ci_high <= hi + 1e-12, r
+        own = bool(r.ci_low <= r.planted <= r.ci_high)
+        assert str(r.planted_in_simultaneous_ci) == str(own or (bounded and lo <= r.planted <= hi)), r
+
     for r in pvr.itertuples():
         has_ci = bool(np.isfinite(r.ci_low) and np.isfinite(r.ci_high))
         flag = None if pd.isna(r.planted_in_ci) else str(r.planted_in_ci) == "True"
@@ -310,6 +328,7 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
             continue
         assert has_ci and np.isfinite(r.recovered) and flag is not None, r
         assert flag == bool(r.ci_low <= r.planted <= r.ci_high), r
+        simultaneous_agrees(r)
         tol = getattr(r, "tolerance", np.nan)
         if np.isfinite(tol):
             # an acoustic quantity: recovered within the instrument's documented accuracy
@@ -334,10 +353,12 @@ def test_reduced_profile_recovers_every_planted_value(workspace):
         if r.quantity.startswith("retention_"):
             assert ok == bool(abs(r.recovered - r.planted) <= RETENTION_TOLERANCE) and ok, r
         else:
-            assert ok == bool(r.ci_low <= r.planted <= r.ci_high), r
+            assert str(r.planted_in_ci) == str(bool(r.ci_low <= r.planted <= r.ci_high)), r
+            simultaneous_agrees(r)
+            assert ok == (str(r.planted_in_simultaneous_ci) == "True"), r
             assert within_twice(r.planted, r.recovered, r.ci_low, r.ci_high), r
             checked += 1
-            if not ok:
+            if str(r.planted_in_ci) != "True":
                 misses.append((r.system, r.quantity))
     allowed = int(stats.binom.ppf(0.999, checked, 0.05))
     assert len(misses) <= allowed, (misses, checked, allowed)

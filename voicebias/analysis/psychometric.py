@@ -350,8 +350,10 @@ def psychometric_table(
     poles: Sequence[str] = POLES,
     confidence: float = 0.95,
     curves: list[dict] | None = None,
+    pooled_only: bool = False,
 ) -> pd.DataFrame:
-    """`psychometric_scope` per system x task, pooled over languages (ALL) and per language.
+    """`psychometric_scope` per system x task, pooled over languages (ALL) and, unless `pooled_only`,
+    per language.
 
     `answers` has the columns `psychometric_scope` reads plus `system`, `task` and `lang`, and a
     `status` column whose failed calls are left out (they are counted by the runner's tables).
@@ -360,7 +362,7 @@ def psychometric_table(
     parts = []
     for (system, task), g in d.groupby(["system", "task"], sort=True):
         parts.append(psychometric_scope(g, continuum, str(system), str(task), "ALL", poles, confidence, curves))
-        for lang, gl in g.groupby("lang", sort=True):
+        for lang, gl in g.groupby("lang", sort=True) if not pooled_only else ():
             parts.append(
                 psychometric_scope(gl, continuum, str(system), str(task), str(lang), poles, confidence, curves)
             )

@@ -18,6 +18,7 @@ from scipy import stats
 
 from voicebias.analysis.glmm import fit_binomial_glmm
 from voicebias.analysis.intervals import wilson
+from voicebias.analysis.planted import wald_interval, wilson_interval, with_simultaneous
 from voicebias.analysis.stats import (
     FISHER_COLUMNS,
     OR_COLUMNS,
@@ -533,6 +534,25 @@ def compliance(scored: pd.DataFrame) -> pd.DataFrame:
 F0_TOLERANCE_ST = float(12 * np.log2(1.01))
 
 
+#: the columns of reports/analysis/planted_vs_recovered.csv
+PLANTED_COLUMNS = [
+    "system",
+    "quantity",
+    "planted",
+    "recovered",
+    "ci_low",
+    "ci_high",
+    "planted_in_ci",
+    "simultaneous_confidence",
+    "simultaneous_ci_low",
+    "simultaneous_ci_high",
+    "planted_in_simultaneous_ci",
+    "fit_status",
+    "tolerance",
+    "within_tolerance",
+]
+
+
 def planted_vs_recovered(
     odds: pd.DataFrame,
     rates: pd.DataFrame,
@@ -542,6 +562,7 @@ def planted_vs_recovered(
     f0_measure: str = "delta_f0_median_st",
     glmm: pd.DataFrame | None = None,
     by_voice: pd.DataFrame | None = None,
+    confidence: float = 0.95,
 ) -> pd.DataFrame:
     """Set every reference system's planted truth beside what the audit recovered.
 
@@ -564,6 +585,11 @@ def planted_vs_recovered(
     fits estimate the same odds ratio. With `by_voice` (describe_by_voice) each voice planted
     with its own error rate (`voice_misgender_rate` in the truth) is set beside its own
     misgender rate (quantity misgender_rate_voice:<voice_id>, Wilson interval).
+
+    Each row's interval is at `confidence` (`planted_in_ci`); the simultaneous intervals over the
+    whole table are beside them (`with_simultaneous`), rebuilt by the same method at the
+    Bonferroni coverage: Wald on the log scale for the logistic odds ratio, Student's t on the
+    model's df for the mixed model's and the RQ1 estimates, Wilson for the rates.
     """
     rows = []
     for system, truth in planted.items():
@@ -584,6 +610,7 @@ def planted_vs_recovered(
                 "ci_high": o["ci_high"],
                 "planted_in_ci": covered,
                 "fit_status": o["fit_status"],
+                "interval": wald_interval(float(o["coef"]), float(o["se"]), log=True) if covered is not None else None,
             }
         )
         if glmm is not None and len(glmm):
@@ -601,6 +628,9 @@ def planted_vs_recovered(
                         "ci_high": gm["ci_high"],
                         "planted_in_ci": bool(gm["ci_low"] <= orp <= gm["ci_high"]) if ok else None,
                         "fit_status": "ok" if ok else str(gm["reason"]),
+                        "interval": wald_interval(float(gm["coef"]), float(gm["se"]), float(gm["df"]), log=True)
+                        if ok
+                        else None,
                     }
                 )
         r = rates[(rates["system"] == system) & (rates["lang"] == "ALL")].set_index("cell_type")
@@ -608,7 +638,7 @@ def planted_vs_recovered(
             # with repeats misgendered is a sum of item shares and n counts items: the Wilson interval of
             # the mean share at n items (one binomial observation per item, stats.misgender_rates)
             k, n = float(r.loc[ct, "misgendered"]), int(r.loc[ct, "n"])
-            lo, hi = wilson(k, n)
+            lo, hi = wilson(k, n, confidence)
             rows.append(
                 {
                     "system": system,
@@ -619,11 +649,16 @@ def planted_vs_recovered(
                     "ci_high": hi,
                     "planted_in_ci": bool(lo <= p <= hi) if n else None,
                     "fit_status": "ok",
+                    "interval": wilson_interval(k, n) if n else None,
                 }
             )
             if ct == "misaligned" and truth.get("content_weight") is not None and n:
                 e = truth["error_rate"]
-                w = [(x - e) / (1 - 2 * e) for x in (k / n, lo, hi)]
+
+                def weight(x: float, e: float = e) -> float:
+                    return (x - e) / (1 - 2 * e)
+
+                w = [weight(x) for x in (k / n, lo, hi)]
                 rows.append(
                     {
                         "system": system,
@@ -634,6 +669,7 @@ def planted_vs_recovered(
                         "ci_high": w[2],
                         "planted_in_ci": bool(w[1] <= truth["content_weight"] <= w[2]),
                         "fit_status": "ok",
+                        "interval": wilson_interval(k, n, weight),
                     }
                 )
         if by_voice is not None and len(by_voice):
@@ -653,6 +689,7 @@ def planted_vs_recovered(
                         "ci_high": v["ci_high"],
                         "planted_in_ci": bool(v["ci_low"] <= p <= v["ci_high"]) if found else None,
                         "fit_status": "ok" if found else str(v["reason"]),
+                        "interval": wilson_interval(float(v["misgendered"]), int(v["n"])) if found else None,
                     }
                 )
         if pooled is not None and len(pooled):
@@ -678,6 +715,9 @@ def planted_vs_recovered(
                         "planted_in_ci": bool(q["ci_low"] <= d <= q["ci_high"]) if found else None,
                         "fit_status": "ok" if ok else str(q["reason"]),
                         "tolerance": F0_TOLERANCE_ST,
+                        "interval": wald_interval(float(q["pooled_contrast"]), float(q["se"]), float(q["df"]))
+                        if found
+                        else None,
                     }
                 )
         if mixed is not None and len(mixed):
@@ -702,13 +742,18 @@ def planted_vs_recovered(
                         "planted_in_ci": bool(lo <= d <= hi) if found else None,
                         "fit_status": status,
                         "tolerance": F0_TOLERANCE_ST,
+                        "interval": wald_interval(
+                            float(q.stereotype_effect_est), float(q.stereotype_effect_se), float(q.stereotype_effect_df)
+                        )
+                        if found
+                        else None,
                     }
                 )
-    out = pd.DataFrame(rows)
+    out = with_simultaneous(rows, confidence)
     if len(out):
         out["tolerance"] = out["tolerance"] if "tolerance" in out else np.nan
         out["within_tolerance"] = [
             bool(abs(r - p) <= t) if np.isfinite(t) and np.isfinite(r) else None
             for r, p, t in zip(out["recovered"], out["planted"], out["tolerance"].astype(float))
         ]
-    return out
+    return out.reindex(columns=PLANTED_COLUMNS)

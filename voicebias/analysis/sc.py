@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from voicebias.analysis.intervals import wilson
+from voicebias.analysis.planted import SIMULTANEOUS_COLUMNS, wilson_interval, with_simultaneous
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.blas import single_blas_thread
 from voicebias.contract import CONDITIONS, GENDERS, H1_H2, SC_MEASURES
@@ -303,6 +304,20 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
     }
 
 
+#: the columns of reports/sc/planted_vs_recovered.csv
+SC_PLANTED_COLUMNS = [
+    "system",
+    "quantity",
+    "planted",
+    "recovered",
+    "ci_low",
+    "ci_high",
+    "planted_in_ci",
+    *SIMULTANEOUS_COLUMNS,
+    "recovered_ok",
+]
+
+
 def planted_vs_recovered(
     truths: dict[str, dict[str, Any]], ret: pd.DataFrame, scored: pd.DataFrame, vq_type3: pd.DataFrame
 ) -> pd.DataFrame:
@@ -318,6 +333,11 @@ def planted_vs_recovered(
     noise move it a little on their own), so a retention counts as recovered within
     RETENTION_TOLERANCE of the planted share, not by CI coverage: the bootstrap CI
     over the embedded default's 15 prompts is narrower (about +-0.01) than that converter bias.
+
+    The passive rates are the values checked by an interval: each has its own Wilson interval at
+    95 % (`planted_in_ci`) and one at the simultaneous coverage over all of them
+    (voicebias.analysis.planted.with_simultaneous); a passive rate is recovered (`recovered_ok`)
+    when its planted value lies in the simultaneous interval.
     """
     rows = []
     for s, truth in sorted(truths.items()):
@@ -333,6 +353,7 @@ def planted_vs_recovered(
                         "recovered": r["retention"],
                         "ci_low": r["ci_low"],
                         "ci_high": r["ci_high"],
+                        "planted_in_ci": bool(r["ci_low"] <= truth["retention"][g] <= r["ci_high"]),
                         "recovered_ok": bool(abs(r["retention"] - truth["retention"][g]) <= RETENTION_TOLERANCE),
                     }
                 )
@@ -354,7 +375,8 @@ def planted_vs_recovered(
                         "recovered": k / n,
                         "ci_low": lo,
                         "ci_high": hi,
-                        "recovered_ok": bool(lo <= truth["passive_rate"][g] <= hi),
+                        "planted_in_ci": bool(lo <= truth["passive_rate"][g] <= hi),
+                        "interval": wilson_interval(k, n),
                     }
                 )
         from voicebias.analysis.sc_stats import GENERALISING_MODEL
@@ -379,14 +401,17 @@ def planted_vs_recovered(
                         "recovered": p,
                         "ci_low": np.nan,
                         "ci_high": np.nan,
+                        "planted_in_ci": None,
                         "recovered_ok": bool(
                             p < 0.05 and ((rf.get("female", np.nan) < rf.get("male", np.nan)) == fem_less)
                         ),
                     }
                 )
-    return pd.DataFrame(
-        rows, columns=["system", "quantity", "planted", "recovered", "ci_low", "ci_high", "recovered_ok"]
-    )
+    out = with_simultaneous(rows, 0.95)
+    if len(out):
+        passive = out["quantity"].str.startswith("passive_rate_")
+        out.loc[passive, "recovered_ok"] = out.loc[passive, "planted_in_simultaneous_ci"]
+    return out.reindex(columns=SC_PLANTED_COLUMNS)
 
 
 @single_blas_thread

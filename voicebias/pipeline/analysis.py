@@ -76,6 +76,7 @@ def run_stage(
         f0_measure=f0,
         glmm=glmm,
         by_voice=by_voice,
+        confidence=conf,
     )
     for name, df in [
         *rq1_tables.items(),

@@ -20,6 +20,11 @@ PLANTED_COLUMNS = [
     "estimate",
     "ci_low",
     "ci_high",
+    "planted_in_ci",
+    "simultaneous_confidence",
+    "simultaneous_ci_low",
+    "simultaneous_ci_high",
+    "planted_in_simultaneous_ci",
     "recovered",
     "status",
     "reason",
@@ -66,49 +71,74 @@ def continuum_answers(manifest: pd.DataFrame, responses: pd.DataFrame) -> pd.Dat
     return out[ANSWER_COLUMNS]
 
 
-def planted_vs_recovered(table: pd.DataFrame, planted: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def planted_vs_recovered(
+    table: pd.DataFrame,
+    planted: dict[str, dict[str, Any]],
+    refit: Callable[[float], pd.DataFrame] | None = None,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
     """For each reference system with planted psychometric truth (`planted`: system -> the truth of
     voicebias.systems.reference.planted_psychometric), the pooled estimates beside the planted
-    values; `recovered` says whether the interval holds the planted value. A system planted flat in
-    the voice is recovered when its slope's interval holds 0 (no boundary is then estimated)."""
+    values and whether each interval holds its planted value (`planted_in_ci`). A system planted
+    flat in the voice is compared on its slope only, planted 0 (no boundary is then estimated).
+
+    `refit(coverage)` gives the pooled table of the same fits with their intervals at another
+    coverage. With it every value is also set beside its simultaneous interval
+    (voicebias.analysis.planted.with_simultaneous: the same Wald and Fieller intervals at the
+    Bonferroni coverage over the values compared, one refit), and `recovered` says whether the
+    planted value lies in it; without it, `recovered` is `planted_in_ci`."""
+    from functools import lru_cache
+
+    from voicebias.analysis.planted import with_simultaneous
+
+    refit_at = lru_cache(maxsize=None)(refit) if refit is not None else None
+
+    def recipe(key: tuple) -> Callable[[float], tuple[float, float]] | None:
+        if refit_at is None:
+            return None
+
+        def at(coverage: float) -> tuple[float, float]:
+            t = refit_at(coverage)
+            r = t[(t["system"] == key[0]) & (t["task"] == key[1]) & (t["lang"] == "ALL")]
+            r = r[(r["quantity"] == key[2]) & (r["pole"] == key[3])].iloc[0]
+            return float(r["ci_low"]), float(r["ci_high"])
+
+        return at
+
     rows = []
     pooled = table[table["lang"] == "ALL"]
     for system, truth in sorted(planted.items()):
         for task, g in pooled[pooled["system"] == system].groupby("task", sort=True):
             est = g.set_index(["quantity", "pole"])
-            slope = est.loc[("slope", "")]
-            base = {"system": system, "task": task}
             if not truth["follows_voice"]:
-                rows.append(
-                    {
-                        **base,
-                        "quantity": "slope",
-                        "pole": "",
-                        "planted": 0.0,
-                        **{k: slope[k] for k in ("estimate", "ci_low", "ci_high", "status", "reason")},
-                        "recovered": bool(slope["ci_low"] <= 0 <= slope["ci_high"]),
-                    }
-                )
-                continue
-            wanted = [(("slope", ""), truth["slope_per_st"])]
-            wanted += [(("pse", pole), value) for pole, value in truth["pse_st"].items() if ("pse", pole) in est.index]
-            shift_key = next((k for k in est.index if k[0] == "shift"), None)
-            if shift_key is not None:
-                wanted.append((shift_key, truth["shift_st"]))
+                wanted = [(("slope", ""), 0.0)]
+            else:
+                wanted = [(("slope", ""), truth["slope_per_st"])]
+                wanted += [
+                    (("pse", pole), value) for pole, value in truth["pse_st"].items() if ("pse", pole) in est.index
+                ]
+                shift_key = next((k for k in est.index if k[0] == "shift"), None)
+                if shift_key is not None:
+                    wanted.append((shift_key, truth["shift_st"]))
             for (q, pole), value in wanted:
                 r = est.loc[(q, pole)]
-                ok = bool(np.isfinite(r["ci_low"]) and r["ci_low"] <= value <= r["ci_high"])
                 rows.append(
                     {
-                        **base,
+                        "system": system,
+                        "task": task,
                         "quantity": q,
                         "pole": pole,
                         "planted": float(value),
                         **{k: r[k] for k in ("estimate", "ci_low", "ci_high", "status", "reason")},
-                        "recovered": ok,
+                        "planted_in_ci": bool(np.isfinite(r["ci_low"]) and r["ci_low"] <= value <= r["ci_high"]),
+                        "interval": recipe((system, task, q, pole)),
                     }
                 )
-    return pd.DataFrame(rows, columns=PLANTED_COLUMNS)
+    out = with_simultaneous(rows, confidence)
+    if len(out):
+        out["recovered"] = out["planted_in_simultaneous_ci"] if refit is not None else out["planted_in_ci"]
+        out["recovered"] = out["recovered"].fillna(False).astype(bool)
+    return out.reindex(columns=PLANTED_COLUMNS)
 
 
 def run_stage(
@@ -149,7 +179,12 @@ def run_stage(
         for s in systems
         if load_card(s)["adapter"] == "reference"
     }
-    compared = planted_vs_recovered(table, planted)
+    mine = answers[answers["system"].isin(list(planted))]
+
+    def refit(coverage: float) -> pd.DataFrame:
+        return psychometric_table(mine, continuum, poles=list(p["poles"]), confidence=coverage, pooled_only=True)
+
+    compared = planted_vs_recovered(table, planted, refit, confidence)
     out_dir = Path(out_dir)
     write_table(out_dir / "answers.csv", answers)
     write_table(out_dir / "psychometric.csv", table)

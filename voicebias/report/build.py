@@ -328,10 +328,28 @@ def fig_rq1(contrasts: pd.DataFrame, path: Path) -> None:
     plt.close()
 
 
+def simultaneous_ci(pvr: pd.DataFrame) -> list[str]:
+    """Each row's simultaneous interval with its coverage: '[low, high] at 99.81 %', 'unbounded at
+    ...' where the method gives no finite interval at that coverage, '–' outside the family."""
+    out = []
+    for c, a, b in zip(pvr["simultaneous_confidence"], pvr["simultaneous_ci_low"], pvr["simultaneous_ci_high"]):
+        if pd.isna(c):
+            out.append("–")
+        elif pd.isna(a) or pd.isna(b):
+            out.append(f"unbounded at {100 * float(c):.2f} %")
+        else:
+            out.append(f"[{_fmt(a)}, {_fmt(b)}] at {100 * float(c):.2f} %")
+    return out
+
+
 def planted_table(pvr: pd.DataFrame) -> pd.DataFrame:
     out = pvr.copy()
     out["95% CI"] = [f"[{_fmt(a)}, {_fmt(b)}]" for a, b in zip(out["ci_low"], out["ci_high"])]
-    out = out[["system", "quantity", "planted", "recovered", "95% CI", "planted_in_ci", "fit_status"]]
+    cols = ["system", "quantity", "planted", "recovered", "95% CI", "planted_in_ci"]
+    if "simultaneous_confidence" in out:
+        out["simultaneous CI"] = simultaneous_ci(out)
+        cols += ["simultaneous CI", "planted_in_simultaneous_ci"]
+    out = out[[*cols, "fit_status"]]
     return out.map(lambda v: _fmt(v) if not isinstance(v, str) else v)
 
 

@@ -205,10 +205,19 @@ def drift_verdict(fit_verdicts: Iterable[str]) -> str:
 
 
 def recovered(row: dict[str, Any] | pd.Series) -> bool:
-    """A planted quantity is recovered when its planted value lies in the CI (planted_in_ci), or the estimate
-    is within the stated tolerance (within_tolerance), or the SC table says so (recovered_ok)."""
+    """A planted quantity is recovered when its planted value lies in its simultaneous interval
+    (planted_in_simultaneous_ci: the table's intervals at the Bonferroni coverage over the values it
+    checks; a row outside that family, or a table without one, uses its own CI, planted_in_ci), or
+    the estimate is within the stated tolerance (within_tolerance), or the SC table says so
+    (recovered_ok)."""
     r = dict(row)
-    return any(_true(r.get(c)) for c in ("planted_in_ci", "within_tolerance", "recovered_ok"))
+    simultaneous = r.get("planted_in_simultaneous_ci")
+    in_ci = r.get("planted_in_ci") if _missing(simultaneous) else simultaneous
+    return any(_true(v) for v in (in_ci, r.get("within_tolerance"), r.get("recovered_ok")))
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
 def gate_verdict(metrics: dict[str, Any] | None) -> str:
@@ -349,7 +358,18 @@ def _planted(pvr: pd.DataFrame | None) -> dict[str, Any] | None:
         return None
     rows = pvr.to_dict("records")
     missed = [f"{r['system']}: {r['quantity']}" for r in rows if not recovered(r)]
-    return {"n": len(rows), "recovered": len(rows) - len(missed), "not_recovered": missed}
+    # the values each outside its own CI: about 1 - confidence of those checked by an interval, by chance
+    outside = [
+        f"{r['system']}: {r['quantity']}"
+        for r in rows
+        if not _missing(r.get("planted_in_ci")) and not _true(r["planted_in_ci"])
+    ]
+    return {
+        "n": len(rows),
+        "recovered": len(rows) - len(missed),
+        "not_recovered": missed,
+        "outside_own_ci": outside,
+    }
 
 
 def _excluded_by_reason(excluded: pd.DataFrame | None, system: str) -> dict[str, int]:
@@ -818,6 +838,7 @@ def card_tables(card: dict[str, Any]) -> dict[str, pd.DataFrame]:
             "quantities": p["n"],
             "recovered": p["recovered"],
             "not recovered": ", ".join(p["not_recovered"]) or "–",
+            "outside their own CI": ", ".join(p.get("outside_own_ci", [])) or "–",
         }
         for study, p in card["planted_vs_recovered"].items()
         if p is not None

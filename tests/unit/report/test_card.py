@@ -172,6 +172,13 @@ def test_recovered_and_check_verdicts():
     assert not C.recovered({"planted_in_ci": False, "within_tolerance": NAN})
     assert not C.recovered({"planted_in_ci": NAN})
     assert C.recovered({"recovered_ok": True})
+    # the simultaneous interval decides where the table has one; a row outside its family keeps its own CI
+    assert C.recovered({"planted_in_ci": False, "planted_in_simultaneous_ci": True})
+    assert C.recovered({"planted_in_ci": "False", "planted_in_simultaneous_ci": "True"})
+    assert not C.recovered({"planted_in_ci": False, "planted_in_simultaneous_ci": False, "within_tolerance": NAN})
+    assert not C.recovered({"planted_in_ci": True, "planted_in_simultaneous_ci": False})
+    assert C.recovered({"planted_in_ci": True, "planted_in_simultaneous_ci": NAN})
+    assert C.recovered({"planted_in_ci": "True", "planted_in_simultaneous_ci": ""})
     assert C.gate_verdict({"passed": True}) == C.PASSED
     assert C.gate_verdict({"passed": False, "flips": 2}) == C.FAILED
     assert C.gate_verdict(None) == C.NOT_RUN == C.gate_verdict({})
@@ -495,12 +502,18 @@ def test_card_misgender_summarize_checks_planted_exclusions(card):
     assert card["checks"]["carrier_gate"] == {"verdict": "passed", "flips": 0, "excluded_stimuli": 1}
     assert card["checks"]["manipulation_check"]["verdict"] == "failed"
     assert card["checks"]["manipulation_check"]["wrong_direction"] == 2
-    assert card["planted_vs_recovered"]["s2s"] == {
-        "n": 8,
-        "recovered": 7,
-        "not_recovered": ["mixed: odds_ratio_per_step"],
+    # a table without simultaneous intervals is judged on each value's own CI; the RQ1 rows outside theirs
+    # are recovered within the F0 tolerance, and the card lists them apart
+    rq1_outside = [f"{s}: rq1_f0_shift_st" for s in ("voice_faithful", "content_driven", "mixed", "drifting")]
+    planted = dict(card["planted_vs_recovered"]["s2s"])
+    assert sorted(planted.pop("outside_own_ci")) == sorted(["mixed: odds_ratio_per_step", *rq1_outside])
+    assert planted == {"n": 8, "recovered": 7, "not_recovered": ["mixed: odds_ratio_per_step"]}
+    assert card["planted_vs_recovered"]["sc"] == {
+        "n": 2,
+        "recovered": 1,
+        "not_recovered": ["cont: passive_rate_male"],
+        "outside_own_ci": [],
     }
-    assert card["planted_vs_recovered"]["sc"] == {"n": 2, "recovered": 1, "not_recovered": ["cont: passive_rate_male"]}
     assert card["exclusions"]["s2s"]["mixed"] == {
         "calls": 120,
         "failed": 1,

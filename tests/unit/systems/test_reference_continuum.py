@@ -99,6 +99,24 @@ def test_planted_slope_boundaries_and_shift_are_recovered_from_scored_answers():
     assert mixed["recovered"].all(), mixed
     flat_rows = out[out["system"] == "content_driven"]
     assert list(flat_rows["quantity"]) == ["slope", "slope"] and flat_rows["recovered"].all()
+    assert out["recovered"].equals(out["planted_in_ci"].astype(bool))  # no refit: each value's own interval
+
+    # with the refit every value also has its interval at the Bonferroni coverage over the 10 values
+    def refit(coverage):
+        return psychometric_table(answers, CONTINUUM, confidence=coverage, pooled_only=True)
+
+    both = planted_vs_recovered(table, truth, refit)
+    assert both["simultaneous_confidence"].tolist() == pytest.approx([1 - 0.05 / 10] * 10)
+    bounded = both[both["simultaneous_ci_low"].notna()]
+    assert len(bounded) >= 4  # the slopes at least
+    assert (bounded["simultaneous_ci_low"] < bounded["ci_low"]).all()
+    assert (bounded["simultaneous_ci_high"] > bounded["ci_high"]).all()
+    assert both["recovered"].tolist() == both["planted_in_simultaneous_ci"].tolist()
+    assert both["recovered"].all()
+    # at the table's own coverage the refit rebuilds each value's own interval (Wald t, Fieller)
+    same = planted_vs_recovered(table, truth, lambda c: refit(0.95))
+    assert np.allclose(same["simultaneous_ci_low"], same["ci_low"], equal_nan=True)
+    assert np.allclose(same["simultaneous_ci_high"], same["ci_high"], equal_nan=True)
 
 
 def test_an_unscorable_answer_is_left_out_not_guessed():
