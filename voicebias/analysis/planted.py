@@ -1,14 +1,14 @@
-"""Planted against recovered: the simultaneous intervals of a reference system's table.
+"""Planted against recovered: the simultaneous intervals of a reference system's planted truth.
 
-A planted-vs-recovered table checks many planted values at once (the embedded default's S2S table
-holds 38 with an interval). Each value's own interval at 95 % misses it 5 % of the time even when
-every stage is right, so about 2 of 38 miss by chance, and all 38 are inside with probability
-0.95^38 = 0.14. Each table therefore also sets every value beside a simultaneous interval:
-the same method at the Bonferroni coverage 1 - (1 - confidence) / k over the k values checked by an
-interval, so that all k lie inside together with probability at least `confidence`, whatever the
-dependence between them. A row's recipe (`wald_interval`, `wilson_interval`) rebuilds its own
-interval at any coverage; `with_simultaneous` adds the simultaneous columns. See docs/audit-card.md,
-"Planted vs recovered".
+A reference system's planted truth is checked on many values at once (the embedded default's
+drifting system has 9 with an interval in the S2S table). Each value's own interval at 95 % misses
+it 5 % of the time even when every stage is right, so a correct audit shows chance misses (all 9
+inside with probability about 0.95^9 = 0.63). Each table therefore also sets every value beside a
+simultaneous interval: the same method at the Bonferroni coverage 1 - (1 - confidence) / k over the
+system's k values checked by an interval, so that all k lie inside together with probability at
+least `confidence`, whatever the dependence between them. A row's recipe (`wald_interval`,
+`wilson_interval`) rebuilds its own interval at any coverage; `with_simultaneous` adds the
+simultaneous columns. See docs/audit-card.md, "Planted vs recovered".
 """
 
 from __future__ import annotations
@@ -71,19 +71,22 @@ def wilson_interval(k: float, n: int, to: Callable[[float], float] | None = None
     return at
 
 
-def with_simultaneous(rows: list[dict], confidence: float, planted: str = "planted") -> pd.DataFrame:
+def with_simultaneous(
+    rows: list[dict], confidence: float, planted: str = "planted", family: str = "system"
+) -> pd.DataFrame:
     """The table of `rows` with its simultaneous intervals (SIMULTANEOUS_COLUMNS).
 
     Each row holds its own interval at `confidence` (`ci_low`, `ci_high`) and its recipe under the
     key ``"interval"``: coverage -> (low, high), or None for a row that is not checked by an interval
-    (a tolerance, an exact count). The family is the k rows with a recipe and a finite interval of
-    positive width (a zero-width interval, no variance, is a fact and not a draw): each gets its
-    interval at `simultaneous_confidence(confidence, k)` and whether the `planted` value lies in it;
-    the other rows get NaN and None. A recipe may give NaN bounds where the interval at that
-    coverage is unbounded (Fieller's, when the slope is within the critical value of 0); every
-    method here gives nested intervals, so a value inside its own interval is inside the
-    simultaneous one, and a value outside its own interval counts as inside an unbounded one only
-    when it can be shown, which it cannot here: it counts as outside."""
+    (a tolerance, an exact count). A family is the rows of one `family` value (one reference
+    system's planted truth, so that adding or changing a system moves no other system's rows) with
+    a recipe and a finite interval of positive width (a zero-width interval, no variance, is a fact
+    and not a draw). Each of a family's k rows gets its interval at `simultaneous_confidence(
+    confidence, k)` and whether the `planted` value lies in it; the other rows get NaN and None.
+    A recipe may give NaN bounds where the interval at that coverage is unbounded (Fieller's, when
+    the slope is within the critical value of 0). Every method here gives nested intervals, so a
+    value inside its own interval is inside the simultaneous one; a value outside its own interval
+    and an unbounded simultaneous one counts as outside (it cannot be shown to be inside)."""
     recipes = [r.get("interval") for r in rows]
     out = pd.DataFrame([{c: v for c, v in r.items() if c != "interval"} for r in rows])
     checked = [
@@ -92,21 +95,28 @@ def with_simultaneous(rows: list[dict], confidence: float, planted: str = "plant
         and bool(r["ci_high"] > r["ci_low"])
         for f, r in zip(recipes, rows)
     ]
-    k = sum(checked)
-    level = simultaneous_confidence(confidence, k) if k else np.nan
-    lows, highs, inside = [], [], []
+    sizes: dict = {}
+    for c, r in zip(checked, rows):
+        sizes[r[family]] = sizes.get(r[family], 0) + c
+    levels, lows, highs, inside = [], [], [], []
     for f, c, r in zip(recipes, checked, rows):
-        lo, hi = f(level) if c else (np.nan, np.nan)
+        if not c:
+            levels.append(np.nan)
+            lows.append(np.nan)
+            highs.append(np.nan)
+            inside.append(None)
+            continue
+        level = simultaneous_confidence(confidence, sizes[r[family]])
+        lo, hi = f(level)
+        levels.append(level)
         lows.append(lo)
         highs.append(hi)
-        if not c:
-            inside.append(None)
-        elif r["ci_low"] <= r[planted] <= r["ci_high"]:
+        if r["ci_low"] <= r[planted] <= r["ci_high"]:
             inside.append(True)
         else:
             inside.append(bool(np.isfinite(lo) and np.isfinite(hi) and lo <= r[planted] <= hi))
     if len(rows):
-        out["simultaneous_confidence"] = [level if c else np.nan for c in checked]
+        out["simultaneous_confidence"] = levels
         out["simultaneous_ci_low"] = lows
         out["simultaneous_ci_high"] = highs
         out["planted_in_simultaneous_ci"] = inside

@@ -586,8 +586,8 @@ def planted_vs_recovered(
     with its own error rate (`voice_misgender_rate` in the truth) is set beside its own
     misgender rate (quantity misgender_rate_voice:<voice_id>, Wilson interval).
 
-    Each row's interval is at `confidence` (`planted_in_ci`); the simultaneous intervals over the
-    whole table are beside them (`with_simultaneous`), rebuilt by the same method at the
+    Each row's interval is at `confidence` (`planted_in_ci`); the simultaneous intervals over each
+    system's values are beside them (`with_simultaneous`), rebuilt by the same method at the
     Bonferroni coverage: Wald on the log scale for the logistic odds ratio, Student's t on the
     model's df for the mixed model's and the RQ1 estimates, Wilson for the rates.
     """

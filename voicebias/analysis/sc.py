@@ -335,7 +335,7 @@ def planted_vs_recovered(
     over the embedded default's 15 prompts is narrower (about +-0.01) than that converter bias.
 
     The passive rates are the values checked by an interval: each has its own Wilson interval at
-    95 % (`planted_in_ci`) and one at the simultaneous coverage over all of them
+    95 % (`planted_in_ci`) and one at the simultaneous coverage over the system's passive rates
     (voicebias.analysis.planted.with_simultaneous); a passive rate is recovered (`recovered_ok`)
     when its planted value lies in the simultaneous interval.
     """

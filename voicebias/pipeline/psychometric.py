@@ -85,7 +85,7 @@ def planted_vs_recovered(
     `refit(coverage)` gives the pooled table of the same fits with their intervals at another
     coverage. With it every value is also set beside its simultaneous interval
     (voicebias.analysis.planted.with_simultaneous: the same Wald and Fieller intervals at the
-    Bonferroni coverage over the values compared, one refit), and `recovered` says whether the
+    Bonferroni coverage over each system's values compared, one refit), and `recovered` says whether the
     planted value lies in it; without it, `recovered` is `planted_in_ci`."""
     from functools import lru_cache
 

@@ -206,8 +206,8 @@ def drift_verdict(fit_verdicts: Iterable[str]) -> str:
 
 def recovered(row: dict[str, Any] | pd.Series) -> bool:
     """A planted quantity is recovered when its planted value lies in its simultaneous interval
-    (planted_in_simultaneous_ci: the table's intervals at the Bonferroni coverage over the values it
-    checks; a row outside that family, or a table without one, uses its own CI, planted_in_ci), or
+    (planted_in_simultaneous_ci: a system's intervals in the table at the Bonferroni coverage over
+    the values it checks; a row outside that family, or a table without one, uses its own CI, planted_in_ci), or
     the estimate is within the stated tolerance (within_tolerance), or the SC table says so
     (recovered_ok)."""
     r = dict(row)

@@ -167,8 +167,8 @@ def test_checks_exclusions_planted_retention_and_provenance_lines(base):
   s2s mixed non_compliant: 3 -> 7
 
 == planted vs recovered
-  s2s not_recovered: [drifting: misgender_rate_aligned] -> [drifting: misgender_rate_aligned, mixed: odds_ratio]
-  s2s recovered: 37 -> 31
+  s2s not_recovered: [] -> [drifting: misgender_rate_aligned, mixed: odds_ratio]
+  s2s recovered: 38 -> 31
 
 == provenance
   model_revisions drifting revision: reference-2 -> reference-3

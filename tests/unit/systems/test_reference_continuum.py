@@ -101,12 +101,13 @@ def test_planted_slope_boundaries_and_shift_are_recovered_from_scored_answers():
     assert list(flat_rows["quantity"]) == ["slope", "slope"] and flat_rows["recovered"].all()
     assert out["recovered"].equals(out["planted_in_ci"].astype(bool))  # no refit: each value's own interval
 
-    # with the refit every value also has its interval at the Bonferroni coverage over the 10 values
+    # with the refit every value also has its interval at the Bonferroni coverage over its system's values
     def refit(coverage):
         return psychometric_table(answers, CONTINUUM, confidence=coverage, pooled_only=True)
 
     both = planted_vs_recovered(table, truth, refit)
-    assert both["simultaneous_confidence"].tolist() == pytest.approx([1 - 0.05 / 10] * 10)
+    k = both["system"].map({"mixed": 8, "content_driven": 2})
+    assert both["simultaneous_confidence"].tolist() == pytest.approx((1 - 0.05 / k).tolist())
     bounded = both[both["simultaneous_ci_low"].notna()]
     assert len(bounded) >= 4  # the slopes at least
     assert (bounded["simultaneous_ci_low"] < bounded["ci_low"]).all()
