@@ -21,8 +21,10 @@ from scipy import stats
 
 from voicebias.analysis.intervals import simultaneous_confidence, wilson
 
-__all__ = ["SIMULTANEOUS_COLUMNS", "wald_interval", "wilson_interval", "with_simultaneous"]
+__all__ = ["PLANTED_HEAD", "SIMULTANEOUS_COLUMNS", "wald_interval", "wilson_interval", "with_simultaneous"]
 
+#: the first columns of the S2S and SC tables: a planted value, its estimate and its own interval
+PLANTED_HEAD = ["system", "quantity", "planted", "recovered", "ci_low", "ci_high", "planted_in_ci"]
 #: the columns `with_simultaneous` adds
 SIMULTANEOUS_COLUMNS = [
     "simultaneous_confidence",

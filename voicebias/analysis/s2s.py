@@ -18,7 +18,13 @@ from scipy import stats
 
 from voicebias.analysis.glmm import fit_binomial_glmm
 from voicebias.analysis.intervals import wilson
-from voicebias.analysis.planted import wald_interval, wilson_interval, with_simultaneous
+from voicebias.analysis.planted import (
+    PLANTED_HEAD,
+    SIMULTANEOUS_COLUMNS,
+    wald_interval,
+    wilson_interval,
+    with_simultaneous,
+)
 from voicebias.analysis.stats import (
     FISHER_COLUMNS,
     OR_COLUMNS,
@@ -535,22 +541,7 @@ F0_TOLERANCE_ST = float(12 * np.log2(1.01))
 
 
 #: the columns of reports/analysis/planted_vs_recovered.csv
-PLANTED_COLUMNS = [
-    "system",
-    "quantity",
-    "planted",
-    "recovered",
-    "ci_low",
-    "ci_high",
-    "planted_in_ci",
-    "simultaneous_confidence",
-    "simultaneous_ci_low",
-    "simultaneous_ci_high",
-    "planted_in_simultaneous_ci",
-    "fit_status",
-    "tolerance",
-    "within_tolerance",
-]
+PLANTED_COLUMNS = [*PLANTED_HEAD, *SIMULTANEOUS_COLUMNS, "fit_status", "tolerance", "within_tolerance"]
 
 
 def planted_vs_recovered(

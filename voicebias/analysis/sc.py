@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from voicebias.analysis.intervals import wilson
-from voicebias.analysis.planted import SIMULTANEOUS_COLUMNS, wilson_interval, with_simultaneous
+from voicebias.analysis.planted import PLANTED_HEAD, SIMULTANEOUS_COLUMNS, wilson_interval, with_simultaneous
 from voicebias.analysis.status import NOT_ESTIMABLE, OK, STATUS_COLUMNS, NotEstimable
 from voicebias.blas import single_blas_thread
 from voicebias.contract import CONDITIONS, GENDERS, H1_H2, SC_MEASURES
@@ -305,17 +305,7 @@ def judge_models(scored: pd.DataFrame, dims: list[str], alpha: float = 0.05) -> 
 
 
 #: the columns of reports/sc/planted_vs_recovered.csv
-SC_PLANTED_COLUMNS = [
-    "system",
-    "quantity",
-    "planted",
-    "recovered",
-    "ci_low",
-    "ci_high",
-    "planted_in_ci",
-    *SIMULTANEOUS_COLUMNS,
-    "recovered_ok",
-]
+SC_PLANTED_COLUMNS = [*PLANTED_HEAD, *SIMULTANEOUS_COLUMNS, "recovered_ok"]
 
 
 def planted_vs_recovered(

@@ -8,6 +8,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from voicebias.analysis.planted import SIMULTANEOUS_COLUMNS
+
 #: the columns of reports/psychometric/curves.csv: each fitted function with its pointwise band
 CURVE_COLUMNS = ["system", "task", "lang", "pole", "x_st", "p", "p_low", "p_high"]
 #: the columns of reports/psychometric/planted_vs_recovered.csv
@@ -21,10 +23,7 @@ PLANTED_COLUMNS = [
     "ci_low",
     "ci_high",
     "planted_in_ci",
-    "simultaneous_confidence",
-    "simultaneous_ci_low",
-    "simultaneous_ci_high",
-    "planted_in_simultaneous_ci",
+    *SIMULTANEOUS_COLUMNS,
     "recovered",
     "status",
     "reason",
