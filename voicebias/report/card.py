@@ -230,9 +230,7 @@ def gate_verdict(metrics: dict[str, Any] | None) -> str:
 def _true(v: Any) -> bool:
     if isinstance(v, str):
         return v.strip().lower() == "true"
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return False
-    return bool(v)
+    return not _missing(v) and bool(v)
 
 
 # --- the card ------------------------------------------------------------------------------------
